@@ -1,0 +1,3 @@
+from gpuheal.cli import main
+
+main()

@@ -1,0 +1,268 @@
+"""The command line: a thin Typer shell over ``gpuheal.steps``.
+
+Each command builds the runtime, opens the state directory under its lock, calls one step, prints
+and exits. Every expected failure is a :class:`GpuhealError` caught once in :func:`main` and
+printed as one line, exit 3; usage errors are mapped to 3 too (contract: "Exit status"). Heavy
+modules are imported inside the command that needs them: cron starts gpuheal every minute.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gpuheal import __version__, exit_codes
+from gpuheal.errors import GpuhealError
+
+app = typer.Typer(
+    name="gpuheal",
+    help="Self-healing for llama.cpp GPU inference fleets: check, heal, bench, trend, report, escalate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # a traceback must never print a secret
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+config_app = typer.Typer(help="Work with the configuration file.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+_GLOBAL: dict[str, object] = {}
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")]
+GpuOpt = Annotated[str | None, typer.Option("--gpu", help="Only this GPU (its alias).")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"gpuheal {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(
+    config: Annotated[str | None, typer.Option("--config", "-c", help="Config file [env GPUHEAL_CONFIG; default ./gpuheal.yaml].")] = None,
+    state_dir: Annotated[str | None, typer.Option("--state-dir", help="State directory [env GPUHEAL_STATE_DIR; default ./state].")] = None,
+    metrics_file: Annotated[str | None, typer.Option("--metrics-file", help="Write the Prometheus textfile here after the command.")] = None,
+    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging on stderr (-vv for debug).")] = 0,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    from gpuheal.runtime import setup_logging
+
+    setup_logging(verbose)
+    _GLOBAL.update(config=config, state_dir=state_dir, metrics_file=metrics_file)
+
+
+def _runtime(json_out: bool):
+    from gpuheal import clock
+    from gpuheal.config import load_config, resolve_config_path
+    from gpuheal.runtime import Runtime, resolve_state_dir
+
+    cfg = load_config(resolve_config_path(_GLOBAL.get("config")))  # type: ignore[arg-type]
+    return Runtime(
+        cfg=cfg,
+        state_dir=resolve_state_dir(_GLOBAL.get("state_dir")),  # type: ignore[arg-type]
+        now=clock.now(),
+        json_out=json_out,
+        metrics_file=_GLOBAL.get("metrics_file") or cfg.metrics_file,  # type: ignore[arg-type]
+    )
+
+
+def _run_step(json_out: bool, step, **options) -> None:
+    """Open the state under its lock, run the step, print, export metrics, exit with its code."""
+    from gpuheal.runtime import emit
+    from gpuheal.state.store import StateDir
+
+    rt = _runtime(json_out)
+    with StateDir(rt.state_dir, float(rt.cfg.state["lock_wait_s"])) as store:
+        result = step(rt, store, **options)
+        result.warnings[:0] = store.warnings
+        if rt.metrics_file:
+            from gpuheal.metrics import write_metrics
+
+            write_metrics(rt, store, Path(rt.metrics_file))
+    emit(result, json_out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def check(
+    json_out: JsonOpt = False,
+    record: Annotated[Path | None, typer.Option("--record", help="Append this poll's observation to a JSON-lines trace (for replay).")] = None,
+) -> None:
+    """Poll every source once, evaluate the rules and print the fleet's health. Changes nothing.
+
+    Exit status: 0 healthy, 1 degraded, 2 down, 3 could not run.
+    """
+    from gpuheal.steps import check as step
+
+    _run_step(json_out, step.command, record=record)
+
+
+@app.command()
+def heal(
+    apply: Annotated[bool, typer.Option("--apply", help="Execute the plan (default: dry-run, print it).")] = False,
+    gpu: GpuOpt = None,
+    issue: Annotated[str | None, typer.Option("--issue", help="Only this issue id.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Check, then plan remediations; with --apply execute, verify, log and queue escalations.
+
+    Exit status: 0 healthy, 1 degraded, 2 down, 3 could not run.
+    """
+    from gpuheal.steps import heal as step
+
+    _run_step(json_out, step.command, apply=apply, gpu=gpu, issue=issue)
+
+
+@app.command()
+def bench(gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
+    """Run the benchmark inference test on each endpoint (one at a time); record tok/s.
+
+    Exit status: 0 done, 1 a regression or a rejected api key, 3 could not run.
+    """
+    from gpuheal.steps import bench as step
+
+    _run_step(json_out, step.command, gpu=gpu)
+
+
+@app.command()
+def trend(gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
+    """VRAM growth and temperature rise per GPU from the recorded history (vram-trend)."""
+    from gpuheal.steps import trend as step
+
+    _run_step(json_out, step.command, gpu=gpu)
+
+
+@app.command()
+def report(
+    weekly: Annotated[bool, typer.Option("--weekly", help="The weekly benchmark report, Markdown for Zulip.")] = False,
+    send: Annotated[bool, typer.Option("--send", help="Post the report to Zulip instead of printing it.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Current health summary; --weekly: per-GPU tok/s over 7 days as Markdown on stdout."""
+    from gpuheal.steps import report as step
+
+    _run_step(json_out, step.command, weekly=weekly, send=send)
+
+
+@app.command()
+def escalate(
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be sent; send nothing.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Send queued alerts to Zulip; unsent ones stay queued for the next run.
+
+    Exit status: 0 done, 1 an alert could not be delivered (it stays queued), 3 could not run.
+    """
+    from gpuheal.steps import escalate as step
+
+    _run_step(json_out, step.command, dry_run=dry_run)
+
+
+@app.command()
+def replay(
+    trace: Annotated[Path, typer.Argument(help="A JSON-lines trace written by `check --record`.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Feed a recorded trace through the rules with its own clock; print issues firing and clearing.
+
+    Reads only the trace and the config; the state directory is not touched.
+    """
+    from gpuheal.runtime import emit
+    from gpuheal.steps import replay as step
+
+    rt = _runtime(json_out)
+    result = step.command(rt, trace)
+    emit(result, json_out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def pause(
+    gpu: GpuOpt = None,
+    reason: Annotated[str, typer.Option("--reason", help="Why (shown by heal and report).")] = "maintenance",
+    resume: Annotated[bool, typer.Option("--resume", help="Lift the pause instead.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pause healing for one GPU (--gpu) or the whole fleet (maintenance); --resume lifts it."""
+    from gpuheal.steps import pause as step
+
+    _run_step(json_out, step.command, gpu=gpu, reason=reason, resume=resume)
+
+
+@app.command()
+def sim(
+    scenario: Annotated[Path, typer.Option("--scenario", help="Scenario YAML (see examples/scenarios/).")],
+    write_config: Annotated[Path | None, typer.Option("--write-config", help="Write a gpuheal config pointing at the simulated fleet.")] = None,
+    ephemeral: Annotated[bool, typer.Option("--ephemeral-ports", help="Bind free ports instead of the scenario's.")] = False,
+    speed: Annotated[float | None, typer.Option("--speed", help="Advance the virtual clock this many seconds per real second.")] = None,
+) -> None:
+    """Serve a simulated fleet (gpu-monitor, llama-servers, LiteLLM) on 127.0.0.1 until Ctrl-C."""
+    from gpuheal.sim import run_sim
+
+    run_sim(
+        str(scenario),
+        host="127.0.0.1",
+        ports_mode="ephemeral" if ephemeral else None,
+        write_config_path=str(write_config) if write_config else None,
+        realtime_speed=speed,
+    )
+
+
+@config_app.command("validate")
+def config_validate(
+    path: Annotated[str | None, typer.Argument(help="Config file (default: --config).")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Validate a config file against the schema; one line naming the key path on error, exit 3."""
+    import json
+
+    from gpuheal.config import load_config, resolve_config_path
+
+    target = resolve_config_path(path or _GLOBAL.get("config"))  # type: ignore[arg-type]
+    cfg = load_config(target)
+    if json_out:
+        sys.stdout.write(json.dumps({"valid": True, "path": str(target), "gpus": list(cfg.aliases)}) + "\n")
+    else:
+        sys.stdout.write(f"{target}: valid ({len(cfg.gpus)} GPU{'s' if len(cfg.gpus) != 1 else ''}: {', '.join(cfg.aliases)})\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: one place where errors become one line and an exit code."""
+    from typer._click.exceptions import ClickException
+    from typer.exceptions import Abort, Exit
+
+    args = sys.argv[1:] if argv is None else argv
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(args=args, prog_name="gpuheal", standalone_mode=False)
+    except Exit as exc:
+        code = exc.exit_code
+    except GpuhealError as exc:
+        sys.stderr.write(f"gpuheal: {exc}\n")
+        code = exit_codes.CANNOT_RUN
+    except ClickException as exc:  # usage errors, bad option values, unknown command
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpuheal`: the help, nothing else
+            sys.stderr.write(exc.format_message() + "\n")
+            sys.exit(exit_codes.CANNOT_RUN)
+        sys.stderr.write(f"gpuheal: {exc.format_message()}\n")
+        hint = getattr(exc, "ctx", None)
+        if hint is not None:
+            sys.stderr.write(f"Try '{hint.command_path} --help'.\n")
+        code = exit_codes.CANNOT_RUN
+    except Abort:
+        sys.stderr.write("gpuheal: aborted\n")
+        code = exit_codes.CANNOT_RUN
+    except KeyboardInterrupt:
+        sys.stderr.write("gpuheal: interrupted\n")
+        code = exit_codes.CANNOT_RUN
+    except BrokenPipeError:
+        code = exit_codes.OK
+    except Exception as exc:  # a bug: still one line, never locals or secrets
+        sys.stderr.write(f"gpuheal: internal error: {type(exc).__name__}: {exc}\n")
+        sys.stderr.write("gpuheal: please report this; run with -vv to log more.\n")
+        code = exit_codes.CANNOT_RUN
+    sys.exit(code if isinstance(code, int) else 0)

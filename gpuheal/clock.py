@@ -1,0 +1,35 @@
+"""The only module that reads wall time (design: "time is a parameter").
+
+``GPUHEAL_NOW`` (ISO 8601 with zone) pins the clock; the simulated fleet's demo and the tests use it
+to run one cron process per simulated minute without waiting a minute.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+
+
+def parse_iso(text: str) -> datetime:
+    """Parse an ISO 8601 timestamp; a naive one is taken as UTC. Raises ValueError."""
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def format_iso(value: datetime) -> str:
+    """``2026-07-18T08:00:00Z`` — the audit trail's timestamp format."""
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now() -> datetime:
+    pinned = os.environ.get("GPUHEAL_NOW")
+    if pinned:
+        try:
+            return parse_iso(pinned)
+        except ValueError as exc:
+            from gpuheal.errors import GpuhealError
+
+            raise GpuhealError(f"GPUHEAL_NOW: not an ISO 8601 time: {pinned!r}") from exc
+    return datetime.now(UTC)

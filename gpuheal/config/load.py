@@ -1,0 +1,391 @@
+"""Load, validate and merge the configuration. IO (reading the file) happens only in
+:func:`load_config`; :func:`load_config_dict` is pure and what the tests drive."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpuheal.errors import ConfigError
+
+PLACEHOLDERS = frozenset({"alias", "host", "endpoint"})
+COMMAND_KEYS = (
+    "restart_command",
+    "memcap_restart_command",
+    "shed_load_command",
+    "redirect_command",
+    "restore_load_command",
+    "power_limit_command",
+    "kill_command",
+    "smi_command",
+    "ps_command",
+)
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    url: str
+    timeout_s: float
+    connect_timeout_s: float
+    max_response_bytes: int
+
+
+@dataclass(frozen=True)
+class LiteLLMConfig:
+    url: str | None
+    api_key: str
+    timeout_s: float
+    restart_command: tuple[str, ...] | None
+    host: str | None
+    transport: str
+
+    def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
+        return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"
+
+
+@dataclass(frozen=True)
+class GpuConfig:
+    alias: str
+    host: str
+    endpoint: str
+    vendor: str
+    vram_total_mb: float | None
+    baseline_tok_s: float | None
+    vram_leak_mb_per_hour: float
+    transport: str
+    name: str | None = None
+    ssh_user: str | None = None
+    ssh_port: int = 22
+    role: str | None = None
+    weight: float | None = None
+    n_ctx: int | None = None
+    paused: bool = False
+    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    rules: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def command(self, key: str) -> tuple[str, ...] | None:
+        """The argv template for ``key`` (e.g. ``restart_command``), placeholders unexpanded."""
+        return self.commands.get(key)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated configuration. Sections not modelled as classes stay plain dicts."""
+
+    path: str | None
+    monitor: MonitorConfig
+    litellm: LiteLLMConfig
+    gpus: tuple[GpuConfig, ...]
+    probe: dict[str, Any]
+    zulip: dict[str, Any]
+    state: dict[str, Any]
+    history: dict[str, Any]
+    bench: dict[str, Any]
+    heal: dict[str, Any]
+    knowledge_graph: dict[str, Any]
+    rules: dict[str, dict[str, Any]]
+    metrics_file: str | None = None
+
+    @property
+    def aliases(self) -> tuple[str, ...]:
+        return tuple(g.alias for g in self.gpus)
+
+    def gpu(self, alias: str) -> GpuConfig:
+        for gpu in self.gpus:
+            if gpu.alias == alias:
+                return gpu
+        raise KeyError(alias)
+
+    def rule_params(self, rule_id: str, alias: str | None = None) -> dict[str, Any]:
+        """Defaults ← fleet ``rules`` ← the GPU's own ``rules`` (already merged at load)."""
+        if alias is not None:
+            return self.gpu(alias).rules.get(rule_id, {})
+        return self.rules.get(rule_id, {})
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@cache
+def _defaults() -> dict[str, Any]:
+    import yaml
+
+    text = resources.files("gpuheal.config").joinpath("defaults.yaml").read_text("utf-8")
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+@cache
+def _validator():
+    """Compiled once per process (issue 2: "validated against a JSON Schema ... compiled once")."""
+    import jsonschema
+
+    schema = json.loads(resources.files("gpuheal.config").joinpath("schema.json").read_text("utf-8"))
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def resolve_config_path(explicit: str | None) -> Path:
+    """``--config`` → ``$GPUHEAL_CONFIG`` → ``./gpuheal.yaml`` (contract: Commands)."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("GPUHEAL_CONFIG")
+    if env:
+        return Path(env)
+    return Path("gpuheal.yaml")
+
+
+def load_config(path: Path | str) -> Config:
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file not found: {path} (pass --config PATH or set GPUHEAL_CONFIG)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from None
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    return load_config_dict(data, path=str(path))
+
+
+def load_config_dict(data: Any, path: str | None = None) -> Config:
+    """Validate ``data`` (parsed YAML) and build the :class:`Config`. Pure."""
+    if data is None:
+        raise ConfigError("the config file is empty; it needs at least a 'gpus' list")
+    if not isinstance(data, dict):
+        raise ConfigError("the config must be a mapping of keys (monitor, litellm, gpus, ...)")
+    _validate_schema(data)
+    _validate_semantics(data)
+    merged = _merge(copy.deepcopy(_defaults()), {k: v for k, v in data.items() if k != "gpus"})
+    fleet_rules: dict[str, dict[str, Any]] = merged.get("rules") or {}
+    _check_rule_ids(fleet_rules, "rules")
+    gpus = tuple(_gpu(i, g, fleet_rules) for i, g in enumerate(data["gpus"]))
+    lite = merged["litellm"]
+    api_key = lite.get("api_key")
+    if lite.get("api_key_env"):
+        api_key = os.environ.get(lite["api_key_env"], api_key)
+    return Config(
+        path=path,
+        monitor=MonitorConfig(
+            url=merged["monitor"]["url"],
+            timeout_s=float(merged["monitor"]["timeout_s"]),
+            connect_timeout_s=float(merged["monitor"]["connect_timeout_s"]),
+            max_response_bytes=int(merged["monitor"]["max_response_bytes"]),
+        ),
+        litellm=LiteLLMConfig(
+            url=lite.get("url"),
+            api_key=api_key or "",
+            timeout_s=float(lite["timeout_s"]),
+            restart_command=_argv(lite.get("restart_command")),
+            host=lite.get("host"),
+            transport=lite.get("transport", "local"),
+        ),
+        gpus=gpus,
+        probe=merged["probe"],
+        zulip=merged["zulip"],
+        state=merged["state"],
+        history=merged["history"],
+        bench=merged["bench"],
+        heal=merged["heal"],
+        knowledge_graph=merged.get("knowledge_graph") or {},
+        rules=fleet_rules,
+        metrics_file=merged.get("metrics_file"),
+    )
+
+
+def split_command(value: str | list[str]) -> tuple[str, ...]:
+    """A string is split like a shell would (``shlex``) and later run without one (contract)."""
+    if isinstance(value, str):
+        return tuple(shlex.split(value))
+    return tuple(value)
+
+
+def _argv(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else split_command(value)
+
+
+def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]) -> GpuConfig:
+    rules = copy.deepcopy(fleet_rules)
+    own = raw.get("rules") or {}
+    _check_rule_ids(own, f"gpus[{index}].rules")
+    for rule_id, params in own.items():
+        rules.setdefault(rule_id, {}).update(params)
+    if "vram_leak_mb_per_hour" in raw:
+        rules.setdefault("vram-leak", {})["mb_per_hour"] = raw["vram_leak_mb_per_hour"]
+    leak = float(rules.get("vram-leak", {}).get("mb_per_hour", 300))
+    commands = {k: split_command(raw[k]) for k in COMMAND_KEYS if k in raw}
+    return GpuConfig(
+        alias=raw["alias"],
+        host=raw["host"],
+        endpoint=raw["endpoint"].rstrip("/"),
+        vendor=raw.get("vendor", "nvidia"),
+        vram_total_mb=raw.get("vram_total_mb"),
+        baseline_tok_s=raw.get("baseline_tok_s"),
+        vram_leak_mb_per_hour=leak,
+        transport=raw.get("transport", "ssh"),
+        name=raw.get("name"),
+        ssh_user=raw.get("ssh_user"),
+        ssh_port=raw.get("ssh_port", 22),
+        role=raw.get("role"),
+        weight=raw.get("weight"),
+        n_ctx=raw.get("n_ctx"),
+        paused=bool(raw.get("paused", False)),
+        commands=commands,
+        rules=rules,
+    )
+
+
+def _check_rule_ids(rules: dict[str, Any], where: str) -> None:
+    known = set(_defaults()["rules"])
+    for rule_id in rules:
+        if rule_id not in known:
+            raise ConfigError(
+                f"unknown rule id {rule_id!r} (known: {', '.join(sorted(known))})",
+                key_path=where,
+            )
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def _validate_semantics(data: dict[str, Any]) -> None:
+    seen_alias: dict[str, int] = {}
+    seen_host: dict[str, int] = {}
+    for i, gpu in enumerate(data["gpus"]):
+        alias, host = gpu["alias"], gpu["host"]
+        if alias in seen_alias:
+            raise ConfigError(
+                f"duplicate alias {alias!r} (also gpus[{seen_alias[alias]}])", f"gpus[{i}].alias"
+            )
+        if alias == "fleet":
+            raise ConfigError("'fleet' is reserved for fleet-wide issues", f"gpus[{i}].alias")
+        if host in seen_host:
+            raise ConfigError(
+                f"duplicate host {host!r} (also gpus[{seen_host[host]}]); gpu-monitor matches GPUs by hostname",
+                f"gpus[{i}].host",
+            )
+        seen_alias[alias] = i
+        seen_host[host] = i
+        for key in COMMAND_KEYS:
+            if key in gpu:
+                _check_placeholders(gpu[key], f"gpus[{i}].{key}")
+    for section, key in (("litellm", "restart_command"), ("heal", "gpu_monitor_restart_command")):
+        value = (data.get(section) or {}).get(key)
+        if value is not None:
+            _check_placeholders(value, f"{section}.{key}")
+
+
+def _check_placeholders(value: str | list[str], key_path: str) -> None:
+    import string
+
+    try:
+        argv = split_command(value)
+    except ValueError as exc:  # shlex: "No closing quotation"
+        raise ConfigError(f"cannot split command: {exc}", key_path) from None
+    if not argv:
+        raise ConfigError("command is empty", key_path)
+    for arg in argv:
+        try:
+            names = {name for _, name, _, _ in string.Formatter().parse(arg) if name is not None}
+        except ValueError as exc:
+            raise ConfigError(f"bad placeholder in {arg!r}: {exc}", key_path) from None
+        unknown = names - PLACEHOLDERS
+        if unknown:
+            raise ConfigError(
+                f"unknown placeholder {{{sorted(unknown)[0]}}} (allowed: {{alias}} {{host}} {{endpoint}})",
+                key_path,
+            )
+
+
+# --------------------------------------------------------------------------- schema errors
+
+
+def _validate_schema(data: dict[str, Any]) -> None:
+    import jsonschema
+
+    errors = list(_validator().iter_errors(data))
+    if not errors:
+        return
+    best = jsonschema.exceptions.best_match(errors)
+    # best_match prefers shallow errors; a oneOf wrapper hides the useful leaf.
+    while best.context:
+        best = jsonschema.exceptions.best_match(best.context)
+    path, message = _describe(best)
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    raise ConfigError(message + more, key_path=path or "(top level)")
+
+
+def format_key_path(parts) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_TYPE_NAMES = {
+    "number": "a number",
+    "integer": "a whole number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "null",
+}
+
+
+def _describe(error) -> tuple[str, str]:
+    path = format_key_path(error.absolute_path)
+    v = error.validator
+    if v == "required":
+        missing = error.message.split("'")[1] if "'" in error.message else "?"
+        return (f"{path}.{missing}" if path else missing), "is required"
+    if v == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        name = extra[0] if extra else "?"
+        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        return (f"{path}.{name}" if path else name), f"unknown key (allowed: {allowed})"
+    if v == "exclusiveMinimum":
+        return path, f"must be > {error.validator_value}"
+    if v == "minimum":
+        return path, f"must be >= {error.validator_value}"
+    if v == "maximum":
+        return path, f"must be <= {error.validator_value}"
+    if v == "type":
+        want = error.validator_value
+        names = [_TYPE_NAMES.get(t, t) for t in (want if isinstance(want, list) else [want])]
+        return path, f"must be {' or '.join(names)}, not {type(error.instance).__name__}"
+    if v == "enum":
+        return path, "must be one of: " + ", ".join(map(str, error.validator_value))
+    if v == "pattern":
+        if path.endswith("alias"):
+            return path, "must be lower-case letters, digits, '-' or '.' (a stable alias, L6)"
+        if path.endswith(("url", "endpoint", "site")):
+            return path, f"must be an http:// or https:// URL, not {error.instance!r}"
+        return path, f"{error.instance!r} is not allowed here"
+    if v in ("minItems", "minLength"):
+        return path, "must not be empty"
+    if v == "maxLength":
+        return path, f"must be at most {error.validator_value} characters"
+    return path, error.message

@@ -1,0 +1,72 @@
+"""The ``gpu-health`` document (contract: "check --json"). Pure.
+
+``status`` is the worst severity among firing issues (none → healthy, warning → degraded,
+critical → down; ``info`` never changes it), raised to at least ``degraded`` by any fault of this
+run's sensing — a dead endpoint is never reported healthy, even before its issue's hold has run —
+and to ``down`` when no source at all answered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuheal.clock import format_iso
+from gpuheal.model import ENDPOINT_OK, Observation
+
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+STATUS_BY_RANK = {0: "healthy", 1: "degraded", 2: "down"}
+
+
+def derive_status(obs: Observation, issues: list[dict[str, Any]]) -> str:
+    rank = 0
+    for issue in issues:
+        if issue.get("state", "firing") == "firing":
+            rank = max(rank, SEVERITY_RANK.get(issue.get("severity", "info"), 0))
+    if obs.faults:
+        rank = max(rank, 1)
+    if nothing_answered(obs):
+        rank = 2
+    return STATUS_BY_RANK[rank]
+
+
+def nothing_answered(obs: Observation) -> bool:
+    """Every source failed: the monitor, LiteLLM (if configured) and every llama-server."""
+    if obs.monitor_ok or obs.litellm_ok:
+        return False
+    return not any(s.endpoint in (ENDPOINT_OK, "loading") for s in obs.gpus.values())
+
+
+def gpu_rows(obs: Observation) -> dict[str, dict[str, Any]]:
+    """What was sensed, per alias (contract: gpu-health "gpus"); ``None`` = not known."""
+    rows: dict[str, dict[str, Any]] = {}
+    for alias, s in obs.gpus.items():
+        rows[alias] = {
+            "name": s.name,
+            "temp_c": s.temp_c,
+            "vram_used_mb": s.vram_used_mb,
+            "vram_total_mb": s.vram_total_mb,
+            "util_pct": s.util_pct,
+            "power_w": s.power_w,
+            "endpoint": s.endpoint,
+        }
+    return rows
+
+
+def health_document(
+    obs: Observation,
+    issues: list[dict[str, Any]],
+    actions: list[dict[str, Any]],
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "status": derive_status(obs, issues),
+        "issues": issues,
+        "actions": actions,
+        "generated_at": format_iso(obs.at),
+        "gpus": gpu_rows(obs),
+        "faults": [f.to_dict() for f in obs.faults],
+        "warnings": list(obs.warnings),
+    }
+    if extra:
+        doc.update(extra)
+    return doc

@@ -1,0 +1,158 @@
+"""Values that flow through the pipeline: what was sensed, and what was concluded.
+
+All frozen; ``None`` always means "not known" and never zero (design: "Not known is not zero").
+Observations serialise to one JSON object (``to_dict``/``from_dict``) so ``check --record`` and
+``replay`` share one format.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+from gpuheal.clock import format_iso, parse_iso
+
+# Endpoint states (contract: gpu-health "endpoint").
+ENDPOINT_OK = "ok"
+ENDPOINT_LOADING = "loading"
+ENDPOINT_REFUSED = "refused"
+ENDPOINT_TIMEOUT = "timeout"
+ENDPOINT_UNAUTHORIZED = "unauthorized"
+UNREACHABLE_STATES = frozenset({ENDPOINT_REFUSED, ENDPOINT_TIMEOUT})
+
+# Fault kinds (contract: "faults").
+FAULT_TIMEOUT = "timeout"
+FAULT_REFUSED = "refused"
+FAULT_OVERSIZED = "oversized"
+FAULT_INVALID = "invalid"
+
+
+@dataclass(frozen=True)
+class DataFault:
+    """One source that failed this poll: ``source`` is ``monitor``, ``litellm`` or an alias."""
+
+    source: str
+    fault: str
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, str]:
+        return {"source": self.source, "fault": self.fault, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Breaker:
+    """A LiteLLM circuit breaker (cooldown) as gpu-monitor reports it (Rule 5)."""
+
+    open: bool
+    opened_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """Everything sensed about one configured GPU in one poll.
+
+    Monitor fields are ``None`` when the monitor did not report them (or reported garbage);
+    ``endpoint`` is the direct llama-server probe (``None`` = not probed).
+    """
+
+    temp_c: float | None = None
+    vram_used_mb: float | None = None
+    vram_total_mb: float | None = None
+    util_pct: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    name: str | None = None
+    endpoint: str | None = None
+    endpoint_latency_s: float | None = None
+    running: bool | None = None
+    requests_60s: int | None = None
+    failures_60s: int | None = None
+    consecutive_timeouts: int | None = None
+    breaker: Breaker | None = None
+    bench_tok_s: float | None = None
+    bench_measured_at: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, Breaker):
+                value = {
+                    "open": value.open,
+                    "opened_at": format_iso(value.opened_at) if value.opened_at else None,
+                }
+            elif isinstance(value, datetime):
+                value = format_iso(value)
+            out[f.name] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GpuSample:
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        breaker = kwargs.get("breaker")
+        if isinstance(breaker, dict):
+            opened = breaker.get("opened_at")
+            kwargs["breaker"] = Breaker(
+                open=bool(breaker.get("open")), opened_at=parse_iso(opened) if opened else None
+            )
+        if isinstance(kwargs.get("bench_measured_at"), str):
+            kwargs["bench_measured_at"] = parse_iso(kwargs["bench_measured_at"])
+        return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One poll of every source, at one instant (the run's clock)."""
+
+    at: datetime
+    gpus: dict[str, GpuSample]
+    monitor_ok: bool
+    litellm_ok: bool | None = None
+    faults: tuple[DataFault, ...] = ()
+    warnings: tuple[str, ...] = ()
+    unmatched_hosts: tuple[str, ...] = field(default=())
+
+    def faults_for(self, source: str) -> list[DataFault]:
+        return [f for f in self.faults if f.source == source]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "at": format_iso(self.at),
+            "monitor_ok": self.monitor_ok,
+            "litellm_ok": self.litellm_ok,
+            "gpus": {alias: s.to_dict() for alias, s in self.gpus.items()},
+            "faults": [f.to_dict() for f in self.faults],
+            "warnings": list(self.warnings),
+            "unmatched_hosts": list(self.unmatched_hosts),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Observation:
+        """Inverse of :meth:`to_dict`; raises ``ValueError``/``KeyError``/``TypeError`` on junk."""
+        if not isinstance(data, dict):
+            raise ValueError("an observation must be a JSON object")
+        gpus = data.get("gpus") or {}
+        if not isinstance(gpus, dict):
+            raise ValueError("'gpus' must be an object")
+        return cls(
+            at=parse_iso(data["at"]),
+            gpus={str(a): GpuSample.from_dict(s) for a, s in gpus.items() if isinstance(s, dict)},
+            monitor_ok=bool(data.get("monitor_ok")),
+            litellm_ok=data.get("litellm_ok"),
+            faults=tuple(
+                DataFault(str(f.get("source")), str(f.get("fault")), str(f.get("detail", "")))
+                for f in data.get("faults") or []
+                if isinstance(f, dict)
+            ),
+            warnings=tuple(str(w) for w in data.get("warnings") or []),
+            unmatched_hosts=tuple(str(h) for h in data.get("unmatched_hosts") or []),
+        )
+
+
+def as_plain(value: Any) -> Any:
+    """dataclass → dict, for JSON output of small records."""
+    return asdict(value)

@@ -1,0 +1,163 @@
+"""One poll of every source, concurrently, into one :class:`Observation`.
+
+gpu-monitor, every llama-server ``/health`` and LiteLLM's liveliness are fetched in parallel, each
+under a hard deadline, so a sweep of N dead hosts costs about one deadline, not N (issue 2).
+Every failure is a :class:`DataFault`; this function does not raise for anything the network does.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+from gpuheal.config import Config
+from gpuheal.model import (
+    ENDPOINT_LOADING,
+    ENDPOINT_OK,
+    ENDPOINT_REFUSED,
+    ENDPOINT_TIMEOUT,
+    ENDPOINT_UNAUTHORIZED,
+    DataFault,
+    GpuSample,
+    Observation,
+)
+from gpuheal.parse.gpu_data import InvalidDocument, MonitorDocument, parse_gpu_data
+from gpuheal.sources.http import HttpFault, request
+
+HEALTH_MAX_BYTES = 64 * 1024
+
+
+def probe_health(endpoint: str, deadline_s: float) -> tuple[str, float | None, str]:
+    """``GET {endpoint}/health`` → (state, latency_s, detail).
+
+    state is ok | loading | refused | timeout | unauthorized | http-NNN (contract). 503 is a
+    model still loading (formats.md §1.1), not a failure; an answer that is not HTTP at all is
+    reported as refused (nothing there can serve).
+    """
+    result = request("GET", endpoint + "/health", deadline_s=deadline_s, max_bytes=HEALTH_MAX_BYTES)
+    if isinstance(result, HttpFault):
+        if result.kind == "timeout":
+            return ENDPOINT_TIMEOUT, None, result.detail
+        if result.kind == "refused":
+            return ENDPOINT_REFUSED, None, result.detail
+        if result.kind == "oversized":
+            return f"http-{result.status or 0:03d}", None, result.detail
+        return ENDPOINT_REFUSED, None, f"not an HTTP answer: {result.detail}"
+    if result.status == 200:
+        return ENDPOINT_OK, result.elapsed_s, ""
+    if result.status == 503:
+        return ENDPOINT_LOADING, result.elapsed_s, "503 loading model"
+    if result.status == 401:
+        return ENDPOINT_UNAUTHORIZED, result.elapsed_s, "401 on a public path"
+    return f"http-{result.status:03d}", result.elapsed_s, _snippet(result.body)
+
+
+def fetch_monitor(cfg: Config) -> tuple[MonitorDocument | None, list[DataFault], list[str]]:
+    """Fetch and parse gpu-monitor; (document or None, faults, warnings)."""
+    mon = cfg.monitor
+    result = request(
+        "GET",
+        mon.url,
+        deadline_s=mon.timeout_s,
+        connect_timeout_s=mon.connect_timeout_s,
+        max_bytes=mon.max_response_bytes,
+    )
+    if isinstance(result, HttpFault):
+        warnings = []
+        if result.kind == "oversized":
+            warnings.append(
+                f"gpu-monitor response larger than max_response_bytes ({mon.max_response_bytes}); "
+                "skipping the monitor this cycle (Lesson L5)"
+            )
+        return None, [DataFault("monitor", result.kind, result.detail)], warnings
+    if result.status != 200:
+        return (
+            None,
+            [DataFault("monitor", f"http-{result.status:03d}", _snippet(result.body))],
+            [],
+        )
+    try:
+        decoded = json.loads(result.body)
+        doc = parse_gpu_data(decoded)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, InvalidDocument
+        reason = str(exc) if isinstance(exc, InvalidDocument) else f"not JSON: {str(exc)[:120]}"
+        return None, [DataFault("monitor", "invalid", reason)], []
+    faults = []
+    if doc.problems:
+        shown = "; ".join(doc.problems[:3])
+        more = f" (+{len(doc.problems) - 3} more)" if len(doc.problems) > 3 else ""
+        faults.append(DataFault("monitor", "invalid", shown + more))
+    return doc, faults, []
+
+
+def fetch_litellm(cfg: Config) -> DataFault | None:
+    url = cfg.litellm.url.rstrip("/") + "/health/liveliness"
+    result = request("GET", url, deadline_s=cfg.litellm.timeout_s, max_bytes=HEALTH_MAX_BYTES)
+    if isinstance(result, HttpFault):
+        return DataFault("litellm", result.kind, result.detail)
+    if result.status != 200:
+        return DataFault("litellm", f"http-{result.status:03d}", _snippet(result.body))
+    return None
+
+
+def sense(cfg: Config, now: datetime) -> Observation:
+    """Poll everything once. ``now`` stamps the observation (the run's single clock reading)."""
+    deadline = float(cfg.probe["timeout_s"])
+    workers = max(1, min(int(cfg.probe["max_workers"]), len(cfg.gpus) + 2))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
+        monitor_f = pool.submit(fetch_monitor, cfg)
+        litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
+        probes = {g.alias: pool.submit(probe_health, g.endpoint, deadline) for g in cfg.gpus}
+        doc, faults, warnings = monitor_f.result()
+        litellm_fault = litellm_f.result() if litellm_f else None
+        probe_results = {alias: f.result() for alias, f in probes.items()}
+
+    gpus: dict[str, GpuSample] = {}
+    for gpu in cfg.gpus:
+        state, latency, detail = probe_results[gpu.alias]
+        if state not in (ENDPOINT_OK, ENDPOINT_LOADING):
+            kind = state if state in (ENDPOINT_REFUSED, ENDPOINT_TIMEOUT) else (
+                "http-401" if state == ENDPOINT_UNAUTHORIZED else state
+            )
+            faults.append(DataFault(gpu.alias, kind, detail))
+        values: dict = {}
+        if doc is not None:
+            host = doc.hosts.get(gpu.host)
+            if host is None:
+                faults.append(
+                    DataFault(gpu.alias, "invalid", f"gpu-monitor reports no GPU with hostname {gpu.host!r}")
+                )
+            else:
+                values.update(host.values)
+                values["name"] = host.name
+                values["running"] = host.running
+            counts = doc.models.get(gpu.host)
+            if counts is not None:
+                values["requests_60s"] = counts.requests_60s
+                values["failures_60s"] = counts.failures_60s
+                values["consecutive_timeouts"] = counts.consecutive_timeouts
+            values["breaker"] = doc.breakers.get(gpu.host)
+            bench = doc.benchmarks.get(gpu.host)
+            if bench is not None:
+                values["bench_tok_s"], values["bench_measured_at"] = bench
+        gpus[gpu.alias] = GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
+
+    if litellm_fault is not None:
+        faults.append(litellm_fault)
+    configured = {g.host for g in cfg.gpus}
+    unmatched = tuple(sorted(h for h in (doc.hosts if doc else {}) if h not in configured))
+    return Observation(
+        at=now,
+        gpus=gpus,
+        monitor_ok=doc is not None,
+        litellm_ok=None if not cfg.litellm.url else litellm_fault is None,
+        faults=tuple(faults),
+        warnings=tuple(warnings),
+        unmatched_hosts=unmatched,
+    )
+
+
+def _snippet(body: bytes, limit: int = 120) -> str:
+    text = body[:limit].decode("utf-8", "replace")
+    return "".join(ch if ch.isprintable() else " " for ch in text).strip()

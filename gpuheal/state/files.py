@@ -1,0 +1,18 @@
+"""Names of the files in the state directory, in one place.
+
+Public (contract "State directory"): the spec's "Maintains" objects, keyed by alias, plus the
+audit trail. Internal: everything else (shapes documented where they are written).
+"""
+
+GPU_HEALTH = "gpu-health.json"
+VRAM_TREND = "vram-trend.json"
+BENCHMARK_REGRESSION = "benchmark-regression.json"
+CIRCUIT_BREAKER_STATUS = "circuit-breaker-status.json"
+AUDIT_LOG = "gpu-self-heal-log.jsonl"
+
+HISTORY = "history.json"          # state/history.py
+ISSUES = "issues.json"            # core/engine.py: the issue book
+HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses, run counter
+BENCH = "bench-results.json"      # benchdata.py
+ALERTS = "alerts.json"            # alerts.py
+KG_LOG = "knowledge-graph.jsonl"  # kg.py

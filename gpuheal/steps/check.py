@@ -1,0 +1,109 @@
+"""``gpuheal check``: poll every source once, record, evaluate, write ``gpu-health.json``.
+
+Changes nothing on the fleet (contract). The other commands that start with a check (``heal``)
+call :func:`run` and build on its result.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gpuheal.config import Config
+from gpuheal.core.health import health_document
+from gpuheal.model import Observation
+from gpuheal.state.files import GPU_HEALTH as HEALTH_FILE  # noqa: E402
+from gpuheal.state.files import HISTORY as HISTORY_FILE  # noqa: E402
+from gpuheal.state.history import History
+from gpuheal.state.store import StateDir
+
+
+@dataclass
+class CheckResult:
+    obs: Observation
+    history: History
+    issues: list[dict[str, Any]]
+    health: dict[str, Any]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def load_history(store: StateDir) -> History:
+    return History.from_dict(store.read(HISTORY_FILE, {}))
+
+
+def save_history(store: StateDir, cfg: Config, history: History, now: datetime) -> None:
+    hist_cfg = cfg.history
+    history.compact(
+        now.timestamp(),
+        float(hist_cfg["raw_hours"]),
+        int(hist_cfg["coarse_bucket_s"]),
+        float(hist_cfg["coarse_days"]),
+    )
+    store.write(HISTORY_FILE, history.to_dict())
+
+
+def record_observation(path: Path, obs: Observation) -> None:
+    """``check --record FILE``: one JSON line per poll, the trace ``replay`` reads."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
+
+
+def run(
+    cfg: Config,
+    store: StateDir,
+    now: datetime,
+    record: Path | None = None,
+    obs: Observation | None = None,
+) -> CheckResult:
+    from gpuheal.sources.sense import sense
+
+    if obs is None:
+        obs = sense(cfg, now)
+    if record is not None:
+        record_observation(record, obs)
+    history = load_history(store)
+    history.add(obs, cfg.aliases)
+    issues = evaluate(cfg, store, obs, history, now)
+    health = health_document(obs, issues, actions=[])
+    save_history(store, cfg, history, now)
+    return CheckResult(obs=obs, history=history, issues=issues, health=health)
+
+
+def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> list[dict[str, Any]]:
+    """Hook for the rules engine (issue 3); until then, sensing alone decides the status."""
+    return []
+
+
+def save_health(store: StateDir, health: dict[str, Any]) -> None:
+    store.write_raw(HEALTH_FILE, {"schema_version": 1, **health})
+
+
+def command(rt, store: StateDir, record: Path | None = None):
+    """CLI adapter: exit 0/1/2 from the status (contract)."""
+    from gpuheal import exit_codes
+    from gpuheal.runtime import CommandResult
+
+    result = run(rt.cfg, store, rt.now, record=record)
+    save_health(store, result.health)
+
+    def render() -> None:
+        from gpuheal.render.human import render_health
+
+        render_health(result.health, _config_rows(rt.cfg))
+
+    return CommandResult(
+        document=result.health,
+        exit_code=exit_codes.BY_STATUS[result.health["status"]],
+        render=render,
+        warnings=list(result.obs.warnings),
+    )
+
+
+def _config_rows(cfg: Config) -> list[dict[str, Any]]:
+    return [
+        {"alias": g.alias, "host": g.host, "name": g.name, "vram_total_mb": g.vram_total_mb}
+        for g in cfg.gpus
+    ]
