@@ -1,0 +1,739 @@
+"""Loopback HTTP servers of the simulated fleet: gpu-monitor, LiteLLM, llama-servers, control.
+
+Each is a ``ThreadingHTTPServer`` with daemon handler threads that tracks its client sockets, so
+``close()`` returns at once even while clients hang on a ``hang``/``stuck``/``dribble`` fault:
+every wait in a handler wakes on the fleet's stop flag or on its server closing, and the
+tracked sockets are shut down. Request logs are off unless ``verbose``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import socket
+import socketserver
+import sys
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from . import llama
+from .scenario import ScenarioError, iso
+from .world import World
+
+JSON = "application/json; charset=utf-8"
+MAX_BODY = 16 * 1024 * 1024
+DRIBBLE_INTERVAL_S = 0.5
+OVERSIZED_BYTES = 2 * 1024 * 1024 + 4096  # "~2 MB": above 2 MiB, far above a 1 MiB cap
+GARBAGE = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR<html><body><h1>502 Bad Gateway</h1>"
+    b'\xff\xfe\x00 upstream sent too big header {"gpus": [\x00\x01\x02'
+)
+
+
+class SimHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 64
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        *,
+        world: World,
+        alias: str | None = None,
+        verbose: bool = False,
+    ):
+        self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
+        self.world = world
+        self.alias = alias
+        self.verbose = verbose
+        self.closing = threading.Event()
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(address, handler)
+
+    def server_bind(self) -> None:
+        # HTTPServer.server_bind calls socket.getfqdn(), a reverse DNS lookup: skip it.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name = str(host)
+        self.server_port = port
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conns_lock:
+            self._conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self._conns_lock:
+            conns = list(self._conns)
+            self._conns.clear()
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if self.verbose:
+            super().handle_error(request, client_address)
+
+
+class Listener:
+    """One port that can be opened and closed again (``dead``/``down`` = connection refused)."""
+
+    def __init__(
+        self,
+        name: str,
+        host: str,
+        port: int,
+        handler: type[BaseHTTPRequestHandler],
+        world: World,
+        *,
+        alias: str | None = None,
+        verbose: bool = False,
+    ):
+        self.name = name
+        self.host = host
+        self.port = port
+        self.handler = handler
+        self.world = world
+        self.alias = alias
+        self.verbose = verbose
+        self.server: SimHTTPServer | None = None
+        self.thread: threading.Thread | None = None
+
+    @property
+    def is_open(self) -> bool:
+        return self.server is not None
+
+    def open(self) -> None:
+        if self.server is not None:
+            return
+        srv = SimHTTPServer(
+            (self.host, self.port),
+            self.handler,
+            world=self.world,
+            alias=self.alias,
+            verbose=self.verbose,
+        )
+        self.port = srv.server_address[1]
+        self.server = srv
+        self.thread = threading.Thread(
+            target=srv.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"gpuheal-sim-{self.name}",
+            daemon=True,
+        )
+        self.thread.start()
+
+    def close(self) -> None:
+        srv, self.server = self.server, None
+        if srv is None:
+            return
+        srv.closing.set()
+        srv.shutdown()
+        srv.server_close()
+        srv.close_connections()
+
+
+# --------------------------------------------------------------------------- handler base
+
+
+class _Base(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30  # an idle keep-alive connection gives its thread back after this
+    server_header = "gpuheal-sim"
+    server: SimHTTPServer
+
+    def version_string(self) -> str:
+        return self.server_header
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        if self.server.verbose:
+            sys.stderr.write(
+                f"[sim {self.server_header}] {self.address_string()} {format % args}\n"
+            )
+
+    @property
+    def world(self) -> World:
+        return self.server.world
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        # The Date header follows the virtual clock too: nothing the sim sends is wall time.
+        return email.utils.formatdate(self.world.now().timestamp(), usegmt=True)
+
+    def _run(self) -> None:
+        try:
+            self.dispatch()
+        except (ConnectionError, TimeoutError, OSError):
+            self.close_connection = True
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _run
+
+    def dispatch(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @property
+    def route(self) -> str:
+        return urlsplit(self.path).path
+
+    def read_body(self) -> bytes:
+        try:
+            n = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            n = 0
+        if n <= 0:
+            return b""
+        return self.rfile.read(min(n, MAX_BODY))
+
+    def send(
+        self,
+        status: int,
+        body: bytes,
+        ctype: str = JSON,
+        *,
+        headers: dict[str, str] | None = None,
+        close: bool = False,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Access-Control-Allow-Origin", "")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        else:
+            self.send_header("Keep-Alive", "timeout=5, max=100")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def send_json(self, status: int, obj: Any, **kw: Any) -> None:
+        self.send(status, json.dumps(obj).encode("utf-8"), **kw)
+
+    def aborted(self) -> bool:
+        return self.server.closing.is_set() or self.world.stopped.is_set()
+
+    def wait(self, seconds: float, until: Callable[[], bool] | None = None) -> bool:
+        """Sleep up to ``seconds`` real seconds; True if cut short by stop/close/``until``."""
+        deadline = time.monotonic() + seconds
+        while True:
+            if self.aborted() or (until is not None and until()):
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.world.stopped.wait(min(0.05, left))
+
+    def hang(self, until: Callable[[], bool]) -> None:
+        """Never answer: hold the connection until stop, close, or ``until()``; then drop it."""
+        self.wait(math.inf, until)
+        self.close_connection = True
+
+
+# --------------------------------------------------------------------------- llama-server
+
+
+_PUBLIC = {"/health", "/v1/health", "/models", "/v1/models"}
+_COMPLETION = {"/completion", "/completions", "/v1/completions"}
+_CHAT = {"/v1/chat/completions", "/chat/completions"}
+
+
+class LlamaHandler(_Base):
+    """A llama-server look-alike. Order of checks as in the real server: loading, key, route."""
+
+    server_header = "llama.cpp"
+
+    def dispatch(self) -> None:
+        world, alias = self.world, self.server.alias
+        with world.lock:
+            g = world.gpus[alias]
+            fault, gen = g.fault, g.generation
+            loading = g.is_loading()
+            key = g.accepted_key()
+        changed = lambda: g.generation != gen  # noqa: E731
+
+        if fault == "hang":
+            return self.hang(changed)
+        body = self.read_body()
+        if loading:
+            return self.send(503, llama.LOADING_BODY, close=True)
+        if self.command == "OPTIONS":  # CORS preflight bypasses the key check
+            return self.send(
+                200,
+                b"",
+                "text/plain",
+                headers={
+                    "Access-Control-Allow-Methods": "GET, POST",
+                    "Access-Control-Allow-Headers": "*",
+                },
+            )
+        path = self.route.rstrip("/") or "/"
+        if path not in _PUBLIC and key is not None and not self._authorized(key):
+            return self.send(401, llama.UNAUTHORIZED_BODY, close=True)
+
+        get = self.command in ("GET", "HEAD")
+        if get and path in ("/health", "/v1/health"):
+            return self.send(200, llama.HEALTH_OK_BODY)
+        if get and path in ("/models", "/v1/models"):
+            with world.lock:
+                doc = llama.models(
+                    model_path=g.model_path,
+                    n_ctx=int(g.values["n_ctx"]),
+                    parallel=g.spec.parallel,
+                    created=int(world.now().timestamp()),
+                )
+            return self.send(200, llama.dumps(doc))
+        if get and path == "/props":
+            with world.lock:
+                doc = llama.props(
+                    model_path=g.model_path,
+                    n_ctx=int(g.values["n_ctx"]),
+                    parallel=g.spec.parallel,
+                    metrics=g.metrics,
+                )
+            return self.send(200, llama.dumps(doc))
+        if get and path == "/slots":
+            if fault == "stuck":  # served by the (wedged) inference loop: hangs too
+                return self.hang(changed)
+            with world.lock:
+                busy = min(g.inflight, g.spec.parallel)
+                doc = llama.slots(n_ctx=int(g.values["n_ctx"]), parallel=g.spec.parallel, busy=busy)
+            q = parse_qs(urlsplit(self.path).query)
+            if q.get("fail_on_no_slot") and busy >= g.spec.parallel:
+                return self.send(503, llama.NO_SLOT_BODY, close=True)
+            return self.send(200, llama.dumps(doc))
+        if get and path == "/metrics":
+            return self._metrics(g)
+        if self.command == "POST" and (path in _COMPLETION or path in _CHAT):
+            return self._complete(g, body, chat=path in _CHAT, changed=changed, fault=fault)
+        return self.send(404, llama.NOT_FOUND_BODY, close=True)
+
+    def _authorized(self, accepted: str) -> bool:
+        keys = {k.strip() for k in accepted.split(",") if k.strip()}
+        auth = (self.headers.get("Authorization") or "").strip()
+        given = auth[7:].strip() if auth[:7].lower() == "bearer " else auth
+        if given and given in keys:
+            return True
+        xkey = (self.headers.get("X-Api-Key") or "").strip()
+        return bool(xkey) and xkey in keys
+
+    def _metrics(self, g: Any) -> None:
+        with self.world.lock:
+            if not g.metrics:
+                return self.send(501, llama.METRICS_DISABLED_BODY, close=True)
+            values: dict[str, float] = dict(g.counters)
+            values["prompt_tokens_seconds"] = (
+                g.window_prompt_tokens / g.window_prompt_seconds if g.window_prompt_seconds else 0
+            )
+            values["predicted_tokens_seconds"] = (
+                g.window_tokens / g.window_seconds if g.window_seconds else 0
+            )
+            g.window_tokens = g.window_seconds = 0.0  # each scrape resets the gauges' window
+            g.window_prompt_tokens = g.window_prompt_seconds = 0.0
+            values["requests_processing"] = g.inflight
+            values["requests_deferred"] = 0
+            values["n_busy_slots_per_decode"] = 1 if g.counters["n_decode_total"] else 0
+            start_us = g.process_start_us
+        self.send(
+            200,
+            llama.metrics_text(values),
+            "text/plain; version=0.0.4",
+            headers={"Process-Start-Time-Unix": str(start_us)},
+        )
+
+    def _complete(
+        self, g: Any, body: bytes, *, chat: bool, changed: Callable[[], bool], fault: str
+    ) -> None:
+        try:
+            req = json.loads(body.decode("utf-8") if body else "{}")
+        except (ValueError, UnicodeDecodeError) as exc:
+            msg = f"[json.exception.parse_error.101] parse error: syntax error while parsing value - {exc}"
+            return self.send(500, llama.server_error_body(msg), close=True)
+        if not isinstance(req, dict):
+            return self.send(
+                400,
+                llama.error_body(
+                    400, "request body must be a JSON object", "invalid_request_error"
+                ),
+                close=True,
+            )
+        if fault == "stuck":  # /health says ok, inference never returns (the lying /health)
+            return self.hang(changed)
+        if fault == "failing":
+            return self.send(
+                500,
+                llama.server_error_body(
+                    "CUDA error: an illegal memory access was encountered"
+                    if g.spec.vendor == "nvidia"
+                    else "ROCm error: HIP out of memory"
+                ),
+                close=True,
+            )
+        if chat:
+            n = req.get("max_tokens", req.get("max_completion_tokens", req.get("n_predict")))
+            messages = req.get("messages")
+            if not isinstance(messages, list) or not messages:
+                return self.send(
+                    400,
+                    llama.error_body(400, "'messages' is required", "invalid_request_error"),
+                    close=True,
+                )
+            text = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+            prompt_n = llama.count_tokens(text) + 4 * len(messages)
+            prompt = text
+        else:
+            n = req.get("n_predict", req.get("max_tokens"))
+            p = req.get("prompt", "")
+            prompt = (
+                p
+                if isinstance(p, str)
+                else " ".join(str(x) for x in p)
+                if isinstance(p, list)
+                else str(p)
+            )
+            prompt_n = llama.count_tokens(prompt)
+        if n is None:
+            n = 64
+        if isinstance(n, bool) or not isinstance(n, int):
+            return self.send(
+                400,
+                llama.error_body(
+                    400, "n_predict / max_tokens must be an integer", "invalid_request_error"
+                ),
+                close=True,
+            )
+        n_predict = 64 if n < 0 else n
+
+        with self.world.lock:
+            g.inflight += 1
+        try:
+            if fault == "slow" and self.wait(g.slow_s, changed):
+                self.close_connection = True
+                return None
+        finally:
+            with self.world.lock:
+                g.inflight = max(0, g.inflight - 1)
+
+        with self.world.lock:
+            t = self.world.t
+            seq = g.requests_served
+            g.requests_served += 1
+            timing = llama.timings(
+                tok_s=float(g.value("tok_s", t) or 0.0),
+                prompt_tok_s=float(g.value("prompt_tok_s", t) or 0.0),
+                prompt_n=prompt_n,
+                predicted_n=n_predict,
+                seq=seq,
+            )
+            c = g.counters
+            c["prompt_tokens_total"] += prompt_n
+            c["prompt_seconds_total"] += timing["prompt_ms"] / 1000.0
+            c["tokens_predicted_total"] += n_predict
+            c["tokens_predicted_seconds_total"] += timing["predicted_ms"] / 1000.0
+            c["n_decode_total"] += n_predict
+            c["n_tokens_max"] = max(c["n_tokens_max"], prompt_n + n_predict)
+            g.window_tokens += n_predict
+            g.window_seconds += timing["predicted_ms"] / 1000.0
+            g.window_prompt_tokens += prompt_n
+            g.window_prompt_seconds += timing["prompt_ms"] / 1000.0
+            model_path = g.model_path
+            created = int(self.world.now().timestamp())
+        cid = llama.completion_id(g.alias, seq)
+        stream = bool(req.get("stream"))
+        if chat:
+            if stream:
+                opts = req.get("stream_options")
+                include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+                chunks = llama.chat_stream_chunks(
+                    model_path=model_path,
+                    n_predict=n_predict,
+                    prompt_n=prompt_n,
+                    timing=timing,
+                    created=created,
+                    cid=cid,
+                    include_usage=include_usage,
+                )
+                return self._stream(chunks)
+            doc = llama.chat_completion(
+                model_path=model_path,
+                n_predict=n_predict,
+                prompt_n=prompt_n,
+                timing=timing,
+                created=created,
+                cid=cid,
+            )
+            return self.send(200, llama.dumps(doc))
+        if stream:
+            return self._stream(
+                llama.completion_stream_chunks(
+                    model_path=model_path,
+                    prompt=prompt,
+                    n_predict=n_predict,
+                    prompt_n=prompt_n,
+                    timing=timing,
+                    request=req,
+                )
+            )
+        doc = llama.completion(
+            model_path=model_path,
+            prompt=prompt,
+            n_predict=n_predict,
+            prompt_n=prompt_n,
+            timing=timing,
+            request=req,
+        )
+        return self.send(200, llama.dumps(doc))
+
+    def _stream(self, chunks: list[bytes]) -> None:
+        self.send_response(200)
+        self.send_header("Access-Control-Allow-Origin", "")
+        self.send_header("X-Accel-Buffering", "no")
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Keep-Alive", "timeout=5, max=100")
+        self.end_headers()
+        for c in chunks:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
+        self.wfile.write(b"0\r\n\r\n")
+
+
+# --------------------------------------------------------------------------- gpu-monitor
+
+
+def _corrupt(doc: dict[str, Any]) -> dict[str, Any]:
+    """``invalid`` mode: well-formed JSON, wrong types: strings for numbers, NaN, negatives."""
+    for i, g in enumerate(doc.get("gpus", [])):
+        if "temp_c" in g:
+            g["temp_c"] = str(g["temp_c"])
+        if "vram_used_mb" in g:
+            g["vram_used_mb"] = math.nan
+        if "util_pct" in g:
+            g["util_pct"] = -1 - i
+        if "power_w" in g:
+            g["power_w"] = "[N/A]"
+        if "vram_total_mb" in g:
+            g["vram_total_mb"] = -abs(g["vram_total_mb"])
+    for b in doc.get("benchmarks", {}).values():
+        b["current_tok_s"] = math.nan
+        b["baseline_tok_s"] = str(b.get("baseline_tok_s"))
+    summary = doc.get("summary", {})
+    for m in summary.get("available_models", []):
+        m["requests_60s"] = str(m["requests_60s"])
+        m["failures_60s"] = -1
+        m["consecutive_timeouts"] = math.nan
+    summary["circuit_breakers_open"] = str(summary.get("circuit_breakers_open"))
+    if "strix" in doc:
+        s = doc["strix"]
+        s["running"] = "yes"
+        s["temp_c"] = str(s.get("temp_c"))
+        s["vram_used_mb"] = -abs(s.get("vram_used_mb") or 1)
+    return doc
+
+
+def _oversize(body: bytes) -> bytes:
+    """Append a router-style request log (unknown field, L5) until the body is ~2 MB."""
+    entry = (
+        b'{"t":"2026-07-18T07:59:59Z","model":"gpu-dense","route":"/v1/chat/completions",'
+        b'"status":200,"latency_ms":812,"prompt_tokens":1210,"completion_tokens":256}'
+    )
+    n = (OVERSIZED_BYTES - len(body)) // (len(entry) + 1) + 1
+    pad = b',"router_request_log":[' + b",".join([entry] * max(n, 1)) + b"]}"
+    return body.rstrip()[:-1] + pad
+
+
+class MonitorHandler(_Base):
+    """gpu-monitor v2.1: ``GET /gpu-data``, with the scenario's monitor mode applied."""
+
+    server_header = "gpu-monitor/2.1"
+
+    def dispatch(self) -> None:
+        world = self.world
+        with world.lock:
+            mode, gen = world.monitor_mode, world.monitor_generation
+        changed = lambda: world.monitor_generation != gen  # noqa: E731
+        if mode == "hang":
+            return self.hang(changed)
+        self.read_body()
+        path = self.route.rstrip("/") or "/"
+        if path in ("/", "/health"):
+            return self.send_json(200, {"status": "ok" if mode == "ok" else mode})
+        if path != "/gpu-data":
+            return self.send_json(404, {"error": "not found"}, close=True)
+        if mode == "http-500":
+            return self.send(
+                500, b"Internal Server Error\n", "text/plain; charset=utf-8", close=True
+            )
+        if mode == "garbage":
+            return self.send(200, GARBAGE)
+        doc = world.gpu_data()
+        if mode == "invalid":
+            doc = _corrupt(doc)
+        body = json.dumps(doc, allow_nan=True).encode("utf-8")
+        if mode == "oversized":
+            body = _oversize(body)
+        if mode == "dribble":
+            return self._dribble(body, changed)
+        return self.send(200, body)
+
+    def _dribble(self, body: bytes, changed: Callable[[], bool]) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", JSON)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        for i in range(len(body)):
+            self.wfile.write(body[i : i + 1])
+            if self.wait(DRIBBLE_INTERVAL_S, changed):
+                return
+
+
+# --------------------------------------------------------------------------- LiteLLM
+
+
+class LitellmHandler(_Base):
+    """LiteLLM proxy health endpoints under ``/litellm`` (also served without the prefix)."""
+
+    server_header = "uvicorn"
+
+    def dispatch(self) -> None:
+        world = self.world
+        with world.lock:
+            mode, gen = world.litellm_mode, world.litellm_generation
+        if mode == "hang":
+            return self.hang(lambda: world.litellm_generation != gen)
+        self.read_body()
+        path = self.route.rstrip("/")
+        if path.startswith("/litellm"):
+            path = path[len("/litellm") :]
+        if mode == "http-503":
+            return self.send_json(
+                503, {"detail": "Service Unhealthy (litellm is in http-503 mode)"}, close=True
+            )
+        if path in ("/health/liveliness", "/health/liveness"):
+            return self.send_json(200, "I'm alive!")
+        if path == "/health/readiness":
+            return self.send_json(200, {"status": "healthy"})
+        if path == "/health":
+            return self.send_json(200, self._health())
+        return self.send_json(404, {"detail": "Not Found"}, close=True)
+
+    def _health(self) -> dict[str, Any]:
+        healthy, unhealthy = [], []
+        with self.world.lock:
+            for a, g in self.world.gpus.items():
+                entry = {"model": f"openai/{a}", "model_id": a}
+                state = g.endpoint_state()
+                if state in ("ok", "slow"):
+                    healthy.append(entry)
+                else:
+                    unhealthy.append({**entry, "error": f"llama-server {state}"})
+        return {
+            "healthy_endpoints": healthy,
+            "unhealthy_endpoints": unhealthy,
+            "healthy_count": len(healthy),
+            "unhealthy_count": len(unhealthy),
+        }
+
+
+# --------------------------------------------------------------------------- control
+
+
+class ControlHandler(_Base):
+    """The sim's control endpoint, under ``/_sim`` on its own port (see the package docs)."""
+
+    server_header = "gpuheal-sim"
+
+    def dispatch(self) -> None:
+        path = self.route.rstrip("/")
+        body = self.read_body()
+        world = self.world
+        method = self.command
+        try:
+            data = json.loads(body.decode("utf-8")) if body.strip() else {}
+        except (ValueError, UnicodeDecodeError):
+            return self.send_json(400, {"error": "body: not valid JSON"}, close=True)
+        if method == "POST" and not isinstance(data, dict):
+            return self.send_json(400, {"error": "body: must be a JSON object"}, close=True)
+        try:
+            if path == "/_sim/now" and method == "GET":
+                return self.send_json(200, self._now())
+            if path == "/_sim/state" and method == "GET":
+                return self.send_json(200, world.state())
+            if path == "/_sim/gpu-data" and method == "GET":
+                return self.send_json(200, world.gpu_data())
+            if path == "/_sim/advance" and method == "POST":
+                if "seconds" not in data:
+                    return self.send_json(400, {"error": "body.seconds: is required"})
+                try:
+                    world.advance(data["seconds"])
+                except ValueError as exc:
+                    return self.send_json(400, {"error": f"body.seconds: {exc}"})
+                return self.send_json(200, self._now())
+            if path == "/_sim/restart" and method == "POST":
+                target = data.get("gpu", data.get("service"))
+                if not isinstance(target, str) or not target:
+                    return self.send_json(
+                        400, {"error": "body.gpu: is required (an alias, 'monitor' or 'litellm')"}
+                    )
+                try:
+                    count = world.restart(target)
+                except KeyError:
+                    known = ", ".join([*world.gpus, "monitor", "litellm"])
+                    return self.send_json(
+                        404, {"error": f"body.gpu: unknown {target!r} (known: {known})"}
+                    )
+                return self.send_json(
+                    200,
+                    {
+                        "restarted": target,
+                        "restart_count": count,
+                        "reload_s": world.reload_s,
+                        **self._now(),
+                    },
+                )
+            if path in ("/_sim/set", "/_sim/event") and method == "POST":
+                try:
+                    world.apply_now(data)
+                except ScenarioError as exc:
+                    return self.send_json(400, {"error": str(exc)})
+                return self.send_json(200, {"applied": data, **self._now()})
+            if path in (
+                "/_sim/now",
+                "/_sim/state",
+                "/_sim/gpu-data",
+                "/_sim/advance",
+                "/_sim/restart",
+                "/_sim/set",
+                "/_sim/event",
+            ):
+                return self.send_json(405, {"error": f"method {method} not allowed on {path}"})
+            return self.send_json(404, {"error": f"unknown path {path}"})
+        except (ConnectionError, OSError):
+            raise
+        except Exception as exc:  # never let a control bug kill the thread silently
+            return self.send_json(500, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _now(self) -> dict[str, Any]:
+        with self.world.lock:
+            return {"now": iso(self.world.now()), "t": round(self.world.t, 3)}

@@ -1,0 +1,470 @@
+"""The simulated fleet's state and its virtual clock (no sockets here).
+
+Everything the sim reports derives from the virtual time since the scenario's start (``t``) and
+the events applied so far. The clock moves only through :meth:`World.advance`. Two things are
+measured in *real* seconds on purpose, because a healing tool waits for them in real time:
+the reload after a restart (``reload_s``) and the delay of the ``slow`` fault (``slow_s``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from .scenario import (
+    INTEGER_FIELDS,
+    RAMPABLE,
+    Event,
+    GpuSpec,
+    Scenario,
+    ScenarioError,
+    iso,
+    parse_event,
+)
+
+# Faults a monitor would see as failed requests in its 60 s window.
+_FAILING_FAULTS = {"dead", "hang", "loading", "failing", "stuck", "wrong-key"}
+_TIMEOUT_FAULTS = {"hang", "stuck"}
+
+
+@dataclass
+class Ramp:
+    rate_per_min: float
+    anchor_t: float
+    base: float
+    max: float | None
+    min: float | None
+    heals_on_restart: bool
+
+
+class GpuState:
+    """One GPU: current values, ramps, fault, breaker, restart bookkeeping, request counters."""
+
+    def __init__(self, spec: GpuSpec, index: int):
+        self.spec = spec
+        self.index = index
+        self.alias = spec.alias
+        self.values: dict[str, Any] = dict(spec.values)
+        self.ramps: dict[str, Ramp] = {}
+        self.api_key = spec.api_key
+        self.model = spec.model
+        self.model_path = spec.model_path
+        self.metrics = spec.metrics
+        self.reported = spec.reported
+        self.breaker_open = spec.breaker_open
+        self.breaker_opened_at: datetime | None = spec.breaker_opened_at
+        self.fault = spec.fault
+        self.fault_heals = spec.fault_heals_on_restart
+        self.fault_since_t = 0.0
+        self.slow_s = spec.slow_s
+        self.wrong_api_key = spec.wrong_api_key
+        self.restart_count = 0
+        self.generation = 0  # bumped by restarts and fault changes: wakes hung handlers
+        self.loading_until: float | None = None  # time.monotonic() deadline of a reload
+        self.process_start_us = int(time.monotonic() * 1e6)
+        self.requests_served = 0
+        self.inflight = 0
+        self.counters = {
+            "prompt_tokens_total": 0,
+            "prompt_tokens_cached_total": 0,
+            "prompt_seconds_total": 0.0,
+            "tokens_predicted_total": 0,
+            "tokens_predicted_seconds_total": 0.0,
+            "n_decode_total": 0,
+            "n_tokens_max": 0,
+        }
+        self.window_tokens = 0.0  # for the throughput gauges (reset by each scrape)
+        self.window_seconds = 0.0
+        self.window_prompt_tokens = 0.0
+        self.window_prompt_seconds = 0.0
+
+    # ----------------------------------------------------------------- values over time
+
+    def _clamp_default(self, name: str, v: float) -> float:
+        if name == "vram_used_mb":
+            return min(max(v, 0.0), float(self.values["vram_total_mb"]))
+        if name == "util_pct":
+            return min(max(v, 0.0), 100.0)
+        return max(v, 0.0)
+
+    def value(self, name: str, t: float) -> Any:
+        r = self.ramps.get(name)
+        if r is None:
+            return self.values.get(name)
+        v = r.base + r.rate_per_min * (t - r.anchor_t) / 60.0
+        if r.max is not None:
+            v = min(v, r.max)
+        if r.min is not None:
+            v = max(v, r.min)
+        return self._clamp_default(name, v)
+
+    def materialize(self, name: str, t: float) -> None:
+        r = self.ramps.get(name)
+        if r is not None:
+            v = self.value(name, t)
+            self.values[name] = v
+            r.base, r.anchor_t = v, t
+
+    def set_value(self, name: str, v: Any, t: float) -> None:
+        self.ramps.pop(name, None)
+        self.values[name] = v
+
+    def start_ramp(
+        self, name: str, rate: float, t: float, lo: float | None, hi: float | None, heals: bool
+    ) -> None:
+        self.materialize(name, t)
+        if rate == 0:
+            self.ramps.pop(name, None)
+            return
+        base = self.values.get(name)
+        base = 0.0 if base is None else float(base)
+        self.values[name] = base
+        self.ramps[name] = Ramp(rate, t, base, hi, lo, heals)
+
+    def is_loading(self, mono: float | None = None) -> bool:
+        if self.fault == "loading":
+            return True
+        if self.loading_until is None:
+            return False
+        if (time.monotonic() if mono is None else mono) < self.loading_until:
+            return True
+        self.loading_until = None
+        return False
+
+    def accepted_key(self) -> str | None:
+        return self.wrong_api_key if self.fault == "wrong-key" else self.api_key
+
+    def endpoint_state(self) -> str:
+        if self.fault == "dead":
+            return "refused"
+        if self.fault == "hang":
+            return "hang"
+        if self.is_loading():
+            return "loading"
+        if self.fault in ("stuck", "failing", "slow", "wrong-key"):
+            return self.fault
+        return "ok"
+
+
+class World:
+    """Clock + fleet state, guarded by one lock. Servers read it; control endpoints change it."""
+
+    def __init__(self, scenario: Scenario, on_change: Callable[[], None] | None = None):
+        self.scenario = scenario
+        self.lock = threading.RLock()
+        self.stopped = threading.Event()
+        self.on_change = on_change
+        self.t = 0.0
+        self.start = scenario.start
+        self.reload_s = scenario.reload_s
+        self.gpus: dict[str, GpuState] = {
+            g.alias: GpuState(g, i) for i, g in enumerate(scenario.gpus)
+        }
+        self.monitor_mode = scenario.monitor
+        self.monitor_heals = True
+        self.monitor_generation = 0
+        self.litellm_mode = scenario.litellm
+        self.litellm_heals = True
+        self.litellm_generation = 0
+        self.service_restarts = {"monitor": 0, "litellm": 0}
+        self.pending: list[Event] = list(scenario.events)
+        self.applied: list[dict[str, Any]] = []
+        with self.lock:
+            self._apply_due(0.0)
+
+    # ----------------------------------------------------------------- clock
+
+    def now(self) -> datetime:
+        with self.lock:
+            return self.start + timedelta(seconds=self.t)
+
+    def at(self, t: float) -> datetime:
+        return self.start + timedelta(seconds=t)
+
+    def advance(self, seconds: float) -> datetime:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError("seconds must be a number")
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError("seconds must be a finite number >= 0")
+        with self.lock:
+            self._apply_due(self.t + seconds)
+            now = self.now()
+        self._changed()
+        return now
+
+    def _apply_due(self, target: float) -> None:
+        while self.pending and self.pending[0].at <= target:
+            ev = self.pending.pop(0)
+            self.t = max(self.t, ev.at)
+            self._apply(ev, self.t)
+        self.t = max(self.t, target)
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # ----------------------------------------------------------------- events
+
+    def _apply(self, ev: Event, t: float) -> None:
+        if ev.gpu == "fleet":
+            heals = True if ev.heals_on_restart is None else ev.heals_on_restart
+            if ev.monitor is not None:
+                self.monitor_mode = ev.monitor
+                self.monitor_heals = heals
+                self.monitor_generation += 1
+            if ev.litellm is not None:
+                self.litellm_mode = ev.litellm
+                self.litellm_heals = heals
+                self.litellm_generation += 1
+        else:
+            g = self.gpus[ev.gpu]
+            heals = True if ev.heals_on_restart is None else ev.heals_on_restart
+            for k, v in ev.set.items():
+                if k == "breaker_open":
+                    if v and not g.breaker_open:
+                        g.breaker_opened_at = self.at(t)
+                    if not v:
+                        g.breaker_opened_at = None
+                    g.breaker_open = v
+                elif k in ("reported", "metrics", "api_key", "model"):
+                    setattr(g, k, v)
+                    if k == "model":
+                        g.model_path = v if "/" in v else f"models/{v}"
+                else:
+                    g.set_value(k, v, t)
+            for k, rate in ev.ramp.items():
+                g.start_ramp(k, rate, t, ev.min.get(k), ev.max.get(k), heals)
+            if ev.fault is not None:
+                if ev.fault != g.fault:
+                    g.fault_since_t = t
+                    g.generation += 1
+                g.fault = ev.fault
+                g.fault_heals = heals
+                if ev.slow_s is not None:
+                    g.slow_s = ev.slow_s
+                if ev.api_key is not None:
+                    g.wrong_api_key = ev.api_key
+        self.applied.append({"at": round(t, 3), "event": ev.index, "gpu": ev.gpu, "note": ev.note})
+
+    def apply_now(self, data: dict[str, Any]) -> Event:
+        """Apply an ad-hoc event (the body of ``POST /_sim/set``) at the current virtual time."""
+        ev = parse_event(data, "body", set(self.gpus), require_at=False)
+        if "at" in data:
+            raise ScenarioError("ad-hoc events apply now; leave 'at' out", "body.at")
+        with self.lock:
+            self._apply(ev, self.t)
+        self._changed()
+        return ev
+
+    # ----------------------------------------------------------------- restarts
+
+    def restart(self, target: str) -> int:
+        """Restart a GPU's llama-server (or 'monitor' / 'litellm'); return its restart count.
+
+        A GPU restart: loading for ``reload_s`` real seconds, VRAM back to the scenario's
+        initial value (a VRAM ramp stops unless it was marked ``heals_on_restart: false``),
+        a fault marked ``heals_on_restart: true`` (the default) is cleared, hung requests are
+        dropped. A ``dead`` fault that does not heal keeps the port closed.
+        """
+        with self.lock:
+            g = self.gpus.get(target)
+            if g is None:
+                if target == "monitor":
+                    self.service_restarts["monitor"] += 1
+                    if self.monitor_heals:
+                        self.monitor_mode = "ok"
+                    self.monitor_generation += 1
+                    count = self.service_restarts["monitor"]
+                elif target == "litellm":
+                    self.service_restarts["litellm"] += 1
+                    if self.litellm_heals:
+                        self.litellm_mode = "ok"
+                    # Rule 5: a LiteLLM restart clears its (stuck) circuit breakers
+                    for gg in self.gpus.values():
+                        gg.breaker_open = False
+                        gg.breaker_opened_at = None
+                    self.litellm_generation += 1
+                    count = self.service_restarts["litellm"]
+                else:
+                    raise KeyError(target)
+            else:
+                t = self.t
+                g.restart_count += 1
+                g.generation += 1
+                for name in list(g.ramps):
+                    g.materialize(name, t)
+                g.values["vram_used_mb"] = g.spec.values["vram_used_mb"]
+                vr = g.ramps.get("vram_used_mb")
+                if vr is not None:
+                    if vr.heals_on_restart:
+                        del g.ramps["vram_used_mb"]
+                    else:
+                        vr.base, vr.anchor_t = g.values["vram_used_mb"], t
+                if g.fault != "none" and g.fault_heals:
+                    g.fault = "none"
+                    g.fault_since_t = t
+                if g.fault != "dead":
+                    g.loading_until = time.monotonic() + self.reload_s if self.reload_s else None
+                g.process_start_us = int(time.monotonic() * 1e6)
+                g.inflight = 0
+                for k in g.counters:
+                    g.counters[k] = 0
+                count = g.restart_count
+        self._changed()
+        return count
+
+    # ----------------------------------------------------------------- what is listening
+
+    def listening(self) -> dict[str, bool]:
+        with self.lock:
+            out = {"monitor": self.monitor_mode != "down", "litellm": self.litellm_mode != "down"}
+            for a, g in self.gpus.items():
+                out[f"gpu:{a}"] = g.fault != "dead"
+            return out
+
+    # ----------------------------------------------------------------- documents
+
+    def _reported_values(self, g: GpuState, t: float) -> dict[str, Any]:
+        v = {k: g.value(k, t) for k in g.values}
+        for k in RAMPABLE:
+            if v.get(k) is None and k in g.ramps:
+                v[k] = 0.0
+        return v
+
+    def gpu_values(self, alias: str) -> dict[str, Any]:
+        with self.lock:
+            return self._reported_values(self.gpus[alias], self.t)
+
+    def gpu_data(self) -> dict[str, Any]:
+        """The gpu-monitor v2.1 ``/gpu-data`` document at the current virtual time."""
+        with self.lock:
+            t = self.t
+            gpus: list[dict[str, Any]] = []
+            benchmarks: dict[str, Any] = {}
+            models: list[dict[str, Any]] = []
+            breakers: list[dict[str, Any]] = []
+            strix: dict[str, Any] | None = None
+            for g in self.gpus.values():
+                v = self._reported_values(g, t)
+                if g.reported:
+                    entry = {
+                        "hostname": g.spec.host,
+                        "name": g.spec.name,
+                        "vendor": g.spec.vendor,
+                        "temp_c": _rnd(v["temp_c"], 0),
+                        "vram_used_mb": _rnd(v["vram_used_mb"], 0),
+                        "vram_total_mb": _rnd(v["vram_total_mb"], 0),
+                        "util_pct": _rnd(v["util_pct"], 0),
+                        "power_w": _rnd(v.get("power_w"), 1),
+                        "power_limit_w": _rnd(v.get("power_limit_w"), 1),
+                    }
+                    entry = {k: x for k, x in entry.items() if x is not None}
+                    if g.spec.legacy_strix:
+                        strix = {
+                            "running": g.fault != "dead",
+                            "hostname": g.spec.host,
+                            "temp_c": entry.get("temp_c"),
+                            "vram_used_mb": entry.get("vram_used_mb"),
+                            "vram_total_mb": entry.get("vram_total_mb"),
+                        }
+                    else:
+                        gpus.append(entry)
+                    benchmarks[g.spec.host] = {
+                        "current_tok_s": _rnd(v["tok_s"], 1),
+                        "baseline_tok_s": _rnd(v["baseline_tok_s"], 1),
+                    }
+                requests = int(round(v["requests_60s"]))
+                failures = int(round(v["failures_60s"]))
+                timeouts = int(round(v["consecutive_timeouts"]))
+                if g.fault in _FAILING_FAULTS:
+                    failures = max(failures, requests)
+                if g.fault in _TIMEOUT_FAULTS:
+                    minutes = max(t - g.fault_since_t, 0.0) / 60.0
+                    timeouts = max(timeouts, min(1000, 1 + int(minutes * max(requests, 1))))
+                models.append(
+                    {
+                        "name": g.alias,
+                        "hostname": g.spec.host,
+                        "requests_60s": requests,
+                        "failures_60s": failures,
+                        "consecutive_timeouts": timeouts,
+                    }
+                )
+                if g.breaker_open:
+                    breakers.append(
+                        {
+                            "model": g.alias,
+                            "hostname": g.spec.host,
+                            "open": True,
+                            "opened_at": iso(g.breaker_opened_at or self.start),
+                        }
+                    )
+            doc: dict[str, Any] = {
+                "generated_at": iso(self.at(t)),
+                "gpus": gpus,
+                "benchmarks": benchmarks,
+                "summary": {
+                    "available_models": models,
+                    "circuit_breakers_open": len(breakers),
+                    "circuit_breakers": breakers,
+                },
+            }
+            if strix is not None:
+                doc["strix"] = strix
+            return doc
+
+    def state(self) -> dict[str, Any]:
+        """What ``GET /_sim/state`` returns: the clock, modes and every GPU's live values."""
+        with self.lock:
+            t = self.t
+            gpus = {}
+            for a, g in self.gpus.items():
+                v = self._reported_values(g, t)
+                gpus[a] = {
+                    "host": g.spec.host,
+                    "endpoint": g.endpoint_state(),
+                    "fault": g.fault,
+                    "fault_heals_on_restart": g.fault_heals,
+                    "loading": g.is_loading(),
+                    "restart_count": g.restart_count,
+                    "breaker_open": g.breaker_open,
+                    "breaker_opened_at": iso(g.breaker_opened_at) if g.breaker_opened_at else None,
+                    "reported": g.reported,
+                    "metrics": g.metrics,
+                    "api_key": g.accepted_key(),
+                    "model": g.model,
+                    "requests_served": g.requests_served,
+                    "ramps": {k: r.rate_per_min for k, r in g.ramps.items()},
+                    **{
+                        k: (_rnd(x, 3) if k not in INTEGER_FIELDS else _rnd(x, 0))
+                        for k, x in v.items()
+                    },
+                }
+            return {
+                "scenario": self.scenario.name,
+                "now": iso(self.at(t)),
+                "t": round(t, 3),
+                "monitor": self.monitor_mode,
+                "litellm": self.litellm_mode,
+                "restarts": {
+                    **{a: g.restart_count for a, g in self.gpus.items()},
+                    **self.service_restarts,
+                },
+                "events_applied": len(self.applied),
+                "next_event_at": self.pending[0].at if self.pending else None,
+                "gpus": gpus,
+            }
+
+
+def _rnd(x: Any, nd: int) -> Any:
+    if x is None:
+        return None
+    r = round(float(x), nd)
+    if nd == 0 or r == int(r):
+        return int(r)
+    return r
