@@ -11,7 +11,14 @@ Shape (``data`` of the file)::
     RESULT = {"at": epoch_s, "gen_tok_s": float | None, "prompt_tok_s": float | None,
               "tokens": int | None, "ok": bool, "error": str | None, "source": "bench" | "monitor",
               "model": str | None, "n_ctx": int | None,
-              "excluded": bool, "excluded_reason": str | None}
+              "excluded": bool, "excluded_reason": str | None,
+              # written by ``bench`` since issue 5 (readers treat them as optional):
+              "slots": int | None, "api": "completion" | "chat" | None,
+              "rate_source": "timings" | "wall" | None, "elapsed_s": float | None,
+              "key_sent": str | None}       # describe_key() of the key sent, on a 401 only
+
+``error`` is None or ``unauthorized | loading | timeout | refused | http-NNN | invalid | empty``
+(``gpuheal.sources.llama_server``); ``n_ctx`` is the running per-slot context from ``/props``.
 
 A result is ``excluded`` from the baseline when it was taken during an open incident or inside the
 startup grace after a restart (issue 5); it still counts for Rule 4's "3+ benchmarks".
@@ -109,3 +116,103 @@ def prune(data: dict[str, Any], now_s: float, keep_days: float, aliases: tuple[s
             data["baselines"].pop(alias, None)
             continue
         data["results"][alias] = [r for r in data["results"][alias] if r["at"] >= cut]
+
+
+# --------------------------------------------------------------------------- bounded history
+# History is kept for ``keep_days`` (prune) and thinned as it ages, so a cron that benchmarks every
+# few minutes still leaves a file of bounded size: results older than DOWNSAMPLE_AFTER_DAYS keep at
+# most one per DOWNSAMPLE_BUCKET_S (the bucket's median successful, non-excluded result — the ones
+# the baseline averages — else its first result), and no GPU keeps more than MAX_RESULTS.
+DOWNSAMPLE_AFTER_DAYS = 7.0
+DOWNSAMPLE_BUCKET_S = 3600.0
+MAX_RESULTS = 5000
+
+
+def downsample(
+    data: dict[str, Any],
+    now_s: float,
+    after_days: float = DOWNSAMPLE_AFTER_DAYS,
+    bucket_s: float = DOWNSAMPLE_BUCKET_S,
+    max_results: int = MAX_RESULTS,
+) -> None:
+    cut = now_s - after_days * DAY_S
+    for alias, items in data["results"].items():
+        old = [r for r in items if r["at"] < cut]
+        recent = [r for r in items if r["at"] >= cut]
+        buckets: dict[int, list[dict[str, Any]]] = {}
+        for r in old:
+            buckets.setdefault(int(r["at"] // bucket_s), []).append(r)
+        kept = []
+        for _, group in sorted(buckets.items()):
+            usable = [r for r in group if r.get("ok") and r.get("gen_tok_s") and not r.get("excluded")]
+            if usable:
+                usable.sort(key=lambda r: r["gen_tok_s"])
+                kept.append(usable[(len(usable) - 1) // 2])
+            else:
+                kept.append(group[0])
+        merged = sorted(kept, key=lambda r: r["at"]) + recent
+        data["results"][alias] = merged[-max_results:] if max_results > 0 else merged
+
+
+# --------------------------------------------------------------------------- Rule 4 state
+
+
+def regression_state(
+    data: dict[str, Any],
+    alias: str,
+    baseline_tok_s: float | None,
+    drop_ratio: float = 0.2,
+    min_results: int = 3,
+    recovered_within_ratio: float = 0.1,
+    since_s: float | None = None,
+) -> dict[str, Any]:
+    """Rule 4 over the recorded successful results, oldest first (pure).
+
+    A regression starts when ``min_results`` consecutive results are more than ``drop_ratio``
+    below the baseline — never after one slow run — and ends when a result is back within
+    ``recovered_within_ratio`` of it (Rule 4 "Verify"); results in between keep it open. Failed
+    benchmarks (timeouts, 401, loading) are not samples and neither break nor extend a run.
+    Excluded results count here (they are real measurements); they only stay out of the baseline.
+    ``since_s``: only results from then on (Rule 4's ``max_age_h``); older ones say nothing now.
+
+    Returns ``{"trend": "stable|improving|regressing|unknown", "current_tok_s", "slow_run",
+    "regressing_since", "threshold_tok_s", "recovered_tok_s"}`` (epoch seconds, tok/s or None).
+    """
+    samples = ok_results(data, alias, since_s)
+    current = float(samples[-1]["gen_tok_s"]) if samples else None
+    out: dict[str, Any] = {
+        "trend": "unknown",
+        "current_tok_s": current,
+        "slow_run": 0,
+        "regressing_since": None,
+        "threshold_tok_s": None,
+        "recovered_tok_s": None,
+    }
+    if baseline_tok_s is None or baseline_tok_s <= 0 or not samples:
+        return out
+    slow_below = baseline_tok_s * (1 - drop_ratio)
+    recovered_at = baseline_tok_s * (1 - recovered_within_ratio)
+    out["threshold_tok_s"] = round(slow_below, 2)
+    out["recovered_tok_s"] = round(recovered_at, 2)
+    need = max(1, int(min_results))
+    run: list[dict[str, Any]] = []
+    regressing_since: float | None = None
+    for r in samples:
+        value = float(r["gen_tok_s"])
+        run = run + [r] if value < slow_below else []
+        if regressing_since is None and len(run) >= need:
+            regressing_since = float(run[0]["at"])
+        elif regressing_since is not None and value >= recovered_at:
+            regressing_since = None
+    out["slow_run"] = len(run)
+    if regressing_since is not None:
+        out["trend"] = "regressing"
+        out["regressing_since"] = regressing_since
+        return out
+    recent = samples[-need:]
+    fast_above = baseline_tok_s * (1 + recovered_within_ratio)
+    if len(recent) >= need and all(float(r["gen_tok_s"]) > fast_above for r in recent):
+        out["trend"] = "improving"
+    else:
+        out["trend"] = "stable"
+    return out

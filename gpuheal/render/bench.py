@@ -1,0 +1,61 @@
+"""Human output of ``gpuheal bench``: one row per GPU benchmarked, then issues and alerts.
+
+Network-sourced text (model names, server error messages) goes through :func:`clean` into plain
+cells, never markup (see :mod:`gpuheal.render.human`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuheal.render.human import clean, fmt_num, print_line, print_table
+
+TREND_STYLE = {"stable": "green", "improving": "green", "regressing": "bold red", "unknown": "dim"}
+SEVERITY_STYLE = {"critical": "red", "warning": "yellow"}
+
+
+def render_bench(doc: dict[str, Any]) -> None:
+    regressions = doc.get("regressions", {})
+    rows = []
+    for r in doc.get("results", []):
+        reg = regressions.get(r["gpu"], {})
+        base = reg.get("baseline_tok_sec")
+        gen = r.get("gen_tok_s")
+        vs = f"{100 * gen / base:.0f}%" if gen is not None and base else "?"
+        if r["ok"]:
+            status, style = ("ok (excluded)", "dim") if r.get("excluded") else ("ok", "green")
+        else:
+            status, style = clean(r.get("error"), 40), "red"
+        trend = reg.get("trend", "unknown")
+        rows.append(
+            [
+                (clean(r["gpu"]), "bold"),
+                (status, style),
+                (fmt_num(gen, digits=1), None),
+                (fmt_num(r.get("prompt_tok_s"), digits=1), None),
+                (fmt_num(r.get("tokens")), None),
+                (fmt_num(base, digits=1), None),
+                (vs, None),
+                (trend, TREND_STYLE.get(trend)),
+                (fmt_num(r.get("n_ctx")), None),
+                (clean(r.get("model"), 48), None),
+            ]
+        )
+    print_table(
+        f"gpuheal bench at {doc.get('generated_at', '?')}",
+        ["gpu", "result", "gen tok/s", "prompt tok/s", "tokens", "baseline", "vs base", "trend", "ctx", "model"],
+        rows,
+    )
+    for r in doc.get("results", []):
+        if not r["ok"] and r.get("detail"):
+            print_line(f"FAILED   {clean(r['gpu'])} {clean(r.get('error'))}: {clean(r['detail'], 200)}", "red")
+        elif r.get("excluded"):
+            print_line(f"EXCLUDED {clean(r['gpu'])} from the baseline: {clean(r.get('excluded_reason'))}", "dim")
+    for s in doc.get("skipped", []):
+        print_line(f"SKIPPED  {clean(s['gpu'])}: {clean(s['reason'])}", "dim")
+    for issue in doc.get("issues", []):
+        state = issue.get("state", "firing")
+        text = f"{str(issue.get('severity', '?')).upper():8} {clean(issue.get('gpu'))} {clean(issue.get('issue'))} ({state})"
+        if issue.get("summary"):
+            text += f": {clean(issue['summary'], 200)}"
+        print_line(text, SEVERITY_STYLE.get(issue.get("severity")) if state == "firing" else "dim")
