@@ -1,0 +1,185 @@
+"""What each remediation is, as data: the spec's "Fix" steps per issue id (issue 4, item 2).
+
+An :class:`ActionSpec` names the contract action, where its command comes from (a per-GPU config
+key, then a default), whether it is a restart (restart budget, startup grace, fleet guard) and how
+it is verified. A :class:`Remedy` is the ordered fix for one issue id plus its escalation policy.
+Pure data: nothing here runs anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    command_key: str | None  # key under gpus[] (or a special section), None = no command
+    default_argv: tuple[str, ...] | None = None
+    restarts: bool = False  # counts toward the restart budget; mutes the host for the grace
+    sync_verify: bool = False  # restart: /health then a real completion, inside the run
+    evidence: bool = False  # gathers evidence only, changes nothing
+    description: str = ""
+
+
+ACTIONS: dict[str, ActionSpec] = {
+    a.name: a
+    for a in (
+        ActionSpec(
+            "restart-llama-server",
+            "restart_command",
+            ("systemctl", "restart", "llama-server"),
+            restarts=True,
+            sync_verify=True,
+            description="restart llama-server, wait for /health, prove it with a real completion",
+        ),
+        ActionSpec(
+            "restart-llama-server-memcap",
+            "memcap_restart_command",
+            None,  # falls back to restart_command, noted in the audit record
+            restarts=True,
+            sync_verify=True,
+            description="restart llama-server with a memory cap (Rule 2.2)",
+        ),
+        ActionSpec(
+            "snapshot-processes",
+            "smi_command",
+            None,  # vendor default, see default_smi_argv()
+            evidence=True,
+            description="log a VRAM snapshot with the process list (Rule 2.1)",
+        ),
+        ActionSpec("kill-process", "kill_command", ("kill", "-TERM", "{pid}"), description="kill an unknown VRAM process (Rule 2.3, opt-in)"),
+        ActionSpec("shed-load", "shed_load_command", None, description="reduce concurrency on the GPU (load-side cooling, never fans)"),
+        ActionSpec("redirect-traffic", "redirect_command", None, description="route new requests to cooler GPUs"),
+        ActionSpec("restore-load", "restore_load_command", None, description="undo shed-load / redirect-traffic"),
+        ActionSpec("restore-power-limit", "power_limit_command", None, description="restore the power limit to max (Rule 4.2)"),
+        ActionSpec(
+            "restart-litellm",
+            "litellm.restart_command",
+            ("docker", "restart", "litellm"),
+            description="restart the LiteLLM container (Rule 5.4)",
+        ),
+        ActionSpec(
+            "restart-gpu-monitor",
+            "heal.gpu_monitor_restart_command",
+            ("systemctl", "restart", "gpu-monitor.service"),
+            description="restart gpu-monitor (Rule 7.1)",
+        ),
+        ActionSpec("alert", None, description="queue a Zulip alert for the humans"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """The fix for one issue id.
+
+    ``steps``: actions in order. ``verify_within_s``: how long after acting the issue must clear
+    (judged by later runs from fresh data). ``escalate_after_failures``: failed verifications of
+    one occurrence before the humans are called. ``alert_now``: the spec alerts on detection
+    (Rule 8 tier 2); ``automatic``: False = nothing safe to do, escalate at once.
+    """
+
+    issue: str
+    steps: tuple[str, ...] = ()
+    verify_within_s: float = 300.0
+    escalate_after_failures: int = 3
+    alert_now: bool = False
+    automatic: bool = True
+    why_escalate: str = "remediation did not fix it"
+    undo_on_resolve: tuple[str, ...] = field(default=())
+
+
+REMEDIES: dict[str, Remedy] = {
+    r.issue: r
+    for r in (
+        Remedy(
+            "thermal-critical",
+            ("shed-load", "redirect-traffic"),
+            verify_within_s=300,
+            why_escalate="still above 85 °C after load shedding (Rule 1)",
+            undo_on_resolve=("restore-load",),
+        ),
+        Remedy(
+            "thermal-warning",
+            ("shed-load",),
+            verify_within_s=300,
+            escalate_after_failures=3,
+            why_escalate="temperature keeps rising after shedding 50 % of the load (Rule 8 tier 1)",
+            undo_on_resolve=("restore-load",),
+        ),
+        Remedy(
+            "thermal-rising",
+            ("redirect-traffic",),
+            verify_within_s=300,
+            escalate_after_failures=1,
+            alert_now=True,
+            why_escalate="still rising 5 minutes after tier 2 — possible hardware failure (Rule 8)",
+            undo_on_resolve=("restore-load",),
+        ),
+        Remedy(
+            "cooling-infrastructure",
+            automatic=False,
+            why_escalate="every GPU is hot: check the cooling infrastructure (Rule 1.3)",
+        ),
+        Remedy(
+            "vram-leak",
+            ("snapshot-processes", "restart-llama-server-memcap"),
+            verify_within_s=6 * 3600,
+            escalate_after_failures=1,
+            why_escalate="leak persists after restart — hardware investigation (Rule 2)",
+        ),
+        Remedy(
+            "model-stuck",
+            ("restart-llama-server",),
+            verify_within_s=180,
+            why_escalate="still failing after restarts — GPU hardware check (Rule 3)",
+        ),
+        Remedy(
+            "host-unreachable",
+            ("restart-llama-server",),
+            verify_within_s=180,
+            why_escalate="llama-server does not come back — infrastructure alert (Rule 6)",
+        ),
+        Remedy(
+            "data-source-unreachable",
+            ("restart-gpu-monitor",),
+            verify_within_s=180,
+            why_escalate="gpu-monitor does not come back after restarts — networking issue (Rule 7)",
+        ),
+        Remedy(
+            "circuit-breaker-stuck",
+            ("restart-litellm",),
+            verify_within_s=120,
+            escalate_after_failures=1,
+            why_escalate="LiteLLM restart did not clear the breaker — human investigation (Rule 5)",
+        ),
+        Remedy(
+            "benchmark-regression",
+            ("snapshot-processes", "restore-power-limit"),
+            verify_within_s=24 * 3600,
+            escalate_after_failures=1,
+            why_escalate="persistent regression — possible hardware degradation (Rule 4)",
+        ),
+        Remedy(
+            "api-key-mismatch",
+            automatic=False,
+            why_escalate="llama-server rejects the LiteLLM api key: align --api-key with litellm.api_key (Lesson L1)",
+        ),
+        Remedy("context-window", automatic=False, why_escalate=""),
+        Remedy("workload-misrouted", automatic=False, why_escalate=""),
+    )
+}
+
+# Recommendations (severity info) are reported, never acted on and never escalated.
+RECOMMENDATIONS = frozenset({"context-window", "workload-misrouted"})
+
+
+def default_smi_argv(vendor: str) -> tuple[str, ...]:
+    if vendor == "amd":
+        return ("rocm-smi", "--showtemp", "--showmeminfo", "vram", "gtt", "--showuse", "--showpower", "--showpids", "--json")
+    return ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits")
+
+
+DEFAULT_PS_ARGV = ("ps", "-eo", "pid,user,rss,args", "--sort=-rss")
+DEFAULT_JOURNAL_ARGV = ("journalctl", "-u", "llama-server", "-n", "20", "--no-pager", "-o", "cat")

@@ -1,0 +1,231 @@
+"""Run a planned remediation: reserve → audit intent → run → verify → audit outcome.
+
+The attempt is written to the heal state *before* anything runs, under a deterministic key
+(``gpu/issue/since/n``), and the state is saved at once: a run killed after that point leaves a
+``running`` attempt that the next run judges from fresh data instead of repeating it (design:
+"An attempt is reserved before it runs"). Every audit line is appended and fsynced on its own.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuheal.actions.catalog import ACTIONS
+from gpuheal.core.plan import PlanItem, Step
+from gpuheal.parse.smi import GpuProcess, parse_compute_apps, parse_ps, parse_rocm_smi
+from gpuheal.redact import redact
+
+# (target, argv, timeout_s) -> CommandOutcome-like object with rc, stdout, stderr, error, timed_out
+Runner = Callable[[str, list[str], float], Any]
+
+
+@dataclass
+class StepResult:
+    action: str
+    argv: list[str]
+    target: str
+    ok: bool
+    rc: int | None = None
+    error: str | None = None
+    output: str = ""
+    note: str = ""
+    skipped: bool = False
+
+
+@dataclass
+class Execution:
+    item: PlanItem
+    steps: list[StepResult] = field(default_factory=list)
+    result: str = "pending"  # pending (awaiting fresh data) | failed | escalated
+    verification: dict[str, Any] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    escalate_reason: str | None = None
+    restarted: bool = False
+
+
+def expand_argv(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
+    """Fill ``{alias} {host} {endpoint}`` (and ``{pid}`` for kill) per argument; never a shell."""
+    from gpuheal.transport import expand
+
+    pid = values.get("pid")
+    if pid is not None:  # only kill_command knows {pid}; a pid is digits, never text from the network
+        template = tuple(arg.replace("{pid}", str(int(pid)) if pid.isdigit() else pid) for arg in template)
+    return expand(template, alias=values["alias"], host=values["host"], endpoint=values["endpoint"])
+
+
+def run_item(
+    item: PlanItem,
+    cfg,
+    runner: Runner,
+    verify_restart: Callable[[str], dict[str, Any]],
+    secrets: tuple[str, ...],
+) -> Execution:
+    """Execute the steps of one ``act`` item in order; stop at the first failure."""
+    ex = Execution(item=item)
+    timeout_s = float(cfg.heal["command_timeout_s"])
+    values = _values(item.gpu, cfg)
+    if item.gpu != "fleet" and any(ACTIONS[s.action].restarts or ACTIONS[s.action].evidence for s in item.steps):
+        ex.evidence.update(gather_host_evidence(item.gpu, cfg, runner, values, min(timeout_s, 15.0), secrets))
+    for step in item.steps:
+        spec = ACTIONS[step.action]
+        if step.action in ("restart-llama-server-memcap", "restart-llama-server") and item.issue == "vram-leak":
+            decision = _leak_source(ex.evidence, cfg)
+            if decision is not None:
+                kind, detail = decision
+                if kind == "kill":
+                    pid, name = detail
+                    res = _run(Step("kill-process", ACTIONS["kill-process"].default_argv if cfg.gpu(item.gpu).command("kill_command") is None else cfg.gpu(item.gpu).command("kill_command"), step.target), {**values, "pid": str(pid)}, runner, timeout_s, secrets)
+                    res.note = f"unknown process {name!r} (pid {pid}) is the VRAM growth source"
+                    ex.steps.append(res)
+                    ex.escalate_reason = f"killed unknown VRAM process {name!r} (pid {pid})" if res.ok else f"could not kill unknown VRAM process {name!r} (pid {pid})"
+                    ex.result = "escalated"
+                    return ex
+                ex.escalate_reason = detail
+                ex.result = "escalated"
+                return ex
+        res = _run(step, values, runner, timeout_s, secrets)
+        ex.steps.append(res)
+        if spec.evidence:
+            ex.evidence.update(_parse_evidence(res.output, cfg, item.gpu))
+            if not res.ok:
+                ex.evidence["snapshot_error"] = res.error or f"exit {res.rc}"
+            continue  # evidence is best effort: a failed snapshot does not stop the fix
+        if not res.ok:
+            ex.result = "failed"
+            if res.error and any(w in res.error for w in ("host key", "refused", "auth", "timeout")) and item.issue == "host-unreachable":
+                ex.escalate_reason = f"cannot reach host over SSH ({res.error}) — infrastructure alert (Rule 6)"
+                ex.result = "escalated"
+            return ex
+        if spec.restarts:
+            ex.restarted = True
+        if spec.sync_verify:
+            ex.verification = verify_restart(item.gpu)
+            if ex.verification.get("error") == "unauthorized":
+                ex.result = "escalated"
+                ex.escalate_reason = "after the restart llama-server rejects the configured api key (Lesson L1)"
+                return ex
+            if not ex.verification.get("ok"):
+                ex.result = "failed"
+                return ex
+    ex.result = "pending"
+    return ex
+
+
+def gather_host_evidence(gpu: str, cfg, runner: Runner, values: dict[str, str], timeout_s: float, secrets) -> dict[str, Any]:
+    """Evidence before acting (issue 4, item 6): the last journal lines and the process list.
+
+    Over SSH the defaults are ``journalctl -u llama-server`` and ``ps``; a ``local`` GPU (the
+    lab, or gpuheal on the GPU host itself) gathers only what is configured. Best effort: a
+    failure is noted in the evidence and never stops the remediation.
+    """
+    from gpuheal.actions.catalog import DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV
+
+    g = cfg.gpu(gpu)
+    over_ssh = g.transport == "ssh"
+    out: dict[str, Any] = {}
+    for name, key, default in (("journal", "journal_command", DEFAULT_JOURNAL_ARGV), ("processes", "ps_command", DEFAULT_PS_ARGV)):
+        template = g.command(key) or (default if over_ssh else None)
+        if template is None:
+            continue
+        res = _run(Step(f"evidence-{name}", tuple(template), g.host if over_ssh else "local"), values, runner, timeout_s, secrets)
+        if not res.ok:
+            out[f"{name}_error"] = res.error
+            continue
+        if name == "processes":
+            procs = parse_ps(res.output)[:15]
+            out[name] = [{"pid": p.pid, "user": p.user, "rss_mb": p.rss_mb, "command": redact(p.name, secrets)} for p in procs]
+        else:
+            out[name] = res.output.splitlines()[-20:]
+    return out
+
+
+def _values(gpu: str, cfg) -> dict[str, str]:
+    if gpu == "fleet":
+        return {"alias": "fleet", "host": "", "endpoint": ""}
+    g = cfg.gpu(gpu)
+    return {"alias": g.alias, "host": g.host, "endpoint": g.endpoint}
+
+
+def _run(step: Step, values: dict[str, str], runner: Runner, timeout_s: float, secrets) -> StepResult:  # noqa: D401
+    try:
+        argv = expand_argv(step.argv_template or (), values)
+    except Exception as exc:  # a bad template is a config problem: report, don't crash the run
+        return StepResult(step.action, list(step.argv_template or ()), step.target, ok=False, error=str(exc))
+    outcome = runner(step.target, argv, timeout_s)
+    ok = outcome.error is None and not outcome.timed_out and outcome.rc == 0
+    output = (outcome.stdout or "") + (("\n" + outcome.stderr) if outcome.stderr else "")
+    error = outcome.error or ("timed out" if outcome.timed_out else (None if ok else f"exit status {outcome.rc}"))
+    return StepResult(
+        step.action,
+        argv,
+        step.target,
+        ok=ok,
+        rc=outcome.rc,
+        error=error,
+        output=redact(output[-4000:], secrets),
+        note=step.note,
+    )
+
+
+def _parse_evidence(output: str, cfg, gpu: str) -> dict[str, Any]:
+    if gpu == "fleet":
+        return {"snapshot": output[-2000:]}
+    vendor = cfg.gpu(gpu).vendor
+    procs: list[GpuProcess] = parse_compute_apps(output) if vendor == "nvidia" else []
+    smi = parse_rocm_smi(output) if vendor == "amd" else []
+    return {
+        "gpu_processes": [{"pid": p.pid, "name": p.name, "used_mb": p.used_mb} for p in procs],
+        "smi": smi,
+        "snapshot": output[-2000:],
+    }
+
+
+def _leak_source(evidence: dict[str, Any], cfg) -> tuple[str, Any] | None:
+    """Rule 2.2/2.3: restart when llama-server is the growth source; an unknown process is killed
+    (only when enabled and not protected) and alerted. ``None`` = go ahead with the restart."""
+    procs = evidence.get("gpu_processes") or []
+    known = [p for p in procs if p.get("used_mb") is not None]
+    if not known:
+        return None  # no attribution possible (AMD, or smi failed): llama-server is the suspect
+    top = max(known, key=lambda p: p["used_mb"])
+    name = str(top["name"])
+    if "llama" in name.lower():
+        return None
+    protect = [str(p).lower() for p in cfg.heal.get("protect_processes") or []]
+    if any(p and p in name.lower() for p in protect):
+        return ("escalate", f"VRAM growth source is protected process {name!r} (pid {top['pid']}): not touching it")
+    if not cfg.heal.get("kill_unknown_processes"):
+        return ("escalate", f"unknown process {name!r} (pid {top['pid']}) holds {top['used_mb']:.0f} MB; kill_unknown_processes is off")
+    return ("kill", (top["pid"], name))
+
+
+def wait_ready_then_complete(endpoint: str, api_key: str, reload_wait_s: float, verify_timeout_s: float, n_predict: int = 16) -> dict[str, Any]:
+    """Rule 3's verify: poll ``/health`` up to the reload deadline (never a flat sleep), then prove
+    it with a real completion (``/health`` alone is not proof) answered in < ``verify_timeout_s``."""
+    from gpuheal.sources.llama_server import benchmark_inference
+    from gpuheal.sources.sense import probe_health
+
+    started = time.monotonic()
+    deadline = started + reload_wait_s
+    state = "unknown"
+    while True:
+        remaining = deadline - time.monotonic()
+        state, _latency, _detail = probe_health(endpoint, max(0.2, min(2.0, remaining)))
+        if state == "ok" or time.monotonic() >= deadline:
+            break
+        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+    ready_after = round(time.monotonic() - started, 2)
+    if state != "ok":
+        return {"ok": False, "health": state, "after_s": ready_after, "error": f"not ready within {reload_wait_s:g} s"}
+    outcome = benchmark_inference(endpoint, api_key, n_predict=n_predict, deadline_s=verify_timeout_s, warmup=False)
+    return {
+        "ok": bool(outcome.ok),
+        "health": "ok",
+        "ready_after_s": ready_after,
+        "completion_s": round(outcome.elapsed_s, 2) if outcome.elapsed_s is not None else None,
+        "gen_tok_s": outcome.gen_tok_s,
+        "error": outcome.error,
+    }

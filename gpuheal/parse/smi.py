@@ -1,0 +1,172 @@
+"""Parse what ``nvidia-smi``, ``rocm-smi``/``amd-smi`` and ``ps`` print (formats.md §2, §3). Pure.
+
+Used for Rule 2's VRAM snapshot ("Log VRAM snapshot with process list") and Rule 7's fallback
+("direct nvidia-smi/rocm-smi probe via SSH if all API paths fail"). Every field may be a bracketed
+sentinel (``[N/A]``, ``[Not Supported]``); every line may be junk. Nothing here raises on input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from gpuheal.parse.gpu_data import number
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    name: str
+    used_mb: float | None = None
+    user: str | None = None
+    rss_mb: float | None = None
+
+
+def _value(text: str) -> float | None:
+    text = text.strip()
+    if text.startswith("["):
+        return None
+    text = re.sub(r"\s*(MiB|W|%|MHz|C)$", "", text)
+    return number(text)
+
+
+def parse_compute_apps(text: str) -> list[GpuProcess]:
+    """``nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader,nounits``.
+
+    Split ``pid`` from the left and ``used_memory`` from the right, so a process name containing
+    ", " survives (formats.md §2.3). A header line, blank lines and junk are skipped.
+    """
+    out: list[GpuProcess] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.lower().startswith("pid"):
+            continue
+        head, _, rest = line.partition(", ")
+        name, _, mem = rest.rpartition(", ")
+        if not head.isdigit() or not rest:
+            continue
+        if not name:  # only two columns
+            name, mem = rest, ""
+        out.append(GpuProcess(pid=int(head), name=name.strip()[:200], used_mb=_value(mem) if mem else None))
+    return out
+
+
+QUERY_GPU_FIELDS = (
+    "index",
+    "name",
+    "temperature.gpu",
+    "memory.used",
+    "memory.total",
+    "utilization.gpu",
+    "power.draw",
+    "power.limit",
+)
+
+
+def parse_query_gpu(text: str) -> list[dict[str, float | str | None]]:
+    """``nvidia-smi --query-gpu=<QUERY_GPU_FIELDS> --format=csv,noheader,nounits``, positionally."""
+    rows = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(", ")]
+        if len(parts) != len(QUERY_GPU_FIELDS) or not parts[0].isdigit():
+            continue
+        rows.append(
+            {
+                "index": int(parts[0]),
+                "name": parts[1][:200],
+                "temp_c": _value(parts[2]),
+                "vram_used_mb": _value(parts[3]),
+                "vram_total_mb": _value(parts[4]),
+                "util_pct": _value(parts[5]),
+                "power_w": _value(parts[6]),
+                "power_limit_w": _value(parts[7]),
+            }
+        )
+    return rows
+
+
+THROTTLE_BITS = {
+    0x4: "sw-power-cap",
+    0x8: "hw-slowdown",
+    0x20: "sw-thermal-slowdown",
+    0x40: "hw-thermal-slowdown",
+    0x80: "hw-power-brake",
+}
+
+
+def decode_throttle(mask: str) -> list[str]:
+    """``0x0000000000000024`` → ["sw-power-cap", "sw-thermal-slowdown"]; sentinels → []."""
+    try:
+        value = int(mask.strip(), 16)
+    except ValueError:
+        return []
+    return [name for bit, name in THROTTLE_BITS.items() if value & bit]
+
+
+def _first_json(text: str):
+    """amd-smi may print warnings before the JSON (formats.md §3.5): start at the first { or [."""
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return None
+    try:
+        return json.loads(text[min(starts) :])
+    except (ValueError, RecursionError):
+        return None
+
+
+def parse_rocm_smi(text: str) -> list[dict[str, float | str | None]]:
+    """``rocm-smi --showtemp --showmeminfo vram --showuse --showpower --json`` (all values strings,
+    memory in bytes). On APUs (Strix Halo) the model lives in GTT: when GTT figures exist and VRAM
+    is a small carve-out, GTT is reported as the usable memory (formats.md §3.4)."""
+    doc = _first_json(text)
+    if not isinstance(doc, dict):
+        return []
+    rows = []
+    for card, values in sorted(doc.items()):
+        if not isinstance(values, dict) or not str(card).startswith("card"):
+            continue
+
+        lowered = {str(k).lower(): v for k, v in values.items()}
+
+        def get(*keys: str, _vals: dict = lowered) -> float | None:
+            for key in keys:
+                if key.lower() in _vals:
+                    return number(str(_vals[key.lower()]).strip())
+            return None
+
+        vram_total = get("VRAM Total Memory (B)")
+        vram_used = get("VRAM Total Used Memory (B)")
+        gtt_total = get("GTT Total Memory (B)")
+        gtt_used = get("GTT Total Used Memory (B)")
+        if gtt_total and (vram_total is None or vram_total < gtt_total / 4):
+            vram_total, vram_used = gtt_total, gtt_used
+        rows.append(
+            {
+                "card": str(card),
+                "temp_c": get("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)"),
+                "power_w": get("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)"),
+                "util_pct": get("GPU use (%)"),
+                "vram_total_mb": vram_total / 1048576 if vram_total is not None else None,
+                "vram_used_mb": vram_used / 1048576 if vram_used is not None else None,
+            }
+        )
+    return rows
+
+
+def parse_ps(text: str) -> list[GpuProcess]:
+    """``ps -eo pid,user,rss,args`` → processes (rss in MB). The header and junk lines are skipped."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) < 4 or not parts[0].isdigit() or not parts[2].isdigit():
+            continue
+        out.append(
+            GpuProcess(
+                pid=int(parts[0]),
+                user=parts[1][:64],
+                rss_mb=round(int(parts[2]) / 1024, 1),
+                name=parts[3].strip()[:300],
+            )
+        )
+    return out

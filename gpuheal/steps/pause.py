@@ -1,0 +1,40 @@
+"""``gpuheal pause``: an operator pauses healing for one GPU or the whole fleet (maintenance).
+
+While paused, ``heal`` still checks, reports and plans, but every plan item for the paused scope
+is ``blocked`` with the reason, and ``heal`` says so. ``--resume`` lifts the pause.
+"""
+
+from __future__ import annotations
+
+from gpuheal.clock import format_iso
+from gpuheal.core.plan import normalise_state
+from gpuheal.errors import GpuhealError
+from gpuheal.state import files
+
+
+def command(rt, store, gpu: str | None = None, reason: str = "maintenance", resume: bool = False):
+    from gpuheal import exit_codes
+    from gpuheal.render.human import clean, print_line
+    from gpuheal.runtime import CommandResult
+
+    if gpu is not None and gpu not in rt.cfg.aliases:
+        raise GpuhealError(f"--gpu {gpu!r}: no such alias (known: {', '.join(rt.cfg.aliases)})")
+    state = normalise_state(store.read(files.HEAL, {}))
+    paused = state["paused"]
+    scope = gpu or "fleet"
+    if resume:
+        if gpu is None:
+            paused["fleet"] = None
+        else:
+            paused["gpus"].pop(gpu, None)
+        message = f"healing resumed for {scope}"
+    else:
+        entry = {"reason": reason[:200], "at": format_iso(rt.now)}
+        if gpu is None:
+            paused["fleet"] = entry
+        else:
+            paused["gpus"][gpu] = entry
+        message = f"healing paused for {scope}: {reason[:200]}"
+    store.write(files.HEAL, state)
+    doc = {"paused": {"fleet": paused["fleet"], "gpus": paused["gpus"]}, "message": message}
+    return CommandResult(doc, exit_codes.OK, lambda: print_line(clean(message, 300)))

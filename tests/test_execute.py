@@ -1,0 +1,131 @@
+"""Executing plan items with a hand-written runner fake (our own port): ordering, evidence,
+the Rule 2 growth-source decision, redaction, failures that stop the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuheal.actions.execute import _leak_source, run_item
+from gpuheal.config import load_config_dict
+from gpuheal.core.plan import empty_state, plan
+
+SECRET = "sk-very-secret-key-1234"
+
+
+@dataclass
+class Outcome:
+    rc: int | None = 0
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    timed_out: bool = False
+
+
+class FakeRunner:
+    def __init__(self, replies=None):
+        self.calls = []
+        self.replies = replies or {}
+
+    def __call__(self, target, argv, timeout_s):
+        self.calls.append((target, list(argv)))
+        for key, reply in self.replies.items():
+            if key in argv[0] or key in " ".join(argv):
+                return reply
+        return Outcome()
+
+
+def cfg(**heal):
+    return load_config_dict(
+        {
+            "litellm": {"api_key": SECRET},
+            "heal": heal,
+            "gpus": [
+                {"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "restart_command": "systemctl restart llama-server"},
+            ],
+        }
+    )
+
+
+def item_for(issue_id, c):
+    return plan([{"gpu": "gpu-a", "issue": issue_id, "state": "firing", "since": "2026-07-18T08:00:00Z", "severity": "warning", "detected": {}}], empty_state(), c, 1e9)[0]
+
+
+def ok_verify(alias):
+    return {"ok": True, "health": "ok", "gen_tok_s": 70.0}
+
+
+def test_restart_gathers_evidence_first_over_ssh_and_redacts_secrets():
+    c = cfg()
+    runner = FakeRunner({"ps": Outcome(stdout=f"PID USER RSS COMMAND\n77 llama 1000 /usr/bin/llama-server --api-key {SECRET}\n")})
+    ex = run_item(item_for("model-stuck", c), c, runner, ok_verify, (SECRET,))
+    assert [argv[0] for _, argv in runner.calls] == ["journalctl", "ps", "systemctl"]
+    assert all(target == "ct8" for target, _ in runner.calls)
+    assert ex.result == "pending" and ex.restarted
+    assert SECRET not in str(ex.evidence) and "<redacted>" in str(ex.evidence)
+
+
+def test_failed_restart_command_stops_and_fails():
+    c = cfg()
+    ex = run_item(item_for("model-stuck", c), c, FakeRunner({"systemctl": Outcome(rc=5, stderr="Unit not found")}), ok_verify, ())
+    assert ex.result == "failed" and not ex.verification
+    assert ex.steps[-1].error == "exit status 5"
+
+
+def test_restart_that_does_not_come_back_fails_verification():
+    c = cfg()
+    ex = run_item(item_for("model-stuck", c), c, FakeRunner(), lambda a: {"ok": False, "health": "refused", "error": "not ready within 15 s"}, ())
+    assert ex.result == "failed"
+
+
+def test_restart_answering_401_escalates_as_l1():
+    c = cfg()
+    ex = run_item(item_for("model-stuck", c), c, FakeRunner(), lambda a: {"ok": False, "error": "unauthorized"}, ())
+    assert ex.result == "escalated" and "L1" in ex.escalate_reason
+
+
+def test_ssh_unreachable_host_escalates_as_infrastructure():
+    c = cfg()
+    ex = run_item(item_for("host-unreachable", c), c, FakeRunner({"systemctl": Outcome(rc=None, error="refused")}), ok_verify, ())
+    assert ex.result == "escalated" and "infrastructure" in ex.escalate_reason
+
+
+def smi(lines):
+    return Outcome(stdout="\n".join(lines) + "\n")
+
+
+def test_vram_leak_from_llama_server_restarts_it():
+    c = cfg()
+    runner = FakeRunner({"nvidia-smi": smi(["1106871, /app/llama-server, 23342", "900, Xorg, 40"])})
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
+    assert any(argv[0] == "systemctl" for _, argv in runner.calls)
+    assert ex.evidence["gpu_processes"][0]["name"] == "/app/llama-server"
+
+
+def test_vram_leak_from_unknown_process_is_not_killed_unless_enabled():
+    c = cfg()
+    runner = FakeRunner({"nvidia-smi": smi(["1106871, /app/llama-server, 2000", "4242, python3 miner.py, 9000"])})
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
+    assert ex.result == "escalated" and "kill_unknown_processes is off" in ex.escalate_reason
+    assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
+
+
+def test_vram_leak_unknown_process_killed_when_enabled_with_alert():
+    c = cfg(kill_unknown_processes=True)
+    runner = FakeRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])})
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
+    assert ["kill", "-TERM", "4242"] in [argv for _, argv in runner.calls]
+    assert ex.result == "escalated" and "killed unknown VRAM process" in ex.escalate_reason
+
+
+def test_protected_process_is_never_killed():
+    c = cfg(kill_unknown_processes=True, protect_processes=["miner"])
+    assert _leak_source({"gpu_processes": [{"pid": 1, "name": "miner", "used_mb": 9000}]}, c)[0] == "escalate"
+    assert _leak_source({"gpu_processes": []}, c) is None
+    assert _leak_source({"gpu_processes": [{"pid": 1, "name": "[Not Found]", "used_mb": None}]}, c) is None
+
+
+def test_hostile_host_value_stays_one_argument():
+    c = load_config_dict({"gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "transport": "local", "restart_command": ["echo", "{endpoint}"]}]})
+    runner = FakeRunner()
+    run_item(item_for("model-stuck", c), c, runner, ok_verify, ())
+    assert runner.calls == [("local", ["echo", "http://127.0.0.1:9"])]

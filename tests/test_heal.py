@@ -1,0 +1,219 @@
+"""``heal`` end to end on the simulated fleet: real HTTP, real local restart commands, a real
+state directory opened afresh for every poll (one cron run per simulated minute)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tests.lab import Lab, scenario
+
+RUN_ID = re.compile(r"^gpu-self-heal-\d{8}-\d{3}$")
+
+
+@pytest.fixture
+def make_lab(tmp_path):
+    labs = []
+
+    def make(gpus, events=None, **overrides):
+        lab = Lab(tmp_path, scenario(gpus, events), **overrides)
+        labs.append(lab)
+        return lab
+
+    yield make
+    for lab in labs:
+        lab.close()
+
+
+def stuck_fleet(make_lab, heals=True, **overrides):
+    return make_lab(
+        [
+            {"alias": "gpu-a", "host": "ct1"},
+            {"alias": "gpu-b", "host": "ct2"},
+            {"alias": "gpu-c", "host": "ct3"},
+        ],
+        [{"at": 30, "gpu": "gpu-a", "fault": "stuck", "heals_on_restart": heals}],
+        **overrides,
+    )
+
+
+def issues_of(health, gpu=None):
+    return {(i["gpu"], i["issue"]): i for i in health["issues"] if gpu is None or i["gpu"] == gpu}
+
+
+def test_dry_run_plans_the_exact_command_and_changes_nothing(make_lab):
+    lab = stuck_fleet(make_lab)
+    for _ in range(2):
+        health = lab.heal(apply=False)
+    assert issues_of(health)[("gpu-a", "model-stuck")]["state"] == "firing"
+    planned = [a for a in health["actions"] if a["result"] == "planned"]
+    assert planned and planned[0]["action"] == "restart-llama-server"
+    assert "gpuheal.sim.control" in planned[0]["command"] and planned[0]["command"].endswith("restart gpu-a")
+    assert health["mode"] == "dry-run"
+    assert lab.restarts("gpu-a") == 0
+    assert lab.audit() == []
+    assert not (lab.state_dir / "heal-state.json").exists()
+    assert not (lab.state_dir / "alerts.json").exists()
+
+
+def test_stuck_model_is_restarted_verified_and_resolved(make_lab):
+    lab = stuck_fleet(make_lab)
+    first = lab.heal()
+    assert issues_of(first)[("gpu-a", "model-stuck")]["state"] == "pending"
+    assert lab.restarts("gpu-a") == 0, "never act on one bad poll"
+    second = lab.heal()
+    assert lab.restarts("gpu-a") == 1
+    acted = [a for a in second["actions"] if a["action"] == "restart-llama-server"]
+    assert acted and acted[0]["result"] == "pending"
+    audit = lab.audit()
+    assert [r["phase"] for r in audit] == ["intent", "outcome"]
+    assert all(RUN_ID.match(r["run_id"]) for r in audit)
+    assert audit[0]["run_id"] == audit[1]["run_id"]
+    assert audit[0]["timestamp"].endswith("Z") and audit[0]["gpu"] == "gpu-a"
+    outcome = audit[1]
+    assert outcome["result"] == "pending" and outcome["escalated"] is False
+    assert outcome["verification"]["ok"] is True and outcome["verification"]["gen_tok_s"] > 0
+    # fresh data over the next polls: failures gone -> the issue clears -> attempt resolved
+    for _ in range(4):
+        health = lab.heal()
+        if ("gpu-a", "model-stuck") not in issues_of(health):
+            break
+    assert ("gpu-a", "model-stuck") not in issues_of(health)
+    health = lab.heal()
+    results = [r["result"] for r in lab.audit() if r["phase"] == "verification"]
+    assert results == ["resolved"]
+    assert lab.restarts("gpu-a") == 1
+    queue = lab.read("alerts.json")["queue"]
+    assert [(a["gpu"], a["issue"], a["kind"]) for a in queue] == [("gpu-a", "model-stuck", "resolved")]
+
+
+def test_fault_that_does_not_heal_is_escalated_exactly_once_within_budget(make_lab):
+    lab = stuck_fleet(make_lab, heals=False, heal={"startup_grace_s": 60})
+    for _ in range(40):
+        lab.heal()
+    assert 1 <= lab.restarts("gpu-a") <= 3
+    queue = lab.read("alerts.json")["queue"]
+    escalations = [a for a in queue if a["kind"] == "escalated"]
+    assert [(a["gpu"], a["issue"]) for a in escalations] == [("gpu-a", "model-stuck")]
+    assert escalations[0]["tried"], "the alert says what was tried"
+    escalated_lines = [r for r in lab.audit() if r["escalated"]]
+    assert len(escalated_lines) == 1
+    # the other GPUs were never touched
+    assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0
+
+
+def test_restart_budget_is_three_per_hour_across_runs(make_lab):
+    lab = stuck_fleet(make_lab, heals=False, heal={"startup_grace_s": 0, "max_failed_verifications": 10})
+    # verification fails fast: the model stays stuck, completions time out
+    lab.raw["heal"]["verify_timeout_s"] = 1
+    lab.write_config()
+    for _ in range(30):
+        lab.heal()
+    assert lab.restarts("gpu-a") <= 3
+
+
+def test_fleet_guard_escalates_instead_of_restarting_most_of_the_fleet(make_lab):
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}, {"alias": "gpu-c", "host": "ct3"}],
+        [
+            {"at": 30, "gpu": "gpu-a", "fault": "dead"},
+            {"at": 30, "gpu": "gpu-b", "fault": "dead"},
+        ],
+    )
+    for _ in range(5):
+        health = lab.heal()
+    assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 0
+    reasons = [a["why"] for a in health["actions"] if a["action"] == "alert"] + [
+        a["summary"] for a in lab.read("alerts.json")["queue"]
+    ]
+    assert any("fleet guard" in r for r in reasons)
+
+
+def test_paused_gpu_is_not_healed_and_heal_says_so(make_lab):
+    lab = stuck_fleet(make_lab)
+    lab.fleet.advance(60)
+    proc = lab.cli("pause", "--gpu", "gpu-a", "--reason", "driver upgrade")
+    assert proc.returncode == 0, proc.stderr
+    lab.heal()
+    health = lab.heal()
+    assert lab.restarts("gpu-a") == 0
+    assert health["paused"]["gpus"]["gpu-a"]["reason"] == "driver upgrade"
+    blocked = [a for a in health["actions"] if a["action"] == "blocked"]
+    assert blocked and "driver upgrade" in blocked[0]["why"]
+    assert lab.cli("pause", "--gpu", "gpu-a", "--resume").returncode == 0
+    lab.heal()
+    assert lab.restarts("gpu-a") == 1
+
+
+def test_api_key_mismatch_is_escalated_not_restarted(make_lab):
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "fault": "wrong-key", "api_key": "sk-local-5678"}],
+    )
+    lab.fleet.advance(60)
+    proc = lab.cli("bench", "--gpu", "gpu-a", "--json")
+    assert proc.returncode == 1, proc.stderr
+    for _ in range(3):
+        lab.heal()
+    assert lab.restarts("gpu-a") == 0
+    queue = lab.read("alerts.json")["queue"]
+    assert [(a["gpu"], a["issue"], a["kind"]) for a in queue] == [("gpu-a", "api-key-mismatch", "escalated")]
+    text = json.dumps(queue) + (lab.state_dir / "gpu-self-heal-log.jsonl").read_text()
+    assert "sk-local-5678" not in text
+
+
+def test_hot_gpu_sheds_load_then_restores_it_when_cool(make_lab):
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "temp_c": 84}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "set": {"temp_c": 88}}],
+    )
+    ctl = ["-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    import sys
+
+    lab.gpu_raw("gpu-a")["shed_load_command"] = [sys.executable, *ctl, '{{"temp_c": 78, "util_pct": 30}}']
+    lab.gpu_raw("gpu-a")["restore_load_command"] = [sys.executable, *ctl, '{{"util_pct": 50}}']
+    lab.write_config()
+    lab.heal()
+    health = lab.heal()
+    assert [a["action"] for a in health["actions"] if a["result"] == "pending"][:1] == ["shed-load"]
+    assert lab.fleet.state()["gpus"]["gpu-a"]["temp_c"] == 78
+    for _ in range(4):
+        health = lab.heal()
+    actions = [r["action"] for r in lab.audit()]
+    assert "restore-load" in actions
+    assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 50
+
+
+def test_all_clear_every_nth_clean_cycle(make_lab):
+    lab = make_lab([{"alias": "gpu-a", "host": "ct1"}], zulip={"all_clear_every": 3})
+    for _ in range(7):
+        lab.heal()
+    alerts = lab.read("alerts.json")
+    # two All Clears fell due (cycles 3 and 6); unsent, the newer replaces the older in the queue
+    assert [a["kind"] for a in alerts["queue"]] == ["all-clear"]
+    assert alerts["queue"][0]["detected"] == {"clean_cycles": 3}
+    assert alerts["clean_cycles"] == 1
+
+
+def test_clear_lifts_an_escalation(make_lab):
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "fault": "wrong-key"}],
+    )
+    lab.fleet.advance(60)
+    lab.cli("bench", "--gpu", "gpu-a")
+    lab.heal()
+    assert "gpu-a/api-key-mismatch" in lab.read("heal-state.json")["escalated"]
+    proc = lab.cli("heal", "--clear", "gpu-a/api-key-mismatch", "--json")
+    assert proc.returncode in (0, 1, 2), proc.stderr
+    bad = lab.cli("heal", "--clear", "nonsense")
+    assert bad.returncode == 3 and "ALIAS/ISSUE" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_unknown_gpu_filter_is_one_line_exit_3(make_lab):
+    lab = stuck_fleet(make_lab)
+    proc = lab.cli("heal", "--gpu", "nope")
+    assert proc.returncode == 3
+    assert proc.stderr.strip().count("\n") == 0 and "gpu-a" in proc.stderr

@@ -1,0 +1,157 @@
+"""The planner's guards (issue 4, item 5): pure values in, plan items out."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuheal.config import load_config_dict
+from gpuheal.core.plan import empty_state, normalise_state, plan
+
+NOW = 1_800_000_000.0
+
+
+def cfg(n_gpus: int = 3, **heal):
+    return load_config_dict(
+        {
+            "heal": heal,
+            "litellm": {"restart_command": "docker restart litellm"},
+            "gpus": [
+                {
+                    "alias": f"gpu-{i}",
+                    "host": f"ct{i}",
+                    "endpoint": f"http://127.0.0.1:{9000 + i}",
+                    "restart_command": ["systemctl", "restart", "llama-server"],
+                    "shed_load_command": "shed {alias}",
+                }
+                for i in range(n_gpus)
+            ],
+        }
+    )
+
+
+def issue(gpu="gpu-0", issue_id="model-stuck", state="firing", since="2026-07-18T08:00:00Z", severity="critical"):
+    return {"gpu": gpu, "issue": issue_id, "state": state, "since": since, "severity": severity, "detected": {"failure_ratio": 0.9}}
+
+
+def only(items):
+    assert len(items) == 1, items
+    return items[0]
+
+
+def test_firing_stuck_model_plans_a_restart_with_a_deterministic_key():
+    item = only(plan([issue()], empty_state(), cfg(), NOW))
+    assert item.decision == "act"
+    assert [s.action for s in item.steps] == ["restart-llama-server"]
+    assert item.steps[0].target == "ct0"  # ssh by default
+    assert item.key == "gpu-0/model-stuck/2026-07-18T08:00:00Z/1"
+
+
+def test_pending_issue_is_never_acted_on():
+    assert plan([issue(state="pending")], empty_state(), cfg(), NOW) == []
+
+
+def test_paused_gpu_and_paused_fleet_block():
+    state = empty_state()
+    state["paused"]["gpus"]["gpu-0"] = {"reason": "driver upgrade"}
+    item = only(plan([issue()], state, cfg(), NOW))
+    assert item.decision == "blocked" and "driver upgrade" in item.reason
+    state = empty_state()
+    state["paused"]["fleet"] = {"reason": "maintenance window"}
+    assert only(plan([issue()], state, cfg(), NOW)).decision == "blocked"
+
+
+def test_after_escalation_no_more_restarts_until_cleared():
+    state = empty_state()
+    state["escalated"]["gpu-0/model-stuck"] = {"at": NOW - 60, "reason": "x"}
+    item = only(plan([issue()], state, cfg(), NOW))
+    assert item.decision == "blocked" and "--clear gpu-0/model-stuck" in item.reason
+
+
+def test_no_new_attempt_while_one_is_being_verified():
+    state = empty_state()
+    state["attempts"]["k"] = {"gpu": "gpu-0", "issue": "model-stuck", "since": "2026-07-18T08:00:00Z", "n": 1, "status": "pending", "verify_by": NOW + 60, "actions": ["restart-llama-server"]}
+    item = only(plan([issue()], state, cfg(), NOW))
+    assert item.decision == "blocked" and "being verified" in item.reason
+
+
+def test_three_failed_verifications_escalate_instead_of_retrying():
+    state = empty_state()
+    for n in (1, 2, 3):
+        state["attempts"][f"k{n}"] = {"gpu": "gpu-0", "issue": "model-stuck", "since": "2026-07-18T08:00:00Z", "n": n, "status": "failed"}
+    item = only(plan([issue()], state, cfg(max_restarts_per_hour=10), NOW))
+    assert item.decision == "escalate" and "3 failed" in item.reason
+
+
+def test_two_failures_still_try_a_third_time():
+    state = empty_state()
+    for n in (1, 2):
+        state["attempts"][f"k{n}"] = {"gpu": "gpu-0", "issue": "model-stuck", "since": "2026-07-18T08:00:00Z", "n": n, "status": "failed"}
+    item = only(plan([issue()], state, cfg(max_restarts_per_hour=10), NOW))
+    assert item.decision == "act" and item.attempt_no == 3
+
+
+def test_restart_budget_is_a_sliding_hour():
+    state = empty_state()
+    state["restarts"]["gpu-0"] = [NOW - 3500, NOW - 2000, NOW - 1000]
+    assert only(plan([issue()], state, cfg(), NOW)).decision == "escalate"
+    state["restarts"]["gpu-0"] = [NOW - 3700, NOW - 2000, NOW - 1000]  # one fell out of the window
+    assert only(plan([issue()], state, cfg(), NOW)).decision == "act"
+
+
+def test_startup_grace_blocks_a_second_restart():
+    state = empty_state()
+    state["restarts"]["gpu-0"] = [NOW - 30]
+    item = only(plan([issue()], state, cfg(startup_grace_s=120), NOW))
+    assert item.decision == "blocked" and "startup grace" in item.reason
+
+
+def test_fleet_guard_escalates_when_most_of_the_fleet_fails_at_once():
+    issues = [issue(gpu=f"gpu-{i}", issue_id="host-unreachable") for i in range(2)]
+    items = plan(issues, empty_state(), cfg(n_gpus=3), NOW)
+    assert {i.decision for i in items} == {"escalate"}
+    assert all("fleet guard" in i.reason for i in items)
+    # one of three failing is within the guard
+    items = plan(issues[:1], empty_state(), cfg(n_gpus=3), NOW)
+    assert only(items).decision == "act"
+
+
+def test_fleet_guard_does_not_block_load_shedding():
+    issues = [issue(gpu=f"gpu-{i}", issue_id="host-unreachable") for i in range(3)]
+    issues.append(issue(gpu="gpu-0", issue_id="thermal-critical"))
+    items = {i.issue: i for i in plan(issues, empty_state(), cfg(n_gpus=3), NOW) if i.gpu == "gpu-0"}
+    assert items["thermal-critical"].decision == "act"
+
+
+def test_issues_without_a_safe_fix_escalate_at_once():
+    item = only(plan([issue(issue_id="api-key-mismatch")], empty_state(), cfg(), NOW))
+    assert item.decision == "escalate" and "L1" in item.reason
+
+
+def test_recommendations_are_never_acted_on():
+    item = only(plan([issue(issue_id="context-window", severity="info")], empty_state(), cfg(), NOW))
+    assert item.decision == "recommend" and not item.steps
+
+
+def test_filters_narrow_the_plan():
+    issues = [issue(gpu="gpu-0"), issue(gpu="gpu-1", issue_id="thermal-critical")]
+    assert [i.gpu for i in plan(issues, empty_state(), cfg(), NOW, gpu_filter="gpu-1")] == ["gpu-1"]
+    assert [i.issue for i in plan(issues, empty_state(), cfg(), NOW, issue_filter="model-stuck")] == ["model-stuck"]
+
+
+def test_thermal_needs_a_configured_command_else_escalates():
+    c = load_config_dict({"gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:1"}]})
+    item = only(plan([issue(gpu="a", issue_id="thermal-critical")], empty_state(), c, NOW))
+    assert item.decision == "escalate" and "no command configured" in item.reason
+
+
+def test_fleet_data_source_restarts_gpu_monitor_locally():
+    item = only(plan([issue(gpu="fleet", issue_id="data-source-unreachable")], empty_state(), cfg(), NOW))
+    assert item.decision == "act"
+    assert item.steps[0].action == "restart-gpu-monitor" and item.steps[0].target == "local"
+    assert item.steps[0].argv_template == ("systemctl", "restart", "gpu-monitor.service")
+
+
+@pytest.mark.parametrize("junk", [None, [], "x", {"attempts": [1, 2]}, {"restarts": {"a": ["x", 5]}}, {"paused": {"fleet": "yes"}}])
+def test_damaged_heal_state_is_normalised_not_fatal(junk):
+    state = normalise_state(junk)
+    assert plan([issue()], state, cfg(), NOW)[0].decision in ("act", "blocked")

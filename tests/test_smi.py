@@ -1,0 +1,67 @@
+"""Parsers for nvidia-smi / rocm-smi / ps output (formats.md §2, §3): real shapes and junk."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuheal.parse.smi import (
+    decode_throttle,
+    parse_compute_apps,
+    parse_ps,
+    parse_query_gpu,
+    parse_rocm_smi,
+)
+
+
+def test_compute_apps_real_shapes():
+    text = (
+        "1106871, /app/llama-server, 23342\n"
+        "312710, [Not Found], [N/A]\n"
+        "4242, /opt/my, weird, name, 512\n"
+    )
+    procs = parse_compute_apps(text)
+    assert [(p.pid, p.name, p.used_mb) for p in procs] == [
+        (1106871, "/app/llama-server", 23342.0),
+        (312710, "[Not Found]", None),
+        (4242, "/opt/my, weird, name", 512.0),
+    ]
+
+
+@pytest.mark.parametrize("junk", ["", "pid, process_name, used_gpu_memory [MiB]\n", "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.", "\x00\xff garbage", "x, y, z\n" * 1000])
+def test_compute_apps_junk_yields_nothing(junk):
+    assert parse_compute_apps(junk) == []
+
+
+def test_query_gpu_positional_with_sentinels():
+    text = "0, NVIDIA GeForce RTX 3090, 29, 23358, 24576, 0, 118.42, 350.00\n0, NVIDIA GB10, 35, [N/A], [N/A], 0, 11.17, [N/A]\nFailed to initialize NVML: Driver/library version mismatch\n"
+    rows = parse_query_gpu(text)
+    assert rows[0]["temp_c"] == 29 and rows[0]["vram_used_mb"] == 23358 and rows[0]["power_limit_w"] == 350
+    assert rows[1]["vram_used_mb"] is None and rows[1]["power_limit_w"] is None
+    assert len(rows) == 2
+
+
+def test_throttle_mask():
+    assert decode_throttle("0x0000000000000024") == ["sw-power-cap", "sw-thermal-slowdown"]
+    assert decode_throttle("0x0000000000000001") == []
+    assert decode_throttle("[N/A]") == []
+
+
+def test_rocm_smi_strings_and_apu_gtt():
+    dgpu = '{"card0": {"Temperature (Sensor edge) (C)": "45.0", "Temperature (Sensor junction) (C)": "52.0", "Current Socket Graphics Package Power (W)": "35.0", "GPU use (%)": "5", "VRAM Total Memory (B)": "21458059264", "VRAM Total Used Memory (B)": "27856896"}}'
+    row = parse_rocm_smi(dgpu)[0]
+    assert row["temp_c"] == 52.0 and row["power_w"] == 35.0 and round(row["vram_total_mb"]) == 20464
+    apu = 'WARNING: something\n{"card0": {"Temperature (Sensor edge) (C)": "38.0", "VRAM Total Memory (B)": "536870912", "VRAM Total Used Memory (B)": "423624704", "GTT Total Memory (B)": "137438953472", "GTT Total Used Memory (B)": "10737418240"}}'
+    row = parse_rocm_smi(apu)[0]
+    assert row["vram_total_mb"] == 131072 and row["vram_used_mb"] == 10240
+
+
+@pytest.mark.parametrize("junk", ["", "WARNING: No JSON data to report", "[1, 2", '{"card0": "N/A"}', '{"card0": {"GPU use (%)": "N/A"}}', "{" * 5000])
+def test_rocm_smi_junk(junk):
+    rows = parse_rocm_smi(junk)
+    assert all(r.get("util_pct") is None for r in rows)
+
+
+def test_ps_parse_and_junk():
+    text = "  PID USER       RSS COMMAND\n 1234 llama  9000000 /usr/bin/llama-server -m m.gguf --api-key sk-secret-123456\nnonsense line\n"
+    procs = parse_ps(text)
+    assert len(procs) == 1 and procs[0].pid == 1234 and procs[0].rss_mb == pytest.approx(8789.1, abs=0.1)
