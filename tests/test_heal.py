@@ -217,3 +217,34 @@ def test_unknown_gpu_filter_is_one_line_exit_3(make_lab):
     proc = lab.cli("heal", "--gpu", "nope")
     assert proc.returncode == 3
     assert proc.stderr.strip().count("\n") == 0 and "gpu-a" in proc.stderr
+
+
+def test_monitor_down_restarts_gpu_monitor_and_falls_back_to_smi(make_lab):
+    """Rule 7: gpu-monitor unusable for >2 polls -> restart it; meanwhile probe smi directly."""
+    from gpuheal.state.store import StateDir
+    from gpuheal.steps.heal import Heal
+    from tests.test_execute import FakeRunner, Outcome
+
+    lab = make_lab([{"alias": "gpu-a", "host": "ct1"}], [{"at": 30, "gpu": "fleet", "monitor": "down"}])
+    lab.gpu_raw("gpu-a")["transport"] = "ssh"
+    lab.write_config()
+    csv = "0, NVIDIA GeForce RTX 3090, 71, 20000, 24576, 93, 301.5, 350.00\n"
+    runner = FakeRunner({"nvidia-smi": Outcome(stdout=csv)})
+    from gpuheal.transport import LocalTransport
+
+    local = LocalTransport()
+
+    def run(target, argv, timeout_s):
+        if target == "local":  # the gpu-monitor restart: really restart the simulated monitor
+            return local.run(argv, timeout_s)
+        return runner(target, argv, timeout_s)
+
+    health = None
+    for _ in range(3):
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir) as store:
+            health = Heal(lab.cfg, store, lab.fleet.now(), apply=True, runner=run).run(None, None)
+    assert ("fleet", "data-source-unreachable") in issues_of(health)
+    assert lab.restarts("monitor") == 1
+    assert health["gpus"]["gpu-a"]["temp_c"] == 71 and health["gpus"]["gpu-a"]["source"] == "smi-fallback"
+    assert any(argv[0] == "nvidia-smi" and target == "ct1" for target, argv in runner.calls)

@@ -183,3 +183,11 @@ def default_smi_argv(vendor: str) -> tuple[str, ...]:
 
 DEFAULT_PS_ARGV = ("ps", "-eo", "pid,user,rss,args", "--sort=-rss")
 DEFAULT_JOURNAL_ARGV = ("journalctl", "-u", "llama-server", "-n", "20", "--no-pager", "-o", "cat")
+
+# Rule 7.3's direct probe when gpu-monitor is down (formats.md §2.1, §3.3).
+QUERY_GPU_ARGV = (
+    "nvidia-smi",
+    "--query-gpu=index,name,temperature.gpu,memory.used,memory.total,utilization.gpu,power.draw,power.limit",
+    "--format=csv,noheader,nounits",
+)
+ROCM_SMI_ARGV = ("rocm-smi", "--showtemp", "--showmeminfo", "vram", "gtt", "--showuse", "--showpower", "--json")

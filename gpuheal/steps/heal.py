@@ -85,6 +85,8 @@ class Heal:
             self.store.write(files.HEAL, self.state)
             self.store.write(files.ALERTS, self.alerts)
         health = dict(result.health)
+        if self.apply and ("fleet", "data-source-unreachable") in open_keys:
+            self._smi_fallback(health, gpu_filter)
         health["actions"] = self.actions_doc
         health["mode"] = "apply" if self.apply else "dry-run"
         health["paused"] = self._paused_doc()
@@ -257,6 +259,36 @@ class Heal:
             self._doc(item, "restore-load", item.reason, result="resolved" if res.ok else "failed", command=" ".join(res.argv), target=step.target, error=res.error)
             acted = True
         return acted
+
+    def _smi_fallback(self, health: dict[str, Any], gpu_filter: str | None) -> None:
+        """Rule 7.3: every API path failed — probe nvidia-smi / rocm-smi on the GPU hosts directly
+        (over SSH, or the configured ``smi_command``) so the fleet is not blind while gpu-monitor
+        is down. Readings fill only what the monitor did not give."""
+        from gpuheal.actions.catalog import QUERY_GPU_ARGV, ROCM_SMI_ARGV
+        from gpuheal.actions.execute import _run
+        from gpuheal.core.plan import Step
+        from gpuheal.parse.smi import parse_query_gpu, parse_rocm_smi
+
+        timeout_s = min(float(self.cfg.heal["command_timeout_s"]), 15.0)
+        for g in self.cfg.gpus:
+            if gpu_filter and g.alias != gpu_filter:
+                continue
+            if g.transport != "ssh":
+                continue
+            argv = ROCM_SMI_ARGV if g.vendor == "amd" else QUERY_GPU_ARGV
+            res = _run(Step("snapshot-processes", argv, g.host), {"alias": g.alias, "host": g.host, "endpoint": g.endpoint}, self._runner(), timeout_s, self.secrets)
+            rows = (parse_rocm_smi if g.vendor == "amd" else parse_query_gpu)(res.output) if res.ok else []
+            item = PlanItem(gpu=g.alias, issue="data-source-unreachable", decision="act", reason="Rule 7.3: gpu-monitor unusable, direct smi probe")
+            if not rows:
+                self._doc(item, "snapshot-processes", item.reason, result="failed", command=" ".join(res.argv), target=g.host, error=res.error or "no readable GPU rows")
+                continue
+            row = rows[0]
+            sensed = health["gpus"].setdefault(g.alias, {})
+            for key in ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w"):
+                if sensed.get(key) is None and row.get(key) is not None:
+                    sensed[key] = row[key]
+            sensed["source"] = "smi-fallback"
+            self._doc(item, "snapshot-processes", item.reason, result="resolved", command=" ".join(res.argv), target=g.host)
 
     # ------------------------------------------------------------------ alerts, clean cycles
     def _queue(self, item: PlanItem, kind: str, summary: str, run_id: str | None, tried: list[str] | None = None, mark: bool = True) -> None:
