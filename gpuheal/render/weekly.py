@@ -1,0 +1,346 @@
+"""The weekly benchmark report (spec "Reporting" §3): build the document, render Markdown. Pure.
+
+Per GPU: tok/s over the last 7 days as a unicode sparkline of daily means, the week-over-week
+change with a regression alert when a GPU degrades more than 10 %, the baseline in force against
+the latest result. Then the week's incidents (counts by issue, time to resolve), remediations and
+escalations from the audit trail. Markdown that reads well in Zulip (tables, no HTML), so
+``gpuheal report --weekly | <zulip sender>`` works as well as ``--send``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from gpuheal.clock import format_iso
+from gpuheal.render.report import fmt_duration, fmt_time, md, to_datetime
+
+DAY_S = 86400.0
+WEEK_DAYS = 7
+REGRESSION_PCT = 10.0  # spec: "Regression alerts if any GPU degrades >10% week-over-week"
+SPARK = "▁▂▃▄▅▆▇█"
+NO_DATA = "·"
+
+
+def sparkline(values: list[float | None]) -> str:
+    """One block character per value, scaled between the series' min and max; ``·`` = no data.
+
+    A flat series sits in the middle (``▄``) rather than at the floor: "steady", not "zero".
+    """
+    known = [v for v in values if v is not None]
+    if not known:
+        return NO_DATA * len(values)
+    lo, hi = min(known), max(known)
+    out = []
+    for v in values:
+        if v is None:
+            out.append(NO_DATA)
+        elif hi - lo < 1e-9:
+            out.append(SPARK[3])
+        else:
+            out.append(SPARK[min(len(SPARK) - 1, int((v - lo) / (hi - lo) * (len(SPARK) - 1) + 0.5))])
+    return "".join(out)
+
+
+def pct_change(new: float | None, old: float | None) -> float | None:
+    if new is None or old is None or old <= 0:
+        return None
+    return round((new - old) / old * 100.0, 1)
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 1) if values else None
+
+
+# --------------------------------------------------------------------------- build
+
+
+def build(
+    aliases: list[str],
+    config_baselines: dict[str, float | None],
+    bench: dict[str, Any],
+    audit: list[dict[str, Any]],
+    now: datetime,
+    alerts_sent: int | None = None,
+) -> dict[str, Any]:
+    """The ``report --weekly --json`` document (shape in the module docstring of steps/report)."""
+    from gpuheal import benchdata
+
+    now_s = now.timestamp()
+    start_s = now_s - WEEK_DAYS * DAY_S
+    prev_s = start_s - WEEK_DAYS * DAY_S
+    gpus = []
+    regressions = []
+    for alias in aliases:
+        week = [r for r in benchdata.ok_results(bench, alias, start_s) if r["at"] <= now_s]
+        prev = [r for r in benchdata.ok_results(bench, alias, prev_s) if r["at"] < start_s]
+        failed = [
+            r for r in benchdata.results(bench, alias, start_s) if r["at"] <= now_s and not (r.get("ok") and r.get("gen_tok_s"))
+        ]
+        days = []
+        for i in range(WEEK_DAYS):
+            lo, hi = start_s + i * DAY_S, start_s + (i + 1) * DAY_S
+            vals = [float(r["gen_tok_s"]) for r in week if lo <= r["at"] < hi or (i == WEEK_DAYS - 1 and r["at"] == hi)]
+            days.append({"date": format_iso(datetime.fromtimestamp(lo, UTC))[:10], "mean_tok_s": _mean(vals), "n": len(vals)})
+        week_vals = [float(r["gen_tok_s"]) for r in week]
+        prev_vals = [float(r["gen_tok_s"]) for r in prev]
+        mean = _mean(week_vals)
+        prev_mean = _mean(prev_vals)
+        change = pct_change(mean, prev_mean)
+        baseline, source = benchdata.baseline(bench, alias, config_baselines.get(alias))
+        latest = benchdata.ok_results(bench, alias)
+        latest = [r for r in latest if r["at"] <= now_s]
+        current = round(float(latest[-1]["gen_tok_s"]), 1) if latest else None
+        regression = change is not None and change < -REGRESSION_PCT
+        row = {
+            "gpu": alias,
+            "days": days,
+            "sparkline": sparkline([d["mean_tok_s"] for d in days]),
+            "n_results": len(week_vals),
+            "failed_runs": len(failed),
+            "mean_tok_s": mean,
+            "min_tok_s": round(min(week_vals), 1) if week_vals else None,
+            "max_tok_s": round(max(week_vals), 1) if week_vals else None,
+            "prev_week_mean_tok_s": prev_mean,
+            "change_pct": change,
+            "regression": regression,
+            "baseline_tok_s": round(baseline, 1) if baseline is not None else None,
+            "baseline_source": source if baseline is not None else None,
+            "current_tok_s": current,
+            "current_vs_baseline_pct": pct_change(current, baseline),
+        }
+        gpus.append(row)
+        if regression:
+            regressions.append(
+                {"gpu": alias, "prev_week_mean_tok_s": prev_mean, "mean_tok_s": mean, "change_pct": change}
+            )
+    incidents = incidents_from_audit(audit, start_s, now_s)
+    return {
+        "kind": "weekly",
+        "generated_at": format_iso(now),
+        "period": {"start": format_iso(now - timedelta(days=WEEK_DAYS)), "end": format_iso(now)},
+        "regression_threshold_pct": REGRESSION_PCT,
+        "gpus": gpus,
+        "regressions": regressions,
+        "incidents": incidents["incidents"],
+        "remediations": incidents["remediations"],
+        "escalations": incidents["escalations"],
+        "alerts_sent": alerts_sent,
+    }
+
+
+def _ts(record: dict[str, Any]) -> float | None:
+    dt = to_datetime(record.get("timestamp"))
+    return dt.timestamp() if dt else None
+
+
+def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: float) -> dict[str, Any]:
+    """Incidents, remediations and escalations of ``[start_s, end_s]`` from audit records.
+
+    An incident of (gpu, issue) opens at its first record, backdated to the ``detected.since`` it
+    carries (or by its ``detected.duration_s``: how long the condition had held), and closes at the first record whose ``result`` is ``resolved``; time to
+    resolve is the difference. A remediation is one (run_id, gpu, issue, action) — its result is
+    the last record of that key (intent → outcome → verification; keyed by the record's
+    ``attempt`` number when it has one). Junk records are skipped.
+    """
+    records = []
+    for rec in audit:
+        if not isinstance(rec, dict) or not isinstance(rec.get("gpu"), str) or not isinstance(rec.get("issue"), str):
+            continue
+        t = _ts(rec)
+        if t is None or t > end_s:
+            continue
+        records.append((t, rec))
+    records.sort(key=lambda x: x[0])
+
+    open_: dict[tuple[str, str], dict[str, Any]] = {}
+    done: list[dict[str, Any]] = []
+    final: dict[tuple[str, str, str, str], tuple[float, dict[str, Any]]] = {}
+    escalations = []
+    for t, rec in records:
+        key = (rec["gpu"], rec["issue"])
+        inc = open_.get(key)
+        if inc is None:
+            start = t
+            detected = rec.get("detected") if isinstance(rec.get("detected"), dict) else {}
+            since = to_datetime(detected.get("since"))
+            held = detected.get("duration_s")
+            if since is not None and since.timestamp() < t:
+                start = since.timestamp()
+            elif isinstance(held, int | float) and not isinstance(held, bool) and 0 < held < 30 * DAY_S:
+                start = t - float(held)
+            inc = {"gpu": rec["gpu"], "issue": rec["issue"], "start_s": start, "end_s": None, "escalated": False, "actions": []}
+            open_[key] = inc
+        action = rec.get("action")
+        if isinstance(action, str) and action != "alert" and action not in inc["actions"]:
+            inc["actions"].append(action)
+        escalated = rec.get("escalated") is True or rec.get("result") == "escalated"
+        if escalated and not inc["escalated"]:  # once per incident (outcome + alert records)
+            inc["escalated"] = True
+            if t >= start_s:
+                escalations.append(
+                    {"gpu": rec["gpu"], "issue": rec["issue"], "at": format_iso(datetime.fromtimestamp(t, UTC)), "run_id": rec.get("run_id")}
+                )
+        if isinstance(action, str) and action != "alert" and rec.get("result") != "planned":
+            attempt = rec.get("attempt")
+            which = str(attempt) if isinstance(attempt, int) and not isinstance(attempt, bool) else action
+            final[(str(rec.get("run_id")), rec["gpu"], rec["issue"], which)] = (t, rec)
+        if rec.get("result") == "resolved":
+            inc["end_s"] = t
+            done.append(open_.pop(key))
+    incidents = [i for i in done + list(open_.values()) if (i["end_s"] or end_s) >= start_s]
+    incidents.sort(key=lambda i: (i["start_s"], i["gpu"], i["issue"]))
+
+    by_issue: dict[str, dict[str, Any]] = {}
+    for inc in incidents:
+        row = by_issue.setdefault(inc["issue"], {"issue": inc["issue"], "count": 0, "resolved": 0, "open": 0, "escalated": 0, "_times": []})
+        row["count"] += 1
+        if inc["end_s"] is not None:
+            row["resolved"] += 1
+            row["_times"].append(inc["end_s"] - inc["start_s"])
+        else:
+            row["open"] += 1
+        if inc["escalated"]:
+            row["escalated"] += 1
+    issue_rows = []
+    for row in sorted(by_issue.values(), key=lambda r: (-r["count"], r["issue"])):
+        times = row.pop("_times")
+        row["median_resolve_s"] = round(statistics.median(times)) if times else None
+        row["max_resolve_s"] = round(max(times)) if times else None
+        issue_rows.append(row)
+
+    rem: dict[str, dict[str, Any]] = {}
+    for t, rec in final.values():
+        if t < start_s:
+            continue
+        row = rem.setdefault(rec["action"], {"action": rec["action"], "count": 0, "resolved": 0, "failed": 0, "other": 0})
+        row["count"] += 1
+        result = rec.get("result")
+        if result == "resolved":
+            row["resolved"] += 1
+        elif result in ("failed", "escalated"):
+            row["failed"] += 1
+        else:
+            row["other"] += 1
+    remediations = sorted(rem.values(), key=lambda r: (-r["count"], r["action"]))
+
+    return {
+        "incidents": {
+            "total": len(incidents),
+            "resolved": sum(1 for i in incidents if i["end_s"] is not None),
+            "open": sum(1 for i in incidents if i["end_s"] is None),
+            "by_issue": issue_rows,
+            "list": [
+                {
+                    "gpu": i["gpu"],
+                    "issue": i["issue"],
+                    "start": format_iso(datetime.fromtimestamp(i["start_s"], UTC)),
+                    "end": format_iso(datetime.fromtimestamp(i["end_s"], UTC)) if i["end_s"] is not None else None,
+                    "resolve_s": round(i["end_s"] - i["start_s"]) if i["end_s"] is not None else None,
+                    "escalated": i["escalated"],
+                    "actions": i["actions"],
+                }
+                for i in incidents
+            ],
+        },
+        "remediations": remediations,
+        "escalations": escalations,
+    }
+
+
+# --------------------------------------------------------------------------- Markdown
+
+
+def _n(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1f}%"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    period = doc["period"]
+    lines = [
+        "**📊 GPU Fleet — Weekly Benchmark Report**",
+        f"{fmt_time(period['start'])} → {fmt_time(period['end'])}",
+        "",
+        "| GPU | tok/s, 7 days | avg | prev. week | change | baseline | current | vs. baseline |",
+        "|:--|:--|--:|--:|--:|--:|--:|--:|",
+    ]
+    for g in doc["gpus"]:
+        flag = " ⚠" if g["regression"] else ""
+        lines.append(
+            f"| {md(g['gpu'], 64)}{flag} | `{g['sparkline']}` | {_n(g['mean_tok_s'])} | {_n(g['prev_week_mean_tok_s'])} "
+            f"| {_pct(g['change_pct'])} | {_n(g['baseline_tok_s'])} | {_n(g['current_tok_s'])} | {_pct(g['current_vs_baseline_pct'])} |"
+        )
+    lines.append("")
+    threshold = doc.get("regression_threshold_pct", REGRESSION_PCT)
+    if doc["regressions"]:
+        for r in doc["regressions"]:
+            lines.append(
+                f"⚠ **Regression: {md(r['gpu'], 64)}** averaged {_n(r['mean_tok_s'])} tok/s this week, "
+                f"{_pct(r['change_pct'])} week over week (was {_n(r['prev_week_mean_tok_s'])})."
+            )
+    else:
+        lines.append(f"✅ No GPU degraded more than {threshold:g}% week over week.")
+    notes = [
+        f"{md(g['gpu'], 64)}: {g['failed_runs']} failed benchmark run(s)" for g in doc["gpus"] if g.get("failed_runs")
+    ]
+    if notes:
+        lines.append("Failed runs: " + "; ".join(notes) + ".")
+    by_source: dict[str, list[str]] = {}
+    for g in doc["gpus"]:
+        if g.get("baseline_source"):
+            by_source.setdefault(g["baseline_source"], []).append(md(g["gpu"], 64))
+    if by_source:
+        label = {"config": "seeded from the config", "rolling-30d": "rolling 30-day average"}
+        parts = [f"{', '.join(names)} {label.get(src, md(src, 40))}" for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")]
+        lines.append("Baselines: " + "; ".join(parts) + ".")
+
+    inc = doc["incidents"]
+    lines.append("")
+    if inc["total"]:
+        lines += [
+            f"**Incidents** — {inc['total']} ({inc['resolved']} resolved, {inc['open']} open)",
+            "",
+            "| issue | count | resolved | escalated | time to resolve (median / max) |",
+            "|:--|--:|--:|--:|--:|",
+        ]
+        for row in inc["by_issue"]:
+            ttr = (
+                f"{fmt_duration(row['median_resolve_s'])} / {fmt_duration(row['max_resolve_s'])}"
+                if row["median_resolve_s"] is not None
+                else "–"
+            )
+            lines.append(f"| {md(row['issue'], 64)} | {row['count']} | {row['resolved']} | {row['escalated']} | {ttr} |")
+    else:
+        lines.append("**Incidents:** none this week.")
+
+    rem = doc["remediations"]
+    lines.append("")
+    if rem:
+        lines += [
+            f"**Remediations** — {sum(r['count'] for r in rem)}",
+            "",
+            "| action | runs | resolved | failed | other |",
+            "|:--|--:|--:|--:|--:|",
+        ]
+        for row in rem:
+            lines.append(f"| {md(row['action'], 80)} | {row['count']} | {row['resolved']} | {row['failed']} | {row['other']} |")
+    else:
+        lines.append("**Remediations:** none this week.")
+
+    esc = doc["escalations"]
+    lines.append("")
+    if esc:
+        lines.append(f"**Escalations** — {len(esc)}")
+        for e in esc:
+            run = f" (run `{md(e['run_id'], 64)}`)" if e.get("run_id") else ""
+            lines.append(f"- {fmt_time(e['at'])} · {md(e['gpu'], 64)} · {md(e['issue'], 64)}{run}")
+    else:
+        lines.append("**Escalations:** none this week.")
+    if doc.get("alerts_sent") is not None:
+        lines += ["", f"_Zulip alerts sent this week: {doc['alerts_sent']}._"]
+    return "\n".join(lines).rstrip() + "\n"

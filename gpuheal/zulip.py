@@ -1,0 +1,286 @@
+"""Zulip delivery: ``POST {site}/api/v1/messages`` (formats.md §5), credentials, Zulip's limits.
+
+Why not the official ``zulip`` client: it imports ``requests`` (~80 ms on every cron start), its
+timeouts bound each socket operation rather than the whole exchange, and on a 429 it *sleeps*
+for ``retry-after`` inside the call (``retry_on_rate_limit_error``) — a one-shot cron run must
+instead record "not before" and leave the alert queued. The API we need is one form-encoded
+POST with basic auth, so :func:`gpuheal.sources.http.request` (hard deadline, byte cap, every
+failure returned as a value) does it in a few lines and keeps every outcome explicit.
+
+Credentials come from the environment variables the config names (``zulip.email_env``,
+``zulip.api_key_env``); Lesson L4's fallback: a ``.env`` file in the working directory, then one
+next to the config file (``KEY=VALUE`` lines). They are never written anywhere, and their values
+are redacted from every text gpuheal produces (:func:`secrets_for`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+log = logging.getLogger("gpuheal")
+
+MAX_CONTENT = 10_000  # Zulip's default MAX_MESSAGE_LENGTH (characters, Python len)
+MAX_TOPIC = 60  # MAX_TOPIC_NAME_LENGTH
+TRUNCATION_MARKER = "\n\n[… truncated by gpuheal to fit Zulip's {limit}-character limit]"
+MAX_RESPONSE_BYTES = 65_536
+SECRET_ENV_SUFFIXES = ("_API_KEY", "_APIKEY", "_TOKEN", "_PASSWORD", "_SECRET")
+
+
+class CredentialsError(Exception):
+    """A credential is missing: the message names the environment variable, never a value."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    email: str
+    api_key: str
+    source: str  # "environment" or the .env path it came from
+
+    def __repr__(self) -> str:  # never print the key
+        return f"Credentials(email={self.email!r}, api_key=<redacted>, source={self.source!r})"
+
+
+@dataclass(frozen=True)
+class SendOutcome:
+    """What one POST came to. ``kind``: sent | rate-limited | unauthorized | rejected |
+    server-error | timeout | unreachable | invalid."""
+
+    kind: str
+    detail: str = ""
+    message_id: int | None = None
+    status: int | None = None
+    code: str | None = None
+    retry_after_s: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.kind == "sent"
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines (``export`` prefix, quotes and ``#`` comments allowed); {} if absent."""
+    try:
+        text = path.read_text("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, _, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        if key:
+            out[key] = value
+    return out
+
+
+def dotenv_paths(cfg) -> list[Path]:
+    """Where the L4 fallback looks, in order: ``./.env``, then ``.env`` next to the config."""
+    paths = [Path.cwd() / ".env"]
+    if getattr(cfg, "path", None):
+        beside = Path(cfg.path).resolve().parent / ".env"
+        if beside not in paths:
+            paths.append(beside)
+    return paths
+
+
+def _lookup(name: str, cfg, environ: dict[str, str] | None) -> tuple[str | None, str]:
+    env = os.environ if environ is None else environ
+    value = env.get(name)
+    if value:
+        return value, "environment"
+    for path in dotenv_paths(cfg):
+        found = read_dotenv(path).get(name)
+        if found:
+            _warn_if_readable(path)
+            return found, str(path)
+    return None, ""
+
+
+_warned: set[Path] = set()
+
+
+def _warn_if_readable(path: Path) -> None:
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRGRP | stat.S_IROTH) and path not in _warned:
+        _warned.add(path)
+        log.warning("%s holds credentials and is readable by other users; chmod 600 it", path)
+
+
+def load_credentials(cfg, environ: dict[str, str] | None = None) -> Credentials:
+    """The bot's email and key, or :class:`CredentialsError` naming the missing variable."""
+    email_env = str(cfg.zulip.get("email_env") or "ZULIP_EMAIL")
+    key_env = str(cfg.zulip.get("api_key_env") or "ZULIP_API_KEY")
+    email, src_email = _lookup(email_env, cfg, environ)
+    if not email:
+        raise CredentialsError(
+            f"{email_env} is not set (zulip.email_env): the Zulip bot's email address is needed"
+        )
+    key, src_key = _lookup(key_env, cfg, environ)
+    if not key:
+        raise CredentialsError(
+            f"{key_env} is not set (zulip.api_key_env): the Zulip bot's API key is needed"
+        )
+    return Credentials(email=email.strip(), api_key=key.strip(), source=src_key or src_email)
+
+
+def secrets_for(cfg, environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """Every secret value gpuheal can know of, for :func:`gpuheal.redact.redact`.
+
+    The Zulip key (environment or ``.env``), the LiteLLM/llama-server api key, and the value of
+    any environment variable named like a secret (``*_API_KEY``, ``*_TOKEN``, ...).
+    """
+    env = os.environ if environ is None else environ
+    values: list[str] = []
+    key_env = str(cfg.zulip.get("api_key_env") or "ZULIP_API_KEY")
+    key, _ = _lookup(key_env, cfg, environ)
+    if key:
+        values.append(key)
+    api_key = getattr(cfg.litellm, "api_key", "") or ""
+    if api_key:
+        values.append(api_key)
+    for name, value in env.items():
+        if value and name.upper().endswith(SECRET_ENV_SUFFIXES) and len(value) >= 8:
+            values.append(value)
+    # longest first: a secret that contains another is removed whole
+    return tuple(sorted(set(values), key=len, reverse=True))
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def fit_topic(topic: str) -> str:
+    """Zulip truncates topics over 60 characters to 57 + ``...``; do it ourselves, visibly."""
+    topic = " ".join(topic.split()) or "gpuheal"
+    return topic if len(topic) <= MAX_TOPIC else topic[: MAX_TOPIC - 3] + "..."
+
+
+def fit_content(content: str, limit: int = MAX_CONTENT) -> str:
+    """Content within ``limit`` characters, with a marker when cut; an open code fence is closed
+    so the rest of the message does not render as code; null bytes (a 400) removed."""
+    content = content.replace("\x00", "").strip("\n").rstrip()
+    if len(content) <= limit:
+        return content
+    marker = TRUNCATION_MARKER.format(limit=limit)
+    room = limit - len(marker) - len("\n```")
+    head = content[:room]
+    cut = head.rfind("\n")
+    if cut > room // 2:
+        head = head[:cut]
+    if head.count("```") % 2 == 1:
+        head += "\n```"
+    return head + marker
+
+
+# --------------------------------------------------------------------------- sending
+
+
+def send_message(
+    site: str,
+    creds: Credentials,
+    stream: str,
+    topic: str,
+    content: str,
+    timeout_s: float,
+    post: Callable[..., Any] | None = None,
+) -> SendOutcome:
+    """One stream message. Never raises for network or server trouble: see :class:`SendOutcome`.
+
+    ``post`` is :func:`gpuheal.sources.http.request` unless a test injects a fake.
+    """
+    from gpuheal import __version__
+
+    if post is None:
+        from gpuheal.sources.http import request as post
+    url = site.rstrip("/") + "/api/v1/messages"
+    body = urlencode(
+        {"type": "stream", "to": stream, "topic": fit_topic(topic), "content": fit_content(content)}
+    ).encode()
+    token = base64.b64encode(f"{creds.email}:{creds.api_key}".encode()).decode()
+    headers = {
+        "Authorization": f"Basic {token}",
+        "Content-Type": "application/x-www-form-urlencoded",
+        "User-Agent": f"gpuheal/{__version__}",
+    }
+    res = post(
+        "POST",
+        url,
+        deadline_s=timeout_s,
+        connect_timeout_s=min(timeout_s, 5.0),
+        max_bytes=MAX_RESPONSE_BYTES,
+        headers=headers,
+        body=body,
+    )
+    return interpret(res)
+
+
+def interpret(res: Any) -> SendOutcome:
+    """Map an ``HttpResult``/``HttpFault`` to a :class:`SendOutcome` (check ``code``, not ``msg``:
+    ``msg`` is translated to the bot's locale)."""
+    status = getattr(res, "status", None)
+    if not hasattr(res, "headers"):  # HttpFault
+        kind = {"timeout": "timeout", "refused": "unreachable"}.get(res.kind, "invalid")
+        return SendOutcome(kind, f"{res.kind}: {res.detail}"[:200], status=status)
+    doc: dict[str, Any] = {}
+    try:
+        parsed = json.loads(res.body or b"{}")
+        if isinstance(parsed, dict):
+            doc = parsed
+    except ValueError:
+        doc = {}
+    code = doc.get("code") if isinstance(doc.get("code"), str) else None
+    msg = str(doc.get("msg") or "")[:160]
+    if 200 <= res.status < 300:
+        if doc.get("result") == "success":
+            mid = doc.get("id")
+            return SendOutcome("sent", "", message_id=mid if isinstance(mid, int) else None, status=res.status)
+        return SendOutcome("invalid", f"HTTP {res.status} without a success result", status=res.status)
+    if res.status == 429:
+        return SendOutcome(
+            "rate-limited",
+            f"HTTP 429 {code or 'RATE_LIMIT_HIT'}",
+            status=429,
+            code=code,
+            retry_after_s=_retry_after(doc, res.headers),
+        )
+    detail = f"HTTP {res.status} {code or ''} {msg}".strip()
+    if res.status == 401 or code in ("INVALID_API_KEY", "UNAUTHORIZED", "USER_DEACTIVATED", "REALM_DEACTIVATED"):
+        return SendOutcome("unauthorized", detail, status=res.status, code=code)
+    if 400 <= res.status < 500:
+        return SendOutcome("rejected", detail, status=res.status, code=code)
+    return SendOutcome("server-error", detail, status=res.status, code=code)
+
+
+def _retry_after(doc: dict[str, Any], headers: dict[str, str]) -> float:
+    """``max(body retry-after, Retry-After header)`` (formats.md §5); 60 s when neither parses."""
+    values: list[float] = []
+    for raw in (doc.get("retry-after"), headers.get("retry-after")):
+        try:
+            value = float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            continue
+        if value == value and 0 <= value < 86400:  # not NaN, sane
+            values.append(value)
+    return max(values) if values else 60.0
