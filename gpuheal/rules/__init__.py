@@ -1,0 +1,116 @@
+"""The rules: one pure module per issue id, and the explicit registry :data:`ALL`.
+
+A rule module has ``ID`` (a contract issue id), ``SCOPE`` (``"gpu"``: one issue per GPU, or
+``"fleet"``), ``SEVERITY``, ``NEEDS`` (the sources it reads: ``"monitor"``, ``"endpoint"``; a poll
+without them is "not known" for it), optionally ``INHIBITS`` (``"host"``: the GPU's other issues,
+``"monitor"``: the monitor-fed rules, or a frozenset of issue ids of the same GPU), and:
+
+- ``detect(view, subject, params)`` → :class:`~gpuheal.core.engine.Finding` | ``False`` (quiet) |
+  ``None`` (not known);
+- optionally ``recovered(view, subject, params, record)`` → bool | ``None`` (clear-side hysteresis;
+  default: "``detect`` is quiet");
+- optionally ``hold(params)`` → ``(polls, seconds)`` (default: ``hold_polls``, ``hold_s`` params).
+
+Holding, clearing, inhibition and muting belong to :mod:`gpuheal.core.engine`, once. Params come
+from ``rules.<issue-id>`` in ``config/defaults.yaml`` ← the fleet config ← ``gpus[].rules``.
+
+The registry is checked at import: an unknown id, a duplicate, a module not named after its id or a
+missing attribute is an error, never a silently ignored rule.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from gpuheal.rules import (
+    api_key_mismatch,
+    benchmark_regression,
+    circuit_breaker_stuck,
+    context_window,
+    cooling_infrastructure,
+    data_source_unreachable,
+    host_unreachable,
+    model_stuck,
+    thermal_critical,
+    thermal_rising,
+    thermal_warning,
+    vram_leak,
+    workload_misrouted,
+)
+
+# contract.md "Issue ids (stable: alerts, audit trail and dashboards key on them)"
+KNOWN_IDS = (
+    "thermal-critical",
+    "vram-leak",
+    "model-stuck",
+    "benchmark-regression",
+    "circuit-breaker-stuck",
+    "host-unreachable",
+    "data-source-unreachable",
+    "thermal-warning",
+    "thermal-rising",
+    "context-window",
+    "workload-misrouted",
+    "api-key-mismatch",
+    "cooling-infrastructure",
+)
+SCOPES = ("gpu", "fleet")
+SEVERITIES = ("info", "warning", "critical")
+INHIBIT_KINDS = ("host", "monitor")
+
+
+class RuleRegistryError(ValueError):
+    """The rule set is inconsistent (a programming error, caught at import)."""
+
+
+def build_registry(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
+    seen: dict[str, ModuleType] = {}
+    for module in modules:
+        rule_id = getattr(module, "ID", None)
+        name = module.__name__.rsplit(".", 1)[-1]
+        if rule_id not in KNOWN_IDS:
+            raise RuleRegistryError(f"{name}: unknown rule id {rule_id!r} (known: {', '.join(KNOWN_IDS)})")
+        if rule_id in seen:
+            raise RuleRegistryError(f"{name}: duplicate rule id {rule_id!r} (also {seen[rule_id].__name__})")
+        if name != rule_id.replace("-", "_"):
+            raise RuleRegistryError(f"{name}: a rule module is named after its id ({rule_id!r})")
+        if getattr(module, "SCOPE", None) not in SCOPES:
+            raise RuleRegistryError(f"{name}: SCOPE must be one of {SCOPES}")
+        if getattr(module, "SEVERITY", None) not in SEVERITIES:
+            raise RuleRegistryError(f"{name}: SEVERITY must be one of {SEVERITIES}")
+        if not isinstance(getattr(module, "NEEDS", None), frozenset):
+            raise RuleRegistryError(f"{name}: NEEDS must be a frozenset")
+        inhibits = getattr(module, "INHIBITS", None)
+        if not (
+            inhibits is None
+            or inhibits in INHIBIT_KINDS
+            or (isinstance(inhibits, frozenset) and inhibits and inhibits <= set(KNOWN_IDS) and rule_id not in inhibits)
+        ):
+            raise RuleRegistryError(f"{name}: INHIBITS must be one of {INHIBIT_KINDS} or a frozenset of other issue ids")
+        if not callable(getattr(module, "detect", None)):
+            raise RuleRegistryError(f"{name}: no detect(view, subject, params)")
+        seen[rule_id] = module
+    return tuple(modules)
+
+
+ALL: tuple[ModuleType, ...] = build_registry(
+    (
+        thermal_critical,
+        cooling_infrastructure,
+        vram_leak,
+        model_stuck,
+        benchmark_regression,
+        circuit_breaker_stuck,
+        host_unreachable,
+        data_source_unreachable,
+        thermal_warning,
+        thermal_rising,
+        context_window,
+        workload_misrouted,
+        api_key_mismatch,
+    )
+)
+BY_ID: dict[str, ModuleType] = {rule.ID: rule for rule in ALL}
+
+# Rules judged from recorded benchmark results (``bench`` calls ``steps.evaluate.evaluate_bench``).
+BENCH_RULES = ("benchmark-regression", "context-window", "api-key-mismatch")

@@ -42,7 +42,7 @@ def save_history(store: StateDir, cfg: Config, history: History, now: datetime) 
         int(hist_cfg["coarse_bucket_s"]),
         float(hist_cfg["coarse_days"]),
     )
-    store.write(HISTORY_FILE, history.to_dict())
+    store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
 
 
 def record_observation(path: Path, obs: Observation) -> None:
@@ -73,8 +73,10 @@ def run(
 
 
 def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> list[dict[str, Any]]:
-    """Hook for the rules engine (issue 3); until then, sensing alone decides the status."""
-    return []
+    """The rules engine (issue 3): every rule over this poll and the recorded history."""
+    from gpuheal.steps import evaluate as rules_step
+
+    return rules_step.run(cfg, store, obs, history, now)
 
 
 def save_health(store: StateDir, health: dict[str, Any]) -> None:

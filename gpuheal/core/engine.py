@@ -1,0 +1,350 @@
+"""The issue lifecycle, owned once for every rule (design: "like Prometheus's ``for:``"). Pure.
+
+A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, ``False`` for
+"quiet", ``None`` for "not known"); the engine turns that into issues:
+
+- **hold**: a finding must hold for the rule's ``hold_polls`` consecutive polls (and, where the rule
+  has one, longer than ``hold_s`` since it started) before the issue goes ``pending`` → ``firing``.
+  Rule 1 fires at the 2nd consecutive hot poll, Rule 6/7 at the 3rd, Rule 3 at the 2nd bad poll
+  30 s+ after the first (contract "Rule timing").
+- **missing data**: a poll where the rule cannot know (``None``, a muted GPU, a source the rule needs
+  being down) neither advances nor resets the hold and never clears an issue.
+- **clearing**: a pending issue whose finding stops holding is dropped (it never fired); a firing
+  issue resolves only when the rule's recovery condition holds (``recovered``: clear-side
+  hysteresis, e.g. thermal clears below 80 °C, not at 85 °C) for ``clear_polls`` polls.
+- **inhibition** (a rule's ``INHIBITS``): a firing ``host-unreachable`` freezes and hides that GPU's
+  other issues; a firing ``data-source-unreachable`` freezes and hides the issues of rules fed by
+  gpu-monitor (reported as not known — neither healthy nor hot); a firing ``api-key-mismatch``
+  freezes and hides the symptoms a restart cannot fix on that GPU (model-stuck, a stuck breaker,
+  misrouted work: L1/L2). Hidden issues stay in the book and come back, or resolve, once the
+  inhibitor resolves.
+- **muting**: a GPU inside ``heal``'s startup grace is not evaluated at all.
+
+The issue book is a JSON-able dict the caller stores between runs (``issues.json``), so cron's
+one-shot runs behave like one long-lived evaluator, and ``replay`` keeps it in memory::
+
+    {"version": 1,
+     "issues": {"ALIAS|ISSUE-ID": RECORD},
+     "memory": {...},                 # core/view.remember: request counts, breaker first seen
+     "log":    [TRANSITION, ...]}     # the last LOG_MAX transitions, oldest first
+
+    RECORD = {"gpu", "issue", "severity", "state": "pending"|"firing", "since", "since_s",
+              "fired_at", "detected", "summary", "hits", "clear_hits", "last_s"}
+    TRANSITION = {"at", "gpu", "issue", "severity", "event": "pending"|"firing"|"resolved"|"dropped",
+                  "since", "summary", "detected"}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+from gpuheal.core.view import FleetView
+
+BOOK_VERSION = 1
+LOG_MAX = 1000
+SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
+FLEET = "fleet"
+
+PENDING = "pending"
+FIRING = "firing"
+RESOLVED = "resolved"
+DROPPED = "dropped"
+
+# What a rule may need; a poll without it is "not known" for that rule (core/engine gate).
+NEEDS_MONITOR = "monitor"    # gpu-monitor usable this poll
+NEEDS_ENDPOINT = "endpoint"  # the GPU's llama-server answered its direct probe (HTTP, any status)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule saw: the evidence (units in the names) and one human line.
+
+    ``started_at`` (epoch s) when the rule knows better than "the first poll that saw it" when the
+    condition began (Rule 5: the breaker's ``opened_at``); ``since`` then follows it.
+    """
+
+    detected: dict[str, Any]
+    summary: str
+    started_at: float | None = None
+
+
+@dataclass
+class Evaluation:
+    """One evaluation's outcome.
+
+    ``issues``: the open (pending + firing) issues to report, in the contract's shape, worst first;
+    ``fired``/``resolved``: what changed state this run (``resolved`` carry ``resolved_at``);
+    ``transitions``: every change (``pending``, ``firing``, ``resolved``, ``dropped``), for the
+    replay timeline; ``inhibited``: open issues hidden by an inhibitor (with ``inhibited_by``);
+    ``muted``: GPUs inside a startup grace.
+    """
+
+    issues: list[dict[str, Any]] = field(default_factory=list)
+    fired: list[dict[str, Any]] = field(default_factory=list)
+    resolved: list[dict[str, Any]] = field(default_factory=list)
+    transitions: list[dict[str, Any]] = field(default_factory=list)
+    inhibited: list[dict[str, Any]] = field(default_factory=list)
+    muted: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- the book
+
+
+def new_book() -> dict[str, Any]:
+    return {"version": BOOK_VERSION, "issues": {}, "memory": {}, "log": []}
+
+
+_RECORD_KEYS = ("gpu", "issue", "severity", "state", "since", "since_s", "hits")
+
+
+def load_book(data: Any) -> dict[str, Any]:
+    """A book from stored data; malformed parts are dropped, never raised (state never crashes a
+    run)."""
+    book = new_book()
+    if not isinstance(data, dict):
+        return book
+    issues = data.get("issues")
+    if isinstance(issues, dict):
+        for key, rec in issues.items():
+            if (
+                isinstance(rec, dict)
+                and all(k in rec for k in _RECORD_KEYS)
+                and rec["state"] in (PENDING, FIRING)
+                and isinstance(rec["since_s"], int | float)
+                and isinstance(rec["hits"], int)
+                and key == f"{rec['gpu']}|{rec['issue']}"
+            ):
+                rec.setdefault("clear_hits", 0)
+                rec.setdefault("fired_at", None)
+                rec.setdefault("detected", {})
+                rec.setdefault("summary", "")
+                book["issues"][key] = rec
+    if isinstance(data.get("memory"), dict):
+        book["memory"] = data["memory"]
+    if isinstance(data.get("log"), list):
+        book["log"] = [t for t in data["log"] if isinstance(t, dict)][-LOG_MAX:]
+    return book
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def iso(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _minutes(seconds: float) -> str:
+    minutes = seconds / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+def rule_hold(rule: ModuleType, params: dict[str, Any]) -> tuple[int, float]:
+    hold = getattr(rule, "hold", None)
+    if hold is not None:
+        return hold(params)
+    return int(params.get("hold_polls", 1)), float(params.get("hold_s", 0))
+
+
+def _gate_open(rule: ModuleType, view: FleetView, subject: str) -> bool:
+    needs = rule.NEEDS
+    if NEEDS_MONITOR in needs and not view.monitor_ok:
+        return False
+    if NEEDS_ENDPOINT in needs and view.reachable(subject) is not True:
+        return False
+    return True
+
+
+def _public(rec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "gpu": rec["gpu"],
+        "issue": rec["issue"],
+        "severity": rec["severity"],
+        "state": rec["state"],
+        "since": rec["since"],
+        "fired_at": rec["fired_at"],
+        "detected": rec["detected"],
+        "summary": rec["summary"],
+    }
+
+
+def evaluate(
+    rules: Sequence[ModuleType],
+    view: FleetView,
+    book: dict[str, Any],
+    only: Iterable[str] | None = None,
+) -> Evaluation:
+    """Advance every issue of ``rules`` (or only the ids in ``only``) by one poll at
+    ``view.now_s``. Mutates ``book`` (the caller stores it)."""
+    now_s = view.now_s
+    now_iso = iso(now_s)
+    issues: dict[str, dict[str, Any]] = book["issues"]
+    log: list[dict[str, Any]] = book["log"]
+    by_id = {r.ID: r for r in rules}
+    subjects_gpu = view.aliases
+    order = {alias: i for i, alias in enumerate(subjects_gpu)}
+    order[FLEET] = len(order)
+    rule_order = {r.ID: i for i, r in enumerate(rules)}
+    only_set = set(only) if only is not None else None
+    out = Evaluation()
+
+    # forget issues of GPUs or rules that no longer exist (config changed): silently
+    for key in [k for k, rec in issues.items() if rec["issue"] not in by_id or rec["gpu"] not in order]:
+        del issues[key]
+
+    muted = {alias for alias in subjects_gpu if view.muted(alias)}
+    out.muted = [a for a in subjects_gpu if a in muted]
+
+    def transition(rec: dict[str, Any], event: str) -> dict[str, Any]:
+        summary = rec["summary"]
+        if event == RESOLVED:
+            summary = f"resolved after {_minutes(now_s - rec['since_s'])} (was: {summary})"
+        elif event == DROPPED:
+            summary = f"cleared before firing (was: {summary})"
+        t = {
+            "at": now_iso,
+            "gpu": rec["gpu"],
+            "issue": rec["issue"],
+            "severity": rec["severity"],
+            "event": event,
+            "since": rec["since"],
+            "summary": summary,
+            "detected": rec["detected"],
+        }
+        out.transitions.append(t)
+        log.append(t)
+        return t
+
+    def advance(rule: ModuleType, subject: str) -> None:
+        params = view.params(rule.ID, subject)
+        key = f"{subject}|{rule.ID}"
+        rec = issues.get(key)
+        outcome = rule.detect(view, subject, params)
+        if isinstance(outcome, Finding):
+            polls, hold_s = rule_hold(rule, params)
+            if rec is None:
+                since_s = outcome.started_at if outcome.started_at is not None else now_s
+                since_s = min(since_s, now_s)
+                rec = {
+                    "gpu": subject,
+                    "issue": rule.ID,
+                    "severity": rule.SEVERITY,
+                    "state": PENDING,
+                    "since": iso(since_s),
+                    "since_s": since_s,
+                    "fired_at": None,
+                    "detected": {},
+                    "summary": "",
+                    "hits": 0,
+                    "clear_hits": 0,
+                    "last_s": now_s,
+                }
+                issues[key] = rec
+                new = True
+            else:
+                new = False
+                if rec["state"] == PENDING and outcome.started_at is not None:
+                    rec["since_s"] = min(outcome.started_at, now_s)
+                    rec["since"] = iso(rec["since_s"])
+            rec["hits"] += 1
+            rec["clear_hits"] = 0
+            rec["last_s"] = now_s
+            detected = dict(outcome.detected)
+            detected.setdefault("duration_s", round(now_s - rec["since_s"], 1))
+            rec["detected"] = detected
+            rec["summary"] = outcome.summary
+            if rec["state"] == PENDING and rec["hits"] >= polls and (
+                hold_s <= 0 or now_s - rec["since_s"] > hold_s
+            ):
+                rec["state"] = FIRING
+                rec["fired_at"] = now_iso
+                transition(rec, FIRING)
+                out.fired.append(_public(rec))
+            elif new:
+                transition(rec, PENDING)
+            return
+        if rec is None:
+            return
+        if rec["state"] == PENDING:
+            if outcome is False:
+                del issues[key]
+                transition(rec, DROPPED)
+            return
+        recovered_fn = getattr(rule, "recovered", None)
+        if recovered_fn is not None:
+            recovered = recovered_fn(view, subject, params, rec)
+        else:
+            recovered = True if outcome is False else None
+        if recovered is None:
+            return
+        if not recovered:
+            rec["clear_hits"] = 0
+            return
+        rec["clear_hits"] += 1
+        if rec["clear_hits"] >= int(params.get("clear_polls", 1)):
+            del issues[key]
+            transition(rec, RESOLVED)
+            out.resolved.append({**_public(rec), "resolved_at": now_iso})
+
+    def run_rule(rule: ModuleType, inhibited_by: Any) -> None:
+        if only_set is not None and rule.ID not in only_set:
+            return
+        if rule.SCOPE == FLEET:
+            if inhibited_by(rule, FLEET) is None and _gate_open(rule, view, FLEET):
+                advance(rule, FLEET)
+            return
+        for alias in subjects_gpu:
+            if alias in muted or inhibited_by(rule, alias) is not None:
+                continue
+            if _gate_open(rule, view, alias):
+                advance(rule, alias)
+
+    inhibitors = [r for r in rules if getattr(r, "INHIBITS", None)]
+    others = [r for r in rules if not getattr(r, "INHIBITS", None)]
+    for rule in inhibitors:
+        run_rule(rule, lambda rule, subject: None)
+
+    # what the firing inhibitors suppress: "host" → every other issue of that GPU; "monitor" → the
+    # monitor-fed rules everywhere; a set of ids → those issues of the same GPU
+    hosts_down: dict[str, str] = {}
+    targeted: dict[tuple[str, str], str] = {}
+    monitor_down: str | None = None
+    for rec in issues.values():
+        if rec["state"] != FIRING or rec["issue"] not in by_id:
+            continue
+        kind = getattr(by_id[rec["issue"]], "INHIBITS", None)
+        if kind == "host":
+            hosts_down[rec["gpu"]] = rec["issue"]
+        elif kind == "monitor":
+            monitor_down = rec["issue"]
+        elif kind:
+            for target in kind:
+                targeted.setdefault((rec["gpu"], target), rec["issue"])
+
+    def inhibited_by(rule: ModuleType, subject: str) -> str | None:
+        if subject in hosts_down and getattr(rule, "INHIBITS", None) != "host":
+            return hosts_down[subject]
+        if monitor_down is not None and NEEDS_MONITOR in rule.NEEDS:
+            return monitor_down
+        return targeted.get((subject, rule.ID))
+
+    for rule in others:
+        run_rule(rule, inhibited_by)
+
+    visible = []
+    for rec in issues.values():
+        by = inhibited_by(by_id[rec["issue"]], rec["gpu"])
+        if by is not None and by != rec["issue"]:
+            out.inhibited.append({**_public(rec), "inhibited_by": by})
+        else:
+            visible.append(rec)
+    visible.sort(
+        key=lambda r: (-SEVERITY_RANK.get(r["severity"], 0), order.get(r["gpu"], 0), rule_order[r["issue"]])
+    )
+    out.issues = [_public(r) for r in visible]
+    if len(log) > LOG_MAX:
+        del log[: len(log) - LOG_MAX]
+    return out

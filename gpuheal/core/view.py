@@ -1,0 +1,303 @@
+"""FleetView: what the rules may look at for one evaluation, at one instant. Pure.
+
+A rule never reads files, the network or the clock: it gets a view built from this poll's
+:class:`~gpuheal.model.Observation` (``None`` for a bench-only evaluation), the recorded
+:class:`~gpuheal.state.history.History`, the benchmark data (``benchdata``), the engine's small
+memory (request counts, when a breaker was first seen open) and the restarts ``heal`` recorded.
+``now_s`` is the run's single clock reading (design: "time is a parameter").
+
+Queries are cached per view: Rule 2 and the ``vram-trend`` file share one fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuheal import benchdata
+from gpuheal.config import Config, GpuConfig
+from gpuheal.core.trend import Fit, fit_window
+from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation
+from gpuheal.state.history import History
+
+REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
+
+
+@dataclass(frozen=True)
+class Restarts:
+    """``heal``'s record of restarts (``heal-state.json`` ``"restarts": {ALIAS: [epoch_s, ...]}``)."""
+
+    last: dict[str, float]
+    grace_s: float
+
+    @classmethod
+    def from_heal_state(cls, heal_state: Any, grace_s: float) -> Restarts:
+        last: dict[str, float] = {}
+        restarts = heal_state.get("restarts") if isinstance(heal_state, dict) else None
+        if isinstance(restarts, dict):
+            for alias, times in restarts.items():
+                if isinstance(times, list):
+                    known = [float(t) for t in times if isinstance(t, int | float) and not isinstance(t, bool)]
+                    if known:
+                        last[str(alias)] = max(known)
+        return cls(last=last, grace_s=float(grace_s))
+
+
+NO_RESTARTS = Restarts(last={}, grace_s=0.0)
+
+
+class FleetView:
+    """Read-only queries over one poll plus the recorded past."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        now_s: float,
+        obs: Observation | None,
+        history: History,
+        bench: dict[str, Any],
+        memory: dict[str, Any],
+        restarts: Restarts = NO_RESTARTS,
+    ) -> None:
+        self.cfg = cfg
+        self.now_s = now_s
+        self.obs = obs
+        self.history = history
+        self.bench = bench
+        self.memory = memory
+        self.restarts = restarts
+        self.gpus: dict[str, GpuConfig] = {g.alias: g for g in cfg.gpus}
+        self.aliases: tuple[str, ...] = tuple(self.gpus)
+        self.cache: dict[tuple[Any, ...], Any] = {}  # per-evaluation memo, shared by rules
+
+    # ------------------------------------------------------------------ config
+    def params(self, rule_id: str, subject: str) -> dict[str, Any]:
+        """Defaults ← fleet ``rules`` ← the GPU's ``rules`` (merged at config load)."""
+        gpu = self.gpus.get(subject)
+        if gpu is None:
+            return self.cfg.rules.get(rule_id, {})
+        return gpu.rules.get(rule_id, {})
+
+    def gpu(self, alias: str) -> GpuConfig:
+        return self.gpus[alias]
+
+    # ------------------------------------------------------------------ this poll
+    @property
+    def monitor_ok(self) -> bool | None:
+        """Whether gpu-monitor was usable this poll; ``None`` when there was no poll (bench-only)."""
+        return None if self.obs is None else self.obs.monitor_ok
+
+    def sample(self, alias: str) -> GpuSample | None:
+        """This poll's reading of ``alias``; ``None`` if the GPU is missing from the poll."""
+        if self.obs is None:
+            return None
+        return self.obs.gpus.get(alias)
+
+    def monitor_sample(self, alias: str) -> GpuSample | None:
+        """The reading, only when gpu-monitor was usable this poll (its fields are trusted)."""
+        if self.obs is None or not self.obs.monitor_ok:
+            return None
+        return self.obs.gpus.get(alias)
+
+    def endpoint(self, alias: str) -> str | None:
+        s = self.sample(alias)
+        return None if s is None else s.endpoint
+
+    def reachable(self, alias: str) -> bool | None:
+        """The direct probe got an HTTP answer (``None``: not probed / not known)."""
+        state = self.endpoint(alias)
+        if state is None:
+            return None
+        return state not in UNREACHABLE_STATES
+
+    # ------------------------------------------------------------------ restarts
+    def last_restart(self, alias: str) -> float | None:
+        return self.restarts.last.get(alias)
+
+    def muted(self, alias: str) -> bool:
+        """Inside the startup grace after ``heal`` restarted this GPU (issue 4: the rules of a
+        freshly restarted host are muted while the model loads)."""
+        last = self.restarts.last.get(alias)
+        return last is not None and 0 <= self.now_s - last < self.restarts.grace_s
+
+    # ------------------------------------------------------------------ history
+    def columns(self, alias: str) -> dict[str, list[Any]] | None:
+        return self.history.raw.get(alias)
+
+    def vram_fit(self, alias: str, window_s: float, jump_mb: float | None) -> Fit | None:
+        """Least squares of VRAM (MB per hour) over the window; the window starts after the last
+        restart's grace, and again after any jump of ``jump_mb`` between consecutive samples (an
+        external reload), so a reload never looks like a leak (Rule 2)."""
+        key = ("vram", alias, window_s, jump_mb)
+        if key in self.cache:
+            return self.cache[key]
+        cols = self.history.raw.get(alias)
+        fit = None
+        if cols:
+            start = self.now_s - window_s
+            last = self.restarts.last.get(alias)
+            if last is not None:
+                start = max(start, last + self.restarts.grace_s)
+            fit = fit_window(cols["t"], cols["vram_used_mb"], start, self.now_s, 3600.0, jump_mb)
+        self.cache[key] = fit
+        return fit
+
+    def sub_fit(self, alias: str, metric: str, start_s: float, end_s: float, per_s: float) -> Fit | None:
+        cols = self.history.raw.get(alias)
+        if not cols:
+            return None
+        return fit_window(cols["t"], cols[metric], start_s, end_s, per_s)
+
+    def temp_rise(self, alias: str, window_s: float) -> Fit | None:
+        """Least squares of temperature (°C per minute) over the last ``window_s`` (Rule 8)."""
+        key = ("temp", alias, window_s)
+        if key in self.cache:
+            return self.cache[key]
+        cols = self.history.raw.get(alias)
+        fit = None
+        if cols:
+            fit = fit_window(cols["t"], cols["temp_c"], self.now_s - window_s, self.now_s, 60.0)
+        self.cache[key] = fit
+        return fit
+
+    def vram_total_mb(self, alias: str) -> float | None:
+        s = self.sample(alias)
+        if s is not None and s.vram_total_mb:
+            return s.vram_total_mb
+        return self.gpus[alias].vram_total_mb
+
+    # ------------------------------------------------------------------ benchmarks
+    def bench_results(self, alias: str) -> list[dict[str, Any]]:
+        """Every recorded result of ``alias`` (gpuheal's ``bench`` and new monitor measurements),
+        oldest first."""
+        return self.bench.get("results", {}).get(alias, [])
+
+    def bench_ok(self, alias: str, since_s: float | None = None) -> list[dict[str, Any]]:
+        key = ("bench_ok", alias, since_s)
+        if key not in self.cache:
+            self.cache[key] = [
+                r
+                for r in self.bench_results(alias)
+                if r.get("ok")
+                and isinstance(r.get("gen_tok_s"), int | float)
+                and r["gen_tok_s"] > 0
+                and (since_s is None or r["at"] >= since_s)
+            ]
+        return self.cache[key]
+
+    def baseline(self, alias: str) -> tuple[float | None, str]:
+        return benchdata.baseline(self.bench, alias, self.gpus[alias].baseline_tok_s)
+
+    # ------------------------------------------------------------------ memory
+    def requests_in_window(self, alias: str, window_s: float) -> int | None:
+        """Requests LiteLLM sent ``alias`` over the trailing window (summed ``requests_60s``);
+        ``None`` when no count was known in the window."""
+        buckets = self.memory.get("requests", {}).get(alias)
+        if not buckets:
+            return None
+        cut = self.now_s - window_s
+        total = 0
+        seen = False
+        for start, count in buckets:
+            if start + REQUEST_BUCKET_S > cut:
+                total += count
+                seen = True
+        return total if seen else None
+
+    def breaker_open_since(self, alias: str) -> float | None:
+        return self.memory.get("breaker_open_since", {}).get(alias)
+
+
+def remember(
+    memory: dict[str, Any],
+    obs: Observation,
+    aliases: tuple[str, ...],
+    weighted: frozenset[str],
+    keep_s: float,
+) -> None:
+    """Fold this poll into the engine's memory (part of the issue book). Pure on its arguments.
+
+    - ``requests``: per alias with a configured ``weight``, ``[[bucket_start_s, count], ...]`` of
+      ``requests_60s`` (Rule 10), kept ``keep_s``;
+    - ``breaker_open_since``: per alias, the first poll that saw the breaker open (Rule 5 when the
+      monitor gives no ``opened_at``). A poll that does not know the breaker neither starts nor
+      resets it; a known closed breaker resets it.
+    """
+    now_s = obs.at.timestamp()
+    requests = memory.setdefault("requests", {})
+    breakers = memory.setdefault("breaker_open_since", {})
+    for alias in list(requests):
+        if alias not in weighted:
+            del requests[alias]
+    for alias in list(breakers):
+        if alias not in aliases:
+            del breakers[alias]
+    if not obs.monitor_ok:
+        return
+    cut = now_s - keep_s - REQUEST_BUCKET_S
+    for alias in aliases:
+        sample = obs.gpus.get(alias)
+        if sample is None:
+            continue
+        if sample.requests_60s is not None and alias in weighted:
+            start = now_s - now_s % REQUEST_BUCKET_S
+            buckets = requests.setdefault(alias, [])
+            if buckets and buckets[-1][0] == start:
+                buckets[-1][1] += sample.requests_60s
+            elif not buckets or buckets[-1][0] < start:
+                buckets.append([start, sample.requests_60s])
+            while buckets and buckets[0][0] < cut:
+                buckets.pop(0)
+        breaker = sample.breaker
+        if breaker is not None and breaker.open:
+            breakers.setdefault(alias, now_s)
+        else:
+            # monitor usable and no open breaker listed for this host: closed (the monitor lists
+            # breakers it knows; an absent entry is a closed one)
+            breakers.pop(alias, None)
+
+
+# --------------------------------------------------------------------------- public trend objects
+
+
+def last_known(cols: dict[str, list[Any]] | None, metric: str) -> tuple[float, float] | None:
+    """(t, value) of the newest known sample of ``metric``."""
+    if not cols:
+        return None
+    ts, vs = cols["t"], cols[metric]
+    for i in range(len(vs) - 1, -1, -1):
+        if vs[i] is not None:
+            return ts[i], vs[i]
+    return None
+
+
+def vram_trend(view: FleetView, alias: str) -> dict[str, Any]:
+    """The spec's ``vram-trend`` object for one GPU (``vram-trend.json``, ``gpuheal trend``): the same
+    least-squares fit Rule 2 uses, over its window; ``rate_mb_per_hour`` is ``None`` until two samples
+    exist, ``projected_full_in_hours`` is ``None`` unless VRAM is growing and the total is known."""
+    p = view.params("vram-leak", alias)
+    fit = view.vram_fit(alias, float(p["window_h"]) * 3600, p.get("reload_jump_mb"))
+    last = last_known(view.columns(alias), "vram_used_mb")
+    current = fit.last_v if fit is not None else (last[1] if last else None)
+    total = view.vram_total_mb(alias)
+    rate = fit.slope if fit is not None else None
+    full_in = None
+    if rate is not None and rate > 0 and total and current is not None:
+        full_in = round(max(total - current, 0.0) / rate, 2)
+    return {
+        "gpu": alias,
+        "current_mb": current,
+        "rate_mb_per_hour": None if rate is None else round(rate, 1),
+        "projected_full_in_hours": full_in,
+        "samples": 0 if fit is None else fit.n,
+        "span_h": 0.0 if fit is None else round(fit.span_s / 3600, 2),
+    }
+
+
+def temp_rise_c_per_min(view: FleetView, alias: str) -> float | None:
+    """Rule 8's rise (°C/min over its window), ``None`` with too few samples."""
+    p = view.params("thermal-warning", alias)
+    fit = view.temp_rise(alias, float(p["window_s"]))
+    if fit is None or fit.n < p["min_samples"] or fit.span_s < p["min_span_s"]:
+        return None
+    return round(fit.slope, 2)

@@ -1,0 +1,57 @@
+"""Lesson L1: api-key mismatch — a llama-server rejecting LiteLLM's key (401).
+
+Seen two ways: the direct probe got a 401 (``endpoint`` "unauthorized"), or gpuheal's latest
+``bench`` result for the GPU was a 401 (``error`` "unauthorized"). ``critical``: the GPU cannot serve.
+Reported once, never retried in a loop (L2: the bench does not hammer a 401). While firing it
+inhibits the symptoms a restart cannot fix on that GPU (L1's cascade: 401 → fallback → timeout):
+``model-stuck``, ``circuit-breaker-stuck``, ``workload-misrouted``. Recovers when neither
+signal says 401 any more: a later successful benchmark, and a probe that is not 401. The key itself
+never appears in the evidence.
+"""
+
+from __future__ import annotations
+
+from gpuheal.core.engine import Finding, iso
+from gpuheal.model import ENDPOINT_UNAUTHORIZED
+
+ID = "api-key-mismatch"
+SCOPE = "gpu"
+SEVERITY = "critical"
+NEEDS = frozenset()
+# What a rejected key causes and a restart cannot fix: LiteLLM's failures (Rule 3 would restart the
+# GPU), its breaker opening (Rule 5 would restart LiteLLM), traffic moving elsewhere (Rule 10).
+INHIBITS = frozenset({"model-stuck", "circuit-breaker-stuck", "workload-misrouted"})
+UNAUTHORIZED_ERRORS = frozenset({"unauthorized", "http-401", "401"})
+
+
+def _bench_401(view, alias):
+    """The latest own-bench verdict: True (401), False (a success), None (no verdict)."""
+    for result in reversed(view.bench_results(alias)):
+        if result.get("source", "bench") != "bench":
+            continue
+        if result.get("ok"):
+            return False, result
+        error = str(result.get("error") or "").lower()
+        if error in UNAUTHORIZED_ERRORS or error.startswith("unauthorized"):
+            return True, result
+        return None, result  # another failure says nothing about the key
+    return None, None
+
+
+def detect(view, alias, p):
+    state = view.endpoint(alias)
+    probe = None if state is None else state == ENDPOINT_UNAUTHORIZED
+    bench, result = _bench_401(view, alias)
+    if probe or bench:
+        via = [name for name, hit in (("probe", probe), ("bench", bench)) if hit]
+        detected = {"via": via, "endpoint": state}
+        if bench and result is not None:
+            detected["bench_at"] = iso(result["at"])
+        return Finding(
+            detected,
+            f"{alias} rejects LiteLLM's api key (401 via {' and '.join(via)}); "
+            "do not fall back to it (L2)",
+        )
+    if probe is None and bench is None:
+        return None
+    return False

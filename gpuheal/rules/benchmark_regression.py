@@ -1,0 +1,70 @@
+"""Rule 4: benchmark regression — generation tok/s more than 20 % below baseline over 3+
+benchmarks (not one slow run).
+
+Judged by :func:`gpuheal.benchdata.regression_state` over the recorded results (``bench`` runs, and
+gpu-monitor measurements that carried a new ``measured_at``; excluded-from-baseline results still
+count), the same function that writes ``benchmark-regression.json``, so the file and the issue never
+disagree: a regression starts with ``min_results`` consecutive results below ``baseline × (1 −
+drop_ratio)`` and lasts until a result is back within ``recovered_within_ratio`` (10 %) of the baseline
+(the spec's verify); results older than ``max_age_h`` say nothing now. The baseline is the rolling
+30-day one once computed, else the config's seed (Design Decision 6). ``since`` is the first slow
+result of the run. The evidence carries what Rule 4's fixes check: utilisation, power, heat.
+"""
+
+from __future__ import annotations
+
+from gpuheal import benchdata
+from gpuheal.core.engine import Finding
+from gpuheal.rules._util import num, show
+
+ID = "benchmark-regression"
+SCOPE = "gpu"
+SEVERITY = "warning"
+NEEDS = frozenset()
+
+
+def state(view, alias, p):
+    baseline, source = view.baseline(alias)
+    key = ("regression", alias, baseline)
+    if key not in view.cache:
+        view.cache[key] = benchdata.regression_state(
+            view.bench,
+            alias,
+            baseline,
+            drop_ratio=float(p["drop_ratio"]),
+            min_results=int(p["min_results"]),
+            recovered_within_ratio=float(p["recovered_within_ratio"]),
+            since_s=view.now_s - float(p["max_age_h"]) * 3600,
+        )
+    return baseline, source, view.cache[key]
+
+
+def detect(view, alias, p):
+    baseline, source, st = state(view, alias, p)
+    if st["trend"] == "unknown":
+        return None
+    if st["trend"] != "regressing":
+        return False
+    current = st["current_tok_s"]
+    recent = [r["gen_tok_s"] for r in view.bench_ok(alias, view.now_s - float(p["max_age_h"]) * 3600)]
+    sample = view.sample(alias)
+    detected = {
+        "baseline_tok_s": num(baseline, 2),
+        "baseline_source": source,
+        "current_tok_s": num(current, 2),
+        "recent_tok_s": [num(v, 2) for v in recent[-int(p["min_results"]) :]],
+        "threshold_tok_s": st["threshold_tok_s"],
+        "recovered_tok_s": st["recovered_tok_s"],
+        "drop_pct": num(100 * (1 - current / baseline)),
+        "slow_run": st["slow_run"],
+        "util_pct": None if sample is None else sample.util_pct,
+        "power_w": None if sample is None else sample.power_w,
+        "power_limit_w": None if sample is None else sample.power_limit_w,
+        "temp_c": None if sample is None else sample.temp_c,
+    }
+    return Finding(
+        detected,
+        f"{alias} at {show(current)} tok/s, {show(100 * (1 - current / baseline), 0)} % below its "
+        f"baseline {show(baseline)} tok/s over {int(p['min_results'])}+ benchmarks",
+        started_at=st["regressing_since"],
+    )

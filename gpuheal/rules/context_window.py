@@ -1,0 +1,69 @@
+"""Rule 9: context window optimisation — recommendations from benchmark tok/s vs baseline
+(``info``: never changes the fleet's status).
+
+The mean of the last ``samples`` successful results within ``max_age_h`` against the baseline:
+
+- above ``headroom_above_ratio`` (110 %) → ``increase``: the context has headroom;
+- below ``reduce_below_ratio`` (90 %) → ``reduce`` the context by ``reduce_by_ratio`` (25 %) and
+  retest; or ``monitor`` when the GPU's ``settling`` param is true (the spec's Strix Halo case:
+  "MONITOR but do not reduce yet — recent model swap may still be settling");
+- otherwise optimal: no issue.
+
+The spec says both "tok/s > baseline → headroom" and "within 10 % of baseline → optimal", and calls
+the RTX 3090 at 74.9 / 74.8 tok/s (100 %) optimal; so "above baseline" means above the ±10 % optimal
+band (``headroom_above_ratio`` 1.1 by default; set 1.0 for the literal reading).
+
+The running context comes from the latest result's ``n_ctx`` (L3: running state, not docs), else the
+config's ``n_ctx``.
+"""
+
+from __future__ import annotations
+
+from gpuheal.core.engine import Finding
+from gpuheal.rules._util import num, show
+
+ID = "context-window"
+SCOPE = "gpu"
+SEVERITY = "info"
+NEEDS = frozenset()
+
+
+def detect(view, alias, p):
+    baseline, source = view.baseline(alias)
+    results = view.bench_ok(alias, view.now_s - float(p["max_age_h"]) * 3600)
+    if not baseline or not results:
+        return None
+    recent = results[-int(p["samples"]) :]
+    tok_s = sum(r["gen_tok_s"] for r in recent) / len(recent)
+    ratio = tok_s / baseline
+    n_ctx = next((r["n_ctx"] for r in reversed(recent) if isinstance(r.get("n_ctx"), int)), None)
+    if n_ctx is None:
+        n_ctx = view.gpu(alias).n_ctx
+    suggested = None
+    if ratio > p["headroom_above_ratio"]:
+        recommendation = "increase"
+        text = "context has headroom, consider increasing it"
+    elif ratio < p["reduce_below_ratio"]:
+        if p.get("settling"):
+            recommendation = "monitor"
+            text = "monitor, do not reduce yet (model still settling)"
+        else:
+            recommendation = "reduce"
+            if n_ctx:
+                suggested = int(n_ctx * (1 - float(p["reduce_by_ratio"])))
+            text = f"reduce the context by {show(100 * float(p['reduce_by_ratio']), 0)} % and retest"
+    else:
+        return False
+    return Finding(
+        {
+            "recommendation": recommendation,
+            "gen_tok_s": num(tok_s, 2),
+            "baseline_tok_s": num(baseline, 2),
+            "baseline_source": source,
+            "ratio_pct": num(100 * ratio),
+            "results": len(recent),
+            "n_ctx": n_ctx,
+            "suggested_n_ctx": suggested,
+        },
+        f"{alias} at {show(100 * ratio, 0)} % of baseline ({show(tok_s)} / {show(baseline)} tok/s): {text}",
+    )

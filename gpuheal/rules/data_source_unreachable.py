@@ -1,0 +1,32 @@
+"""Rule 7: GPU data source unreachable — gpu-monitor unusable (refused, timeout, oversized per
+L5, invalid, HTTP error) for more than 2 consecutive polls (fires on the 3rd; one bad poll is a
+fault, not an issue). gpu ``fleet``.
+
+The sidecar half of Rule 7 is ``host-unreachable`` (one issue per GPU). While firing it inhibits
+the monitor-fed rules: their issues are frozen and hidden — not known, neither healthy nor hot.
+Resolves on the first usable monitor poll.
+"""
+
+from __future__ import annotations
+
+from gpuheal.core.engine import Finding
+
+ID = "data-source-unreachable"
+SCOPE = "fleet"
+SEVERITY = "warning"
+NEEDS = frozenset()
+INHIBITS = "monitor"
+
+
+def detect(view, subject, p):
+    if view.obs is None:
+        return None
+    if view.obs.monitor_ok:
+        return False
+    faults = view.obs.faults_for("monitor")
+    fault = faults[0].fault if faults else "unusable"
+    detail = faults[0].detail[:200] if faults else ""
+    return Finding(
+        {"source": "monitor", "fault": fault, "detail": detail},
+        f"gpu-monitor unusable ({fault}); monitor-fed rules report unknown",
+    )

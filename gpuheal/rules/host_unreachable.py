@@ -1,0 +1,46 @@
+"""Rule 6 (generalised from the spec's Strix rule to every GPU): host / llama-server unreachable —
+the direct ``/health`` probe refused or timed out for more than 2 consecutive polls (fires on the
+3rd).
+
+Also covers Rule 7's "sidecar port (:8080) unreachable" clause: a GPU's sidecar *is* its
+llama-server, so one issue per GPU, not two. While firing it inhibits the GPU's other issues (they
+are frozen and hidden: a dead host is not also "stuck" and "rejecting the key"). Any HTTP answer
+means reachable (a pending issue is dropped); it resolves on a 200 (the spec's verify).
+"""
+
+from __future__ import annotations
+
+from gpuheal.core.engine import Finding
+from gpuheal.model import ENDPOINT_OK, UNREACHABLE_STATES
+
+ID = "host-unreachable"
+SCOPE = "gpu"
+SEVERITY = "critical"
+NEEDS = frozenset()
+INHIBITS = "host"
+
+
+def detect(view, alias, p):
+    state = view.endpoint(alias)
+    if state is None:
+        return None
+    if state in UNREACHABLE_STATES:
+        gpu = view.gpu(alias)
+        faults = view.obs.faults_for(alias) if view.obs is not None else []
+        detail = faults[0].detail[:200] if faults else ""
+        return Finding(
+            {"endpoint": state, "host": gpu.host, "detail": detail},
+            f"{alias} ({gpu.host}) llama-server {state} on its direct /health probe",
+        )
+    return False
+
+
+def recovered(view, alias, p, record):
+    state = view.endpoint(alias)
+    if state is None:
+        return None
+    if state == ENDPOINT_OK:
+        return True
+    if state in UNREACHABLE_STATES:
+        return False
+    return None  # answering, not healthy yet (loading, http-5xx): neither down nor recovered

@@ -1,0 +1,66 @@
+"""Rule 8, tier 1: predictive thermal warning — above 70 °C and rising faster than 2 °C/min.
+
+The rise is a least-squares slope over the last ``window_s`` (5 min), needing ``min_samples`` samples
+spanning ``min_span_s`` — a few minutes, never two samples. Reported as a ``warning`` issue; it sends
+no Zulip alert (contract: "no alert"). Recovers when the rise drops below ``clear_rise_c_per_min``
+(1 °C/min, the spec's verify) or the GPU is back at or below 70 °C.
+"""
+
+from __future__ import annotations
+
+from gpuheal.core.engine import NEEDS_MONITOR, Finding
+from gpuheal.rules._util import num, show
+
+ID = "thermal-warning"
+SCOPE = "gpu"
+SEVERITY = "warning"
+NEEDS = frozenset({NEEDS_MONITOR})
+
+
+def rise(view, alias, p):
+    """°C per minute over the rule's window, or ``None`` when too few samples."""
+    fit = view.temp_rise(alias, float(p["window_s"]))
+    if fit is None or fit.n < p["min_samples"] or fit.span_s < p["min_span_s"]:
+        return None
+    return fit
+
+
+def _temp(view, alias):
+    sample = view.sample(alias)
+    return None if sample is None else sample.temp_c
+
+
+def detect(view, alias, p):
+    temp = _temp(view, alias)
+    if temp is None:
+        return None
+    if temp <= p["temp_c"]:
+        return False
+    fit = rise(view, alias, p)
+    if fit is None:
+        return None
+    if fit.slope <= p["rise_c_per_min"]:
+        return False
+    return Finding(
+        {
+            "temp_c": temp,
+            "rise_c_per_min": num(fit.slope, 2),
+            "threshold_c": p["temp_c"],
+            "threshold_rise_c_per_min": p["rise_c_per_min"],
+            "samples": fit.n,
+            "window_s": num(fit.span_s, 0),
+        },
+        f"{alias} at {show(temp)} °C and rising {show(fit.slope, 1)} °C/min: reduce concurrency",
+    )
+
+
+def recovered(view, alias, p, record):
+    temp = _temp(view, alias)
+    if temp is None:
+        return None
+    if temp <= p["temp_c"]:
+        return True
+    fit = rise(view, alias, p)
+    if fit is None:
+        return None
+    return fit.slope < p["clear_rise_c_per_min"]

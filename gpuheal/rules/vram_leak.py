@@ -1,0 +1,67 @@
+"""Rule 2: VRAM leak — least-squares growth over the 6 h window at or above the GPU's tier.
+
+Tiered thresholds per GPU (300 / 300 / 200 MB/h; ``vram_leak_mb_per_hour`` in the config). The fit
+needs ``min_samples`` samples spanning ``min_span_h`` of the window, else the rule does not know
+(a young window neither fires nor clears). The window restarts after ``heal``'s last restart (plus
+its startup grace) and after any jump of ``reload_jump_mb`` between consecutive samples (an
+external reload), so a reload never reads as a leak. "Sustained": each half of the window must
+also grow at ``sustain_ratio`` of the threshold, so one step up (a bigger KV cache allocated once)
+is not a leak. Recovers when the rate drops below the threshold (the spec's verify).
+"""
+
+from __future__ import annotations
+
+from gpuheal.core.engine import NEEDS_MONITOR, Finding
+from gpuheal.rules._util import num, show
+
+ID = "vram-leak"
+SCOPE = "gpu"
+SEVERITY = "warning"
+NEEDS = frozenset({NEEDS_MONITOR})
+
+
+def _fit(view, alias, p):
+    fit = view.vram_fit(alias, float(p["window_h"]) * 3600, p.get("reload_jump_mb"))
+    if fit is None or fit.n < p["min_samples"] or fit.span_s < float(p["min_span_h"]) * 3600:
+        return None
+    return fit
+
+
+def _sustained(view, alias, fit, threshold, ratio):
+    mid = (fit.first_t + fit.last_t) / 2
+    for lo, hi in ((fit.first_t, mid), (mid, fit.last_t)):
+        part = view.sub_fit(alias, "vram_used_mb", lo, hi, 3600.0)
+        if part is None or part.slope < threshold * ratio:
+            return False
+    return True
+
+
+def detect(view, alias, p):
+    fit = _fit(view, alias, p)
+    if fit is None:
+        return None
+    threshold = float(p["mb_per_hour"])
+    if fit.slope < threshold or not _sustained(view, alias, fit, threshold, float(p["sustain_ratio"])):
+        return False
+    total = view.vram_total_mb(alias)
+    full_in = (total - fit.last_v) / fit.slope if total and fit.slope > 0 else None
+    return Finding(
+        {
+            "rate_mb_per_hour": num(fit.slope),
+            "threshold_mb_per_hour": threshold,
+            "current_mb": fit.last_v,
+            "vram_total_mb": total,
+            "projected_full_in_hours": num(max(full_in, 0.0), 2) if full_in is not None else None,
+            "samples": fit.n,
+            "span_h": num(fit.span_s / 3600, 2),
+        },
+        f"{alias} VRAM growing {show(fit.slope, 0)} MB/h over {show(fit.span_s / 3600, 1)} h "
+        f"(threshold {show(threshold, 0)} MB/h)",
+    )
+
+
+def recovered(view, alias, p, record):
+    fit = _fit(view, alias, p)
+    if fit is None:
+        return None
+    return fit.slope < float(p["mb_per_hour"])

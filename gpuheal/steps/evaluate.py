@@ -1,0 +1,205 @@
+"""Evaluate the rules for one poll: the issue book in, issues and transitions out.
+
+Two callers share :func:`evaluate_poll` (pure, in memory), so ``replay`` is exactly what cron runs:
+
+- :func:`run` / :func:`run_full` — ``check`` (and ``heal``) in the state directory: loads the issue
+  book (``issues.json``), the bench results and ``heal``'s restarts, evaluates, saves the book, and
+  writes the public ``vram-trend.json`` and ``circuit-breaker-status.json``::
+
+      vram-trend.json             {"schema_version": 1,
+                                   ALIAS: {"gpu", "current_mb", "rate_mb_per_hour",
+                                           "projected_full_in_hours", "samples", "span_h"}}
+      circuit-breaker-status.json {"schema_version": 1,
+                                   ALIAS: {"gpu", "open", "auto_reset_attempted", "last_reset",
+                                           "opened_at"}}
+
+- :func:`evaluate_bench` — ``bench``, after recording results: only the bench-driven rules
+  (benchmark-regression, context-window, api-key-mismatch), same book.
+- ``steps/replay`` — a recorded trace, with the trace's own clock, no state directory.
+
+Issue dicts (``gpu-health`` ``issues``): ``{"gpu", "issue", "severity", "state", "since",
+"fired_at", "detected", "summary"}``; resolved ones add ``resolved_at`` (see
+:class:`gpuheal.core.engine.Evaluation`).
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from datetime import datetime
+from typing import Any
+
+from gpuheal import benchdata
+from gpuheal.config import Config
+from gpuheal.core import engine
+from gpuheal.core.engine import Evaluation, iso, load_book
+from gpuheal.core.view import FleetView, Restarts, remember, vram_trend
+from gpuheal.model import Observation
+from gpuheal.rules import ALL, BENCH_RULES
+from gpuheal.rules.circuit_breaker_stuck import opened_at as breaker_opened_at
+from gpuheal.state import files
+from gpuheal.state.history import History
+from gpuheal.state.store import StateDir
+
+# The last evaluation of this process (``heal`` reads ``resolved`` from it after ``check.run``).
+last_evaluation: Evaluation | None = None
+last_transitions: list[dict[str, Any]] = []
+
+__all__ = [
+    "Evaluation",
+    "evaluate_bench",
+    "evaluate_bench_full",
+    "evaluate_poll",
+    "ingest_monitor_bench",
+    "last_evaluation",
+    "last_transitions",
+    "run",
+    "run_full",
+]
+
+
+# --------------------------------------------------------------------------- pure
+
+
+def evaluate_poll(
+    cfg: Config,
+    obs: Observation | None,
+    history: History,
+    book: dict[str, Any],
+    bench: dict[str, Any],
+    restarts: Restarts,
+    now_s: float,
+    only: tuple[str, ...] | None = None,
+) -> tuple[Evaluation, FleetView]:
+    """One poll through every rule (or ``only`` these ids). ``history`` already holds ``obs``.
+    Mutates ``book`` (and nothing else)."""
+    if obs is not None:
+        weighted = frozenset(g.alias for g in cfg.gpus if g.weight is not None)
+        keep_s = float(cfg.rules.get("workload-misrouted", {}).get("window_s", 3600))
+        remember(book.setdefault("memory", {}), obs, cfg.aliases, weighted, keep_s)
+    view = FleetView(cfg, now_s, obs, history, bench, book.setdefault("memory", {}), restarts)
+    return engine.evaluate(ALL, view, book, only=only), view
+
+
+def ingest_monitor_bench(
+    cfg: Config, bench: dict[str, Any], obs: Observation, book: dict[str, Any], restarts: Restarts
+) -> bool:
+    """gpu-monitor's ``benchmarks`` entry counts as a result only with a new ``measured_at``
+    (contract "Rule 4"); returns whether ``bench`` changed. A result taken inside a startup grace or
+    while the GPU has a firing (non-info) issue is ``excluded`` from the baseline (issue 5)."""
+    if not obs.monitor_ok:
+        return False
+    now_s = obs.at.timestamp()
+    changed = False
+    for alias in cfg.aliases:
+        sample = obs.gpus.get(alias)
+        if sample is None or sample.bench_tok_s is None or sample.bench_measured_at is None:
+            continue
+        at = sample.bench_measured_at.timestamp()
+        if at > now_s + 300:
+            continue  # from the future: a clock problem, not a measurement
+        items = bench["results"].setdefault(alias, [])
+        last_monitor = max((r["at"] for r in items if r.get("source") == "monitor"), default=None)
+        if last_monitor is not None and at <= last_monitor:
+            continue
+        reason = None
+        last = restarts.last.get(alias)
+        if last is not None and 0 <= at - last < restarts.grace_s:
+            reason = "startup grace"
+        elif any(
+            rec["gpu"] == alias and rec["state"] == engine.FIRING and rec["severity"] != "info"
+            for rec in book["issues"].values()
+        ):
+            reason = "open incident"
+        result = {
+            "at": at,
+            "gen_tok_s": sample.bench_tok_s,
+            "prompt_tok_s": None,
+            "tokens": None,
+            "ok": True,
+            "error": None,
+            "source": "monitor",
+            "model": None,
+            "n_ctx": None,
+            "excluded": reason is not None,
+            "excluded_reason": reason,
+        }
+        insort(items, result, key=lambda r: r["at"])
+        changed = True
+    return changed
+
+
+def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
+    """The spec's ``circuit-breaker-status`` object per GPU. ``open`` is ``None`` when the monitor was
+    not usable this poll. There is no per-GPU auto-reset (Design Decision 5): a reset is a LiteLLM
+    restart by ``heal``, read from ``heal-state.json`` ``"litellm_restarts": [epoch_s, ...]``."""
+    resets = heal_state.get("litellm_restarts") if isinstance(heal_state, dict) else None
+    last_reset = None
+    if isinstance(resets, list):
+        known = [t for t in resets if isinstance(t, int | float) and not isinstance(t, bool)]
+        last_reset = max(known) if known else None
+    out: dict[str, Any] = {}
+    for alias in view.aliases:
+        sample = view.monitor_sample(alias)
+        is_open = None if sample is None else bool(sample.breaker is not None and sample.breaker.open)
+        opened = breaker_opened_at(view, alias) if is_open else None
+        out[alias] = {
+            "gpu": alias,
+            "open": is_open,
+            "auto_reset_attempted": bool(
+                is_open and opened is not None and last_reset is not None and last_reset >= opened
+            ),
+            "last_reset": iso(last_reset) if last_reset is not None else None,
+            "opened_at": iso(opened) if opened is not None else None,
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- state directory
+
+
+def _load(cfg: Config, store: StateDir) -> tuple[dict[str, Any], dict[str, Any], Any, Restarts]:
+    book = load_book(store.read(files.ISSUES, None))
+    bench = benchdata.normalise(store.read(files.BENCH, {}))
+    heal_state = store.read(files.HEAL, {}) or {}
+    restarts = Restarts.from_heal_state(heal_state, float(cfg.heal["startup_grace_s"]))
+    return book, bench, heal_state, restarts
+
+
+def _remember(ev: Evaluation) -> Evaluation:
+    global last_evaluation, last_transitions
+    last_evaluation = ev
+    last_transitions = ev.transitions
+    return ev
+
+
+def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> Evaluation:
+    """``check``'s evaluation: every rule, one poll, state carried in the directory."""
+    book, bench, heal_state, restarts = _load(cfg, store)
+    bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
+    ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
+    store.write(files.ISSUES, book)
+    if bench_changed:
+        store.write(files.BENCH, bench)
+    store.write_raw(
+        files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}}
+    )
+    store.write_raw(files.CIRCUIT_BREAKER_STATUS, {"schema_version": 1, **breaker_status(view, heal_state)})
+    return _remember(ev)
+
+
+def run(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> list[dict[str, Any]]:
+    """The open (pending + firing) issues after this poll; see :func:`run_full` for transitions."""
+    return run_full(cfg, store, obs, history, now).issues
+
+
+def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluation:
+    """Only the bench-driven rules, over the recorded results (``bench`` calls this after recording).
+    ``issues`` is every open issue of the book, as ``check`` would report it."""
+    book, bench, _, restarts = _load(cfg, store)
+    ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=BENCH_RULES)
+    store.write(files.ISSUES, book)
+    return _remember(ev)
+
+
+def evaluate_bench(cfg: Config, store: StateDir, now: datetime) -> list[dict[str, Any]]:
+    return evaluate_bench_full(cfg, store, now).issues

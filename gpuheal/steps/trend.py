@@ -1,0 +1,93 @@
+"""``gpuheal trend``: VRAM growth and temperature rise per GPU, from the recorded history.
+
+The VRAM rate is the very least-squares fit Rule 2 judges (its 6 h window, restarted after a
+restart or reload); the temperature rise is Rule 8's (°C/min over its few-minute window). Read-only
+on the state directory except that, for the whole fleet, it refreshes ``vram-trend.json``.
+
+``--json``::
+
+    {"generated_at": ISO,
+     "vram_trend": {ALIAS: {"gpu", "current_mb", "rate_mb_per_hour", "projected_full_in_hours",
+                            "samples", "span_h"}},          # the vram-trend object
+     "leak_threshold_mb_per_hour": {ALIAS: float},
+     "temp_c": {ALIAS: float | null},                      # newest recorded temperature
+     "temp_rise_c_per_min": {ALIAS: float | null},
+     "attention": [{"gpu", "issue": "vram-leak" | "thermal-warning", "detail"}]}
+
+Exit status: 0 done; 1 some GPU needs attention (a leak by Rule 2's test, or hotter than Rule 8's
+tier-1 temperature and rising faster than its rate); 3 could not run (e.g. an unknown ``--gpu``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuheal.config import Config
+from gpuheal.core.engine import Finding, iso
+from gpuheal.core.view import FleetView, Restarts, last_known, temp_rise_c_per_min, vram_trend
+from gpuheal.errors import GpuhealError
+from gpuheal.state import files
+from gpuheal.state.history import History
+
+
+def build(cfg: Config, history: History, now_s: float, restarts: Restarts, aliases: tuple[str, ...]) -> dict[str, Any]:
+    from gpuheal import benchdata
+    from gpuheal.rules import vram_leak
+
+    view = FleetView(cfg, now_s, None, history, benchdata.empty(), {}, restarts)
+    doc: dict[str, Any] = {
+        "generated_at": iso(now_s),
+        "vram_trend": {},
+        "leak_threshold_mb_per_hour": {},
+        "temp_c": {},
+        "temp_rise_c_per_min": {},
+        "attention": [],
+    }
+    for alias in aliases:
+        trend = vram_trend(view, alias)
+        leak_p = view.params(vram_leak.ID, alias)
+        doc["vram_trend"][alias] = trend
+        doc["leak_threshold_mb_per_hour"][alias] = float(leak_p["mb_per_hour"])
+        last = last_known(view.columns(alias), "temp_c")
+        temp = last[1] if last and now_s - last[0] <= 600 else None
+        rise = temp_rise_c_per_min(view, alias)
+        doc["temp_c"][alias] = temp
+        doc["temp_rise_c_per_min"][alias] = rise
+        finding = vram_leak.detect(view, alias, leak_p)
+        if isinstance(finding, Finding):
+            doc["attention"].append({"gpu": alias, "issue": vram_leak.ID, "detail": finding.summary})
+        warn_p = view.params("thermal-warning", alias)
+        if temp is not None and rise is not None and temp > warn_p["temp_c"] and rise > warn_p["rise_c_per_min"]:
+            doc["attention"].append(
+                {"gpu": alias, "issue": "thermal-warning", "detail": f"{alias} at {temp:g} °C rising {rise:g} °C/min"}
+            )
+    return doc
+
+
+def command(rt, store, gpu: str | None = None):
+    from gpuheal import exit_codes
+    from gpuheal.runtime import CommandResult
+    from gpuheal.steps.check import load_history
+
+    cfg = rt.cfg
+    if gpu is not None and gpu not in cfg.aliases:
+        raise GpuhealError(f"unknown GPU alias {gpu!r} (known: {', '.join(cfg.aliases)})", key_path="--gpu")
+    aliases = (gpu,) if gpu else cfg.aliases
+    history = load_history(store)
+    heal_state = store.read(files.HEAL, {}) or {}
+    restarts = Restarts.from_heal_state(heal_state, float(cfg.heal["startup_grace_s"]))
+    now_s = rt.now.timestamp()
+    doc = build(cfg, history, now_s, restarts, aliases)
+    if gpu is None:
+        store.write_raw(files.VRAM_TREND, {"schema_version": 1, **doc["vram_trend"]})
+
+    def render() -> None:
+        from gpuheal.render.trend import render_trend
+
+        render_trend(doc, history, now_s, cfg)
+
+    return CommandResult(
+        document=doc,
+        exit_code=exit_codes.ATTENTION if doc["attention"] else exit_codes.OK,
+        render=render,
+    )

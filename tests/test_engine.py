@@ -1,0 +1,288 @@
+"""The issue lifecycle (core/engine): holds, missing data, hysteresis, inhibition, muting, the
+registry, and the purity of the core (no IO, no clock)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from datetime import timedelta
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+try:
+    from tests.series import START, fleet_config, fleet_trace
+except ImportError:
+    from series import START, fleet_config, fleet_trace
+
+from gpuheal import benchdata
+from gpuheal.core import engine
+from gpuheal.core.engine import Finding, load_book, new_book
+from gpuheal.core.view import FleetView, Restarts
+from gpuheal.rules import ALL, BY_ID, KNOWN_IDS, RuleRegistryError, build_registry
+from gpuheal.state.history import History
+
+ROOT = Path(__file__).resolve().parent.parent
+CFG = fleet_config()
+
+
+def scripted_rule(detects: str, recovers: str | None = None, *, polls: int = 1, hold_s: float = 0,
+                  started_at=None, rule_id: str = "thermal-critical", needs=frozenset(), inhibits=None,
+                  scope: str = "gpu", clear_polls: int = 1):
+    """A fake rule for gpu-dense (or the fleet): detect follows ``detects`` poll by poll
+    (F finding, . quiet, _ not known); ``recovers`` likewise (R yes, n no, _ not known)."""
+    state = {"i": -1}
+
+    def detect(view, subject, p):
+        if subject not in ("gpu-dense", "fleet"):
+            return None
+        state["i"] += 1
+        c = detects[state["i"]]
+        if c == "F":
+            return Finding({"value": state["i"]}, f"poll {state['i']}", started_at=started_at)
+        return False if c == "." else None
+
+    rule = SimpleNamespace(ID=rule_id, SCOPE=scope, SEVERITY="critical", NEEDS=needs, INHIBITS=inhibits,
+                           detect=detect, hold=lambda p: (polls, hold_s))
+    if recovers is not None:
+        def recovered(view, subject, p, record):
+            c = recovers[state["i"]]
+            return True if c == "R" else (False if c == "n" else None)
+
+        rule.recovered = recovered
+    return rule
+
+
+def drive(rules, n, cfg=CFG, restarts=None, obs_list=None, book=None):
+    """Run ``n`` polls 60 s apart; returns (timeline of (poll, gpu, issue, event), book, last Evaluation)."""
+    book = book or new_book()
+    timeline = []
+    ev = None
+    for i in range(n):
+        now_s = (START + timedelta(seconds=60 * i)).timestamp()
+        obs = obs_list[i] if obs_list else None
+        view = FleetView(cfg, now_s, obs, History(), benchdata.empty(), book["memory"],
+                         restarts or Restarts(last={}, grace_s=0))
+        ev = engine.evaluate(rules, view, book)
+        timeline += [(i, t["gpu"], t["issue"], t["event"]) for t in ev.transitions]
+    return timeline, book, ev
+
+
+def test_fires_after_hold_polls_consecutive_findings():
+    tl, _, ev = drive([scripted_rule("FFF", polls=2)], 3)
+    assert tl == [(0, "gpu-dense", "thermal-critical", "pending"), (1, "gpu-dense", "thermal-critical", "firing")]
+    assert ev.issues[0]["state"] == "firing" and ev.issues[0]["since"] == "2026-07-18T08:00:00Z"
+    assert ev.issues[0]["fired_at"] == "2026-07-18T08:01:00Z"
+
+
+def test_one_finding_then_quiet_is_dropped_never_fired():
+    tl, book, ev = drive([scripted_rule("F..", polls=2)], 3)
+    assert [e[3] for e in tl] == ["pending", "dropped"]
+    assert ev.issues == [] and ev.resolved == [] and book["issues"] == {}
+
+
+def test_missing_data_neither_advances_nor_resets_the_hold():
+    tl, _, _ = drive([scripted_rule("F__F", polls=2)], 4)
+    assert tl == [(0, "gpu-dense", "thermal-critical", "pending"), (3, "gpu-dense", "thermal-critical", "firing")]
+
+
+def test_missing_data_never_clears_a_firing_issue():
+    tl, _, ev = drive([scripted_rule("F____")], 5)
+    assert [e[3] for e in tl] == ["firing"]
+    assert ev.issues[0]["state"] == "firing"
+
+
+def test_hysteresis_recovered_decides_not_detect():
+    # quiet at polls 1-2 but not recovered (e.g. 82 °C), recovered at 3
+    tl, _, ev = drive([scripted_rule("F...", "_nnR")], 4)
+    assert [(e[0], e[3]) for e in tl] == [(0, "firing"), (3, "resolved")]
+    assert ev.resolved[0]["resolved_at"] == "2026-07-18T08:03:00Z"
+    assert ev.resolved[0]["since"] == "2026-07-18T08:00:00Z"
+
+
+def test_clear_polls_needs_consecutive_recoveries():
+    rule = scripted_rule("F....", "_RnRR")
+    cfg = fleet_config(rules={"thermal-critical": {"clear_polls": 2}})
+    tl, _, _ = drive([rule], 5, cfg=cfg)
+    assert [(e[0], e[3]) for e in tl] == [(0, "firing"), (4, "resolved")]
+
+
+def test_finding_again_resets_recovery_count():
+    cfg = fleet_config(rules={"thermal-critical": {"clear_polls": 2}})
+    tl, _, _ = drive([scripted_rule("F.F..", "_R_RR")], 5, cfg=cfg)
+    assert [(e[0], e[3]) for e in tl] == [(0, "firing"), (4, "resolved")]
+
+
+def test_hold_seconds_is_strictly_more_than():
+    tl, _, _ = drive([scripted_rule("FFFFF", hold_s=180)], 5)
+    assert [(e[0], e[3]) for e in tl] == [(0, "pending"), (4, "firing")]  # 240 s > 180 s; 180 is not
+
+
+def test_started_at_moves_since_back():
+    started = START.timestamp() - 590
+    tl, _, ev = drive([scripted_rule("FF", hold_s=600, started_at=started)], 2)
+    assert [(e[0], e[3]) for e in tl] == [(0, "pending"), (1, "firing")]
+    assert ev.issues[0]["since"] == "2026-07-18T07:50:10Z"
+
+
+def test_muted_gpu_is_not_evaluated_at_all():
+    restarts = Restarts(last={"gpu-dense": START.timestamp() + 60}, grace_s=120)
+    # polls 1 and 2 are inside the grace: the script does not even advance there
+    tl, _, ev = drive([scripted_rule("FF", polls=2)], 4, restarts=restarts)
+    assert [(e[0], e[3]) for e in tl] == [(0, "pending"), (3, "firing")]
+
+
+def test_muted_gpu_keeps_its_open_issues():
+    restarts = Restarts(last={"gpu-dense": START.timestamp() + 60}, grace_s=120)
+    _, _, ev = drive([scripted_rule("F")], 2, restarts=restarts)
+    assert [i["state"] for i in ev.issues] == ["firing"] and ev.muted == ["gpu-dense"]
+
+
+def test_host_inhibitor_freezes_and_hides_the_gpus_other_issues():
+    host = scripted_rule(".F.", rule_id="host-unreachable", inhibits="host")
+    other = scripted_rule("F.", rule_id="model-stuck")  # frozen at poll 1: its script does not advance
+    tl, book, ev = drive([host, other], 2)
+    assert [i["issue"] for i in ev.issues] == ["host-unreachable"]
+    assert [(i["issue"], i["inhibited_by"]) for i in ev.inhibited] == [("model-stuck", "host-unreachable")]
+    assert book["issues"]["gpu-dense|model-stuck"]["state"] == "firing"
+    # the host comes back: the other rule is evaluated again (its script advances to ".")
+    tl, _, ev = drive([host, other], 1, book=book)
+    assert {(e[2], e[3]) for e in tl} == {("host-unreachable", "resolved"), ("model-stuck", "resolved")}
+
+
+def test_monitor_inhibitor_hides_monitor_fed_issues_only():
+    ds = scripted_rule("F", rule_id="data-source-unreachable", inhibits="monitor", scope="fleet")
+    fed = scripted_rule("F", rule_id="thermal-critical", needs=frozenset({"monitor"}))
+    book = new_book()
+    book["issues"]["gpu-dense|thermal-critical"] = {
+        "gpu": "gpu-dense", "issue": "thermal-critical", "severity": "critical", "state": "firing",
+        "since": "x", "since_s": 0.0, "fired_at": "x", "detected": {}, "summary": "", "hits": 2,
+        "clear_hits": 0, "last_s": 0.0}
+    other = scripted_rule("F", rule_id="benchmark-regression")
+    _, _, ev = drive([ds, fed, other], 1, book=book)
+    assert {i["issue"] for i in ev.issues} == {"data-source-unreachable", "benchmark-regression"}
+    assert [i["issue"] for i in ev.inhibited] == ["thermal-critical"]
+
+
+def test_issues_of_removed_gpus_or_rules_are_forgotten():
+    book = load_book({"issues": {"gone|thermal-critical": {
+        "gpu": "gone", "issue": "thermal-critical", "severity": "critical", "state": "firing",
+        "since": "x", "since_s": 0, "hits": 1}}})
+    assert "gone|thermal-critical" in book["issues"]
+    _, book, ev = drive([scripted_rule("_")], 1, book=book)
+    assert book["issues"] == {} and ev.resolved == []
+
+
+@pytest.mark.parametrize("junk", [None, 3, "x", [], {"issues": []}, {"issues": {"a|b": {"gpu": "a"}}},
+                                  {"issues": {"k": {"gpu": "a", "issue": "b", "severity": "info", "state": "firing",
+                                                     "since": "x", "since_s": 1, "hits": 1}}},
+                                  {"memory": 5, "log": {}}])
+def test_load_book_tolerates_garbage(junk):
+    book = load_book(junk)
+    assert book["issues"] == {} and isinstance(book["memory"], dict) and isinstance(book["log"], list)
+
+
+def test_log_is_bounded():
+    book = new_book()
+    book["log"] = [{"x": i} for i in range(engine.LOG_MAX + 50)]
+    drive([scripted_rule("F")], 1, book=book)
+    assert len(book["log"]) == engine.LOG_MAX
+
+
+def test_open_issues_sorted_worst_first_then_fleet_order():
+    trace = fleet_trace(CFG, {"strix-moe": {"temp_c": "90 90"}, "gpu-dense": {"endpoint": "refused*3"}})
+    try:
+        from tests.series import run
+    except ImportError:
+        from series import run
+
+    result = run(CFG, trace)
+    assert [(i["gpu"], i["issue"], i["state"]) for i in result.open_at_end] == [
+        ("gpu-dense", "host-unreachable", "firing"),
+        ("strix-moe", "thermal-critical", "firing"),
+    ]
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_registry_has_every_contract_id_once_and_matches_defaults():
+    import yaml
+
+    assert sorted(BY_ID) == sorted(KNOWN_IDS) and len(ALL) == len(KNOWN_IDS)
+    defaults = yaml.safe_load((ROOT / "gpuheal/config/defaults.yaml").read_text())
+    assert set(defaults["rules"]) == set(KNOWN_IDS)
+
+
+def _module(name, **attrs):
+    mod = SimpleNamespace(__name__=f"gpuheal.rules.{name}", SCOPE="gpu", SEVERITY="warning",
+                          NEEDS=frozenset(), detect=lambda v, s, p: None)
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    return mod
+
+
+def test_registry_refuses_duplicates_unknown_ids_and_misnamed_modules():
+    good = _module("vram_leak", ID="vram-leak")
+    with pytest.raises(RuleRegistryError, match="duplicate"):
+        build_registry((good, _module("vram_leak", ID="vram-leak")))
+    with pytest.raises(RuleRegistryError, match="unknown rule id"):
+        build_registry((_module("gpu_on_fire", ID="gpu-on-fire"),))
+    with pytest.raises(RuleRegistryError, match="named after"):
+        build_registry((_module("leak", ID="vram-leak"),))
+    with pytest.raises(RuleRegistryError, match="SEVERITY"):
+        build_registry((_module("vram_leak", ID="vram-leak", SEVERITY="fatal"),))
+    with pytest.raises(RuleRegistryError, match="detect"):
+        build_registry((_module("vram_leak", ID="vram-leak", detect=None),))
+    assert build_registry((good,)) == (good,)
+
+
+def test_every_rule_declares_a_contract_severity():
+    critical = {"thermal-critical", "model-stuck", "host-unreachable", "api-key-mismatch",
+                "thermal-rising", "cooling-infrastructure"}
+    info = {"context-window", "workload-misrouted"}
+    for rule in ALL:
+        expected = "critical" if rule.ID in critical else "info" if rule.ID in info else "warning"
+        assert rule.SEVERITY == expected, rule.ID
+    assert BY_ID["data-source-unreachable"].SCOPE == "fleet"
+    assert BY_ID["cooling-infrastructure"].SCOPE == "fleet"
+
+
+# --------------------------------------------------------------------------- purity
+
+BANNED = ("requests", "socket", "subprocess", "fabric", "http", "time", "urllib",
+          "gpuheal.sources", "gpuheal.state.store")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+@pytest.mark.parametrize("package", ["gpuheal/core", "gpuheal/rules"])
+def test_core_and_rules_do_no_io(package):
+    """Design: "parse/, rules/ and core/ take values and return values" — read the imports."""
+    offenders = []
+    for path in sorted((ROOT / package).glob("*.py")):
+        for name in _imports(path):
+            if any(name == b or name.startswith(b + ".") for b in BANNED):
+                offenders.append(f"{path.name}: {name}")
+    assert offenders == []
+
+
+@pytest.mark.parametrize("package", ["gpuheal/core", "gpuheal/rules"])
+def test_no_clock_reads_in_core_or_rules(package):
+    """Design: "time is a parameter" — no rule or engine code reads the wall clock."""
+    hits = []
+    for path in (ROOT / package).glob("*.py"):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"now\(\)|utcnow|time\.time|monotonic\(|clock\.now", line):
+                hits.append(f"{path.name}:{number}: {line.strip()}")
+    assert hits == []
