@@ -55,15 +55,18 @@ def _main(
     _GLOBAL.update(config=config, state_dir=state_dir, metrics_file=metrics_file)
 
 
-def _runtime(json_out: bool):
+def _runtime(json_out: bool, uses_state: bool = True):
     from gpuheal import clock
     from gpuheal.config import load_config, resolve_config_path
     from gpuheal.runtime import Runtime, resolve_state_dir
 
-    cfg = load_config(resolve_config_path(_GLOBAL.get("config")))  # type: ignore[arg-type]
+    state_dir = resolve_state_dir(_GLOBAL.get("state_dir"))  # type: ignore[arg-type]
+    # the state directory remembers a config text that passed the schema (skips jsonschema)
+    cache_dir = state_dir if uses_state else None
+    cfg = load_config(resolve_config_path(_GLOBAL.get("config")), cache_dir=cache_dir)  # type: ignore[arg-type]
     return Runtime(
         cfg=cfg,
-        state_dir=resolve_state_dir(_GLOBAL.get("state_dir")),  # type: ignore[arg-type]
+        state_dir=state_dir,
         now=clock.now(),
         json_out=json_out,
         metrics_file=_GLOBAL.get("metrics_file") or cfg.metrics_file,  # type: ignore[arg-type]
@@ -106,6 +109,7 @@ def heal(
     apply: Annotated[bool, typer.Option("--apply", help="Execute the plan (default: dry-run, print it).")] = False,
     gpu: GpuOpt = None,
     issue: Annotated[str | None, typer.Option("--issue", help="Only this issue id.")] = None,
+    clear: Annotated[str | None, typer.Option("--clear", metavar="ALIAS/ISSUE", help="Lift an escalation so healing may try again.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check, then plan remediations; with --apply execute, verify, log and queue escalations.
@@ -114,7 +118,7 @@ def heal(
     """
     from gpuheal.steps import heal as step
 
-    _run_step(json_out, step.command, apply=apply, gpu=gpu, issue=issue)
+    _run_step(json_out, step.command, apply=apply, gpu=gpu, issue=issue, clear=clear)
 
 
 @app.command()
@@ -130,7 +134,10 @@ def bench(gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
 
 @app.command()
 def trend(gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
-    """VRAM growth and temperature rise per GPU from the recorded history (vram-trend)."""
+    """VRAM growth and temperature rise per GPU from the recorded history (vram-trend).
+
+    Exit status: 0 done, 1 a leak or a thermal rise needs attention, 3 could not run.
+    """
     from gpuheal.steps import trend as step
 
     _run_step(json_out, step.command, gpu=gpu)
@@ -170,11 +177,12 @@ def replay(
     """Feed a recorded trace through the rules with its own clock; print issues firing and clearing.
 
     Reads only the trace and the config; the state directory is not touched.
+    Exit status: 0 nothing fired, 1 a warning/critical issue fired, 3 the trace could not be read.
     """
     from gpuheal.runtime import emit
     from gpuheal.steps import replay as step
 
-    rt = _runtime(json_out)
+    rt = _runtime(json_out, uses_state=False)  # replay never touches the state directory
     result = step.command(rt, trace)
     emit(result, json_out)
     raise typer.Exit(result.exit_code)
@@ -201,15 +209,19 @@ def sim(
     speed: Annotated[float | None, typer.Option("--speed", help="Advance the virtual clock this many seconds per real second.")] = None,
 ) -> None:
     """Serve a simulated fleet (gpu-monitor, llama-servers, LiteLLM) on 127.0.0.1 until Ctrl-C."""
-    from gpuheal.sim import run_sim
+    from gpuheal.sim import ScenarioError, SimError, run_sim
 
-    run_sim(
-        str(scenario),
-        host="127.0.0.1",
-        ports_mode="ephemeral" if ephemeral else None,
-        write_config_path=str(write_config) if write_config else None,
-        realtime_speed=speed,
-    )
+    try:
+        code = run_sim(
+            str(scenario),
+            host="127.0.0.1",
+            ports_mode="ephemeral" if ephemeral else None,
+            write_config_path=str(write_config) if write_config else None,
+            realtime_speed=speed,
+        )
+    except (ScenarioError, SimError, OSError) as exc:
+        raise GpuhealError(f"sim: {exc}") from None
+    raise typer.Exit(code or 0)
 
 
 @config_app.command("validate")

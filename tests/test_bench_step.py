@@ -224,8 +224,15 @@ def test_a_hanging_gpu_costs_one_deadline(tmp_path, fakes, evaluate):
 
 
 def write_health(tmp_path, issues):
+    """Open issues as the engine's book holds them (what ``check``/``heal``/``bench`` update)."""
+    from gpuheal.core.engine import new_book
+
+    book = new_book()
+    for i in issues:
+        rec = {"state": "firing", "since": "2026-07-18T07:00:00Z", "since_s": 0.0, "hits": 2, **i}
+        book["issues"][f"{i['gpu']}|{i['issue']}"] = rec
     with StateDir(tmp_path) as store:
-        store.write_raw(files.GPU_HEALTH, {"schema_version": 1, "status": "degraded", "issues": issues, "actions": []})
+        store.write(files.ISSUES, book)
 
 
 def test_result_during_an_open_incident_is_excluded(tmp_path, fakes, evaluate):

@@ -26,6 +26,7 @@ COMMAND_KEYS = (
     "kill_command",
     "smi_command",
     "ps_command",
+    "journal_command",
 )
 
 
@@ -142,7 +143,15 @@ def resolve_config_path(explicit: str | None) -> Path:
     return Path("gpuheal.yaml")
 
 
-def load_config(path: Path | str) -> Config:
+def load_config(path: Path | str, cache_dir: Path | str | None = None) -> Config:
+    """Read, parse and validate the config file.
+
+    ``cache_dir`` (the state directory): remember there the digest of a text that passed the
+    JSON Schema, so the next cron run of the same text skips jsonschema (its import alone is
+    ~50-75 ms of every start; validating 1000 GPUs another ~100 ms). The digest covers the schema
+    too, so a new schema revalidates; every other check still runs. ``config validate`` passes
+    no cache and always validates in full.
+    """
     import yaml
 
     path = Path(path)
@@ -161,16 +170,63 @@ def load_config(path: Path | str) -> Config:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
         raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
-    return load_config_dict(data, path=str(path))
+    digest = _schema_digest(text) if cache_dir is not None else None
+    known_ok = digest is not None and _read_validated(Path(cache_dir)) == digest
+    cfg = load_config_dict(data, path=str(path), schema_checked=known_ok)
+    if digest is not None and not known_ok:
+        _remember_validated(Path(cache_dir), digest)
+    return cfg
 
 
-def load_config_dict(data: Any, path: str | None = None) -> Config:
-    """Validate ``data`` (parsed YAML) and build the :class:`Config`. Pure."""
+VALIDATED_FILE = ".config-validated"
+
+
+def _schema_digest(text: str) -> str:
+    import hashlib
+
+    schema = resources.files("gpuheal.config").joinpath("schema.json").read_bytes()
+    return hashlib.sha256(schema + b"\0" + text.encode("utf-8")).hexdigest()
+
+
+def _read_validated(cache_dir: Path) -> str | None:
+    try:
+        return (cache_dir / VALIDATED_FILE).read_text("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _remember_validated(cache_dir: Path, digest: str) -> None:
+    """Best effort, outside the state lock: temp file + rename, so a reader sees all or nothing."""
+    if not cache_dir.is_dir():
+        return
+    tmp = cache_dir / f"{VALIDATED_FILE}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, digest.encode("ascii") + b"\n")
+        finally:
+            os.close(fd)
+        os.replace(tmp, cache_dir / VALIDATED_FILE)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool = False) -> Config:
+    """Validate ``data`` (parsed YAML) and build the :class:`Config`. Pure.
+
+    ``schema_checked``: this exact document already passed the JSON Schema (see
+    :func:`load_config`); the other checks run regardless.
+    """
     if data is None:
         raise ConfigError("the config file is empty; it needs at least a 'gpus' list")
     if not isinstance(data, dict):
         raise ConfigError("the config must be a mapping of keys (monitor, litellm, gpus, ...)")
-    _validate_schema(data)
+    _check_finite(data)
+    if not schema_checked:
+        _validate_schema(data)
     _validate_semantics(data)
     merged = _merge(copy.deepcopy(_defaults()), {k: v for k, v in data.items() if k != "gpus"})
     fleet_rules: dict[str, dict[str, Any]] = merged.get("rules") or {}
@@ -221,7 +277,8 @@ def _argv(value: Any) -> tuple[str, ...] | None:
 
 
 def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]) -> GpuConfig:
-    rules = copy.deepcopy(fleet_rules)
+    # rule parameters are flat mappings of scalars (schema): a copy per rule is a deep copy
+    rules = {rule_id: dict(params) for rule_id, params in fleet_rules.items()}
     own = raw.get("rules") or {}
     _check_rule_ids(own, f"gpus[{index}].rules")
     for rule_id, params in own.items():
@@ -297,6 +354,25 @@ def _validate_semantics(data: dict[str, Any]) -> None:
             _check_placeholders(value, f"{section}.{key}")
 
 
+def _check_finite(data: Any) -> None:
+    """YAML has ``.nan`` and ``.inf``; JSON Schema's bounds do not reject them (NaN compares
+    false with everything), so a threshold of NaN would silently never fire."""
+    import math
+
+    stack: list[tuple[Any, tuple]] = [(data, ())]
+    seen: set[int] = set()
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"must be a finite number, not {value}", format_key_path(path) or "(top level)")
+        if isinstance(value, dict | list):
+            if id(value) in seen:  # a YAML alias cycle; the schema check reports the shape
+                continue
+            seen.add(id(value))
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((v, (*path, k)) for k, v in items)
+
+
 def _check_placeholders(value: str | list[str], key_path: str) -> None:
     import string
 
@@ -311,10 +387,11 @@ def _check_placeholders(value: str | list[str], key_path: str) -> None:
             names = {name for _, name, _, _ in string.Formatter().parse(arg) if name is not None}
         except ValueError as exc:
             raise ConfigError(f"bad placeholder in {arg!r}: {exc}", key_path) from None
-        unknown = names - PLACEHOLDERS
+        allowed = PLACEHOLDERS | ({"pid"} if key_path.endswith("kill_command") else set())
+        unknown = names - allowed
         if unknown:
             raise ConfigError(
-                f"unknown placeholder {{{sorted(unknown)[0]}}} (allowed: {{alias}} {{host}} {{endpoint}})",
+                f"unknown placeholder {{{sorted(unknown)[0]}}} (allowed: {' '.join('{' + n + '}' for n in sorted(allowed))})",
                 key_path,
             )
 
@@ -355,6 +432,25 @@ _TYPE_NAMES = {
 }
 
 
+def _yaml_type(value: Any) -> str:
+    """The YAML word for what the user wrote (``null``, not ``NoneType``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
 def _describe(error) -> tuple[str, str]:
     path = format_key_path(error.absolute_path)
     v = error.validator
@@ -375,7 +471,7 @@ def _describe(error) -> tuple[str, str]:
     if v == "type":
         want = error.validator_value
         names = [_TYPE_NAMES.get(t, t) for t in (want if isinstance(want, list) else [want])]
-        return path, f"must be {' or '.join(names)}, not {type(error.instance).__name__}"
+        return path, f"must be {' or '.join(names)}, not {_yaml_type(error.instance)}"
     if v == "enum":
         return path, "must be one of: " + ", ".join(map(str, error.validator_value))
     if v == "pattern":

@@ -19,7 +19,8 @@ The heal state (``heal-state.json``, internal) is a plain dict::
      "attempts": {KEY: ATTEMPT},
      "escalated": {"ALIAS/ISSUE": {"at": epoch_s, "reason": str, "since": ISO}},
      "paused": {"fleet": {"reason", "at"} | None, "gpus": {ALIAS: {"reason", "at"}}},
-     "active": {ALIAS: [ACTION, ...]},      # load-side mitigations to undo on recovery
+     "active": {ALIAS: {"actions": [...], "issue": ID}},  # load-side mitigations to undo
+     "litellm_restarts": [epoch_s, ...],   # circuit-breaker-status.json "last_reset"
      "run_seq": {"day": "YYYYMMDD", "n": int}}
     ATTEMPT = {"key", "gpu", "issue", "since", "n", "actions": [...], "status":
                "running" | "pending" | "resolved" | "failed" | "superseded",
@@ -39,7 +40,7 @@ OPEN_ATTEMPT = frozenset({"running", "pending"})
 
 
 def empty_state() -> dict[str, Any]:
-    return {"restarts": {}, "attempts": {}, "escalated": {}, "paused": {"fleet": None, "gpus": {}}, "active": {}, "run_seq": {}}
+    return {"restarts": {}, "attempts": {}, "escalated": {}, "paused": {"fleet": None, "gpus": {}}, "active": {}, "run_seq": {}, "litellm_restarts": []}
 
 
 def normalise_state(data: Any) -> dict[str, Any]:
@@ -50,6 +51,8 @@ def normalise_state(data: Any) -> dict[str, Any]:
     for key in ("restarts", "attempts", "escalated", "active", "run_seq"):
         if isinstance(data.get(key), dict):
             state[key] = data[key]
+    lite = data.get("litellm_restarts")
+    state["litellm_restarts"] = [float(t) for t in lite if isinstance(t, int | float)] if isinstance(lite, list) else []
     state["restarts"] = {
         a: [float(t) for t in ts if isinstance(t, int | float)]
         for a, ts in state["restarts"].items()

@@ -173,21 +173,17 @@ def command(rt, store: StateDir, gpu: str | None = None):
 
 
 def open_incidents(store: StateDir) -> list[dict[str, Any]]:
-    """Firing warning/critical issues from the last ``check``/``heal`` (``gpu-health.json``)."""
-    doc = store.read_raw(files.GPU_HEALTH) or {}
-    issues = doc.get("issues")
-    if not isinstance(issues, list):
-        return []
-    out = []
-    for issue in issues:
-        if not isinstance(issue, dict) or not isinstance(issue.get("issue"), str):
-            continue
-        if issue.get("state", "firing") != "firing":
-            continue
-        if issue.get("severity") not in ("warning", "critical"):
-            continue  # info: recommendations (context window, routing) are not incidents
-        out.append(issue)
-    return out
+    """Firing warning/critical issues in the engine's issue book — the same book ``check``,
+    ``heal`` and ``bench`` itself update, so a regression found by the previous bench run
+    already excludes the next result (a regression must never become the new baseline)."""
+    from gpuheal.core.engine import load_book
+
+    book = load_book(store.read(files.ISSUES, {}))
+    return [
+        rec
+        for rec in book["issues"].values()
+        if rec.get("state") == "firing" and rec.get("severity") in ("warning", "critical")
+    ]
 
 
 def recent_restarts(store: StateDir) -> dict[str, list[float]]:

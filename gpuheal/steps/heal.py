@@ -155,6 +155,8 @@ class Heal:
             self._queue(item, "escalated", f"{item.issue}: {item.reason}; acting now", run_id, mark=False)
         ex = run_item(item, self.cfg, self._runner(), self._verifier(), self.secrets)
         for step in ex.steps:
+            if step.ok and step.action == "restart-litellm":
+                self.state["litellm_restarts"] = [*self.state["litellm_restarts"][-49:], self.now_s]
             if step.ok and step.action in ("shed-load", "redirect-traffic"):
                 active = self.state["active"].setdefault(item.gpu, {"actions": [], "issue": item.issue})
                 if step.action not in active["actions"]:
@@ -444,14 +446,10 @@ class Heal:
 
 
 def _secrets(cfg) -> tuple[str, ...]:
-    import os
+    """Every secret value gpuheal knows of (the api key, the Zulip key, secret-named env vars)."""
+    from gpuheal.zulip import secrets_for
 
-    values = [cfg.litellm.api_key]
-    for env_key in ("email_env", "api_key_env"):
-        name = cfg.zulip.get(env_key)
-        if name and env_key == "api_key_env" and os.environ.get(name):
-            values.append(os.environ[name])
-    return tuple(v for v in values if v)
+    return secrets_for(cfg)
 
 
 def _render_argv(step, item: PlanItem, cfg) -> str:
