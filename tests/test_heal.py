@@ -248,3 +248,25 @@ def test_monitor_down_restarts_gpu_monitor_and_falls_back_to_smi(make_lab):
     assert lab.restarts("monitor") == 1
     assert health["gpus"]["gpu-a"]["temp_c"] == 71 and health["gpus"]["gpu-a"]["source"] == "smi-fallback"
     assert any(argv[0] == "nvidia-smi" and target == "ct1" for target, argv in runner.calls)
+
+
+def test_inhibited_issue_is_not_resolved_while_the_monitor_is_down(make_lab):
+    """An attempt on model-stuck must not be called resolved because gpu-monitor went dark and
+    the rule could no longer see the failures (the issue is inhibited, not cleared)."""
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}, {"alias": "gpu-c", "host": "ct3"}],
+        [
+            # the monitor sees failures, completions work: the restart verifies, the attempt is pending
+            {"at": 30, "gpu": "gpu-a", "set": {"requests_60s": 20, "failures_60s": 20}},
+            {"at": 150, "gpu": "fleet", "monitor": "down", "heals_on_restart": False},
+        ],
+    )
+    for _ in range(2):
+        lab.heal()
+    assert lab.restarts("gpu-a") == 1
+    for _ in range(5):
+        health = lab.heal()
+    assert ("fleet", "data-source-unreachable") in issues_of(health)
+    kinds = [(a["gpu"], a["issue"], a["kind"]) for a in lab.read("alerts.json")["queue"]]
+    assert ("gpu-a", "model-stuck", "resolved") not in kinds
+    assert not [r for r in lab.audit() if r["gpu"] == "gpu-a" and r["result"] == "resolved"]

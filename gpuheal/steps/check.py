@@ -27,6 +27,7 @@ class CheckResult:
     history: History
     issues: list[dict[str, Any]]
     health: dict[str, Any]
+    evaluation: Any = None  # core.engine.Evaluation: also what resolved, and what is inhibited
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -66,17 +67,17 @@ def run(
         record_observation(record, obs)
     history = load_history(store)
     history.add(obs, cfg.aliases)
-    issues = evaluate(cfg, store, obs, history, now)
-    health = health_document(obs, issues, actions=[])
+    evaluation = evaluate(cfg, store, obs, history, now)
+    health = health_document(obs, evaluation.issues, actions=[])
     save_history(store, cfg, history, now)
-    return CheckResult(obs=obs, history=history, issues=issues, health=health)
+    return CheckResult(obs=obs, history=history, issues=evaluation.issues, health=health, evaluation=evaluation)
 
 
-def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> list[dict[str, Any]]:
+def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime):
     """The rules engine (issue 3): every rule over this poll and the recorded history."""
     from gpuheal.steps import evaluate as rules_step
 
-    return rules_step.run(cfg, store, obs, history, now)
+    return rules_step.run_full(cfg, store, obs, history, now)
 
 
 def save_health(store: StateDir, health: dict[str, Any]) -> None:

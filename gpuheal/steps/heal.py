@@ -53,6 +53,7 @@ class Heal:
         self.audit: list[dict[str, Any]] = []
         self.actions_doc: list[dict[str, Any]] = []
         self.secrets = _secrets(cfg)
+        self.inhibited: set[tuple[str, str]] = set()
         self._pool = None
 
     # ------------------------------------------------------------------ run
@@ -66,9 +67,13 @@ class Heal:
         result = check.run(self.cfg, self.store, self.now)
         issues = result.issues
         open_keys = {(i["gpu"], i["issue"]): i for i in issues}
+        # An inhibited issue (e.g. model-stuck while gpu-monitor is down) is still open, only
+        # hidden: its attempts must not be judged resolved on the absence of data.
+        self.inhibited = {(i["gpu"], i["issue"]) for i in result.evaluation.inhibited}
+        still_open = {**{(i["gpu"], i["issue"]): i for i in result.evaluation.inhibited}, **open_keys}
         if self.apply:
-            self._judge_attempts(open_keys)
-            self._settle_escalations(open_keys)
+            self._judge_attempts(still_open)
+            self._settle_escalations(still_open)
         items = plan(issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter)
         acted = False
         try:
@@ -154,7 +159,11 @@ class Heal:
         if item.alert_now:
             self._queue(item, "escalated", f"{item.issue}: {item.reason}; acting now", run_id, mark=False)
         ex = run_item(item, self.cfg, self._runner(), self._verifier(), self.secrets)
-        for step in ex.steps:
+        for n, step in enumerate(ex.steps, 1):
+            if not step.ok or (n == len(ex.steps) and ex.result != "pending"):
+                step_result = "failed"  # the command failed, or its verification did
+            else:
+                step_result = "resolved" if ACTIONS[step.action].evidence else "pending"
             if step.ok and step.action == "restart-litellm":
                 self.state["litellm_restarts"] = [*self.state["litellm_restarts"][-49:], self.now_s]
             if step.ok and step.action in ("shed-load", "redirect-traffic"):
@@ -165,10 +174,10 @@ class Heal:
                 item,
                 step.action,
                 step.note or item.reason,
-                result="failed" if not step.ok else ("resolved" if ACTIONS[step.action].evidence else "pending"),
+                result=step_result,
                 command=" ".join(step.argv),
                 target=step.target,
-                error=step.error,
+                error=step.error or (ex.verification.get("error") if step_result == "failed" and ex.verification else None),
             )
         attempt["status"] = {"pending": "pending", "failed": "failed", "escalated": "failed"}[ex.result]
         attempt["verification"] = ex.verification
@@ -208,6 +217,8 @@ class Heal:
             if attempt.get("status") not in OPEN_ATTEMPT:
                 continue
             key = (attempt["gpu"], attempt["issue"])
+            if key in self.inhibited:
+                continue  # not known now (its data source is down): judged when it is back
             issue = open_keys.get(key)
             item = PlanItem(gpu=attempt["gpu"], issue=attempt["issue"], decision="act", reason="verification", since=attempt.get("since"), detected=(issue or {}).get("detected") or {})
             if issue is None:
