@@ -246,3 +246,24 @@ def test_summary_survives_damaged_files(state):
     assert any("gpu-health.json" in w for w in r.warnings)
     r = run(state, weekly_=True)
     assert r.exit_code == 0
+
+
+def test_weekly_flags_a_gpu_running_far_below_its_baseline():
+    """Rule 4's view in the weekly report: a week that is steady (no week-over-week change) but
+    25 % under the baseline must still be called out, not hidden behind "no regression"."""
+    from datetime import UTC, datetime
+
+    from gpuheal import benchdata
+    from gpuheal.render import weekly
+
+    now = datetime(2026, 7, 25, 8, 0, tzinfo=UTC)
+    data = benchdata.empty()
+    for i in range(20):
+        at = now.timestamp() - i * 6 * 3600
+        benchdata.add_result(data, "gpu-dense", {"at": at, "gen_tok_s": 56.0, "ok": True})
+    data["results"]["gpu-dense"].sort(key=lambda r: r["at"])
+    doc = weekly.build(["gpu-dense"], {"gpu-dense": 74.8}, data, [], now)
+    row = doc["gpus"][0]
+    assert row["below_baseline"] is True and row["current_vs_baseline_pct"] == -25.1
+    text = weekly.markdown(doc)
+    assert "gpu-dense** runs at 56.0 tok/s, -25.1%" in text

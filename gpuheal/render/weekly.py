@@ -19,6 +19,7 @@ from gpuheal.render.report import fmt_duration, fmt_time, md, to_datetime
 DAY_S = 86400.0
 WEEK_DAYS = 7
 REGRESSION_PCT = 10.0  # spec: "Regression alerts if any GPU degrades >10% week-over-week"
+BELOW_BASELINE_PCT = 20.0  # Rule 4's default drop: "gen_tok_per_sec drops >20% below baseline"
 SPARK = "▁▂▃▄▅▆▇█"
 NO_DATA = "·"
 
@@ -110,6 +111,8 @@ def build(
             "current_tok_s": current,
             "current_vs_baseline_pct": pct_change(current, baseline),
         }
+        vs = row["current_vs_baseline_pct"]
+        row["below_baseline"] = vs is not None and vs < -BELOW_BASELINE_PCT
         gpus.append(row)
         if regression:
             regressions.append(
@@ -285,6 +288,12 @@ def markdown(doc: dict[str, Any]) -> str:
             )
     else:
         lines.append(f"✅ No GPU degraded more than {threshold:g}% week over week.")
+    for g in doc["gpus"]:
+        if g.get("below_baseline"):
+            lines.append(
+                f"⚠ **{md(g['gpu'], 64)}** runs at {_n(g['current_tok_s'])} tok/s, {_pct(g['current_vs_baseline_pct'])} "
+                f"against its baseline of {_n(g['baseline_tok_s'])} (Rule 4 alerts below -{BELOW_BASELINE_PCT:g}%)."
+            )
     notes = [
         f"{md(g['gpu'], 64)}: {g['failed_runs']} failed benchmark run(s)" for g in doc["gpus"] if g.get("failed_runs")
     ]
