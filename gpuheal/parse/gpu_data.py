@@ -97,6 +97,15 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
+def _shown(raw: Any) -> str:
+    """A short description of a bad value; never ``str()`` of a nested one (deep → RecursionError)."""
+    if isinstance(raw, str):
+        return repr(raw[:40])
+    if isinstance(raw, int | float):
+        return repr(raw)[:40]
+    return f"a JSON {type(raw).__name__}"
+
+
 def _host_reading(entry: dict[str, Any], where: str, problems: list[str]) -> HostReading | None:
     hostname = _text(entry.get("hostname"), 253)
     if hostname is None:
@@ -107,7 +116,7 @@ def _host_reading(entry: dict[str, Any], where: str, problems: list[str]) -> Hos
         raw = entry.get(key)
         value = number(raw, _LIMITS[key])
         if raw is not None and value is None:
-            problems.append(f"{where}.{key}: {str(raw)[:40]!r} is not a valid reading")
+            problems.append(f"{where}.{key}: {_shown(raw)} is not a valid reading")
         reading.values[key] = value
     running = entry.get("running")
     reading.running = running if isinstance(running, bool) else None

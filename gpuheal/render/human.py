@@ -123,6 +123,10 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
         line = f"ACTION   {clean(action['gpu'])} {action['issue']} → {action['action']} [{action['result']}]"
         if action.get("command"):
             line += f": {clean(action['command'], 200)}"
+        elif action.get("why"):
+            line += f": {clean(action['why'], 200)}"
+        if action.get("error"):
+            line += f" ({clean(action['error'], 120)})"
         print_line(line, "cyan")
     for fault in doc.get("faults", []):
         print_line(f"FAULT    {clean(fault['source'])} {fault['fault']}: {clean(fault.get('detail'), 200)}", "yellow")

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import json
 import os
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,21 @@ from gpuheal.errors import GpuhealError, StateLockedError
 
 SCHEMA_VERSION = 1
 LOCK_FILE = ".lock"
+_WRITE_STEP = 1 << 20
+
+
+def _buffered(chunks: Iterable[str]) -> Iterator[str]:
+    """Join an encoder's many small pieces into ~1 MB writes."""
+    buf: list[str] = []
+    size = 0
+    for chunk in chunks:
+        buf.append(chunk)
+        size += len(chunk)
+        if size >= _WRITE_STEP:
+            yield "".join(buf)
+            buf, size = [], 0
+    if buf:
+        yield "".join(buf)
 
 
 class StateDir:
@@ -68,6 +85,16 @@ class StateDir:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._lock_fd = fd
+        self._remove_stale_temp_files()
+
+    def _remove_stale_temp_files(self) -> None:
+        """A run killed between creating its temp file and the rename leaves ``.NAME.PID.tmp``;
+        under the lock no other run can be writing one, so any found now is litter."""
+        for tmp in self.path.glob(".*.tmp"):
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
 
     def close(self) -> None:
         if self._lock_fd is not None:
@@ -95,14 +122,23 @@ class StateDir:
             return default
         return doc.get("data", default)
 
-    def write(self, name: str, data: Any) -> None:
+    def write(self, name: str, data: Any, *, stream: bool = False) -> None:
         """Atomically replace ``name`` with ``{"schema_version": N, "data": data}``."""
-        self.write_raw(name, {"schema_version": SCHEMA_VERSION, "data": data})
+        self.write_raw(name, {"schema_version": SCHEMA_VERSION, "data": data}, stream=stream)
 
-    def write_raw(self, name: str, doc: dict[str, Any]) -> None:
-        """Atomically write a document whose shape is public (the contract's files)."""
+    def write_raw(self, name: str, doc: dict[str, Any], *, stream: bool = False) -> None:
+        """Atomically write a document whose shape is public (the contract's files).
+
+        ``stream``: encode piece by piece instead of into one string first — for a document of
+        a few large strings (the packed history of a big fleet) it saves a whole copy at peak;
+        for one of many small numbers the one-shot C encoder is faster.
+        """
+        if stream:
+            encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+            self._atomic_write(self.path / name, _buffered(encoder.iterencode(doc)), ["\n"])
+            return
         payload = json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)
-        self._atomic_write(self.path / name, payload.encode() + b"\n")
+        self._atomic_write(self.path / name, [payload, "\n"])
 
     def read_raw(self, name: str) -> dict[str, Any] | None:
         path = self.path / name
@@ -128,17 +164,30 @@ class StateDir:
         self.warnings.append(f"state file {name} was unreadable ({reason}); set aside as {target.name}")
         return target
 
-    def _atomic_write(self, path: Path, payload: bytes) -> None:
+    def _atomic_write(self, path: Path, *parts: Iterable[str | bytes]) -> None:
+        """Temp file, fsync, rename; the temp file is removed if anything fails before the rename.
+        A ``str`` is encoded a megabyte at a time: the history of a large fleet is tens of MB, and
+        a whole encoded copy would be held at once (peak RSS)."""
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            view = memoryview(payload)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                for payload in itertools.chain.from_iterable(parts):
+                    for start in range(0, len(payload), _WRITE_STEP):
+                        piece = payload[start : start + _WRITE_STEP]
+                        view = memoryview(piece.encode() if isinstance(piece, str) else piece)
+                        while view:
+                            written = os.write(fd, view)
+                            view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            raise
         os.replace(tmp, path)
         self._fsync_dir()
 
@@ -151,29 +200,58 @@ class StateDir:
 
     # ------------------------------------------------------------------ JSON lines
     def append_lines(self, name: str, records: list[dict[str, Any]]) -> None:
-        """Append whole lines with one ``write`` each, then fsync: a kill never truncates a line.
+        """Append whole JSON lines (serialised first: a bad record writes nothing), then fsync.
 
-        A previous run killed mid-line (impossible with one ``write`` of a small record on a
-        local filesystem, but cheap to guard) is healed by starting on a fresh line.
+        A SIGKILL can tear a write: Linux checks for a fatal signal between the pages it copies,
+        so a run killed mid-append may leave a partial last line. :meth:`read_lines` never returns
+        such a tail as a record, and the next append removes it before writing. A tail that is a
+        whole record that only lacks its newline gets the newline instead. Torn bytes never stay
+        in the middle of the file.
         """
         if not records:
             return
+        payload = b"".join(
+            json.dumps(record, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+            for record in records
+        )
         path = self.path / name
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            size = os.fstat(fd).st_size
-            prefix = b""
-            if size:
-                with open(path, "rb") as fh:
-                    fh.seek(size - 1)
-                    if fh.read(1) != b"\n":
-                        prefix = b"\n"
-            for i, record in enumerate(records):
-                line = json.dumps(record, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-                os.write(fd, (prefix if i == 0 else b"") + line)
+            self._heal_torn_tail(fd, name)
+            view = memoryview(payload)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
             os.fsync(fd)
         finally:
             os.close(fd)
+
+    def _heal_torn_tail(self, fd: int, name: str) -> None:
+        size = os.fstat(fd).st_size
+        if not size or os.pread(fd, 1, size - 1) == b"\n":
+            return
+        cut = 0  # just after the last newline
+        pos = size
+        while pos > 0:
+            step = min(65536, pos)
+            block = os.pread(fd, step, pos - step)
+            nl = block.rfind(b"\n")
+            if nl >= 0:
+                cut = pos - step + nl + 1
+                break
+            pos -= step
+        tail = os.pread(fd, size - cut, cut)
+        try:
+            whole = isinstance(json.loads(tail), dict)
+        except (ValueError, RecursionError):
+            whole = False
+        if whole:
+            os.write(fd, b"\n")
+            return
+        os.ftruncate(fd, cut)
+        self.warnings.append(
+            f"{name}: removed a partial last line ({size - cut} bytes) left by an interrupted run"
+        )
 
     def read_lines(self, name: str) -> list[dict[str, Any]]:
         """Every parsable line of a JSON-lines file; junk lines are skipped with a warning."""

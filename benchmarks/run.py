@@ -1,0 +1,370 @@
+#!/usr/bin/env python3
+"""gpuheal benchmarks, for the record (issue 2, "Benchmark"): figures, not timed tests.
+
+Starts its own servers on 127.0.0.1 (tests/servers.py), runs the installed ``gpuheal`` as cron
+would (a fresh process each time) and prints a table; the figures also go to
+``benchmarks/results/latest.json``. Stdlib + the package + tests/servers.py only.
+
+    .venv/bin/python benchmarks/run.py            # everything (about a minute)
+    .venv/bin/python benchmarks/run.py --quick    # fewer repetitions, 1000-GPU case once
+    .venv/bin/python benchmarks/run.py --profile  # also cProfile the 1000-GPU check (top 25)
+
+Measured:
+  help        start-up of ``gpuheal --help``, median of N subprocess runs
+  check-3     ``check --json`` on a 3-GPU loopback fleet (monitor, 3 llama-servers, LiteLLM), median of N
+  check-1000  ``check --json`` on 1000 GPUs (one monitor document of 1000 GPUs, 1000 /health
+              endpoints) with 6.5 h of per-minute history already in the state directory: wall
+              time (median) and peak RSS (max over runs, from getrusage of a wrapper's children)
+  dead-200    ``check --json`` against 200 endpoints that accept and never answer (and a monitor
+              and LiteLLM that do the same): wall time against the probe deadline
+  imports     modules that ``check`` imports (``-X importtime``): fabric/paramiko/invoke must be absent
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from servers import (  # noqa: E402
+    HEALTH_OK,
+    Hang,
+    LoopbackServer,
+    Reply,
+    fleet_config,
+    gpu_entry,
+    gpuheal_argv,
+    json_reply,
+    write_config,
+)
+
+TARGETS = {"help": 0.100, "check-3": 0.300, "check-1000": 2.0, "check-1000-rss-mb": 200.0}
+START = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
+NEVER_IMPORTED = ("fabric", "paramiko", "invoke", "requests")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEAL_")}
+    env.update(TERM="dumb", **extra)
+    return env
+
+
+def timed_run(argv: list[str], env: dict[str, str], ok_codes=(0, 1, 2)) -> tuple[float, subprocess.CompletedProcess]:
+    started = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    took = time.perf_counter() - started
+    if proc.returncode not in ok_codes:
+        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(argv)}\n{proc.stderr}")
+    return took, proc
+
+
+RSS_WRAPPER = (
+    "import resource, subprocess, sys, time\n"
+    "t = time.perf_counter()\n"
+    "p = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+    "t = time.perf_counter() - t\n"
+    "r = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(p.returncode, t, r.ru_maxrss, r.ru_utime + r.ru_stime)\n"
+    "sys.stderr.buffer.write(p.stderr)\n"
+)
+
+
+def run_with_rss(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, float, str]:
+    """(rc, wall s, peak RSS MB, cpu s) of one run of ``argv``, via a wrapper whose only child it is."""
+    proc = subprocess.run([sys.executable, "-c", RSS_WRAPPER, *argv], capture_output=True, text=True, env=env, timeout=300)
+    rc, wall, maxrss_kb, cpu = proc.stdout.split()
+    return int(rc), float(wall), int(maxrss_kb) / 1024, float(cpu), proc.stderr
+
+
+def stamp(minutes: int) -> str:
+    return (START + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def bench_help(n: int) -> dict:
+    argv = [*gpuheal_argv(), "--help"]
+    timed_run(argv, clean_env())  # warm the page cache
+    times = [timed_run(argv, clean_env())[0] for _ in range(n)]
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": n, "target_s": TARGETS["help"]}
+
+
+def bench_check_3(n: int, work: Path) -> dict:
+    hosts = {"gpu-dense": "ct8", "gpu-light": "ct110", "strix-moe": "ct15"}
+    doc = {"generated_at": stamp(0), "gpus": [gpu_entry(h) for h in hosts.values()]}
+    with (
+        LoopbackServer({"/gpu-data": json_reply(doc)}, record=False) as monitor,
+        LoopbackServer({"/health/liveliness": Reply(200, '"I\'m alive!"')}, record=False) as litellm,
+        LoopbackServer({"/health": HEALTH_OK}, ports=3, record=False) as gpus,
+    ):
+        cfg = fleet_config(
+            monitor.url + "/gpu-data",
+            [(alias, host, url) for (alias, host), url in zip(hosts.items(), gpus.urls, strict=True)],
+            litellm_url=litellm.url,
+            timeout_s=5,
+        )
+        config = write_config(work / "check3.yaml", cfg)
+        state = work / "state-3"
+        base = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "check", "--json"]
+        timed_run(base, clean_env(GPUHEAL_NOW=stamp(0)))
+        times, codes = [], set()
+        for i in range(n):
+            took, proc = timed_run(base, clean_env(GPUHEAL_NOW=stamp(i + 1)))
+            times.append(took)
+            codes.add(proc.returncode)
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": n, "exit_codes": sorted(codes), "target_s": TARGETS["check-3"]}
+
+
+def make_history(aliases: list[str], end: datetime, hours: float = 6.5) -> dict:
+    """Per-minute samples for ``hours`` up to ``end``, as ``History.from_dict`` takes them."""
+    n = int(hours * 60)
+    t0 = end.timestamp() - n * 60
+    ts = [round(t0 + 60 * i, 3) for i in range(n)]
+    raw = {}
+    for k, alias in enumerate(aliases):
+        raw[alias] = {
+            "t": ts,
+            "temp_c": [55.0 + k % 10 + (i % 3) * 0.5 for i in range(n)],  # steady, no trend
+            "vram_used_mb": [10_000.0 + i * 0.5 for i in range(n)],
+            "util_pct": [40.0 + (i * 7 + k) % 50 for i in range(n)],
+            "power_w": [180.0 + (i + k) % 90 for i in range(n)],
+            "endpoint": ["ok"] * n,
+        }
+    return {"raw": raw, "coarse": {}}
+
+
+def write_state_file(state: Path, name: str, data: dict) -> None:
+    state.mkdir(mode=0o700, parents=True, exist_ok=True)
+    (state / name).write_text(json.dumps({"schema_version": 1, "data": data}, separators=(",", ":")))
+    os.chmod(state / name, 0o600)
+
+
+def bench_check_1000(n: int, work: Path, profile: bool) -> dict:
+    count = 1000
+    hosts = [f"node{i:04d}" for i in range(count)]
+    aliases = [f"gpu-{i:04d}" for i in range(count)]
+    doc = {
+        "generated_at": stamp(0),
+        "gpus": [gpu_entry(h, temp_c=55 + i % 10, vram_used_mb=10_000 + 195) for i, h in enumerate(hosts)],
+        "summary": {
+            "available_models": [
+                {"name": a, "hostname": h, "requests_60s": 20, "failures_60s": 0, "consecutive_timeouts": 0}
+                for a, h in zip(aliases, hosts, strict=True)
+            ],
+            "circuit_breakers": [],
+        },
+    }
+    body = json.dumps(doc).encode()
+
+    def health(req):  # one port, one path per GPU: /gpu-0001/health -> ok
+        return HEALTH_OK if req.path.endswith("/health") else Reply(404, "")
+
+    with (
+        LoopbackServer({"/gpu-data": Reply(200, body, {"Content-Type": "application/json"})}, record=False) as monitor,
+        LoopbackServer({"/health/liveliness": Reply(200, '"ok"')}, record=False) as litellm,
+        LoopbackServer(default=health, record=False, backlog=4096) as gpus,
+    ):
+        cfg = fleet_config(
+            monitor.url + "/gpu-data",
+            [(a, h, f"{gpus.url}/{a}") for a, h in zip(aliases, hosts, strict=True)],
+            litellm_url=litellm.url,
+            timeout_s=5,
+            monitor={"max_response_bytes": 8 * 1024 * 1024},
+        )
+        config = write_config(work / "check1000.yaml", cfg)
+        state = work / "state-1000"
+        from gpuheal.state.history import History
+
+        # stored exactly as gpuheal stores it (History.to_dict), as if cron had run for 6.5 h
+        write_state_file(state, "history.json", History.from_dict(make_history(aliases, START)).to_dict())
+        history_mb = (state / "history.json").stat().st_size / 1e6
+        base = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "check", "--json"]
+        # the first run of a new config text validates it against the schema (and remembers it)
+        cold_rc, cold_wall, cold_rss, _, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(1)))
+        if cold_rc not in (0, 1, 2):
+            raise SystemExit(f"1000-GPU check failed ({cold_rc}):\n{err}")
+        walls, rss, cpus, codes = [], [], [], set()
+        for i in range(n):
+            rc, wall, peak, cpu, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(i + 2)))
+            if rc not in (0, 1, 2):
+                raise SystemExit(f"1000-GPU check failed ({rc}):\n{err}")
+            walls.append(wall)
+            rss.append(peak)
+            cpus.append(cpu)
+            codes.add(rc)
+        out = {
+            "median_s": statistics.median(walls),
+            "max_s": max(walls),
+            "peak_rss_mb": max(rss),
+            "cpu_s_median": statistics.median(cpus),
+            "runs": n,
+            "first_run_s": cold_wall,
+            "first_run_rss_mb": cold_rss,
+            "gpus": count,
+            "history_file_mb": round(history_mb, 1),
+            "monitor_document_kb": round(len(body) / 1024, 1),
+            "exit_codes": sorted(codes),
+            "target_s": TARGETS["check-1000"],
+            "target_rss_mb": TARGETS["check-1000-rss-mb"],
+        }
+        if profile:
+            out["profile_top"] = profile_check(config, state, stamp(n + 2))
+    return out
+
+
+def profile_check(config: Path, state: Path, now: str) -> list[str]:
+    code = (
+        "import cProfile, pstats, io, sys\n"
+        "from gpuheal.cli import main\n"
+        "pr = cProfile.Profile(); pr.enable()\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "pr.disable(); s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats('cumulative').print_stats(25)\n"
+        "sys.stderr.write(s.getvalue())\n"
+    )
+    argv = [sys.executable, "-c", code, "--config", str(config), "--state-dir", str(state), "check", "--json"]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=clean_env(GPUHEAL_NOW=now), timeout=300)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if "cumtime" in line), 0)
+    return lines[start : start + 26]
+
+
+def bench_dead_sweep(work: Path, deadline_s: float = 2.0) -> dict:
+    count = 200
+    with (
+        LoopbackServer(default=Hang(), ports=count, record=False) as dead,
+        LoopbackServer({"/gpu-data": Hang()}, record=False) as monitor,
+        LoopbackServer({"/health/liveliness": Hang()}, record=False) as litellm,
+    ):
+        cfg = fleet_config(
+            monitor.url + "/gpu-data",
+            [(f"dead-{i:03d}", f"dead{i:03d}", url) for i, url in enumerate(dead.urls)],
+            litellm_url=litellm.url,
+            timeout_s=deadline_s,
+        )
+        config = write_config(work / "dead.yaml", cfg)
+        argv = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(work / "state-dead"), "check", "--json"]
+        took, proc = timed_run(argv, clean_env(GPUHEAL_NOW=stamp(0)))
+        doc = json.loads(proc.stdout)
+    timeouts = sum(1 for row in doc["gpus"].values() if row["endpoint"] == "timeout")
+    return {
+        "wall_s": took,
+        "probe_deadline_s": deadline_s,
+        "endpoints": count,
+        "timeouts_reported": timeouts,
+        "status": doc["status"],
+        "exit_code": proc.returncode,
+        "target_s": deadline_s + 1.0,
+    }
+
+
+def bench_imports(work: Path) -> dict:
+    """What ``check`` imports (a real check, against a closed port: every source refused)."""
+    cfg = fleet_config("http://127.0.0.1:9/gpu-data", [("a", "h", "http://127.0.0.1:9")], timeout_s=1)
+    config = write_config(work / "imports.yaml", cfg)
+    argv = [sys.executable, "-X", "importtime", "-m", "gpuheal", "--config", str(config), "--state-dir", str(work / "state-imp"), "check", "--json"]
+    for minute in (0, 1, 2):  # the third run is cron's steady state (the config text known valid)
+        proc = subprocess.run(argv, capture_output=True, text=True, env=clean_env(GPUHEAL_NOW=stamp(minute)), timeout=60)
+    rows = []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line or "cumulative" in line:
+            continue
+        self_us, cumulative_us, name = line[len("import time:") :].split("|", 2)
+        rows.append((name[1:].rstrip(), int(self_us), int(cumulative_us)))  # leading spaces = nesting
+    modules = {name for name, _, _ in rows}
+    top_level = sorted(
+        ((name, cum) for name, _, cum in rows if not name.startswith(" ")), key=lambda r: -r[1]
+    )[:12]
+    forbidden = sorted(m.strip() for m in modules if m.strip().split(".")[0] in NEVER_IMPORTED)
+    return {
+        "forbidden_imported": forbidden,
+        "module_count": len(modules),
+        "slowest_top_level_ms": [(name, round(us / 1000, 1)) for name, us in top_level],
+    }
+
+
+# --------------------------------------------------------------------------- main
+
+
+def verdict(value: float, target: float) -> str:
+    return "ok" if value <= target else "MISSED"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--profile", action="store_true", help="cProfile the 1000-GPU check")
+    parser.add_argument("--only", choices=["help", "check-3", "check-1000", "dead-200", "imports"], action="append")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
+    args = parser.parse_args()
+    n = 3 if args.quick else 10
+    wanted = set(args.only or ["help", "check-3", "check-1000", "dead-200", "imports"])
+    results: dict = {
+        "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": platform.python_version(),
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    }
+    with tempfile.TemporaryDirectory(prefix="gpuheal-bench-") as tmp:
+        work = Path(tmp)
+        if "help" in wanted:
+            results["help"] = bench_help(n)
+        if "check-3" in wanted:
+            results["check-3"] = bench_check_3(n, work)
+        if "check-1000" in wanted:
+            results["check-1000"] = bench_check_1000(1 if args.quick else 5, work, args.profile)
+        if "dead-200" in wanted:
+            results["dead-200"] = bench_dead_sweep(work)
+        if "imports" in wanted:
+            results["imports"] = bench_imports(work)
+
+    rows = []
+    if "help" in results:
+        r = results["help"]
+        rows.append((f"gpuheal --help (median of {r['runs']})", f"{r['median_s'] * 1000:.0f} ms", "≤ 100 ms", verdict(r["median_s"], r["target_s"])))
+    if "check-3" in results:
+        r = results["check-3"]
+        rows.append((f"check, 3-GPU loopback fleet (median of {r['runs']})", f"{r['median_s'] * 1000:.0f} ms", "≤ 300 ms", verdict(r["median_s"], r["target_s"])))
+    if "check-1000" in results:
+        r = results["check-1000"]
+        rows.append((f"check, 1000 GPUs + 6.5 h history (median of {r['runs']})", f"{r['median_s']:.2f} s", "≤ 2 s", verdict(r["median_s"], r["target_s"])))
+        rows.append(("  peak RSS of that check", f"{r['peak_rss_mb']:.0f} MB", "≤ 200 MB", verdict(r["peak_rss_mb"], r["target_rss_mb"])))
+    if "dead-200" in results:
+        r = results["dead-200"]
+        rows.append((f"check, 200 endpoints that never answer (deadline {r['probe_deadline_s']:g} s)", f"{r['wall_s']:.2f} s", f"≤ {r['target_s']:g} s", verdict(r["wall_s"], r["target_s"])))
+    if "imports" in results:
+        r = results["imports"]
+        rows.append(("check imports fabric/paramiko/invoke/requests", ", ".join(r["forbidden_imported"]) or "none", "none", "ok" if not r["forbidden_imported"] else "MISSED"))
+    results["table"] = [list(row) for row in rows]
+
+    width = max(len(row[0]) for row in rows)
+    print(f"{'benchmark'.ljust(width)}  {'measured':>10}  {'target':>9}  verdict")
+    for name, value, target, ok in rows:
+        print(f"{name.ljust(width)}  {value:>10}  {target:>9}  {ok}")
+    if "check-1000" in results and "profile_top" in results["check-1000"]:
+        print("\ncProfile of one 1000-GPU check (cumulative):")
+        print("\n".join(results["check-1000"]["profile_top"]))
+    if "imports" in results:
+        print("\nslowest top-level imports of check:", ", ".join(f"{n} {ms} ms" for n, ms in results["imports"]["slowest_top_level_ms"][:6]))
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp_out = args.out.with_suffix(".json.tmp")
+    tmp_out.write_text(json.dumps(results, indent=2) + "\n")
+    os.replace(tmp_out, args.out)
+    print(f"\nwritten: {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    return 0 if all(row[3] == "ok" for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
