@@ -38,21 +38,8 @@ from typing import Any
 log = logging.getLogger("gpuheal")
 
 STATUS_CODE = {"healthy": 0, "degraded": 1, "down": 2}
-ISSUE_IDS = (
-    "thermal-critical",
-    "vram-leak",
-    "model-stuck",
-    "benchmark-regression",
-    "circuit-breaker-stuck",
-    "host-unreachable",
-    "data-source-unreachable",
-    "thermal-warning",
-    "thermal-rising",
-    "context-window",
-    "workload-misrouted",
-    "api-key-mismatch",
-    "cooling-infrastructure",
-)
+from gpuheal.ids import ISSUE_IDS  # noqa: E402
+
 MB = 1024 * 1024
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
+from gpuheal.ids import ISSUE_IDS as KNOWN_IDS  # noqa: E402
 from gpuheal.rules import (
     api_key_mismatch,
     benchmark_regression,
@@ -38,22 +39,6 @@ from gpuheal.rules import (
     workload_misrouted,
 )
 
-# contract.md "Issue ids (stable: alerts, audit trail and dashboards key on them)"
-KNOWN_IDS = (
-    "thermal-critical",
-    "vram-leak",
-    "model-stuck",
-    "benchmark-regression",
-    "circuit-breaker-stuck",
-    "host-unreachable",
-    "data-source-unreachable",
-    "thermal-warning",
-    "thermal-rising",
-    "context-window",
-    "workload-misrouted",
-    "api-key-mismatch",
-    "cooling-infrastructure",
-)
 SCOPES = ("gpu", "fleet")
 SEVERITIES = ("info", "warning", "critical")
 INHIBIT_KINDS = ("host", "monitor")

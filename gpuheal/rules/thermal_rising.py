@@ -8,9 +8,8 @@ not merely when it stops rising.
 
 from __future__ import annotations
 
-from gpuheal.core.engine import NEEDS_MONITOR, Finding
-from gpuheal.rules._util import num, show
-from gpuheal.rules.thermal_warning import rise
+from gpuheal.core.engine import NEEDS_MONITOR
+from gpuheal.rules.thermal_warning import current_temp, rising_above
 
 ID = "thermal-rising"
 SCOPE = "gpu"
@@ -18,37 +17,12 @@ SEVERITY = "critical"
 NEEDS = frozenset({NEEDS_MONITOR})
 
 
-def _temp(view, alias):
-    sample = view.sample(alias)
-    return None if sample is None else sample.temp_c
-
-
 def detect(view, alias, p):
-    temp = _temp(view, alias)
-    if temp is None:
-        return None
-    if temp <= p["temp_c"]:
-        return False
-    fit = rise(view, alias, p)
-    if fit is None:
-        return None
-    if fit.slope <= p["rise_c_per_min"]:
-        return False
-    return Finding(
-        {
-            "temp_c": temp,
-            "rise_c_per_min": num(fit.slope, 2),
-            "threshold_c": p["temp_c"],
-            "samples": fit.n,
-            "window_s": num(fit.span_s, 0),
-        },
-        f"{alias} at {show(temp)} °C and still rising {show(fit.slope, 1)} °C/min: "
-        "redirect new requests away",
-    )
+    return rising_above(view, alias, p, "still rising {rise} °C/min: redirect new requests away")
 
 
 def recovered(view, alias, p, record):
-    temp = _temp(view, alias)
+    temp = current_temp(view, alias)
     if temp is None:
         return None
     return temp < p["clear_below_c"]

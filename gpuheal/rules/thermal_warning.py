@@ -25,13 +25,15 @@ def rise(view, alias, p):
     return fit
 
 
-def _temp(view, alias):
+def current_temp(view, alias):
     sample = view.sample(alias)
     return None if sample is None else sample.temp_c
 
 
-def detect(view, alias, p):
-    temp = _temp(view, alias)
+def rising_above(view, alias, p, advice: str):
+    """The finding both tiers share: above ``temp_c`` and rising faster than ``rise_c_per_min``
+    (``None`` = not known, ``False`` = no). ``advice`` ends the summary line."""
+    temp = current_temp(view, alias)
     if temp is None:
         return None
     if temp <= p["temp_c"]:
@@ -50,12 +52,16 @@ def detect(view, alias, p):
             "samples": fit.n,
             "window_s": num(fit.span_s, 0),
         },
-        f"{alias} at {show(temp)} °C and rising {show(fit.slope, 1)} °C/min: reduce concurrency",
+        f"{alias} at {show(temp)} °C and {advice}".replace("{rise}", show(fit.slope, 1)),
     )
 
 
+def detect(view, alias, p):
+    return rising_above(view, alias, p, "rising {rise} °C/min: reduce concurrency")
+
+
 def recovered(view, alias, p, record):
-    temp = _temp(view, alias)
+    temp = current_temp(view, alias)
     if temp is None:
         return None
     if temp <= p["temp_c"]:
