@@ -444,3 +444,22 @@ def test_a_garbage_cache_file_means_validate_again(tmp_path):
 def test_missing_state_dir_is_not_created_by_config_loading(tmp_path):
     load_config(EXAMPLE, cache_dir=tmp_path / "nope")
     assert not (tmp_path / "nope").exists()
+
+
+def test_litellm_key_from_env_then_dotenv_then_config(tmp_path, monkeypatch, caplog):
+    """Lesson L4: the credential source is checked, with a .env fallback and a warning."""
+    from gpuheal.config import load_config_dict
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUHEAL_TEST_LITELLM_KEY", raising=False)
+    raw = {"litellm": {"api_key": "not-needed", "api_key_env": "GPUHEAL_TEST_LITELLM_KEY"},
+           "gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:1"}]}
+    cfg_path = str(tmp_path / "sub" / "gpuheal.yaml")
+    (tmp_path / "sub").mkdir()
+    with caplog.at_level("WARNING", logger="gpuheal"):
+        assert load_config_dict(dict(raw), path=cfg_path).litellm.api_key == "not-needed"
+    assert "Lesson L4" in caplog.text
+    (tmp_path / "sub" / ".env").write_text("GPUHEAL_TEST_LITELLM_KEY=sk-from-dotenv-123\n")
+    assert load_config_dict(dict(raw), path=cfg_path).litellm.api_key == "sk-from-dotenv-123"
+    monkeypatch.setenv("GPUHEAL_TEST_LITELLM_KEY", "sk-from-env-456")
+    assert load_config_dict(dict(raw), path=cfg_path).litellm.api_key == "sk-from-env-456"

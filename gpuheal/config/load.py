@@ -215,7 +215,8 @@ def _remember_validated(cache_dir: Path, digest: str) -> None:
 
 
 def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool = False) -> Config:
-    """Validate ``data`` (parsed YAML) and build the :class:`Config`. Pure.
+    """Validate ``data`` (parsed YAML) and build the :class:`Config`. Pure but for Lesson L4's ``.env``
+    lookup of ``litellm.api_key_env``.
 
     ``schema_checked``: this exact document already passed the JSON Schema (see
     :func:`load_config`); the other checks run regardless.
@@ -233,9 +234,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
     _check_rule_ids(fleet_rules, "rules")
     gpus = tuple(_gpu(i, g, fleet_rules) for i, g in enumerate(data["gpus"]))
     lite = merged["litellm"]
-    api_key = lite.get("api_key")
-    if lite.get("api_key_env"):
-        api_key = os.environ.get(lite["api_key_env"], api_key)
+    api_key = _litellm_key(lite, path)
     return Config(
         path=path,
         monitor=MonitorConfig(
@@ -263,6 +262,33 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         rules=fleet_rules,
         metrics_file=merged.get("metrics_file"),
     )
+
+
+def _litellm_key(lite: dict[str, Any], path: str | None) -> str | None:
+    """Lesson L4: the key from ``litellm.api_key_env`` in the environment, else a ``.env`` file
+    (working directory, then beside the config), else ``litellm.api_key`` — with a warning, since
+    a wrong key makes every llama-server look like an L1 mismatch."""
+    name = lite.get("api_key_env")
+    if not name:
+        return lite.get("api_key")
+    if os.environ.get(name):
+        return os.environ[name]
+    from pathlib import Path
+
+    from gpuheal.zulip import read_dotenv
+
+    candidates = [Path.cwd() / ".env"] + ([Path(path).resolve().parent / ".env"] if path else [])
+    for candidate in candidates:
+        value = read_dotenv(candidate).get(name)
+        if value:
+            return value
+    import logging
+
+    logging.getLogger("gpuheal").warning(
+        "litellm.api_key_env: %s is set neither in the environment nor in a .env file; using litellm.api_key (Lesson L4)",
+        name,
+    )
+    return lite.get("api_key")
 
 
 def split_command(value: str | list[str]) -> tuple[str, ...]:
