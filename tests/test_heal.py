@@ -270,3 +270,31 @@ def test_inhibited_issue_is_not_resolved_while_the_monitor_is_down(make_lab):
     kinds = [(a["gpu"], a["issue"], a["kind"]) for a in lab.read("alerts.json")["queue"]]
     assert ("gpu-a", "model-stuck", "resolved") not in kinds
     assert not [r for r in lab.audit() if r["gpu"] == "gpu-a" and r["result"] == "resolved"]
+
+
+def test_vram_leak_is_snapshotted_restarted_and_verified_over_hours(make_lab):
+    """Rule 2 on the simulator, polled every 5 minutes: the leak fires only once 6 h of growth are
+    fitted, llama-server (the growth source) is restarted, and the attempt resolves from fresh data."""
+    import sys
+
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "vram_used_mb": 8000}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 0, "gpu": "gpu-a", "ramp": {"vram_used_mb": 10.0}}],  # 600 MB/h, healed by a restart
+    )
+    lab.gpu_raw("gpu-a")["smi_command"] = [sys.executable, "-c", "print('4711, /usr/bin/llama-server, 9000')"]
+    lab.write_config()
+    fired_at = None
+    for poll in range(150):
+        health = lab.heal(advance_s=300)
+        if fired_at is None and ("gpu-a", "vram-leak") in issues_of(health) and issues_of(health)[("gpu-a", "vram-leak")]["state"] == "firing":
+            fired_at = poll
+        if lab.restarts("gpu-a") and ("gpu-a", "vram-leak") not in issues_of(health):
+            break
+    assert fired_at is not None and fired_at * 300 >= 5.5 * 3600, "never before the 6 h window is fitted"
+    assert lab.restarts("gpu-a") == 1
+    audit = lab.audit()
+    outcome = next(r for r in audit if r["phase"] == "outcome" and r["issue"] == "vram-leak")
+    assert outcome["evidence"]["gpu_processes"][0]["name"] == "/usr/bin/llama-server"
+    assert [s["action"] for s in outcome["steps"]] == ["snapshot-processes", "restart-llama-server-memcap"]
+    assert ("gpu-a", "vram-leak") not in issues_of(health)
+    assert [r["result"] for r in audit if r["phase"] == "verification" and r["issue"] == "vram-leak"] == ["resolved"]
