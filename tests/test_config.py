@@ -463,3 +463,13 @@ def test_litellm_key_from_env_then_dotenv_then_config(tmp_path, monkeypatch, cap
     assert load_config_dict(dict(raw), path=cfg_path).litellm.api_key == "sk-from-dotenv-123"
     monkeypatch.setenv("GPUHEAL_TEST_LITELLM_KEY", "sk-from-env-456")
     assert load_config_dict(dict(raw), path=cfg_path).litellm.api_key == "sk-from-env-456"
+
+
+@pytest.mark.parametrize("value", ["hot", True])
+def test_rule_param_that_must_be_a_number_is_a_config_error_not_an_internal_one(fleet, value):
+    # the schema admits strings and booleans for rule parameters; `temp_c: hot` used to load and
+    # then crash every check inside the rules engine ("internal error")
+    message = error_of(mutated(fleet, lambda d: d.update(rules={"thermal-critical": {"temp_c": value}})))
+    assert message == f"rules.thermal-critical.temp_c: must be a number, not {value!r}"
+    message = error_of(mutated(fleet, lambda d: d["gpus"][1].update(rules={"model-stuck": {"failure_ratio": value}})))
+    assert message.startswith("gpus[1].rules.model-stuck.failure_ratio: must be a number")

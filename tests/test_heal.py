@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from gpuheal.state.store import StateDir
 from tests.lab import Lab, scenario
 
 RUN_ID = re.compile(r"^gpu-self-heal-\d{8}-\d{3}$")
@@ -140,7 +141,7 @@ def test_paused_gpu_is_not_healed_and_heal_says_so(make_lab):
     health = lab.heal()
     assert lab.restarts("gpu-a") == 0
     assert health["paused"]["gpus"]["gpu-a"]["reason"] == "driver upgrade"
-    blocked = [a for a in health["actions"] if a["action"] == "blocked"]
+    blocked = [a for a in health["actions"] if a.get("blocked")]
     assert blocked and "driver upgrade" in blocked[0]["why"]
     assert lab.cli("pause", "--gpu", "gpu-a", "--resume").returncode == 0
     lab.heal()
@@ -298,3 +299,126 @@ def test_vram_leak_is_snapshotted_restarted_and_verified_over_hours(make_lab):
     assert [s["action"] for s in outcome["steps"]] == ["snapshot-processes", "restart-llama-server-memcap"]
     assert ("gpu-a", "vram-leak") not in issues_of(health)
     assert [r["result"] for r in audit if r["phase"] == "verification" and r["issue"] == "vram-leak"] == ["resolved"]
+
+
+CONTRACT_ACTIONS = {
+    "restart-llama-server", "restart-llama-server-memcap", "snapshot-processes", "kill-process", "shed-load",
+    "redirect-traffic", "restore-load", "restore-power-limit", "restart-litellm", "restart-gpu-monitor", "alert",
+}
+CONTRACT_RESULTS = {"planned", "resolved", "failed", "pending", "escalated"}
+
+
+def test_every_action_heal_emits_is_one_contract_name(make_lab):
+    # thermal-critical's fix is two steps (shed-load, redirect-traffic): the audit trail and the
+    # JSON document still name one contract action each; the steps are listed beside it
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "temp_c": 84}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "set": {"temp_c": 88}}],
+    )
+    import sys
+
+    ctl = [sys.executable, "-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    lab.gpu_raw("gpu-a")["shed_load_command"] = [*ctl, '{{"util_pct": 30}}']
+    lab.gpu_raw("gpu-a")["redirect_command"] = [*ctl, '{{"temp_c": 78}}']
+    lab.gpu_raw("gpu-a")["restore_load_command"] = [*ctl, '{{"util_pct": 50}}']
+    lab.write_config()
+    docs = [lab.heal(apply=False), lab.heal(apply=False)]
+    lab.fleet.advance(1)
+    assert lab.cli("pause", "--gpu", "gpu-a").returncode == 0
+    docs.append(lab.heal())  # blocked by the pause
+    assert lab.cli("pause", "--gpu", "gpu-a", "--resume").returncode == 0
+    docs += [lab.heal() for _ in range(5)]
+    emitted = [(a["action"], a["result"]) for d in docs for a in d["actions"]]
+    assert ("shed-load", "planned") in emitted and ("redirect-traffic", "planned") in emitted
+    assert {a for a, _ in emitted} <= CONTRACT_ACTIONS, emitted
+    assert {r for _, r in emitted} <= CONTRACT_RESULTS, emitted
+    blocked = [a for a in docs[2]["actions"] if a.get("blocked")]
+    assert blocked and blocked[0]["action"] == "shed-load" and blocked[0]["result"] == "pending"
+    audit = lab.audit()
+    assert {r["action"] for r in audit} <= CONTRACT_ACTIONS, [r["action"] for r in audit]
+    intent = next(r for r in audit if r["issue"] == "thermal-critical" and r["phase"] == "intent")
+    assert intent["action"] == "shed-load" and intent["actions"] == ["shed-load", "redirect-traffic"]
+    assert any(r["phase"] == "verification" and r["result"] == "resolved" and r["action"] == "shed-load" for r in audit)
+
+
+def test_damaged_heal_state_never_stops_healing(make_lab):
+    # a hand-edited attempt (verify_by not a number) used to crash every later `heal --apply` with
+    # "internal error", exit 3 — the fleet was left unhealed until someone deleted the file
+    lab = stuck_fleet(make_lab)
+    lab.heal()
+    with StateDir(lab.state_dir, 10) as store:
+        store.write(
+            "heal-state.json",
+            {
+                "attempts": {"x": {"gpu": "gpu-a", "issue": "model-stuck", "since": "?", "status": "running", "verify_by": "soon", "started_at": "then", "actions": "restart-llama-server"}},
+                "escalated": {"gpu-b/model-stuck": "yes"},
+                "run_seq": {"day": "20260718", "n": "seven"},
+                "restarts": {"gpu-a": ["yesterday"]},
+            },
+        )
+    lab.heal()
+    assert lab.restarts("gpu-a") == 1
+    assert all(RUN_ID.match(r["run_id"]) for r in lab.audit())
+
+
+def test_load_is_not_restored_while_the_monitor_is_down(make_lab):
+    # a shed GPU's thermal issue is hidden (not known), not cleared, once gpu-monitor is declared
+    # unreachable: putting the load back then would reheat a GPU gpuheal can no longer see
+    import sys
+
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "temp_c": 84}, {"alias": "gpu-b", "host": "ct2"}],
+        [
+            {"at": 30, "gpu": "gpu-a", "set": {"temp_c": 88}},
+            {"at": 200, "gpu": "fleet", "monitor": "down", "heals_on_restart": False},
+        ],
+    )
+    ctl = [sys.executable, "-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    lab.gpu_raw("gpu-a")["shed_load_command"] = [*ctl, '{{"util_pct": 30}}']
+    lab.gpu_raw("gpu-a")["restore_load_command"] = [*ctl, '{{"util_pct": 50}}']
+    lab.write_config()
+    for _ in range(2):
+        lab.heal()
+    assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 30
+    for _ in range(5):
+        health = lab.heal()
+    assert ("fleet", "data-source-unreachable") in issues_of(health)
+    assert "restore-load" not in [r["action"] for r in lab.audit()]
+    assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 30
+
+
+def test_a_run_killed_while_shedding_load_still_restores_it_later(make_lab):
+    # cron's run is killed (TimeoutStartSec, OOM, reboot) while the shed-load command runs: the
+    # mitigation was noted at reservation, so a later run puts the load back once the GPU cooled
+    import sys
+
+    from gpuheal.steps.heal import Heal
+    from gpuheal.transport import LocalTransport
+
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "temp_c": 84}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "set": {"temp_c": 88}}],
+    )
+    ctl = [sys.executable, "-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    lab.gpu_raw("gpu-a")["shed_load_command"] = [*ctl, '{{"util_pct": 30}}']
+    lab.gpu_raw("gpu-a")["restore_load_command"] = [*ctl, '{{"util_pct": 50}}']
+    lab.write_config()
+    lab.heal()
+    local = LocalTransport()
+
+    class Killed(BaseException):
+        pass
+
+    def killed_after_shedding(target, argv, timeout_s):
+        local.run(argv, timeout_s)  # the load is shed ...
+        raise Killed  # ... and the run dies before it records anything more
+
+    lab.fleet.advance(60)
+    with pytest.raises(Killed), StateDir(lab.state_dir, 10) as store:
+        Heal(lab.cfg, store, lab.fleet.now(), apply=True, runner=killed_after_shedding).run(None, None)
+    assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 30
+    lab.fleet.set("gpu-a", {"temp_c": 60})
+    for _ in range(4):
+        lab.heal()
+    assert "restore-load" in [r["action"] for r in lab.audit()]
+    assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 50

@@ -155,3 +155,68 @@ def test_fleet_data_source_restarts_gpu_monitor_locally():
 def test_damaged_heal_state_is_normalised_not_fatal(junk):
     state = normalise_state(junk)
     assert plan([issue()], state, cfg(), NOW)[0].decision in ("act", "blocked")
+
+
+def test_one_run_never_restarts_the_same_gpu_twice():
+    # a dead llama-server is stuck and leaking at once: the guards saw the state before this run's
+    # first restart, so without a per-run check both items would restart gpu-0 back to back
+    issues = [issue(), issue(issue_id="vram-leak", severity="warning")]
+    items = plan(issues, empty_state(), cfg(), NOW)
+    assert [(i.issue, i.decision) for i in items] == [("model-stuck", "act"), ("vram-leak", "blocked")]
+    assert "gpu-0 is already being restarted" in items[1].reason
+
+
+def test_one_litellm_restart_serves_every_stuck_breaker_of_the_run():
+    issues = [issue(gpu=f"gpu-{i}", issue_id="circuit-breaker-stuck", severity="warning") for i in range(2)]
+    items = plan(issues, empty_state(), cfg(), NOW)
+    assert [i.decision for i in items] == ["act", "blocked"]
+    assert items[0].steps[0].action == "restart-litellm"
+    assert "litellm is already being restarted" in items[1].reason
+
+
+def test_no_second_litellm_restart_while_one_is_being_verified():
+    state = empty_state()
+    state["attempts"]["k"] = {"gpu": "gpu-0", "issue": "circuit-breaker-stuck", "since": "2026-07-18T07:00:00Z", "n": 1, "status": "pending", "verify_by": NOW + 60, "actions": ["restart-litellm"]}
+    item = only(plan([issue(gpu="gpu-1", issue_id="circuit-breaker-stuck", severity="warning")], state, cfg(), NOW))
+    assert item.decision == "blocked" and "restart of litellm" in item.reason
+
+
+@pytest.mark.parametrize(("issue_id", "gpu", "service"), [("circuit-breaker-stuck", "gpu-0", "litellm"), ("data-source-unreachable", "fleet", "gpu-monitor")])
+def test_shared_services_have_a_restart_budget_too(issue_id, gpu, service):
+    # a breaker (or gpu-monitor) that clears after each restart and comes back is a new occurrence
+    # every time: only an hourly budget stops a restart loop of the service the whole fleet uses
+    state = empty_state()
+    state["service_restarts"][service] = [NOW - 3000, NOW - 2000, NOW - 1000]
+    item = only(plan([issue(gpu=gpu, issue_id=issue_id, severity="warning")], state, cfg(), NOW))
+    assert item.decision == "escalate" and f"3 restarts of {service}" in item.reason
+    state["service_restarts"][service] = [NOW - 3700, NOW - 2000, NOW - 1000]
+    assert only(plan([issue(gpu=gpu, issue_id=issue_id, severity="warning")], state, cfg(), NOW)).decision == "act"
+
+
+def test_damaged_attempt_fields_are_coerced():
+    state = normalise_state(
+        {
+            "attempts": {
+                "k": {"gpu": "gpu-0", "issue": "model-stuck", "status": "running", "verify_by": "soon", "started_at": "x", "n": "2", "actions": "restart-llama-server"},
+                "j": {"gpu": ["gpu-0"], "issue": "model-stuck"},
+            },
+            "escalated": {"gpu-0/model-stuck": "yes"},
+            "run_seq": {"day": 20260718, "n": "x"},
+            "active": {"gpu-0": ["shed-load"]},
+            "restarts": {"gpu-0": [True, NOW - 10]},
+        }
+    )
+    assert list(state["attempts"]) == ["k"]
+    a = state["attempts"]["k"]
+    assert "verify_by" not in a and "started_at" not in a and a["n"] == 0 and a["actions"] == []
+    assert state["escalated"] == {} and state["run_seq"] == {} and state["active"] == {}
+    assert state["restarts"] == {"gpu-0": [NOW - 10]}
+
+
+def test_a_litellm_attempt_past_its_window_does_not_hold_back_other_gpus():
+    # gpu-0's attempt stays open while its issue is hidden (e.g. by api-key-mismatch): once its
+    # verification window has passed it must not block gpu-1's breaker fix (nor its escalation)
+    state = empty_state()
+    state["attempts"]["k"] = {"gpu": "gpu-0", "issue": "circuit-breaker-stuck", "since": "2026-07-18T07:00:00Z", "n": 1, "status": "pending", "verify_by": NOW - 1, "actions": ["restart-litellm"]}
+    item = only(plan([issue(gpu="gpu-1", issue_id="circuit-breaker-stuck", severity="warning")], state, cfg(), NOW))
+    assert item.decision == "act"

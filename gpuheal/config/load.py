@@ -378,6 +378,25 @@ def _validate_semantics(data: dict[str, Any]) -> None:
         value = (data.get(section) or {}).get(key)
         if value is not None:
             _check_placeholders(value, f"{section}.{key}")
+    _check_rule_param_types(data.get("rules"), "rules")
+    for i, gpu in enumerate(data["gpus"]):
+        _check_rule_param_types(gpu.get("rules"), f"gpus[{i}].rules")
+
+
+def _check_rule_param_types(rules: Any, where: str) -> None:
+    """The schema lets a rule parameter be a number, a boolean or a string; one whose default is
+    a number must be a number (``temp_c: hot`` would otherwise fail inside the rules engine, at
+    every run, as an internal error instead of a config error)."""
+    if not isinstance(rules, dict):
+        return
+    defaults = _defaults()["rules"]
+    for rule_id, params in rules.items():
+        if not isinstance(params, dict):
+            continue
+        for key, value in params.items():
+            default = (defaults.get(rule_id) or {}).get(key)
+            if isinstance(default, int | float) and not isinstance(default, bool) and (isinstance(value, bool) or not isinstance(value, int | float)):
+                raise ConfigError(f"must be a number, not {value!r}", f"{where}.{rule_id}.{key}")
 
 
 def _check_finite(data: Any) -> None:

@@ -11,7 +11,11 @@ Guards, in order, before any action (issue 4, design "Budgets and blast radius")
    (Rule 3: "3 restarts in 1 hour → GPU hardware check");
 6. startup grace — a host restarted less than ``startup_grace_s`` ago is left alone;
 7. fleet guard — when more than ``fleet_guard_fraction`` of the fleet cannot serve at once the
-   cause is shared (network, monitor, LiteLLM): escalate instead of restarting them all.
+   cause is shared (network, monitor, LiteLLM): escalate instead of restarting them all;
+8. shared services (LiteLLM, gpu-monitor) — no second restart while one is being verified, and
+   at most ``max_restarts_per_hour`` of each in any 60-minute window;
+9. one restart per target per run — a GPU or service already restarted by an earlier item of the
+   same plan is not restarted again by a later one.
 
 The heal state (``heal-state.json``, internal) is a plain dict::
 
@@ -21,6 +25,7 @@ The heal state (``heal-state.json``, internal) is a plain dict::
      "paused": {"fleet": {"reason", "at"} | None, "gpus": {ALIAS: {"reason", "at"}}},
      "active": {ALIAS: {"actions": [...], "issue": ID}},  # load-side mitigations to undo
      "litellm_restarts": [epoch_s, ...],   # circuit-breaker-status.json "last_reset"
+     "service_restarts": {"litellm" | "gpu-monitor": [epoch_s, ...]},  # their restart budget
      "run_seq": {"day": "YYYYMMDD", "n": int}}
     ATTEMPT = {"key", "gpu", "issue", "since", "n", "actions": [...], "status":
                "running" | "pending" | "resolved" | "failed" | "superseded",
@@ -29,7 +34,7 @@ The heal state (``heal-state.json``, internal) is a plain dict::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.actions.catalog import ACTIONS, RECOMMENDATIONS, REMEDIES, Remedy
@@ -37,10 +42,43 @@ from gpuheal.actions.catalog import ACTIONS, RECOMMENDATIONS, REMEDIES, Remedy
 HOUR_S = 3600.0
 CANNOT_SERVE = frozenset({"host-unreachable", "model-stuck"})
 OPEN_ATTEMPT = frozenset({"running", "pending"})
+# Shared services gpuheal restarts: one restart serves every issue that asked for it, and each has
+# a restart budget of its own (``max_restarts_per_hour``) — a LiteLLM restart cuts the whole fleet.
+SERVICE_OF = {"restart-litellm": "litellm", "restart-gpu-monitor": "gpu-monitor"}
 
 
 def empty_state() -> dict[str, Any]:
-    return {"restarts": {}, "attempts": {}, "escalated": {}, "paused": {"fleet": None, "gpus": {}}, "active": {}, "run_seq": {}, "litellm_restarts": []}
+    return {"restarts": {}, "attempts": {}, "escalated": {}, "paused": {"fleet": None, "gpus": {}}, "active": {}, "run_seq": {}, "litellm_restarts": [], "service_restarts": {}}
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value in (float("inf"), float("-inf")):
+        return None
+    return float(value)
+
+
+def _times(value: Any) -> list[float]:
+    return [t for t in (_num(v) for v in value) if t is not None] if isinstance(value, list) else []
+
+
+def _attempt(value: Any) -> dict[str, Any] | None:
+    """One attempt record, its fields coerced to their types: a hand-edited or damaged record must
+    never crash the run that judges it (and so block healing every minute until someone notices)."""
+    if not isinstance(value, dict) or not isinstance(value.get("gpu"), str) or not isinstance(value.get("issue"), str):
+        return None
+    out = dict(value)
+    out["actions"] = [a for a in value.get("actions", []) if isinstance(a, str)] if isinstance(value.get("actions"), list) else []
+    out["status"] = value.get("status") if isinstance(value.get("status"), str) else "superseded"
+    out["n"] = int(_num(value.get("n")) or 0)
+    for key in ("started_at", "verify_by", "finished_at"):
+        if key in out and _num(out[key]) is None:
+            del out[key]  # a missing verify_by is judged at once (failed), never waited on forever
+    for key in ("since", "run_id"):
+        if key in out and out[key] is not None and not isinstance(out[key], str):
+            out[key] = str(out[key])
+    if "verification" in out and not isinstance(out["verification"], dict):
+        del out["verification"]
+    return out
 
 
 def normalise_state(data: Any) -> dict[str, Any]:
@@ -48,17 +86,21 @@ def normalise_state(data: Any) -> dict[str, Any]:
     state = empty_state()
     if not isinstance(data, dict):
         return state
-    for key in ("restarts", "attempts", "escalated", "active", "run_seq"):
+    for key in ("restarts", "attempts", "escalated", "active", "run_seq", "service_restarts"):
         if isinstance(data.get(key), dict):
             state[key] = data[key]
-    lite = data.get("litellm_restarts")
-    state["litellm_restarts"] = [float(t) for t in lite if isinstance(t, int | float)] if isinstance(lite, list) else []
-    state["restarts"] = {
-        a: [float(t) for t in ts if isinstance(t, int | float)]
-        for a, ts in state["restarts"].items()
-        if isinstance(ts, list)
+    state["litellm_restarts"] = _times(data.get("litellm_restarts"))
+    for key in ("restarts", "service_restarts"):
+        state[key] = {a: _times(ts) for a, ts in state[key].items() if isinstance(ts, list)}
+    state["attempts"] = {k: a for k, a in ((k, _attempt(v)) for k, v in state["attempts"].items()) if a is not None}
+    state["escalated"] = {k: v for k, v in state["escalated"].items() if isinstance(v, dict) and "/" in k}
+    state["active"] = {
+        a: {"actions": [x for x in v.get("actions", []) if isinstance(x, str)] if isinstance(v.get("actions"), list) else [], "issue": str(v.get("issue", "thermal-critical"))}
+        for a, v in state["active"].items()
+        if isinstance(v, dict)
     }
-    state["attempts"] = {k: v for k, v in state["attempts"].items() if isinstance(v, dict) and "gpu" in v and "issue" in v}
+    seq = state["run_seq"]
+    state["run_seq"] = {"day": seq["day"], "n": int(_num(seq.get("n")) or 0)} if isinstance(seq.get("day"), str) else {}
     paused = data.get("paused")
     if isinstance(paused, dict):
         state["paused"]["fleet"] = paused.get("fleet") if isinstance(paused.get("fleet"), dict) else None
@@ -135,16 +177,35 @@ def plan(
     failing_gpus = {i["gpu"] for i in firing if i["issue"] in CANNOT_SERVE}
     guard_tripped = n_gpus >= 2 and len(failing_gpus) > float(heal["fleet_guard_fraction"]) * n_gpus
     items: list[PlanItem] = []
+    restarting: set[str] = set()  # what this run's plan already restarts (a GPU, a service)
     for issue in firing:
         gpu, issue_id = issue["gpu"], issue["issue"]
         if gpu_filter and gpu != gpu_filter:
             continue
         if issue_filter and issue_id != issue_filter:
             continue
-        items.append(
-            _plan_one(issue, state, cfg, now_s, guard_tripped, len(failing_gpus), n_gpus)
-        )
+        item = _plan_one(issue, state, cfg, now_s, guard_tripped, len(failing_gpus), n_gpus)
+        if item.decision == "act":
+            # Two issues of one GPU (model-stuck + vram-leak), or stuck breakers of two GPUs, must
+            # not restart the same thing twice in one run: the guards above saw the state before
+            # this run's first restart. The most severe issue (listed first) acts; the others wait.
+            targets = _restart_targets(item)
+            again = sorted(targets & restarting)
+            if again:
+                item = replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=f"{', '.join(again)} is already being restarted by this run")
+            restarting |= targets
+        items.append(item)
     return items
+
+
+def _restart_targets(item: PlanItem) -> set[str]:
+    out = set()
+    for s in item.steps:
+        if s.action in SERVICE_OF:
+            out.add(SERVICE_OF[s.action])
+        elif ACTIONS[s.action].restarts and item.gpu != "fleet":
+            out.add(item.gpu)
+    return out
 
 
 def _plan_one(issue, state, cfg, now_s, guard_tripped, n_failing, n_gpus) -> PlanItem:
@@ -204,6 +265,27 @@ def _plan_one(issue, state, cfg, now_s, guard_tripped, n_failing, n_gpus) -> Pla
         key=f"{gpu}/{issue_id}/{since}/{n}",
         **base,
     )
+    for service in sorted({SERVICE_OF[s.action] for s in steps if s.action in SERVICE_OF}):
+        # (only inside its window: an attempt left open because its issue is hidden must not
+        # hold back every other GPU's use of the service)
+        busy = [
+            a for a in state["attempts"].values()
+            if a.get("status") in OPEN_ATTEMPT and now_s <= (_num(a.get("verify_by")) or 0.0)
+            and any(SERVICE_OF.get(x) == service for x in a.get("actions", []))
+        ]
+        if busy:
+            return PlanItem(
+                decision="blocked",
+                reason=f"a restart of {service} ({busy[0]['gpu']} {busy[0]['issue']}, attempt {busy[0].get('n')}) is being verified until {_iso(busy[0].get('verify_by'))}",
+                **base,
+            )
+        used = sum(1 for t in state["service_restarts"].get(service, []) if now_s - HOUR_S < t <= now_s)
+        if used >= int(heal["max_restarts_per_hour"]):
+            return PlanItem(
+                decision="escalate",
+                reason=f"restart budget spent: {used} restarts of {service} in the last hour — {remedy.why_escalate}",
+                **base,
+            )
     if item.restarts and gpu != "fleet":
         if guard_tripped:
             return PlanItem(

@@ -120,7 +120,8 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
         style = {"critical": "red", "warning": "yellow"}.get(issue["severity"])
         print_line(text, style if state == "firing" else "dim")
     for action in doc.get("actions", []):
-        line = f"ACTION   {clean(action['gpu'])} {action['issue']} → {action['action']} [{action['result']}]"
+        result = f"{action['result']}, blocked" if action.get("blocked") else action["result"]
+        line = f"ACTION   {clean(action['gpu'])} {action['issue']} → {action['action']} [{result}]"
         if action.get("command"):
             line += f": {clean(action['command'], 200)}"
         elif action.get("why"):

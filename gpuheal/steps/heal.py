@@ -22,6 +22,7 @@ from gpuheal.actions.catalog import ACTIONS, REMEDIES
 from gpuheal.clock import format_iso
 from gpuheal.core.plan import (
     OPEN_ATTEMPT,
+    SERVICE_OF,
     PlanItem,
     attempts_for,
     normalise_state,
@@ -33,6 +34,7 @@ from gpuheal.redact import redact
 from gpuheal.state import files
 
 THERMAL = ("thermal-critical", "thermal-warning", "thermal-rising")
+MITIGATIONS = ("shed-load", "redirect-traffic")  # undone by restore-load once the GPU cooled
 MAX_ATTEMPTS_KEPT = 500
 ATTEMPT_KEEP_S = 8 * 86400
 
@@ -80,7 +82,9 @@ class Heal:
             for item in items:
                 acted |= self._handle(item)
             if self.apply:
-                acted |= self._undo_mitigations(open_keys, gpu_filter)
+                # still_open: a thermal issue hidden because gpu-monitor is down is not known
+                # to have cooled — never put the load back on a GPU gpuheal cannot see
+                acted |= self._undo_mitigations(still_open, gpu_filter)
         finally:
             if self._pool is not None:
                 self._pool.close()
@@ -113,7 +117,7 @@ class Heal:
         if item.decision == "recommend":
             return False
         if item.decision == "blocked":
-            self._doc(item, "blocked", item.reason, result="pending")
+            self._blocked(item, item.reason)
             return False
         if item.decision == "escalate":
             if not self.apply:
@@ -148,14 +152,23 @@ class Heal:
             "run_id": run_id,
         }
         if item.key in self.state["attempts"]:  # never repeat a reserved attempt
-            self._doc(item, "blocked", f"attempt {item.key} already reserved", result="pending")
+            self._blocked(item, f"attempt {item.key} already reserved")
             return
         # Reserve before running: a kill after this line never repeats the attempt.
         self.state["attempts"][item.key] = attempt
         if item.restarts and item.gpu != "fleet":
             self.state["restarts"].setdefault(item.gpu, []).append(self.now_s)
+        for service in sorted({SERVICE_OF[a] for a in attempt["actions"] if a in SERVICE_OF}):
+            self.state["service_restarts"].setdefault(service, []).append(self.now_s)
+        # A load-side mitigation is recorded before its command runs, like the attempt: a run
+        # killed mid-command must still leave the note that makes a later run restore the load.
+        for action in (a for a in attempt["actions"] if a in MITIGATIONS):
+            if item.gpu != "fleet":
+                active = self.state["active"].setdefault(item.gpu, {"actions": [], "issue": item.issue})
+                if action not in active["actions"]:
+                    active["actions"].append(action)
         self.store.write(files.HEAL, self.state)
-        self._audit(run_id, item, "+".join(attempt["actions"]), "pending", phase="intent", extra={"attempt": item.attempt_no, "commands": [_render_argv(s, item, self.cfg) for s in item.steps]})
+        self._audit(run_id, item, primary_action(attempt["actions"]), "pending", phase="intent", extra={"attempt": item.attempt_no, "actions": attempt["actions"], "commands": [_render_argv(s, item, self.cfg) for s in item.steps]})
         if item.alert_now:
             self._queue(item, "escalated", f"{item.issue}: {item.reason}; acting now", run_id, mark=False)
         ex = run_item(item, self.cfg, self._runner(), self._verifier(), self.secrets)
@@ -166,10 +179,6 @@ class Heal:
                 step_result = "resolved" if ACTIONS[step.action].evidence else "pending"
             if step.ok and step.action == "restart-litellm":
                 self.state["litellm_restarts"] = [*self.state["litellm_restarts"][-49:], self.now_s]
-            if step.ok and step.action in ("shed-load", "redirect-traffic"):
-                active = self.state["active"].setdefault(item.gpu, {"actions": [], "issue": item.issue})
-                if step.action not in active["actions"]:
-                    active["actions"].append(step.action)
             self._doc(
                 item,
                 step.action,
@@ -186,13 +195,14 @@ class Heal:
         self._audit(
             run_id,
             item,
-            "+".join(s.action for s in ex.steps) or "+".join(attempt["actions"]),
+            primary_action([s.action for s in ex.steps] or attempt["actions"]),
             ex.result,
             phase="outcome",
             verification=ex.verification or None,
             escalated=ex.result == "escalated",
             extra={
                 "attempt": item.attempt_no,
+                "actions": [s.action for s in ex.steps] or attempt["actions"],
                 "steps": [
                     {"action": s.action, "command": s.argv, "target": s.target, "ok": s.ok, "rc": s.rc, "error": s.error, "output": s.output[-1500:]}
                     for s in ex.steps
@@ -225,15 +235,15 @@ class Heal:
                 attempt["status"] = "resolved"
                 verification = {"resolved_after_s": round(self.now_s - float(attempt.get("started_at", self.now_s)))}
                 attempt["verification"] = {**(attempt.get("verification") or {}), **verification}
-                self._audit(attempt.get("run_id") or self._run_id(), item, "+".join(attempt.get("actions", [])), "resolved", phase="verification", verification=attempt["verification"], extra={"attempt": attempt.get("n")})
+                self._audit(attempt.get("run_id") or self._run_id(), item, primary_action(attempt["actions"]), "resolved", phase="verification", verification=attempt["verification"], extra={"attempt": attempt.get("n"), "actions": attempt["actions"]})
                 self._queue(item, "resolved", f"resolved after {'+'.join(attempt.get('actions', []))} (attempt {attempt.get('n')})", attempt.get("run_id"), tried=[", ".join(attempt.get("actions", []))])
-                self._doc(item, "+".join(attempt.get("actions", [])), "verified: the issue cleared", result="resolved")
+                self._doc(item, primary_action(attempt["actions"]), "verified: the issue cleared", result="resolved")
             elif issue.get("since") != attempt.get("since"):
                 attempt["status"] = "superseded"
             elif self.now_s > float(attempt.get("verify_by", 0)):
                 attempt["status"] = "failed"
-                self._audit(attempt.get("run_id") or self._run_id(), item, "+".join(attempt.get("actions", [])), "failed", phase="verification", verification={"still_open_after_s": round(self.now_s - float(attempt.get("started_at", self.now_s))), "detected": issue.get("detected")}, extra={"attempt": attempt.get("n")})
-                self._doc(item, "+".join(attempt.get("actions", [])), "verification window passed, issue still open", result="failed")
+                self._audit(attempt.get("run_id") or self._run_id(), item, primary_action(attempt["actions"]), "failed", phase="verification", verification={"still_open_after_s": round(self.now_s - float(attempt.get("started_at", self.now_s))), "detected": issue.get("detected")}, extra={"attempt": attempt.get("n"), "actions": attempt["actions"]})
+                self._doc(item, primary_action(attempt["actions"]), "verification window passed, issue still open", result="failed")
 
     def _settle_escalations(self, open_keys: dict) -> None:
         for key, esc in list(self.state["escalated"].items()):
@@ -393,6 +403,13 @@ class Heal:
             entry["error"] = error
         self.actions_doc.append(redact(entry, self.secrets))
 
+    def _blocked(self, item: PlanItem, why: str) -> None:
+        """A guard held the remedy back: shown as the action it would take, still ``pending``
+        (the contract's action names and results), flagged ``blocked`` with the reason."""
+        remedy = REMEDIES.get(item.issue)
+        actions = [s.action for s in item.steps] or list(remedy.steps if remedy else ())
+        self.actions_doc.append(redact({"gpu": item.gpu, "issue": item.issue, "action": primary_action(actions), "result": "pending", "blocked": True, "why": why}, self.secrets))
+
     def _tried(self, item: PlanItem) -> list[str]:
         return [
             f"attempt {a.get('n')}: {'+'.join(a.get('actions', []))} → {a.get('status')}"
@@ -412,12 +429,13 @@ class Heal:
             for k in sorted(attempts, key=lambda k: attempts[k].get("started_at", 0))[: len(attempts) - MAX_ATTEMPTS_KEPT]:
                 if attempts[k].get("status") not in OPEN_ATTEMPT:
                     del attempts[k]
-        for alias in list(self.state["restarts"]):
-            kept = [t for t in self.state["restarts"][alias] if self.now_s - t < 86400]
-            if kept:
-                self.state["restarts"][alias] = kept
-            else:
-                del self.state["restarts"][alias]
+        for book in (self.state["restarts"], self.state["service_restarts"]):
+            for alias in list(book):
+                kept = [t for t in book[alias] if self.now_s - t < 86400]
+                if kept:
+                    book[alias] = kept
+                else:
+                    del book[alias]
 
     def _runner(self):
         if self.runner is not None:
@@ -454,6 +472,16 @@ class Heal:
             )
 
         return verify
+
+
+def primary_action(actions: list[str]) -> str:
+    """The one contract action name that stands for an attempt of several steps (the audit trail's
+    ``action``; every step is listed in ``actions``): the first step that changes something
+    (``shed-load`` of shed-load + redirect-traffic, the restart after a snapshot), else the first."""
+    for name in actions:
+        if name in ACTIONS and not ACTIONS[name].evidence:
+            return name
+    return next((a for a in actions if a in ACTIONS), "alert")
 
 
 def _secrets(cfg) -> tuple[str, ...]:
