@@ -422,3 +422,36 @@ def test_a_run_killed_while_shedding_load_still_restores_it_later(make_lab):
         lab.heal()
     assert "restore-load" in [r["action"] for r in lab.audit()]
     assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 50
+
+
+def test_failed_restore_load_is_retried_then_escalated_once(make_lab):
+    import sys
+
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "temp_c": 84}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "set": {"temp_c": 88}}],
+    )
+    ctl = ["-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    lab.gpu_raw("gpu-a")["shed_load_command"] = [sys.executable, *ctl, '{{"temp_c": 70}}']
+    lab.gpu_raw("gpu-a")["restore_load_command"] = [sys.executable, "-c", "raise SystemExit(4)"]
+    lab.write_config()
+    for _ in range(10):
+        lab.heal()
+    restores = [r for r in lab.audit() if r["action"] == "restore-load" and r["phase"] == "outcome"]
+    assert [r["result"] for r in restores] == ["failed"] * 3
+    queue = lab.read("alerts.json")["queue"]
+    escalations = [a for a in queue if a["kind"] == "escalated" and "could not restore the load" in a["summary"]]
+    assert len(escalations) == 1
+    assert not [a for a in queue if a["kind"] == "resolved" and a["issue"] == "thermal-critical" and "after escalation" in a["summary"]]
+
+
+def test_verify_window_comes_from_the_rule_config(make_lab):
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "set": {"requests_60s": 20, "failures_60s": 20}}],
+        rules={"model-stuck": {"verify_within_s": 600}},
+    )
+    lab.heal()
+    lab.heal()
+    attempt = next(iter(lab.read("heal-state.json")["attempts"].values()))
+    assert attempt["verify_by"] - attempt["started_at"] == 600

@@ -23,7 +23,7 @@ The heal state (``heal-state.json``, internal) is a plain dict::
      "attempts": {KEY: ATTEMPT},
      "escalated": {"ALIAS/ISSUE": {"at": epoch_s, "reason": str, "since": ISO}},
      "paused": {"fleet": {"reason", "at"} | None, "gpus": {ALIAS: {"reason", "at"}}},
-     "active": {ALIAS: {"actions": [...], "issue": ID}},  # load-side mitigations to undo
+     "active": {ALIAS: {"actions": [...], "issue": ID, "restore_failures": n}},  # to undo
      "litellm_restarts": [epoch_s, ...],   # circuit-breaker-status.json "last_reset"
      "service_restarts": {"litellm" | "gpu-monitor": [epoch_s, ...]},  # their restart budget
      "run_seq": {"day": "YYYYMMDD", "n": int}}
@@ -95,7 +95,11 @@ def normalise_state(data: Any) -> dict[str, Any]:
     state["attempts"] = {k: a for k, a in ((k, _attempt(v)) for k, v in state["attempts"].items()) if a is not None}
     state["escalated"] = {k: v for k, v in state["escalated"].items() if isinstance(v, dict) and "/" in k}
     state["active"] = {
-        a: {"actions": [x for x in v.get("actions", []) if isinstance(x, str)] if isinstance(v.get("actions"), list) else [], "issue": str(v.get("issue", "thermal-critical"))}
+        a: {
+            "actions": [x for x in v.get("actions", []) if isinstance(x, str)] if isinstance(v.get("actions"), list) else [],
+            "issue": str(v.get("issue", "thermal-critical")),
+            "restore_failures": int(_num(v.get("restore_failures")) or 0),
+        }
         for a, v in state["active"].items()
         if isinstance(v, dict)
     }

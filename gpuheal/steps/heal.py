@@ -148,7 +148,7 @@ class Heal:
             "actions": [s.action for s in item.steps],
             "status": "running",
             "started_at": self.now_s,
-            "verify_by": self.now_s + REMEDIES[item.issue].verify_within_s,
+            "verify_by": self.now_s + self._verify_window_s(item),
             "run_id": run_id,
         }
         if item.key in self.state["attempts"]:  # never repeat a reserved attempt
@@ -173,8 +173,10 @@ class Heal:
             self._queue(item, "escalated", f"{item.issue}: {item.reason}; acting now", run_id, mark=False)
         ex = run_item(item, self.cfg, self._runner(), self._verifier(), self.secrets)
         for n, step in enumerate(ex.steps, 1):
-            if not step.ok or (n == len(ex.steps) and ex.result != "pending"):
+            if not step.ok or (n == len(ex.steps) and ex.result == "failed"):
                 step_result = "failed"  # the command failed, or its verification did
+            elif n == len(ex.steps) and ex.result == "escalated":
+                step_result = "escalated"  # it ran, and what it found needs the humans (L1, a kill)
             else:
                 step_result = "resolved" if ACTIONS[step.action].evidence else "pending"
             if step.ok and step.action == "restart-litellm":
@@ -213,10 +215,12 @@ class Heal:
         if ex.result == "escalated":
             self._escalate(item, ex.escalate_reason or "remediation escalated", tried=self._tried(item), run_id=run_id)
 
-    def _escalate(self, item: PlanItem, reason: str, tried: list[str], run_id: str | None = None) -> None:
+    def _escalate(self, item: PlanItem, reason: str, tried: list[str], run_id: str | None = None, hold: bool = True) -> None:
+        """Tell the humans. ``hold``: and stop acting on this (gpu, issue) until it resolves or is
+        cleared (not for an issue that is already closed, like a failed restore-load)."""
         run_id = run_id or self._run_id()
-        key = f"{item.gpu}/{item.issue}"
-        self.state["escalated"][key] = {"at": self.now_s, "reason": reason, "since": item.since}
+        if hold:
+            self.state["escalated"][f"{item.gpu}/{item.issue}"] = {"at": self.now_s, "reason": reason, "since": item.since}
         self._audit(run_id, item, "alert", "escalated", phase="outcome", escalated=True, extra={"reason": reason, "tried": tried})
         self._queue(item, "escalated", reason, run_id, tried=tried)
         self._doc(item, "alert", reason, result="escalated")
@@ -280,8 +284,23 @@ class Heal:
             res = _run(step, {"alias": alias, "host": self.cfg.gpu(alias).host, "endpoint": self.cfg.gpu(alias).endpoint}, self._runner(), float(self.cfg.heal["command_timeout_s"]), self.secrets)
             self._audit(run_id, item, "restore-load", "resolved" if res.ok else "failed", phase="outcome", extra={"command": res.argv, "error": res.error})
             self._doc(item, "restore-load", item.reason, result="resolved" if res.ok else "failed", command=" ".join(res.argv), target=step.target, error=res.error)
+            if not res.ok:
+                # A GPU left at reduced load quietly costs capacity: retry next run, and after
+                # max_failed_verifications failures tell the humans instead.
+                failures = int(active.get("restore_failures", 0)) + 1
+                if failures < int(self.cfg.heal["max_failed_verifications"]):
+                    self.state["active"][alias] = {**active, "restore_failures": failures}
+                else:
+                    self._escalate(item, f"could not restore the load on {alias} after {failures} tries ({res.error}); it still runs shed", tried=[f"restore-load × {failures}"], run_id=run_id, hold=False)
             acted = True
         return acted
+
+    def _verify_window_s(self, item: PlanItem) -> float:
+        """How long the issue may take to clear after acting: the rule's ``verify_within_s``
+        (config, per GPU) when set, else the remedy's default (Rule 1: 5 min; Rule 2: 6 h...)."""
+        alias = item.gpu if item.gpu in self.cfg.aliases else None
+        value = self.cfg.rule_params(item.issue, alias).get("verify_within_s")
+        return float(value) if isinstance(value, int | float) and value > 0 else REMEDIES[item.issue].verify_within_s
 
     def _smi_fallback(self, health: dict[str, Any], gpu_filter: str | None) -> None:
         """Rule 7.3: every API path failed — probe nvidia-smi / rocm-smi on the GPU hosts directly
