@@ -41,6 +41,7 @@ def gpuheal(*args: str, now: str) -> subprocess.CompletedProcess:
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # gpuheal-simctl for the lab's commands
         "ZULIP_EMAIL": "gpuheal-bot@zulip.example.org",
         "ZULIP_API_KEY": "demo-zulip-key-0123456789",
+        "LITELLM_MASTER_KEY": "sk-sim-admin-0000",  # the simulated LiteLLM's admin key (load shedding)
     }
     return subprocess.run(
         [str(BIN / "gpuheal"), "--config", str(CONFIG), "--state-dir", str(STATE), *args],
@@ -72,7 +73,7 @@ def summarise(tick: int, doc: dict) -> None:
     for fault in doc.get("faults", []):
         print(f"   {DIM}fault    {fault['source']:10} {fault['fault']}{RESET}")
     for action in doc["actions"]:
-        if action["action"] == "blocked":
+        if action.get("blocked"):
             continue
         colour = GREEN if action["result"] == "resolved" else RED if action["result"] in ("failed", "escalated") else CYAN
         print(f"   {colour}→ {action['gpu']:10} {action['action']:28} [{action['result']}]{RESET} {DIM}{action.get('why', '')[:70]}{RESET}")

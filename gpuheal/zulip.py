@@ -161,6 +161,11 @@ def secrets_for(cfg, environ: dict[str, str] | None = None) -> tuple[str, ...]:
     api_key = getattr(cfg.litellm, "api_key", "") or ""
     if api_key:
         values.append(api_key)
+    admin_env = getattr(cfg.litellm, "admin_key_env", None)
+    if admin_env:  # the LiteLLM admin key used by built-in load shedding
+        admin, _ = _lookup(admin_env, cfg, environ)
+        if admin:
+            values.append(admin)
     for name, value in env.items():
         if value and name.upper().endswith(SECRET_ENV_SUFFIXES) and len(value) >= 8:
             values.append(value)

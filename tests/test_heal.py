@@ -455,3 +455,29 @@ def test_verify_window_comes_from_the_rule_config(make_lab):
     lab.heal()
     attempt = next(iter(lab.read("heal-state.json")["attempts"].values()))
     assert attempt["verify_by"] - attempt["started_at"] == 600
+
+
+def test_builtin_load_shedding_through_litellm_cools_the_gpu_then_restores_it(make_lab, monkeypatch):
+    """Rules 1/8 with no command configured: gpuheal lowers the deployment's rpm in LiteLLM
+    (/model/update), the simulated GPU cools, and the normal rpm is put back afterwards."""
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "temp_c": 70}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 0, "gpu": "gpu-a", "ramp": {"temp_c": 3}, "max": {"temp_c": 95}}],
+    )
+    monkeypatch.setenv("LITELLM_MASTER_KEY", lab.fleet.litellm_admin_key)
+    lab.gpu_raw("gpu-a").update(litellm_model_id="gpu-a", litellm_rpm=60)
+    lab.write_config()
+    shed_seen = False
+    for _ in range(25):
+        health = lab.heal()
+        gpu = lab.fleet.state()["gpus"]["gpu-a"]
+        shed_seen |= gpu["litellm_rpm"] < 60
+        if shed_seen and gpu["litellm_rpm"] == 60:
+            break
+    assert shed_seen, "the deployment's rpm was lowered"
+    assert gpu["litellm_rpm"] == 60, "and restored once the GPU cooled"
+    assert gpu["temp_c"] < 80
+    actions = [r["action"] for r in lab.audit() if r["phase"] == "outcome"]
+    assert "shed-load" in actions and "restore-load" in actions
+    assert lab.fleet.litellm_admin_key not in (lab.state_dir / "gpu-self-heal-log.jsonl").read_text()
+    assert all(a["action"] != "alert" for a in health["actions"])

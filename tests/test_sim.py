@@ -179,6 +179,28 @@ def sim_env() -> dict[str, str]:
             lambda d: d["events"].append({"at": 1, "gpu": "gpu-dense"}),
             "events[0]: a GPU event needs 'set', 'ramp' or 'fault'",
         ),
+        (lambda d: d.update(litellm_admin_key=5), "litellm_admin_key: must be a non-empty string"),
+        (lambda d: d.update(litellm_admin_key=" k "), "litellm_admin_key: must not start or end"),
+        (lambda d: d["gpus"][0].update(litellm_rpm=0), "gpus[0].litellm_rpm: must be >= 1"),
+        (lambda d: d["gpus"][0].update(litellm_rpm=7.5), "gpus[0].litellm_rpm: must be a whole"),
+        (lambda d: d["gpus"][1].update(litellm_rpm="60"), "gpus[1].litellm_rpm: must be a number"),
+        (lambda d: d["gpus"][1].update(litellm_rpms=60), "gpus[1].litellm_rpms: unknown key"),
+        (
+            lambda d: d["gpus"][0].update(cooling_c_per_min=-1),
+            "gpus[0].cooling_c_per_min: must be >= 0",
+        ),
+        (
+            lambda d: d["gpus"][2].update(idle_temp_c="cool"),
+            "gpus[2].idle_temp_c: must be a number",
+        ),
+        (
+            lambda d: d["gpus"][0].update(litellm_model_id=""),
+            "gpus[0].litellm_model_id: must be a non-empty string",
+        ),
+        (
+            lambda d: d["gpus"][0].update(litellm_model_id="gpu-light"),
+            "gpus[1].litellm_model_id: duplicate LiteLLM model id 'gpu-light' (also gpus[0])",
+        ),
     ],
 )
 def test_scenario_errors_name_the_key_path(mutate, expected):
@@ -539,6 +561,238 @@ def test_litellm_modes(make_fleet):
     assert refused(live)
     assert fleet.restart("litellm") == 1
     assert requests.get(live, timeout=2).json() == "I'm alive!"
+
+
+# --------------------------------------------------------------------------- load shedding
+
+
+def model_update(fleet, model_id, rpm, key="default", *, path="/model/update", raw=None):
+    """POST {litellm_url}/model/update as gpuheal's built-in load shedding sends it."""
+    headers = {"Content-Type": "application/json"}
+    key = fleet.litellm_admin_key if key == "default" else key
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    body = raw
+    if body is None:
+        body = json.dumps({"model_info": {"id": model_id}, "litellm_params": {"rpm": rpm}})
+    return requests.post(fleet.litellm_url + path, data=body, headers=headers, timeout=2)
+
+
+def gpu_state(fleet, alias):
+    return requests.get(fleet.control_url + "/state", timeout=2).json()["gpus"][alias]
+
+
+def test_model_update_sets_rpm_and_state(make_fleet):
+    fleet = make_fleet()
+    assert fleet.litellm_admin_key == "sk-sim-admin-0000"
+    st = gpu_state(fleet, "gpu-dense")
+    assert (st["litellm_model_id"], st["litellm_rpm"], st["litellm_rpm_normal"]) == (
+        "gpu-dense",
+        60,
+        60,
+    )
+    assert st["litellm_updates"] == 0 and st["shed"] is False
+    r = model_update(fleet, "gpu-dense", 6)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"].startswith("application/json")
+    assert r.json() == {
+        "model_id": "gpu-dense",
+        "litellm_params": {"rpm": 6},
+        "message": "model updated",
+    }
+    st = gpu_state(fleet, "gpu-dense")
+    assert (st["litellm_rpm"], st["litellm_rpm_normal"], st["litellm_updates"]) == (6, 60, 1)
+    assert st["shed"] is True
+    assert gpu_state(fleet, "gpu-light")["litellm_updates"] == 0
+    # trailing slash tolerated; restoring counts as an update too
+    assert model_update(fleet, "gpu-dense", 60, path="/model/update/").status_code == 200
+    st = gpu_state(fleet, "gpu-dense")
+    assert (st["litellm_rpm"], st["litellm_updates"], st["shed"]) == (60, 2, False)
+
+
+def test_model_update_scenario_keys(make_fleet):
+    d = copy.deepcopy(BASE)
+    d["litellm_admin_key"] = "sk-proxy-master-1234"
+    d["gpus"][0].update(litellm_model_id="dense-deploy-1", litellm_rpm=120)
+    fleet = SimFleet(Scenario.from_dict(d), ports="ephemeral").start()
+    try:
+        assert fleet.litellm_admin_key == "sk-proxy-master-1234"
+        assert model_update(fleet, "dense-deploy-1", 1, key="sk-sim-admin-0000").status_code == 401
+        r = model_update(fleet, "gpu-dense", 1)  # the alias is not the id any more
+        assert r.status_code == 404
+        assert r.json() == {"detail": "model not found: gpu-dense"}
+        r = model_update(fleet, "dense-deploy-1", 1)
+        assert r.status_code == 200 and r.json()["model_id"] == "dense-deploy-1"
+        st = gpu_state(fleet, "gpu-dense")
+        assert (st["litellm_rpm"], st["litellm_rpm_normal"]) == (1, 120)
+        health = requests.get(fleet.litellm_url + "/health", timeout=2).json()
+        assert {"model": "openai/gpu-dense", "model_id": "dense-deploy-1"} in health[
+            "healthy_endpoints"
+        ]
+    finally:
+        fleet.stop()
+
+
+def test_model_update_errors(make_fleet):
+    fleet = make_fleet()
+    for key, message in (
+        ("sk-wrong-key-9999", "Authentication Error, Invalid proxy server token passed."),
+        (None, "Authentication Error, No api key passed in."),
+        ("", "Authentication Error, No api key passed in."),
+    ):
+        r = model_update(fleet, "gpu-dense", 1, key=key)
+        assert r.status_code == 401, key
+        err = r.json()["error"]
+        assert err["message"].startswith(message)
+        assert {k: err[k] for k in ("type", "param", "code")} == {
+            "type": "auth_error",
+            "param": "None",
+            "code": "401",
+        }
+        assert "sk-wrong-key-9999" not in err["message"]  # masked, as LiteLLM does
+    # a bare key (no Bearer) is no key
+    r = requests.post(
+        fleet.litellm_url + "/model/update",
+        json={"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": 1}},
+        headers={"Authorization": fleet.litellm_admin_key},
+        timeout=2,
+    )
+    assert r.status_code == 401
+    r = model_update(fleet, "gpu-nope", 1)
+    assert r.status_code == 404
+    assert r.json() == {"detail": "model not found: gpu-nope"}
+    bad_bodies = [
+        "{not json",
+        "",
+        "[1, 2]",
+        json.dumps({"litellm_params": {"rpm": 1}}),
+        json.dumps({"model_info": {"id": ""}, "litellm_params": {"rpm": 1}}),
+        json.dumps({"model_info": "gpu-dense", "litellm_params": {"rpm": 1}}),
+        json.dumps({"model_info": {"id": "gpu-dense"}}),
+        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"tpm": 10}}),
+        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": -1}}),
+        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": "5"}}),
+        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": 5.5}}),
+        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": True}}),
+        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": None}}),
+    ]
+    for body in bad_bodies:
+        r = model_update(fleet, "gpu-dense", 1, raw=body)
+        assert r.status_code == 400, body
+        assert isinstance(r.json()["detail"], str) and r.json()["detail"], body
+    assert requests.get(fleet.litellm_url + "/model/update", timeout=2).status_code == 405
+    st = gpu_state(fleet, "gpu-dense")
+    assert (st["litellm_rpm"], st["litellm_updates"]) == (60, 0)  # nothing changed
+
+
+def test_shedding_cools_a_hot_gpu_and_the_ramp_resumes(make_fleet):
+    fleet = make_fleet(
+        [{"at": 0, "gpu": "gpu-dense", "ramp": {"temp_c": 3}, "max": {"temp_c": 95}}]
+    )
+
+    def temp():
+        return gpu_state(fleet, "gpu-dense")["temp_c"]
+
+    fleet.advance(120)
+    assert temp() == 70
+    assert model_update(fleet, "gpu-dense", 1).status_code == 200
+    st = gpu_state(fleet, "gpu-dense")
+    assert st["ramps"] == {} and st["suspended_ramps"] == {"temp_c": 3}
+    fleet.advance(60)
+    assert temp() == 68  # 2 C per virtual minute, the default
+    fleet.advance(600)  # one big step: 10 minutes = 20 C
+    assert temp() == 48
+    doc = requests.get(fleet.monitor_url, timeout=2).json()
+    assert doc["gpus"][0]["temp_c"] == 48
+    fleet.advance(600)
+    assert temp() == 45  # clamped at idle_temp_c (default 45)
+    # a GPU restart does not undo LiteLLM's setting
+    fleet.restart("gpu-dense")
+    fleet.advance(60)
+    assert temp() == 45 and gpu_state(fleet, "gpu-dense")["shed"] is True
+    # back to normal: the ramp resumes from the temperature reached
+    assert model_update(fleet, "gpu-dense", 60).status_code == 200
+    st = gpu_state(fleet, "gpu-dense")
+    assert st["ramps"] == {"temp_c": 3} and st["suspended_ramps"] == {}
+    fleet.advance(120)
+    assert temp() == 51
+    fleet.advance(3600)
+    assert temp() == 95  # the ramp's max still applies
+
+
+def test_shedding_cooling_keys_and_events_while_shed(make_fleet):
+    d = copy.deepcopy(BASE)
+    d["gpus"][1].update(temp_c=80, util_pct=90, cooling_c_per_min=5, idle_temp_c=50)
+    d["events"] = [
+        {"at": 300, "gpu": "gpu-light", "set": {"temp_c": 85}},  # a spike while shed
+        {"at": 600, "gpu": "gpu-light", "ramp": {"temp_c": 4}},  # held while shed
+    ]
+    fleet = SimFleet(Scenario.from_dict(d), ports="ephemeral").start()
+    try:
+        assert model_update(fleet, "gpu-light", 0).status_code == 200
+        fleet.advance(180)
+        st = gpu_state(fleet, "gpu-light")
+        assert st["temp_c"] == 65 and st["util_pct"] == 0 and st["requests_60s"] == 0
+        assert (st["cooling_c_per_min"], st["idle_temp_c"]) == (5.0, 50.0)
+        fleet.advance(180)  # t=360: set 85 at 300, then one minute of cooling
+        assert gpu_state(fleet, "gpu-light")["temp_c"] == 80
+        fleet.advance(600)  # t=960: the ramp started at 600 is suspended, cooling goes on
+        st = gpu_state(fleet, "gpu-light")
+        assert st["temp_c"] == 50 and st["suspended_ramps"] == {"temp_c": 4}
+        assert model_update(fleet, "gpu-light", 60).status_code == 200
+        fleet.advance(60)
+        st = gpu_state(fleet, "gpu-light")
+        assert st["temp_c"] == 54 and st["util_pct"] == 90 and st["requests_60s"] == 6
+        # a GPU already below its idle temperature is not warmed up by shedding
+        assert model_update(fleet, "gpu-dense", 1).status_code == 200
+        fleet.advance(600)
+        assert gpu_state(fleet, "gpu-dense")["temp_c"] == 45  # 64 - 20 = 44 -> floor 45
+        assert model_update(fleet, "strix-moe", 1).status_code == 200
+        fleet.advance(600)
+        assert gpu_state(fleet, "strix-moe")["temp_c"] == 45  # 58 -> 45 (floor)
+    finally:
+        fleet.stop()
+
+
+def test_shedding_scales_util_and_requests(make_fleet):
+    fleet = make_fleet()
+    doc = requests.get(fleet.monitor_url, timeout=2).json()
+    assert doc["gpus"][0]["util_pct"] == 87
+    assert doc["summary"]["available_models"][0]["requests_60s"] == 14
+    assert model_update(fleet, "gpu-dense", 6).status_code == 200  # a tenth of normal
+    doc = requests.get(fleet.monitor_url, timeout=2).json()
+    assert doc["gpus"][0]["util_pct"] == 9  # 8.7
+    assert doc["summary"]["available_models"][0]["requests_60s"] == 1  # 1.4
+    assert doc["summary"]["available_models"][1]["requests_60s"] == 6  # others untouched
+    st = gpu_state(fleet, "gpu-dense")
+    assert st["util_pct"] == 8.7 and st["requests_60s"] == 1
+    assert model_update(fleet, "gpu-dense", 30).status_code == 200
+    doc = requests.get(fleet.monitor_url, timeout=2).json()
+    assert doc["summary"]["available_models"][0]["requests_60s"] == 7
+    # at or above normal: no scaling, no cooling
+    assert model_update(fleet, "gpu-dense", 120).status_code == 200
+    fleet.advance(600)
+    doc = requests.get(fleet.monitor_url, timeout=2).json()
+    assert doc["gpus"][0]["util_pct"] == 87 and doc["gpus"][0]["temp_c"] == 64
+    assert doc["summary"]["available_models"][0]["requests_60s"] == 14
+    assert gpu_state(fleet, "gpu-dense")["shed"] is False
+
+
+def test_litellm_restart_keeps_rpm(make_fleet):
+    fleet = make_fleet([{"at": 60, "gpu": "fleet", "litellm": "down"}])
+    assert model_update(fleet, "gpu-dense", 1).status_code == 200
+    fleet.advance(60)
+    assert refused(fleet.litellm_url + "/health/liveliness")
+    fleet.advance(60)
+    assert gpu_state(fleet, "gpu-dense")["temp_c"] == 60  # 64 - 2 min x 2 C, LiteLLM down or not
+    r = requests.post(fleet.control_url + "/restart", json={"gpu": "litellm"}, timeout=2)
+    assert r.status_code == 200
+    st = gpu_state(fleet, "gpu-dense")
+    assert (st["litellm_rpm"], st["litellm_rpm_normal"], st["litellm_updates"]) == (1, 60, 1)
+    assert st["shed"] is True
+    fleet.advance(60)
+    assert gpu_state(fleet, "gpu-dense")["temp_c"] == 58
+    assert model_update(fleet, "gpu-dense", 60).status_code == 200
 
 
 # --------------------------------------------------------------------------- restarts

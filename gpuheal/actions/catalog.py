@@ -191,3 +191,11 @@ QUERY_GPU_ARGV = (
     "--format=csv,noheader,nounits",
 )
 ROCM_SMI_ARGV = ("rocm-smi", "--showtemp", "--showmeminfo", "vram", "gtt", "--showuse", "--showpower", "--json")
+
+# The built-in load actions carry a pseudo-command; the heal runner sends it to LiteLLM's admin API
+# (``POST /model/update``, gpuheal/sources/litellm_admin.py) instead of running it.
+LITELLM_UPDATE_VERB = "litellm-model-update"
+
+
+def litellm_update_argv(model_id: str, rpm: int) -> tuple[str, ...]:
+    return (LITELLM_UPDATE_VERB, model_id, str(int(rpm)))

@@ -46,6 +46,7 @@ class LiteLLMConfig:
     restart_command: tuple[str, ...] | None
     host: str | None
     transport: str
+    admin_key_env: str = "LITELLM_MASTER_KEY"  # built-in load shedding via /model/update
 
     def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
         return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"
@@ -67,6 +68,8 @@ class GpuConfig:
     role: str | None = None
     weight: float | None = None
     n_ctx: int | None = None
+    litellm_model_id: str | None = None  # the deployment's id in LiteLLM (built-in load shedding)
+    litellm_rpm: int | None = None  # its normal rpm, restored after shedding
     paused: bool = False
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -250,6 +253,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
             restart_command=_argv(lite.get("restart_command")),
             host=lite.get("host"),
             transport=lite.get("transport", "local"),
+            admin_key_env=lite.get("admin_key_env") or "LITELLM_MASTER_KEY",
         ),
         gpus=gpus,
         probe=merged["probe"],
@@ -264,24 +268,33 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
     )
 
 
-def _litellm_key(lite: dict[str, Any], path: str | None) -> str | None:
-    """Lesson L4: the key from ``litellm.api_key_env`` in the environment, else a ``.env`` file
-    (working directory, then beside the config), else ``litellm.api_key`` — with a warning, since
-    a wrong key makes every llama-server look like an L1 mismatch."""
-    name = lite.get("api_key_env")
-    if not name:
-        return lite.get("api_key")
+def env_or_dotenv(name: str, config_path: str | None) -> str | None:
+    """Lesson L4: a credential from the environment, else from a ``.env`` file in the working
+    directory, then beside the config. ``None`` when neither has it."""
     if os.environ.get(name):
         return os.environ[name]
     from pathlib import Path
 
     from gpuheal.zulip import read_dotenv
 
-    candidates = [Path.cwd() / ".env"] + ([Path(path).resolve().parent / ".env"] if path else [])
+    candidates = [Path.cwd() / ".env"] + ([Path(config_path).resolve().parent / ".env"] if config_path else [])
     for candidate in candidates:
         value = read_dotenv(candidate).get(name)
         if value:
             return value
+    return None
+
+
+def _litellm_key(lite: dict[str, Any], path: str | None) -> str | None:
+    """The key every llama-server must accept (L1): ``litellm.api_key_env`` (environment, then
+    ``.env``), else ``litellm.api_key`` — with a warning when the named source has nothing, since a
+    wrong key makes every llama-server look like an L1 mismatch (L4: check the source)."""
+    name = lite.get("api_key_env")
+    if not name:
+        return lite.get("api_key")
+    value = env_or_dotenv(name, path)
+    if value:
+        return value
     import logging
 
     logging.getLogger("gpuheal").warning(
@@ -328,6 +341,8 @@ def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]
         role=raw.get("role"),
         weight=raw.get("weight"),
         n_ctx=raw.get("n_ctx"),
+        litellm_model_id=raw.get("litellm_model_id"),
+        litellm_rpm=raw.get("litellm_rpm"),
         paused=bool(raw.get("paused", False)),
         commands=commands,
         rules=rules,

@@ -333,6 +333,8 @@ def _step(action: str, gpu: str, cfg) -> Step | None:
         return None
     target = g.host if g.transport == "ssh" else "local"
     argv = g.command(spec.command_key) if spec.command_key else None
+    if argv is None and action in LOAD_ACTIONS:
+        return _litellm_load_step(action, g, cfg)
     note = ""
     if argv is None and action == "restart-llama-server-memcap":
         argv = g.command("restart_command") or ACTIONS["restart-llama-server"].default_argv
@@ -344,6 +346,28 @@ def _step(action: str, gpu: str, cfg) -> Step | None:
     if argv is None:
         return None
     return Step(action, tuple(argv), target, note)
+
+
+LOAD_ACTIONS = frozenset({"shed-load", "redirect-traffic", "restore-load"})
+LITELLM_API = "litellm-api"  # Step.target of the built-in load actions: LiteLLM's admin API
+
+
+def _litellm_load_step(action: str, g, cfg) -> Step | None:
+    """The built-in default for load-side cooling (Rules 1 and 8): change the deployment's rpm in
+    LiteLLM (``/model/update``) — halve it to shed (Rule 8 tier 1: "by 50%"), drop it to
+    ``redirect_rpm`` to redirect, put the normal rpm back to restore. Needs the GPU's
+    ``litellm_model_id`` and normal ``litellm_rpm``; without them there is no safe default."""
+    from gpuheal.actions.catalog import litellm_update_argv as argv_for
+
+    if not (g.litellm_model_id and g.litellm_rpm and cfg.litellm.url):
+        return None
+    if action == "shed-load":
+        rpm = max(1, round(g.litellm_rpm * float(cfg.heal.get("shed_rpm_ratio", 0.5))))
+    elif action == "redirect-traffic":
+        rpm = int(cfg.heal.get("redirect_rpm", 1))
+    else:
+        rpm = g.litellm_rpm
+    return Step(action, argv_for(g.litellm_model_id, rpm), LITELLM_API, "built-in: LiteLLM /model/update")
 
 
 def _section_cmd(value) -> tuple[str, ...] | None:

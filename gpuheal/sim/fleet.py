@@ -111,6 +111,11 @@ class SimFleet:
         return self._url("litellm") + "/litellm"
 
     @property
+    def litellm_admin_key(self) -> str:
+        """The Bearer key of ``POST {litellm_url}/model/update`` (``litellm_admin_key``)."""
+        return self.scenario.litellm_admin_key
+
+    @property
     def control_url(self) -> str:
         return self._url("control") + "/_sim"
 

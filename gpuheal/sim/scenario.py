@@ -17,6 +17,10 @@ from typing import Any
 DEFAULT_START = "2026-07-18T08:00:00Z"
 DEFAULT_PORTS = {"monitor": 19100, "litellm": 19400, "control": 19099, "gpus_from": 19081}
 DEFAULT_WRONG_KEY = "sk-local-wrong-5678"
+DEFAULT_LITELLM_ADMIN_KEY = "sk-sim-admin-0000"
+DEFAULT_LITELLM_RPM = 60
+DEFAULT_COOLING_C_PER_MIN = 2.0
+DEFAULT_IDLE_TEMP_C = 45.0
 RESERVED_ALIASES = {"fleet", "monitor", "litellm", "control"}
 
 GPU_FAULTS = ("none", "dead", "hang", "loading", "failing", "slow", "stuck", "wrong-key")
@@ -183,6 +187,15 @@ class GpuSpec:
     fault_heals_on_restart: bool
     slow_s: float
     wrong_api_key: str
+    # LiteLLM deployment of this GPU (load shedding through POST /model/update)
+    litellm_model_id: str = ""  # "" = the alias
+    litellm_rpm: int = DEFAULT_LITELLM_RPM  # the normal rpm
+    cooling_c_per_min: float = DEFAULT_COOLING_C_PER_MIN  # fall of temp_c while shed
+    idle_temp_c: float = DEFAULT_IDLE_TEMP_C  # the floor of that fall
+
+    @property
+    def model_id(self) -> str:
+        return self.litellm_model_id or self.alias
 
 
 @dataclass(frozen=True)
@@ -224,6 +237,10 @@ GPU_KEYS = {
     "heals_on_restart",
     "slow_s",
     "wrong_api_key",
+    "litellm_model_id",
+    "litellm_rpm",
+    "cooling_c_per_min",
+    "idle_temp_c",
     *SETTABLE_NUMBERS,
 }
 EVENT_KEYS = {
@@ -249,6 +266,7 @@ TOP_KEYS = {
     "reload_s",
     "monitor",
     "litellm",
+    "litellm_admin_key",
     "gpus",
     "events",
 }
@@ -342,6 +360,21 @@ def _parse_gpu(d: Any, path: str) -> GpuSpec:
         fault_heals_on_restart=_bool(d.get("heals_on_restart", True), f"{path}.heals_on_restart"),
         slow_s=slow_s,
         wrong_api_key=_string(d.get("wrong_api_key", DEFAULT_WRONG_KEY), f"{path}.wrong_api_key"),
+        litellm_model_id=_string(d.get("litellm_model_id", alias), f"{path}.litellm_model_id"),
+        litellm_rpm=_number(
+            d.get("litellm_rpm", DEFAULT_LITELLM_RPM),
+            f"{path}.litellm_rpm",
+            minimum=1,
+            integer=True,
+        ),
+        cooling_c_per_min=_number(
+            d.get("cooling_c_per_min", DEFAULT_COOLING_C_PER_MIN),
+            f"{path}.cooling_c_per_min",
+            minimum=0,
+        ),
+        idle_temp_c=_number(
+            d.get("idle_temp_c", DEFAULT_IDLE_TEMP_C), f"{path}.idle_temp_c", minimum=0
+        ),
     )
 
 
@@ -502,6 +535,7 @@ class Scenario:
     gpus: tuple[GpuSpec, ...]
     events: tuple[Event, ...]  # sorted by `at` (stable: equal times keep file order)
     source: str | None = None
+    litellm_admin_key: str = DEFAULT_LITELLM_ADMIN_KEY  # POST /model/update's Bearer key
 
     @property
     def aliases(self) -> list[str]:
@@ -568,6 +602,11 @@ class Scenario:
         reload_s = _number(d.get("reload_s", 1.0), "reload_s", minimum=0)
         monitor = _choice(d.get("monitor", "ok"), "monitor", MONITOR_MODES)
         litellm = _choice(d.get("litellm", "ok"), "litellm", LITELLM_MODES)
+        admin_key = _string(
+            d.get("litellm_admin_key", DEFAULT_LITELLM_ADMIN_KEY), "litellm_admin_key"
+        )
+        if admin_key != admin_key.strip():
+            raise ScenarioError("must not start or end with whitespace", "litellm_admin_key")
 
         raw_gpus = d.get("gpus")
         if raw_gpus is None:
@@ -577,6 +616,7 @@ class Scenario:
         gpus: list[GpuSpec] = []
         seen_alias: dict[str, int] = {}
         seen_host: dict[str, int] = {}
+        seen_model_id: dict[str, int] = {}
         strix_at: int | None = None
         for i, g in enumerate(raw_gpus):
             spec = _parse_gpu(g, f"gpus[{i}]")
@@ -598,8 +638,15 @@ class Scenario:
                         f"gpus[{i}].legacy_strix",
                     )
                 strix_at = i
+            if spec.model_id in seen_model_id:
+                raise ScenarioError(
+                    f"duplicate LiteLLM model id {spec.model_id!r} "
+                    f"(also gpus[{seen_model_id[spec.model_id]}])",
+                    f"gpus[{i}].litellm_model_id",
+                )
             seen_alias[spec.alias] = i
             seen_host[spec.host] = i
+            seen_model_id[spec.model_id] = i
             gpus.append(spec)
 
         aliases = set(seen_alias)
@@ -621,6 +668,7 @@ class Scenario:
             litellm=litellm,
             gpus=tuple(gpus),
             events=tuple(events),
+            litellm_admin_key=admin_key,
         )
         _check_ports(scn)
         return scn

@@ -611,8 +611,14 @@ class MonitorHandler(_Base):
 # --------------------------------------------------------------------------- LiteLLM
 
 
+def _mask_key(key: str) -> str:
+    return f"{key[:3]}...{key[-4:]}" if len(key) > 8 else "***"
+
+
 class LitellmHandler(_Base):
-    """LiteLLM proxy health endpoints under ``/litellm`` (also served without the prefix)."""
+    """LiteLLM proxy under ``/litellm`` (also served without the prefix): the health endpoints
+    and the admin ``POST /model/update`` that load shedding uses (only ``litellm_params.rpm``
+    has an effect)."""
 
     server_header = "uvicorn"
 
@@ -622,7 +628,7 @@ class LitellmHandler(_Base):
             mode, gen = world.litellm_mode, world.litellm_generation
         if mode == "hang":
             return self.hang(lambda: world.litellm_generation != gen)
-        self.read_body()
+        body = self.read_body()
         path = self.route.rstrip("/")
         if path.startswith("/litellm"):
             path = path[len("/litellm") :]
@@ -630,6 +636,10 @@ class LitellmHandler(_Base):
             return self.send_json(
                 503, {"detail": "Service Unhealthy (litellm is in http-503 mode)"}, close=True
             )
+        if path == "/model/update":
+            if self.command != "POST":
+                return self.send_json(405, {"detail": "Method Not Allowed"}, close=True)
+            return self._model_update(body)
         if path in ("/health/liveliness", "/health/liveness"):
             return self.send_json(200, "I'm alive!")
         if path == "/health/readiness":
@@ -638,11 +648,55 @@ class LitellmHandler(_Base):
             return self.send_json(200, self._health())
         return self.send_json(404, {"detail": "Not Found"}, close=True)
 
+    def _auth_error(self, message: str) -> None:
+        # LiteLLM's ProxyException envelope (FastAPI), values as strings
+        return self.send_json(
+            401,
+            {"error": {"message": message, "type": "auth_error", "param": "None", "code": "401"}},
+            close=True,
+        )
+
+    def _model_update(self, body: bytes) -> None:
+        """``POST /model/update``: admin key first, then the body, then the deployment id."""
+        auth = (self.headers.get("Authorization") or "").strip()
+        given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not given:
+            return self._auth_error("Authentication Error, No api key passed in.")
+        if given != self.world.scenario.litellm_admin_key:
+            return self._auth_error(
+                "Authentication Error, Invalid proxy server token passed. "
+                f"Received API Key = {_mask_key(given)}"
+            )
+        try:
+            data = json.loads(body.decode("utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            return self.send_json(400, {"detail": "Invalid JSON body"}, close=True)
+        if not isinstance(data, dict):
+            return self.send_json(400, {"detail": "body must be a JSON object"}, close=True)
+        info = data.get("model_info")
+        model_id = info.get("id") if isinstance(info, dict) else None
+        if not isinstance(model_id, str) or not model_id:
+            return self.send_json(
+                400, {"detail": "model_info.id is required (the deployment id)"}, close=True
+            )
+        params = data.get("litellm_params")
+        rpm = params.get("rpm") if isinstance(params, dict) else None
+        if isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 0:
+            return self.send_json(
+                400, {"detail": "litellm_params.rpm must be an integer >= 0"}, close=True
+            )
+        if not self.world.update_rpm(model_id, rpm):
+            return self.send_json(404, {"detail": f"model not found: {model_id}"}, close=True)
+        return self.send_json(
+            200,
+            {"model_id": model_id, "litellm_params": {"rpm": rpm}, "message": "model updated"},
+        )
+
     def _health(self) -> dict[str, Any]:
         healthy, unhealthy = [], []
         with self.world.lock:
             for a, g in self.world.gpus.items():
-                entry = {"model": f"openai/{a}", "model_id": a}
+                entry = {"model": f"openai/{a}", "model_id": g.model_id}
                 state = g.endpoint_state()
                 if state in ("ok", "slow"):
                     healthy.append(entry)

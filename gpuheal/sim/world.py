@@ -4,6 +4,15 @@ Everything the sim reports derives from the virtual time since the scenario's st
 the events applied so far. The clock moves only through :meth:`World.advance`. Two things are
 measured in *real* seconds on purpose, because a healing tool waits for them in real time:
 the reload after a restart (``reload_s``) and the delay of the ``slow`` fault (``slow_s``).
+
+Load shedding (LiteLLM ``POST /model/update``): while a GPU's current LiteLLM rpm is below its
+normal rpm the GPU is *shed*. Its reported ``util_pct`` and ``requests_60s`` are scaled by
+``rpm / normal``, and its ``temp_c`` follows a cooling line instead of its ramp: from the
+temperature at the moment shedding started (or a later ``set``) it falls by
+``cooling_c_per_min`` per virtual minute down to ``idle_temp_c`` (never up to it). Any
+``temp_c`` ramp is suspended meanwhile (an event may still replace or stop it); when the rpm
+is back to >= normal the ramp resumes from the temperature reached. Both are closed forms of
+``t``, so one big ``advance()`` gives the same result as many small ones.
 """
 
 from __future__ import annotations
@@ -82,6 +91,13 @@ class GpuState:
         self.window_seconds = 0.0
         self.window_prompt_tokens = 0.0
         self.window_prompt_seconds = 0.0
+        # LiteLLM deployment (survives LiteLLM and llama-server restarts: it is LiteLLM's DB)
+        self.model_id = spec.model_id
+        self.rpm_normal = spec.litellm_rpm
+        self.rpm = spec.litellm_rpm
+        self.rpm_updates = 0
+        self.cooling: tuple[float, float] | None = None  # (anchor_t, temp then) while shed
+        self.suspended_temp_ramp: Ramp | None = None
 
     # ----------------------------------------------------------------- values over time
 
@@ -92,7 +108,44 @@ class GpuState:
             return min(max(v, 0.0), 100.0)
         return max(v, 0.0)
 
+    @property
+    def shed(self) -> bool:
+        return self.rpm < self.rpm_normal
+
+    @property
+    def load_factor(self) -> float:
+        """What share of its normal load the GPU gets: ``rpm / normal`` while shed, else 1."""
+        return max(self.rpm, 0) / self.rpm_normal if self.shed else 1.0
+
+    def _cooled(self, t: float) -> float:
+        anchor_t, base = self.cooling  # type: ignore[misc]
+        floor = self.spec.idle_temp_c
+        if base <= floor:
+            return base
+        return max(floor, base - self.spec.cooling_c_per_min * max(t - anchor_t, 0.0) / 60.0)
+
+    def set_rpm(self, rpm: int, t: float) -> None:
+        """LiteLLM's rpm for this deployment changed at virtual time ``t``."""
+        was = self.shed
+        self.rpm = rpm
+        self.rpm_updates += 1
+        if self.shed and not was:
+            cur = float(self.value("temp_c", t))
+            self.suspended_temp_ramp = self.ramps.pop("temp_c", None)
+            self.values["temp_c"] = cur
+            self.cooling = (t, cur)
+        elif was and not self.shed:
+            cur = self._cooled(t)
+            self.values["temp_c"] = cur
+            self.cooling = None
+            r, self.suspended_temp_ramp = self.suspended_temp_ramp, None
+            if r is not None:
+                r.base, r.anchor_t = cur, t
+                self.ramps["temp_c"] = r
+
     def value(self, name: str, t: float) -> Any:
+        if name == "temp_c" and self.cooling is not None:
+            return self._cooled(t)
         r = self.ramps.get(name)
         if r is None:
             return self.values.get(name)
@@ -104,6 +157,11 @@ class GpuState:
         return self._clamp_default(name, v)
 
     def materialize(self, name: str, t: float) -> None:
+        if name == "temp_c" and self.cooling is not None:
+            v = self._cooled(t)
+            self.values[name] = v
+            self.cooling = (t, v)
+            return
         r = self.ramps.get(name)
         if r is not None:
             v = self.value(name, t)
@@ -113,18 +171,28 @@ class GpuState:
     def set_value(self, name: str, v: Any, t: float) -> None:
         self.ramps.pop(name, None)
         self.values[name] = v
+        if name == "temp_c" and self.cooling is not None:
+            self.suspended_temp_ramp = None  # a set stops the ramp; cooling goes on from v
+            self.cooling = (t, float(v))
 
     def start_ramp(
         self, name: str, rate: float, t: float, lo: float | None, hi: float | None, heals: bool
     ) -> None:
         self.materialize(name, t)
+        shed_temp = name == "temp_c" and self.cooling is not None
         if rate == 0:
             self.ramps.pop(name, None)
+            if shed_temp:
+                self.suspended_temp_ramp = None
             return
         base = self.values.get(name)
         base = 0.0 if base is None else float(base)
         self.values[name] = base
-        self.ramps[name] = Ramp(rate, t, base, hi, lo, heals)
+        ramp = Ramp(rate, t, base, hi, lo, heals)
+        if shed_temp:  # held until the rpm is restored; it then starts from the temp reached
+            self.suspended_temp_ramp = ramp
+        else:
+            self.ramps[name] = ramp
 
     def is_loading(self, mono: float | None = None) -> bool:
         if self.fault == "loading":
@@ -334,7 +402,34 @@ class World:
         for k in RAMPABLE:
             if v.get(k) is None and k in g.ramps:
                 v[k] = 0.0
+        if g.shed:  # load-side cooling: fewer requests routed here, less work done
+            f = g.load_factor
+            if v.get("util_pct") is not None:
+                v["util_pct"] = float(v["util_pct"]) * f
+            if v.get("requests_60s") is not None:
+                v["requests_60s"] = int(round(float(v["requests_60s"]) * f))
         return v
+
+    # ----------------------------------------------------------------- LiteLLM deployments
+
+    def gpu_by_model_id(self, model_id: str) -> GpuState | None:
+        with self.lock:
+            for g in self.gpus.values():
+                if g.model_id == model_id:
+                    return g
+            return None
+
+    def update_rpm(self, model_id: str, rpm: int) -> bool:
+        """LiteLLM ``/model/update`` of a deployment's rpm, now; False for an unknown id."""
+        if isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 0:
+            raise ValueError("rpm must be a whole number >= 0")
+        with self.lock:
+            g = self.gpu_by_model_id(model_id)
+            if g is None:
+                return False
+            g.set_rpm(rpm, self.t)
+        self._changed()
+        return True
 
     def gpu_values(self, alias: str) -> dict[str, Any]:
         with self.lock:
@@ -440,6 +535,18 @@ class World:
                     "model": g.model,
                     "requests_served": g.requests_served,
                     "ramps": {k: r.rate_per_min for k, r in g.ramps.items()},
+                    "suspended_ramps": (
+                        {"temp_c": g.suspended_temp_ramp.rate_per_min}
+                        if g.suspended_temp_ramp is not None
+                        else {}
+                    ),
+                    "litellm_model_id": g.model_id,
+                    "litellm_rpm": g.rpm,
+                    "litellm_rpm_normal": g.rpm_normal,
+                    "litellm_updates": g.rpm_updates,
+                    "shed": g.shed,
+                    "cooling_c_per_min": g.spec.cooling_c_per_min,
+                    "idle_temp_c": g.spec.idle_temp_c,
                     **{
                         k: (_rnd(x, 3) if k not in INTEGER_FIELDS else _rnd(x, 0))
                         for k, x in v.items()

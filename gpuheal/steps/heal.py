@@ -21,6 +21,7 @@ from gpuheal import alerts as alertq
 from gpuheal.actions.catalog import ACTIONS, REMEDIES
 from gpuheal.clock import format_iso
 from gpuheal.core.plan import (
+    LITELLM_API,
     OPEN_ATTEMPT,
     SERVICE_OF,
     PlanItem,
@@ -467,6 +468,12 @@ class Heal:
         by_host = {g.host: Target.for_gpu(g, self.cfg.heal) for g in self.cfg.gpus if g.transport == "ssh"}
 
         def run(target: str, argv: list[str], timeout_s: float):
+            if target == LITELLM_API:
+                from gpuheal.config.load import env_or_dotenv
+                from gpuheal.sources.litellm_admin import update_rpm
+
+                admin_key = env_or_dotenv(self.cfg.litellm.admin_key_env, self.cfg.path)
+                return update_rpm(str(self.cfg.litellm.url), admin_key, argv[1], int(argv[2]), min(timeout_s, float(self.cfg.litellm.timeout_s) * 2))
             if target == "local":
                 where = Target("local")
             else:
@@ -523,6 +530,10 @@ def _render_argv(step, item: PlanItem, cfg) -> str:
         argv = expand_argv(step.argv_template or (), {**values, "pid": "PID"})
     except Exception:
         argv = list(step.argv_template or ())
+    if step.target == LITELLM_API:
+        from gpuheal.sources.litellm_admin import describe
+
+        return describe(cfg.litellm.url, argv)
     where = "" if step.target == "local" else f"ssh {step.target}: "
     return where + shlex.join(argv)
 
