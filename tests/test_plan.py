@@ -220,3 +220,14 @@ def test_a_litellm_attempt_past_its_window_does_not_hold_back_other_gpus():
     state["attempts"]["k"] = {"gpu": "gpu-0", "issue": "circuit-breaker-stuck", "since": "2026-07-18T07:00:00Z", "n": 1, "status": "pending", "verify_by": NOW - 1, "actions": ["restart-litellm"]}
     item = only(plan([issue(gpu="gpu-1", issue_id="circuit-breaker-stuck", severity="warning")], state, cfg(), NOW))
     assert item.decision == "act"
+
+
+def test_fleet_guard_ignores_a_failure_already_escalated():
+    """An old, escalated dead GPU plus one new failure is not "many GPUs at once"."""
+    issues = [issue(gpu="gpu-0", issue_id="host-unreachable"), issue(gpu="gpu-1", issue_id="host-unreachable")]
+    state = empty_state()
+    assert {i.decision for i in plan(issues, state, cfg(n_gpus=3), NOW)} == {"escalate"}
+    state["escalated"]["gpu-0/host-unreachable"] = {"at": NOW - 7200, "reason": "x"}
+    items = {i.gpu: i for i in plan(issues, state, cfg(n_gpus=3), NOW)}
+    assert items["gpu-0"].decision == "blocked"
+    assert items["gpu-1"].decision == "act"

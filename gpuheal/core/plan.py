@@ -178,7 +178,11 @@ def plan(
     heal = cfg.heal
     firing = [i for i in issues if i.get("state", "firing") == "firing"]
     n_gpus = len(cfg.gpus)
-    failing_gpus = {i["gpu"] for i in firing if i["issue"] in CANNOT_SERVE}
+    # "At once": a GPU whose failure is already escalated is the humans' now and says nothing
+    # about a shared cause behind a new failure elsewhere.
+    failing_gpus = {
+        i["gpu"] for i in firing if i["issue"] in CANNOT_SERVE and f"{i['gpu']}/{i['issue']}" not in state["escalated"]
+    }
     guard_tripped = n_gpus >= 2 and len(failing_gpus) > float(heal["fleet_guard_fraction"]) * n_gpus
     items: list[PlanItem] = []
     restarting: set[str] = set()  # what this run's plan already restarts (a GPU, a service)
