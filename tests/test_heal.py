@@ -481,3 +481,22 @@ def test_builtin_load_shedding_through_litellm_cools_the_gpu_then_restores_it(ma
     assert "shed-load" in actions and "restore-load" in actions
     assert lab.fleet.litellm_admin_key not in (lab.state_dir / "gpu-self-heal-log.jsonl").read_text()
     assert all(a["action"] != "alert" for a in health["actions"])
+
+
+def test_vram_leak_that_persists_after_restart_escalates_once(make_lab):
+    """Rule 2: "Escalate after: persistent leak after restart -> hardware investigation"."""
+    import sys
+
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "vram_used_mb": 4000}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 0, "gpu": "gpu-a", "ramp": {"vram_used_mb": 10.0}, "heals_on_restart": False}],
+    )
+    lab.gpu_raw("gpu-a")["smi_command"] = [sys.executable, "-c", "print('4711, /usr/bin/llama-server, 9000')"]
+    lab.write_config()
+    for _ in range(170):  # ~14 h at 5-minute polls
+        lab.heal(advance_s=300)
+    assert lab.restarts("gpu-a") == 1, "one restart, then the humans"
+    escalations = [a for a in lab.read("alerts.json")["queue"] if a["kind"] == "escalated"]
+    assert [(a["gpu"], a["issue"]) for a in escalations] == [("gpu-a", "vram-leak")]
+    assert "hardware investigation" in escalations[0]["summary"]
+    assert not [r for r in lab.audit() if r["issue"] == "vram-leak" and r["result"] == "resolved"]

@@ -6,7 +6,8 @@ needs ``min_samples`` samples spanning ``min_span_h`` of the window, else the ru
 its startup grace) and after any jump of ``reload_jump_mb`` between consecutive samples (an
 external reload), so a reload never reads as a leak. "Sustained": each half of the window must
 also grow at ``sustain_ratio`` of the threshold, so one step up (a bigger KV cache allocated once)
-is not a leak. Recovers when the rate drops below the threshold (the spec's verify).
+is not a leak. Recovers when the rate drops below the threshold (the spec's verify), fitted over
+``recover_span_h`` (2 h) of fresh data.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ SEVERITY = "warning"
 NEEDS = frozenset({NEEDS_MONITOR})
 
 
-def _fit(view, alias, p):
+def _fit(view, alias, p, min_span_h=None, min_samples=None):
     fit = view.vram_fit(alias, float(p["window_h"]) * 3600, p.get("reload_jump_mb"))
-    if fit is None or fit.n < p["min_samples"] or fit.span_s < float(p["min_span_h"]) * 3600:
+    span_h = float(p["min_span_h"] if min_span_h is None else min_span_h)
+    samples = p["min_samples"] if min_samples is None else min_samples
+    if fit is None or fit.n < samples or fit.span_s < span_h * 3600:
         return None
     return fit
 
@@ -61,7 +64,10 @@ def detect(view, alias, p):
 
 
 def recovered(view, alias, p, record):
-    fit = _fit(view, alias, p)
+    """The growth rate is below the threshold, fitted over at least ``recover_span_h`` of the
+    (possibly restarted) window: after a restart, a couple of flat hours prove the fix without
+    waiting for a whole new 6 h window, and a leak that persists shows again within them."""
+    fit = _fit(view, alias, p, p.get("recover_span_h"), p.get("recover_min_samples"))
     if fit is None:
         return None
     return fit.slope < float(p["mb_per_hour"])
