@@ -129,3 +129,24 @@ def test_hostile_host_value_stays_one_argument():
     runner = FakeRunner()
     run_item(item_for("model-stuck", c), c, runner, ok_verify, ())
     assert runner.calls == [("local", ["echo", "http://127.0.0.1:9"])]
+
+
+def _regression_cfg():
+    return load_config_dict({"gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "vendor": "nvidia"}]})
+
+
+def test_builtin_power_limit_is_restored_only_when_lowered():
+    c = _regression_cfg()
+    runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout="250.00, 350.00, 400.00\n")})
+    ex = run_item(item_for("benchmark-regression", c), c, runner, ok_verify, ())
+    assert ["nvidia-smi", "-pl", "350"] in [argv for _, argv in runner.calls]
+    step = next(s for s in ex.steps if s.action == "restore-power-limit")
+    assert step.ok and "was 250 W" in step.note
+
+
+def test_builtin_power_limit_left_alone_at_default_or_unreadable():
+    c = _regression_cfg()
+    for stdout in ("350.00, 350.00, 400.00\n", "[N/A], [N/A], [N/A]\n", "garbage\n"):
+        runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout=stdout)})
+        run_item(item_for("benchmark-regression", c), c, runner, ok_verify, ())
+        assert not any(argv[:2] == ["nvidia-smi", "-pl"] for _, argv in runner.calls), stdout

@@ -199,3 +199,11 @@ LITELLM_UPDATE_VERB = "litellm-model-update"
 
 def litellm_update_argv(model_id: str, rpm: int) -> tuple[str, ...]:
     return (LITELLM_UPDATE_VERB, model_id, str(int(rpm)))
+
+# Rule 4.2 built in for NVIDIA: read the limits, and only if the limit was lowered below the
+# board's default, ``nvidia-smi -pl <default>`` (formats.md §2.1: values parsed positionally).
+POWER_QUERY_ARGV = (
+    "nvidia-smi",
+    "--query-gpu=power.limit,power.default_limit,power.max_limit",
+    "--format=csv,noheader,nounits",
+)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuheal.actions.catalog import ACTIONS
+from gpuheal.actions.catalog import ACTIONS, POWER_QUERY_ARGV
 from gpuheal.core.plan import PlanItem, Step
 from gpuheal.parse.smi import GpuProcess, parse_compute_apps, parse_ps, parse_rocm_smi
 from gpuheal.redact import redact
@@ -86,7 +86,10 @@ def run_item(
                 ex.escalate_reason = detail
                 ex.result = "escalated"
                 return ex
-        res = _run(step, values, runner, timeout_s, secrets)
+        if step.action == "restore-power-limit" and step.argv_template == POWER_QUERY_ARGV:
+            res = _restore_power_limit(step, values, runner, timeout_s, secrets)
+        else:
+            res = _run(step, values, runner, timeout_s, secrets)
         ex.steps.append(res)
         if spec.evidence:
             ex.evidence.update(_parse_evidence(res.output, cfg, item.gpu))
@@ -140,6 +143,31 @@ def gather_host_evidence(gpu: str, cfg, runner: Runner, values: dict[str, str], 
         else:
             out[name] = res.output.splitlines()[-20:]
     return out
+
+
+def _restore_power_limit(step: Step, values: dict[str, str], runner: Runner, timeout_s: float, secrets) -> StepResult:
+    """Rule 4.2, "if throttled, restore to max": query the limits; only when the enforced limit is
+    below the board's default, set it back with ``nvidia-smi -pl``. An unreadable answer changes
+    nothing and fails the step (the regression then escalates with the evidence)."""
+    query = _run(step, values, runner, timeout_s, secrets)
+    if not query.ok:
+        return query
+    fields = [f.strip() for f in (query.output.splitlines() or [""])[0].split(",")]
+    numbers = [_watts(f) for f in fields[:3]] if len(fields) >= 3 else [None, None, None]
+    limit_w, default_w, _max_w = numbers
+    if limit_w is None or default_w is None:
+        return StepResult(step.action, query.argv, step.target, ok=False, error="power limits not readable", output=query.output)
+    if limit_w >= default_w - 1:
+        return StepResult(step.action, query.argv, step.target, ok=True, output=query.output, note=f"power limit {limit_w:g} W is already the default {default_w:g} W")
+    setter = _run(Step(step.action, ("nvidia-smi", "-pl", f"{default_w:g}"), step.target), values, runner, timeout_s, secrets)
+    setter.note = f"power limit was {limit_w:g} W, restored to the default {default_w:g} W"
+    return setter
+
+
+def _watts(text: str) -> float | None:
+    from gpuheal.parse.gpu_data import number
+
+    return None if text.startswith("[") else number(text, 10000.0)
 
 
 def _values(gpu: str, cfg) -> dict[str, str]:

@@ -343,6 +343,10 @@ def _step(action: str, gpu: str, cfg) -> Step | None:
     if argv is None and action == "restart-llama-server-memcap":
         argv = g.command("restart_command") or ACTIONS["restart-llama-server"].default_argv
         note = "no memcap_restart_command configured: plain restart"
+    if argv is None and action == "restore-power-limit" and g.vendor == "nvidia":
+        from gpuheal.actions.catalog import POWER_QUERY_ARGV
+
+        return Step(action, POWER_QUERY_ARGV, target, "built-in: back to the default limit, only if it was lowered")
     if argv is None and action == "snapshot-processes":
         argv = default_smi_argv(g.vendor)
     if argv is None:
