@@ -180,7 +180,7 @@ def test_hot_gpu_sheds_load_then_restores_it_when_cool(make_lab):
     health = lab.heal()
     assert [a["action"] for a in health["actions"] if a["result"] == "pending"][:1] == ["shed-load"]
     assert lab.fleet.state()["gpus"]["gpu-a"]["temp_c"] == 78
-    for _ in range(4):
+    for _ in range(16):
         health = lab.heal()
     actions = [r["action"] for r in lab.audit()]
     assert "restore-load" in actions
@@ -418,7 +418,7 @@ def test_a_run_killed_while_shedding_load_still_restores_it_later(make_lab):
         Heal(lab.cfg, store, lab.fleet.now(), apply=True, runner=killed_after_shedding).run(None, None)
     assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 30
     lab.fleet.set("gpu-a", {"temp_c": 60})
-    for _ in range(4):
+    for _ in range(16):
         lab.heal()
     assert "restore-load" in [r["action"] for r in lab.audit()]
     assert lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 50
@@ -435,7 +435,7 @@ def test_failed_restore_load_is_retried_then_escalated_once(make_lab):
     lab.gpu_raw("gpu-a")["shed_load_command"] = [sys.executable, *ctl, '{{"temp_c": 70}}']
     lab.gpu_raw("gpu-a")["restore_load_command"] = [sys.executable, "-c", "raise SystemExit(4)"]
     lab.write_config()
-    for _ in range(10):
+    for _ in range(24):
         lab.heal()
     restores = [r for r in lab.audit() if r["action"] == "restore-load" and r["phase"] == "outcome"]
     assert [r["result"] for r in restores] == ["failed"] * 3
@@ -500,3 +500,28 @@ def test_vram_leak_that_persists_after_restart_escalates_once(make_lab):
     assert [(a["gpu"], a["issue"]) for a in escalations] == [("gpu-a", "vram-leak")]
     assert "hardware investigation" in escalations[0]["summary"]
     assert not [r for r in lab.audit() if r["issue"] == "vram-leak" and r["result"] == "resolved"]
+
+
+def test_load_is_restored_only_after_the_gpu_stayed_cool(make_lab):
+    """Hysteresis on the undo: restoring the moment the issue clears heats the GPU straight back
+    (and flaps the issue and its alerts); heal.restore_after_s of cool comes first."""
+    import sys
+
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1", "temp_c": 84}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "gpu-a", "set": {"temp_c": 88}}],
+        heal={"restore_after_s": 300},
+    )
+    ctl = ["-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    lab.gpu_raw("gpu-a")["shed_load_command"] = [sys.executable, *ctl, '{{"temp_c": 60}}']
+    lab.gpu_raw("gpu-a")["restore_load_command"] = [sys.executable, *ctl, '{{"util_pct": 51}}']
+    lab.write_config()
+    cleared_at = restored_at = None
+    for poll in range(15):
+        health = lab.heal()
+        if cleared_at is None and poll > 1 and ("gpu-a", "thermal-critical") not in issues_of(health):
+            cleared_at = lab.fleet.now().timestamp()
+        if restored_at is None and lab.fleet.state()["gpus"]["gpu-a"]["util_pct"] == 51:
+            restored_at = lab.fleet.now().timestamp()
+    assert cleared_at is not None and restored_at is not None
+    assert restored_at - cleared_at >= 300

@@ -23,7 +23,8 @@ The heal state (``heal-state.json``, internal) is a plain dict::
      "attempts": {KEY: ATTEMPT},
      "escalated": {"ALIAS/ISSUE": {"at": epoch_s, "reason": str, "since": ISO}},
      "paused": {"fleet": {"reason", "at"} | None, "gpus": {ALIAS: {"reason", "at"}}},
-     "active": {ALIAS: {"actions": [...], "issue": ID, "restore_failures": n}},  # to undo
+     "active": {ALIAS: {"actions": [...], "issue": ID, "restore_failures": n,
+                        "cool_since": epoch_s}},  # load-side mitigations to undo once cool
      "litellm_restarts": [epoch_s, ...],   # circuit-breaker-status.json "last_reset"
      "service_restarts": {"litellm" | "gpu-monitor": [epoch_s, ...]},  # their restart budget
      "run_seq": {"day": "YYYYMMDD", "n": int}}
@@ -99,6 +100,7 @@ def normalise_state(data: Any) -> dict[str, Any]:
             "actions": [x for x in v.get("actions", []) if isinstance(x, str)] if isinstance(v.get("actions"), list) else [],
             "issue": str(v.get("issue", "thermal-critical")),
             "restore_failures": int(_num(v.get("restore_failures")) or 0),
+            **({"cool_since": float(_num(v["cool_since"]))} if _num(v.get("cool_since")) is not None else {}),
         }
         for a, v in state["active"].items()
         if isinstance(v, dict)

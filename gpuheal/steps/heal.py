@@ -270,9 +270,17 @@ class Heal:
         for alias, active in list(self.state["active"].items()):
             if gpu_filter and alias != gpu_filter:
                 continue
-            if any((alias, t) in open_keys for t in THERMAL) or not isinstance(active, dict):
+            if not isinstance(active, dict):
+                continue
+            if any((alias, t) in open_keys for t in THERMAL):
+                active.pop("cool_since", None)  # hot again: the cool-down starts over
                 continue
             if paused_reason(self.state, alias) or alias not in self.cfg.aliases:
+                continue
+            # Hysteresis: put the load back only after the GPU stayed cool for restore_after_s,
+            # or the restored load heats it straight back and the issue flaps (and alerts) again.
+            cool_since = active.setdefault("cool_since", self.now_s)
+            if self.now_s - float(cool_since) < float(self.cfg.heal.get("restore_after_s", 600)):
                 continue
             step = _step("restore-load", alias, self.cfg)
             item = PlanItem(gpu=alias, issue=str(active.get("issue", "thermal-critical")), decision="act", reason=f"GPU cooled down: undo {', '.join(active.get('actions', []))}")
