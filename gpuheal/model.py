@@ -7,7 +7,7 @@ Observations serialise to one JSON object (``to_dict``/``from_dict``) so ``check
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -151,8 +151,3 @@ class Observation:
             warnings=tuple(str(w) for w in data.get("warnings") or []),
             unmatched_hosts=tuple(str(h) for h in data.get("unmatched_hosts") or []),
         )
-
-
-def as_plain(value: Any) -> Any:
-    """dataclass → dict, for JSON output of small records."""
-    return asdict(value)

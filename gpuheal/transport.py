@@ -273,11 +273,13 @@ class LocalTransport:
         pass
 
 
-def _reader(stream, sink: _Capped) -> threading.Thread:
-    def pump() -> None:
+def _pipe_thread(name: str, work, stream) -> threading.Thread:
+    """Run ``work()`` on a daemon thread, swallowing the pipe errors a dying command causes
+    (BrokenPipeError, a closed file), and always close ``stream``."""
+
+    def run() -> None:
         try:
-            while chunk := stream.read1(_READ_CHUNK):
-                sink.add(chunk)
+            work()
         except (OSError, ValueError):
             pass
         finally:
@@ -286,26 +288,21 @@ def _reader(stream, sink: _Capped) -> threading.Thread:
             except OSError:
                 pass
 
-    t = threading.Thread(target=pump, name="gpuheal-output", daemon=True)
+    t = threading.Thread(target=run, name=name, daemon=True)
     t.start()
     return t
+
+
+def _reader(stream, sink: _Capped) -> threading.Thread:
+    def pump() -> None:
+        while chunk := stream.read1(_READ_CHUNK):
+            sink.add(chunk)
+
+    return _pipe_thread("gpuheal-output", pump, stream)
 
 
 def _writer(stream, data: bytes) -> threading.Thread:
-    def feed() -> None:
-        try:
-            stream.write(data)
-        except (OSError, ValueError):  # BrokenPipeError: the command did not read it all
-            pass
-        finally:
-            try:
-                stream.close()
-            except OSError:
-                pass
-
-    t = threading.Thread(target=feed, name="gpuheal-input", daemon=True)
-    t.start()
-    return t
+    return _pipe_thread("gpuheal-input", lambda: stream.write(data), stream)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -221,69 +221,45 @@ def _measure(
     return chat, API_CHAT, sent
 
 
+_SAMPLING = {"temperature": 0, "seed": 42, "cache_prompt": False, "ignore_eos": True, "stream": False}
+
+
 def _completion(base: str, api_key: str | None, prompt: str, n_predict: int, deadline_s: float) -> BenchOutcome:
-    payload = {
-        "prompt": prompt,
-        "n_predict": n_predict,
-        "temperature": 0,
-        "seed": 42,
-        "cache_prompt": False,
-        "ignore_eos": True,
-        "stream": False,
-    }
-    result = _post(base + "/completion", api_key, payload, deadline_s)
-    if isinstance(result, BenchOutcome):
-        return _replace(result, api=API_COMPLETION)
-    doc = _json_object(result.body)
-    if doc is None:
-        return _failed(ERR_INVALID, result.status, "/completion: answer is not a JSON object", 0, api_key,
-                       elapsed=result.elapsed_s, api=API_COMPLETION)
-    timings = doc.get("timings") if isinstance(doc.get("timings"), dict) else {}
-    tokens = _int(timings.get("predicted_n"))
-    if tokens is None:
-        tokens = _int(doc.get("tokens_predicted"))
-    return _judge(
-        tokens=tokens,
-        gen=_rate(timings, "predicted"),
-        prompt_rate=_rate(timings, "prompt"),
-        elapsed=result.elapsed_s,
-        status=result.status,
-        api=API_COMPLETION,
-        model=_str(doc.get("model")),
-    )
+    payload = {"prompt": prompt, "n_predict": n_predict, **_SAMPLING}
+    return _measured_request(base, "/completion", API_COMPLETION, api_key, payload, deadline_s)
 
 
 def _chat(base: str, api_key: str | None, prompt: str, n_predict: int, deadline_s: float) -> BenchOutcome:
-    payload = {
-        "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": n_predict,
-        "temperature": 0,
-        "seed": 42,
-        "cache_prompt": False,
-        "ignore_eos": True,
-        "stream": False,
-    }
-    result = _post(base + "/v1/chat/completions", api_key, payload, deadline_s)
+    payload = {"messages": [{"role": "user", "content": prompt}], "max_tokens": n_predict, **_SAMPLING}
+    return _measured_request(base, "/v1/chat/completions", API_CHAT, api_key, payload, deadline_s)
+
+
+def _measured_request(base: str, path: str, api: str, api_key: str | None, payload: dict[str, Any], deadline_s: float) -> BenchOutcome:
+    """POST one measured request and read its ``timings`` (formats.md §1.7). The token count
+    falls back to ``tokens_predicted`` (/completion) or ``usage.completion_tokens`` (chat); a chat
+    answer's ``model`` only echoes what the client sent, so it is not evidence."""
+    result = _post(base + path, api_key, payload, deadline_s)
     if isinstance(result, BenchOutcome):
-        return _replace(result, api=API_CHAT)
+        return _replace(result, api=api)
     doc = _json_object(result.body)
     if doc is None:
-        return _failed(ERR_INVALID, result.status, "/v1/chat/completions: answer is not a JSON object", 0,
-                       api_key, elapsed=result.elapsed_s, api=API_CHAT)
+        return _failed(ERR_INVALID, result.status, f"{path}: answer is not a JSON object", 0, api_key,
+                       elapsed=result.elapsed_s, api=api)
     timings = doc.get("timings") if isinstance(doc.get("timings"), dict) else {}
-    usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
     tokens = _int(timings.get("predicted_n"))
-    if tokens is None:
+    if tokens is None and api == API_COMPLETION:
+        tokens = _int(doc.get("tokens_predicted"))
+    if tokens is None and api == API_CHAT:
+        usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
         tokens = _int(usage.get("completion_tokens"))
-    # "model" in a chat answer echoes what the client sent (formats.md §1.7): not evidence.
     return _judge(
         tokens=tokens,
         gen=_rate(timings, "predicted"),
         prompt_rate=_rate(timings, "prompt"),
         elapsed=result.elapsed_s,
         status=result.status,
-        api=API_CHAT,
-        model=None,
+        api=api,
+        model=_str(doc.get("model")) if api == API_COMPLETION else None,
     )
 
 

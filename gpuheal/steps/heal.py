@@ -171,7 +171,7 @@ class Heal:
         self.store.write(files.HEAL, self.state)
         self._audit(run_id, item, primary_action(attempt["actions"]), "pending", phase="intent", extra={"attempt": item.attempt_no, "actions": attempt["actions"], "commands": [_render_argv(s, item, self.cfg) for s in item.steps]})
         if item.alert_now:
-            self._queue(item, "escalated", f"{item.issue}: {item.reason}; acting now", run_id, mark=False)
+            self._queue(item, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
         ex = run_item(item, self.cfg, self._runner(), self._verifier(), self.secrets)
         for n, step in enumerate(ex.steps, 1):
             if not step.ok or (n == len(ex.steps) and ex.result == "failed"):
@@ -342,7 +342,7 @@ class Heal:
             self._doc(item, "snapshot-processes", item.reason, result="resolved", command=" ".join(res.argv), target=g.host)
 
     # ------------------------------------------------------------------ alerts, clean cycles
-    def _queue(self, item: PlanItem, kind: str, summary: str, run_id: str | None, tried: list[str] | None = None, mark: bool = True) -> None:
+    def _queue(self, item: PlanItem, kind: str, summary: str, run_id: str | None, tried: list[str] | None = None) -> None:
         attempts = attempts_for(self.state, item.gpu, item.issue, item.since)
         alertq.enqueue(
             self.alerts,
@@ -585,7 +585,3 @@ def _clear(heal: Heal, target: str) -> None:
     if found is None:
         raise GpuhealError(f"--clear {target!r}: nothing escalated for {gpu}/{issue}")
     heal.store.write(files.HEAL, heal.state)
-
-
-def _now_iso(epoch: float) -> str:
-    return format_iso(datetime.fromtimestamp(epoch, UTC))
