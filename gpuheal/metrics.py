@@ -49,7 +49,9 @@ class Exposition:
     def __init__(self) -> None:
         self._families: dict[str, tuple[str, str, list[str]]] = {}
 
-    def add(self, name: str, help_text: str, value: Any, labels: dict[str, Any] | None = None, kind: str = "gauge") -> None:
+    def add(
+        self, name: str, help_text: str, value: Any, labels: dict[str, Any] | None = None, kind: str = "gauge"
+    ) -> None:
         if isinstance(value, bool):
             value = 1 if value else 0
         if not isinstance(value, int | float):
@@ -106,19 +108,33 @@ def render(rt, store) -> str:
     health = store.read_raw(files.GPU_HEALTH) or {}
     bench = benchdata.normalise(store.read(files.BENCH, None))
     ex = Exposition()
-    ex.add("gpuheal_up", "Whether gpuheal wrote this file (always 1; use node_textfile_mtime_seconds for staleness).", 1)
-    ex.add("gpuheal_last_run_timestamp_seconds", "Unix time of the gpuheal command that wrote this file.", round(rt.now.timestamp(), 3))
+    ex.add(
+        "gpuheal_up", "Whether gpuheal wrote this file (always 1; use node_textfile_mtime_seconds for staleness).", 1
+    )
+    ex.add(
+        "gpuheal_last_run_timestamp_seconds",
+        "Unix time of the gpuheal command that wrote this file.",
+        round(rt.now.timestamp(), 3),
+    )
     from gpuheal.render.report import to_datetime
 
     health_at = to_datetime(health.get("generated_at"))
     if health_at is not None:
-        ex.add("gpuheal_health_timestamp_seconds", "Unix time of the last check or heal (gpu-health.json).", round(health_at.timestamp(), 3))
+        ex.add(
+            "gpuheal_health_timestamp_seconds",
+            "Unix time of the last check or heal (gpu-health.json).",
+            round(health_at.timestamp(), 3),
+        )
     status = summary["status"]
     ex.declare("gpuheal_fleet_status", "Fleet status from the last check: 1 for the current status, 0 for the others.")
     if status in STATUS_CODE:
         for name in STATUS_CODE:
             ex.add("gpuheal_fleet_status", "", 1 if name == status else 0, {"status": name})
-        ex.add("gpuheal_fleet_status_code", "Fleet status from the last check: 0 healthy, 1 degraded, 2 down.", STATUS_CODE[status])
+        ex.add(
+            "gpuheal_fleet_status_code",
+            "Fleet status from the last check: 0 healthy, 1 degraded, 2 down.",
+            STATUS_CODE[status],
+        )
 
     issues = summary["issues"]
     counts = dict.fromkeys(ISSUE_IDS, 0)
@@ -151,7 +167,10 @@ def render(rt, store) -> str:
         ("gpuheal_gpu_utilization_ratio", "GPU utilisation at the last check (0-1)."),
         ("gpuheal_gpu_power_watts", "GPU power draw at the last check."),
         ("gpuheal_gpu_tokens_per_second", "Generation speed of the latest successful benchmark."),
-        ("gpuheal_gpu_baseline_tokens_per_second", "The benchmark baseline in force (rolling 30-day average or config seed)."),
+        (
+            "gpuheal_gpu_baseline_tokens_per_second",
+            "The benchmark baseline in force (rolling 30-day average or config seed).",
+        ),
     ):
         ex.declare(name, help_text)
     for alias, g in summary["gpus"].items():
@@ -172,7 +191,11 @@ def render(rt, store) -> str:
         ex.add("gpuheal_gpu_tokens_per_second", "", _num(ok[-1]["gen_tok_s"]) if ok else None, lab)
         ex.add("gpuheal_gpu_baseline_tokens_per_second", "", _num(g["baseline_tok_s"]), lab)
     ex.add("gpuheal_alerts_queued", "Alerts waiting in the queue for escalate.", summary["alerts"]["queued"])
-    ex.add("gpuheal_clean_cycles", "Consecutive clean heal cycles (All Clear every zulip.all_clear_every).", summary["alerts"]["clean_cycles"])
+    ex.add(
+        "gpuheal_clean_cycles",
+        "Consecutive clean heal cycles (All Clear every zulip.all_clear_every).",
+        summary["alerts"]["clean_cycles"],
+    )
     return ex.text()
 
 

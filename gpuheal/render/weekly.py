@@ -77,13 +77,17 @@ def build(
         week = [r for r in benchdata.ok_results(bench, alias, start_s) if r["at"] <= now_s]
         prev = [r for r in benchdata.ok_results(bench, alias, prev_s) if r["at"] < start_s]
         failed = [
-            r for r in benchdata.results(bench, alias, start_s) if r["at"] <= now_s and not (r.get("ok") and r.get("gen_tok_s"))
+            r
+            for r in benchdata.results(bench, alias, start_s)
+            if r["at"] <= now_s and not (r.get("ok") and r.get("gen_tok_s"))
         ]
         days = []
         for i in range(WEEK_DAYS):
             lo, hi = start_s + i * DAY_S, start_s + (i + 1) * DAY_S
             vals = [float(r["gen_tok_s"]) for r in week if lo <= r["at"] < hi or (i == WEEK_DAYS - 1 and r["at"] == hi)]
-            days.append({"date": format_iso(datetime.fromtimestamp(lo, UTC))[:10], "mean_tok_s": _mean(vals), "n": len(vals)})
+            days.append(
+                {"date": format_iso(datetime.fromtimestamp(lo, UTC))[:10], "mean_tok_s": _mean(vals), "n": len(vals)}
+            )
         week_vals = [float(r["gen_tok_s"]) for r in week]
         prev_vals = [float(r["gen_tok_s"]) for r in prev]
         mean = _mean(week_vals)
@@ -142,10 +146,10 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
     """Incidents, remediations and escalations of ``[start_s, end_s]`` from audit records.
 
     An incident of (gpu, issue) opens at its first record, backdated to the ``detected.since`` it
-    carries (or by its ``detected.duration_s``: how long the condition had held), and closes at the first record whose ``result`` is ``resolved``; time to
-    resolve is the difference. A remediation is one (run_id, gpu, issue, action) — its result is
-    the last record of that key (intent → outcome → verification; keyed by the record's
-    ``attempt`` number when it has one). Junk records are skipped.
+    carries (or by its ``detected.duration_s``: how long the condition had held), and closes at
+    the first record whose ``result`` is ``resolved``; time to resolve is the difference. A
+    remediation is one (run_id, gpu, issue, action) — its result is the last record of that key
+    (intent → outcome → verification; keyed by the record's ``attempt`` number when it has one). Junk records are skipped.
     """
     records = []
     for rec in audit:
@@ -173,7 +177,14 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
                 start = since.timestamp()
             elif isinstance(held, int | float) and not isinstance(held, bool) and 0 < held < 30 * DAY_S:
                 start = t - float(held)
-            inc = {"gpu": rec["gpu"], "issue": rec["issue"], "start_s": start, "end_s": None, "escalated": False, "actions": []}
+            inc = {
+                "gpu": rec["gpu"],
+                "issue": rec["issue"],
+                "start_s": start,
+                "end_s": None,
+                "escalated": False,
+                "actions": [],
+            }
             open_[key] = inc
         action = rec.get("action")
         if isinstance(action, str) and action != "alert" and action not in inc["actions"]:
@@ -183,7 +194,12 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
             inc["escalated"] = True
             if t >= start_s:
                 escalations.append(
-                    {"gpu": rec["gpu"], "issue": rec["issue"], "at": format_iso(datetime.fromtimestamp(t, UTC)), "run_id": rec.get("run_id")}
+                    {
+                        "gpu": rec["gpu"],
+                        "issue": rec["issue"],
+                        "at": format_iso(datetime.fromtimestamp(t, UTC)),
+                        "run_id": rec.get("run_id"),
+                    }
                 )
         if isinstance(action, str) and action != "alert" and rec.get("result") != "planned":
             attempt = rec.get("attempt")
@@ -197,7 +213,9 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
 
     by_issue: dict[str, dict[str, Any]] = {}
     for inc in incidents:
-        row = by_issue.setdefault(inc["issue"], {"issue": inc["issue"], "count": 0, "resolved": 0, "open": 0, "escalated": 0, "_times": []})
+        row = by_issue.setdefault(
+            inc["issue"], {"issue": inc["issue"], "count": 0, "resolved": 0, "open": 0, "escalated": 0, "_times": []}
+        )
         row["count"] += 1
         if inc["end_s"] is not None:
             row["resolved"] += 1
@@ -217,7 +235,9 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
     for t, rec in final.values():
         if t < start_s:
             continue
-        row = rem.setdefault(rec["action"], {"action": rec["action"], "count": 0, "resolved": 0, "failed": 0, "other": 0})
+        row = rem.setdefault(
+            rec["action"], {"action": rec["action"], "count": 0, "resolved": 0, "failed": 0, "other": 0}
+        )
         row["count"] += 1
         result = rec.get("result")
         if result == "resolved":
@@ -275,8 +295,9 @@ def markdown(doc: dict[str, Any]) -> str:
     for g in doc["gpus"]:
         flag = " ⚠" if g["regression"] else ""
         lines.append(
-            f"| {md(g['gpu'], 64)}{flag} | `{g['sparkline']}` | {_n(g['mean_tok_s'])} | {_n(g['prev_week_mean_tok_s'])} "
-            f"| {_pct(g['change_pct'])} | {_n(g['baseline_tok_s'])} | {_n(g['current_tok_s'])} | {_pct(g['current_vs_baseline_pct'])} |"
+            f"| {md(g['gpu'], 64)}{flag} | `{g['sparkline']}` | {_n(g['mean_tok_s'])} "
+            f"| {_n(g['prev_week_mean_tok_s'])} | {_pct(g['change_pct'])} | {_n(g['baseline_tok_s'])} "
+            f"| {_n(g['current_tok_s'])} | {_pct(g['current_vs_baseline_pct'])} |"
         )
     lines.append("")
     threshold = doc.get("regression_threshold_pct", REGRESSION_PCT)
@@ -291,7 +312,8 @@ def markdown(doc: dict[str, Any]) -> str:
     for g in doc["gpus"]:
         if g.get("below_baseline"):
             lines.append(
-                f"⚠ **{md(g['gpu'], 64)}** runs at {_n(g['current_tok_s'])} tok/s, {_pct(g['current_vs_baseline_pct'])} "
+                f"⚠ **{md(g['gpu'], 64)}** runs at {_n(g['current_tok_s'])} tok/s, "
+                f"{_pct(g['current_vs_baseline_pct'])} "
                 f"against its baseline of {_n(g['baseline_tok_s'])} (Rule 4 alerts below -{BELOW_BASELINE_PCT:g}%)."
             )
     notes = [
@@ -305,7 +327,10 @@ def markdown(doc: dict[str, Any]) -> str:
             by_source.setdefault(g["baseline_source"], []).append(md(g["gpu"], 64))
     if by_source:
         label = {"config": "seeded from the config", "rolling-30d": "rolling 30-day average"}
-        parts = [f"{', '.join(names)} {label.get(src, md(src, 40))}" for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")]
+        parts = [
+            f"{', '.join(names)} {label.get(src, md(src, 40))}"
+            for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")
+        ]
         lines.append("Baselines: " + "; ".join(parts) + ".")
 
     inc = doc["incidents"]
@@ -323,7 +348,9 @@ def markdown(doc: dict[str, Any]) -> str:
                 if row["median_resolve_s"] is not None
                 else "–"
             )
-            lines.append(f"| {md(row['issue'], 64)} | {row['count']} | {row['resolved']} | {row['escalated']} | {ttr} |")
+            lines.append(
+                f"| {md(row['issue'], 64)} | {row['count']} | {row['resolved']} | {row['escalated']} | {ttr} |"
+            )
     else:
         lines.append("**Incidents:** none this week.")
 
@@ -337,7 +364,9 @@ def markdown(doc: dict[str, Any]) -> str:
             "|:--|--:|--:|--:|--:|",
         ]
         for row in rem:
-            lines.append(f"| {md(row['action'], 80)} | {row['count']} | {row['resolved']} | {row['failed']} | {row['other']} |")
+            lines.append(
+                f"| {md(row['action'], 80)} | {row['count']} | {row['resolved']} | {row['failed']} | {row['other']} |"
+            )
     else:
         lines.append("**Remediations:** none this week.")
 

@@ -173,8 +173,11 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
         if not isinstance(issue, dict) or "gpu" not in issue or "issue" not in issue:
             continue
         attempts = [
-            a for a in hs["attempts"]
-            if a.get("gpu") == issue["gpu"] and a.get("issue") == issue["issue"] and a.get("since") == issue.get("since")
+            a
+            for a in hs["attempts"]
+            if a.get("gpu") == issue["gpu"]
+            and a.get("issue") == issue["issue"]
+            and a.get("since") == issue.get("since")
         ]
         issues.append(
             {**issue, "attempts": len(attempts), "escalated": f"{issue['gpu']}/{issue['issue']}" in hs["escalated"]}
@@ -200,7 +203,9 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
             "queued": len(queue["queue"]),
             "oldest_queued_at": format_iso(datetime.fromtimestamp(min(created), UTC)) if created else None,
             "last_error": next((e for e in reversed(errors) if e), None),
-            "not_before": format_iso(datetime.fromtimestamp(max(not_before), UTC)) if not_before and max(not_before) > now_s else None,
+            "not_before": format_iso(datetime.fromtimestamp(max(not_before), UTC))
+            if not_before and max(not_before) > now_s
+            else None,
             "clean_cycles": queue["clean_cycles"],
         },
     }
@@ -270,7 +275,8 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
                 )
                 if outcome.ok:
                     doc["sent"] = {"message_id": outcome.message_id, "stream": stream, "topic": topic}
-                    status_line = f"{'weekly report' if weekly else 'report'} sent to #{stream} > {topic} (message {outcome.message_id})"
+                    what = "weekly report" if weekly else "report"
+                    status_line = f"{what} sent to #{stream} > {topic} (message {outcome.message_id})"
                 else:
                     error = f"Zulip delivery failed: {outcome.detail}"
         if error is not None:
