@@ -145,9 +145,39 @@ def test_duplicate_alias(fleet):
     assert message == "gpus[2].alias: duplicate alias 'gpu-dense' (also gpus[0])"
 
 
-def test_duplicate_host(fleet):
+def test_a_shared_host_needs_gpu_index_on_each_entry(fleet):
+    # issue 12: two GPUs on one host are configurable, but only when each names its index
     message = error_of(mutated(fleet, lambda d: d["gpus"][1].update(host="ct8")))
-    assert message.startswith("gpus[1].host: duplicate host 'ct8' (also gpus[0])")
+    assert message.startswith("gpus[1].host: host 'ct8' is shared by gpus[0] ('gpu-dense', index unset)")
+    assert "gpu_index" in message
+
+
+def test_duplicate_host_and_index_names_both_entries(fleet):
+    def change(d):
+        d["gpus"][0]["gpu_index"] = 1
+        d["gpus"][1].update(host="ct8", gpu_index=1)
+
+    message = error_of(mutated(fleet, change))
+    assert message == (
+        "gpus[1].gpu_index: duplicate GPU (host 'ct8', index 1): gpus[1] ('gpu-light', index 1) "
+        "and gpus[0] ('gpu-dense', index 1)"
+    )
+
+
+def test_two_gpus_on_one_host_with_their_indexes(fleet):
+    def change(d):
+        d["gpus"][0]["gpu_index"] = 0
+        d["gpus"][1].update(host="ct8", gpu_index=1, endpoint="http://ct8:8081")
+
+    cfg = load_config_dict(mutated(fleet, change))
+    assert [(g.host, g.gpu_index, g.index) for g in cfg.gpus[:2]] == [("ct8", 0, 0), ("ct8", 1, 1)]
+    assert cfg.gpus[2].gpu_index is None and cfg.gpus[2].index == 0
+
+
+@pytest.mark.parametrize("bad", [-1, 1024, "1", 1.5, True])
+def test_gpu_index_must_be_a_small_whole_number(fleet, bad):
+    message = error_of(mutated(fleet, lambda d: d["gpus"][0].update(gpu_index=bad)))
+    assert message.startswith("gpus[0].gpu_index: must be")
 
 
 @pytest.mark.parametrize(

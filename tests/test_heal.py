@@ -525,3 +525,41 @@ def test_load_is_restored_only_after_the_gpu_stayed_cool(make_lab):
             restored_at = lab.fleet.now().timestamp()
     assert cleared_at is not None and restored_at is not None
     assert restored_at - cleared_at >= 300
+
+
+def test_smi_fallback_reads_each_gpus_own_row_on_a_two_gpu_host(make_lab):
+    """Issue 12: two llama-servers on one host (gpu_index 0 and 1). Rule 7's direct probe gets
+    every row of the host's nvidia-smi and gives each GPU its own row — never row 0 to both."""
+    from gpuheal.state.store import StateDir
+    from gpuheal.steps.heal import Heal
+    from gpuheal.transport import LocalTransport
+    from tests.smi_captures import NVIDIA_CAPTURES, multi_gpu_csv
+    from tests.test_execute import FakeRunner, Outcome
+
+    if len(NVIDIA_CAPTURES) < 4:
+        pytest.skip("the real smi captures are not here")
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}],
+        [{"at": 30, "gpu": "fleet", "monitor": "down"}],
+    )
+    for alias, index in (("gpu-a", 0), ("gpu-b", 1)):
+        lab.gpu_raw(alias).update(transport="ssh", host="ct1", gpu_index=index)
+    lab.write_config()
+    # a real 2080 SUPER as index 0, a real H100 under load as index 1
+    csv = multi_gpu_csv([NVIDIA_CAPTURES[0], NVIDIA_CAPTURES[3]])
+    runner = FakeRunner({"nvidia-smi": Outcome(stdout=csv)})
+    local = LocalTransport()
+
+    def run(target, argv, timeout_s):
+        return local.run(argv, timeout_s) if target == "local" else runner(target, argv, timeout_s)
+
+    health = None
+    for _ in range(3):
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir) as store:
+            health = Heal(lab.cfg, store, lab.fleet.now(), apply=True, runner=run).run(None, None)
+    assert ("fleet", "data-source-unreachable") in issues_of(health)
+    a, b = health["gpus"]["gpu-a"], health["gpus"]["gpu-b"]
+    assert (a["temp_c"], a["vram_total_mb"], a["power_w"]) == (45, 8192, 111.5)
+    assert (b["temp_c"], b["vram_total_mb"], b["power_w"]) == (59, 81559, 631.95)
+    assert a["source"] == b["source"] == "smi-fallback"

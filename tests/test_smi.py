@@ -65,3 +65,44 @@ def test_ps_parse_and_junk():
     text = "  PID USER       RSS COMMAND\n 1234 llama  9000000 /usr/bin/llama-server -m m.gguf --api-key sk-secret-123456\nnonsense line\n"
     procs = parse_ps(text)
     assert len(procs) == 1 and procs[0].pid == 1234 and procs[0].rss_mb == pytest.approx(8789.1, abs=0.1)
+
+
+# --------------------------------------------------------------------------- issue 12: per-GPU rows
+
+
+def test_every_row_of_a_multi_gpu_host_is_parsed_and_selected_by_index():
+    from gpuheal.parse.smi import select_row
+    from tests.smi_captures import NVIDIA_CAPTURES, multi_gpu_csv
+
+    if not NVIDIA_CAPTURES:
+        pytest.skip("the real smi captures are not here")
+    rows = parse_query_gpu(multi_gpu_csv(NVIDIA_CAPTURES, "idle"))
+    assert [r["index"] for r in rows] == list(range(len(NVIDIA_CAPTURES)))
+    for index, row in enumerate(rows):
+        assert select_row(rows, index) is row
+    assert select_row(rows, len(rows)) is None  # more GPUs configured than the host has
+    assert select_row(rows, None) is rows[0]    # no gpu_index on a multi-GPU host: index 0
+    assert select_row(rows[3:4], None) is rows[3]  # the host's only GPU, whatever its index
+
+
+def test_rocm_smi_cards_are_selected_by_card_number():
+    from gpuheal.parse.smi import select_row
+    from tests.smi_captures import ROCM_CAPTURES, rocm_json
+
+    if "rocm-smi__mi100_rocm571.json" not in ROCM_CAPTURES:
+        pytest.skip("the real smi captures are not here")
+    rows = parse_rocm_smi(rocm_json("rocm-smi__mi100_rocm571.json"))
+    assert len(rows) == 6
+    for index in range(6):
+        assert select_row(rows, index)["card"] == f"card{index}"
+    assert select_row(rows, 6) is None
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [[], [{"index": 1}, {"index": 1}], [{"card": "card"}, {"card": "cardx"}], [{"index": True}]],
+)
+def test_select_row_never_guesses(rows):
+    from gpuheal.parse.smi import select_row
+
+    assert select_row(rows, 1) is None

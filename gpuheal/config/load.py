@@ -71,12 +71,19 @@ class GpuConfig:
     litellm_model_id: str | None = None  # the deployment's id in LiteLLM (built-in load shedding)
     litellm_rpm: int | None = None  # its normal rpm, restored after shedding
     paused: bool = False
+    gpu_index: int | None = None  # index on its host (smi row, gpu-monitor ``index``); None = the only GPU
+    unified_memory: bool | None = None  # AMD APU: GTT is the memory; None = decided from the product
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def command(self, key: str) -> tuple[str, ...] | None:
         """The argv template for ``key`` (e.g. ``restart_command``), placeholders unexpanded."""
         return self.commands.get(key)
+
+    @property
+    def index(self) -> int:
+        """The GPU's index on its host: ``gpu_index``, else 0 (the host's only GPU)."""
+        return self.gpu_index if self.gpu_index is not None else 0
 
 
 @dataclass(frozen=True)
@@ -344,6 +351,8 @@ def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]
         litellm_model_id=raw.get("litellm_model_id"),
         litellm_rpm=raw.get("litellm_rpm"),
         paused=bool(raw.get("paused", False)),
+        gpu_index=raw.get("gpu_index"),
+        unified_memory=raw.get("unified_memory"),
         commands=commands,
         rules=rules,
     )
@@ -370,7 +379,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 def _validate_semantics(data: dict[str, Any]) -> None:
     seen_alias: dict[str, int] = {}
-    seen_host: dict[str, int] = {}
+    seen_gpu: dict[tuple[str, int | None], int] = {}
     for i, gpu in enumerate(data["gpus"]):
         alias, host = gpu["alias"], gpu["host"]
         if alias in seen_alias:
@@ -379,13 +388,8 @@ def _validate_semantics(data: dict[str, Any]) -> None:
             )
         if alias == "fleet":
             raise ConfigError("'fleet' is reserved for fleet-wide issues", f"gpus[{i}].alias")
-        if host in seen_host:
-            raise ConfigError(
-                f"duplicate host {host!r} (also gpus[{seen_host[host]}]); gpu-monitor matches GPUs by hostname",
-                f"gpus[{i}].host",
-            )
+        _check_gpu_slot(seen_gpu, data["gpus"], i)
         seen_alias[alias] = i
-        seen_host[host] = i
         for key in COMMAND_KEYS:
             if key in gpu:
                 _check_placeholders(gpu[key], f"gpus[{i}].{key}")
@@ -396,6 +400,31 @@ def _validate_semantics(data: dict[str, Any]) -> None:
     _check_rule_param_types(data.get("rules"), "rules")
     for i, gpu in enumerate(data["gpus"]):
         _check_rule_param_types(gpu.get("rules"), f"gpus[{i}].rules")
+
+
+def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str, Any]], i: int) -> None:
+    """Entries may share a ``host`` when each names its ``gpu_index`` (contract "Direct sensing"):
+    GPUs are matched to smi rows and gpu-monitor entries by (host, index), so two entries on one
+    (host, index) — or a host shared by an entry without an index — would read the same GPU."""
+    host, index = gpus[i]["host"], gpus[i].get("gpu_index")
+    where = f"gpus[{i}].gpu_index" if index is not None else f"gpus[{i}].host"
+    clash = seen.get((host, index))
+    if clash is None and index is None:
+        clash = next((j for (h, _), j in seen.items() if h == host), None)
+    if clash is None and index is not None:
+        clash = seen.get((host, None))
+    if clash is not None:
+        other = gpus[clash]
+        shown = lambda g, n: f"gpus[{n}] ({g['alias']!r}, index {g.get('gpu_index', 'unset')})"  # noqa: E731
+        if index is not None and other.get("gpu_index") == index:
+            problem = f"duplicate GPU (host {host!r}, index {index}): {shown(gpus[i], i)} and {shown(other, clash)}"
+        else:
+            problem = (
+                f"host {host!r} is shared by {shown(other, clash)} and {shown(gpus[i], i)}: "
+                "give each of them its gpu_index"
+            )
+        raise ConfigError(problem, where)
+    seen[(host, index)] = i
 
 
 def _check_rule_param_types(rules: Any, where: str) -> None:

@@ -170,3 +170,30 @@ def parse_ps(text: str) -> list[GpuProcess]:
             )
         )
     return out
+
+
+def row_index(row: dict[str, float | str | None]) -> int | None:
+    """The GPU index of one parsed smi row: nvidia-smi's ``index`` column, or rocm-smi's card
+    number (``card1`` → 1: rocm-smi's device index, formats.md §3.1)."""
+    index = row.get("index")
+    if isinstance(index, int) and not isinstance(index, bool):
+        return index
+    card = row.get("card")
+    if isinstance(card, str) and card.startswith("card") and card[4:].isascii() and card[4:].isdigit():
+        return int(card[4:]) if len(card) <= 8 else None
+    return None
+
+
+def select_row(
+    rows: list[dict[str, float | str | None]], gpu_index: int | None
+) -> dict[str, float | str | None] | None:
+    """The row of one configured GPU, matched by (host, index) (contract "Direct sensing"):
+    ``gpu_index`` given → the row with that index, or ``None`` when the host has no such GPU;
+    not given → the host's only GPU, or index 0 when it reports several. Never blindly row 0: on a
+    two-GPU host row 0 is the other GPU's reading (issue 12)."""
+    if gpu_index is None:
+        if len(rows) == 1:
+            return rows[0]
+        gpu_index = 0
+    matches = [row for row in rows if row_index(row) == gpu_index]
+    return matches[0] if len(matches) == 1 else None

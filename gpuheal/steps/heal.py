@@ -318,7 +318,7 @@ class Heal:
         from gpuheal.actions.catalog import QUERY_GPU_ARGV, ROCM_SMI_ARGV
         from gpuheal.actions.execute import _run
         from gpuheal.core.plan import Step
-        from gpuheal.parse.smi import parse_query_gpu, parse_rocm_smi
+        from gpuheal.parse.smi import parse_query_gpu, parse_rocm_smi, select_row
 
         timeout_s = min(float(self.cfg.heal["command_timeout_s"]), 15.0)
         for g in self.cfg.gpus:
@@ -330,10 +330,11 @@ class Heal:
             res = _run(Step("snapshot-processes", argv, g.host), {"alias": g.alias, "host": g.host, "endpoint": g.endpoint}, self._runner(), timeout_s, self.secrets)
             rows = (parse_rocm_smi if g.vendor == "amd" else parse_query_gpu)(res.output) if res.ok else []
             item = PlanItem(gpu=g.alias, issue="data-source-unreachable", decision="act", reason="Rule 7.3: gpu-monitor unusable, direct smi probe")
-            if not rows:
-                self._doc(item, "snapshot-processes", item.reason, result="failed", command=" ".join(res.argv), target=g.host, error=res.error or "no readable GPU rows")
+            row = select_row(rows, g.gpu_index)  # this GPU's row, never row 0 of a multi-GPU host
+            if row is None:
+                missing = f"no row for GPU index {g.index}" if rows else "no readable GPU rows"
+                self._doc(item, "snapshot-processes", item.reason, result="failed", command=" ".join(res.argv), target=g.host, error=res.error or missing)
                 continue
-            row = rows[0]
             sensed = health["gpus"].setdefault(g.alias, {})
             for key in ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w"):
                 if sensed.get(key) is None and row.get(key) is not None:
