@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-fast lint bench realserver clean
+.PHONY: demo test test-fast lint bench realserver reallitellm clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,17 +15,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) examples/demo.py
 
-# The whole suite, including the tier against a real llama.cpp llama-server (built once per
-# machine into ~/.cache/gpuheal; set GPUHEAL_SKIP_REALSERVER=1 to leave that tier out).
-test: $(STAMP) realserver
+# The whole suite, including the tiers against a real llama.cpp llama-server (built once per
+# machine into ~/.cache/gpuheal; set GPUHEAL_SKIP_REALSERVER=1 to leave that tier out) and the
+# real LiteLLM proxy (installed once per machine, ~2 min, ~750 MB; GPUHEAL_SKIP_REALLITELLM=1).
+test: $(STAMP) realserver reallitellm
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)
-	GPUHEAL_SKIP_REALSERVER=1 $(PY) -m pytest -q -m "not realserver"
+	GPUHEAL_SKIP_REALSERVER=1 GPUHEAL_SKIP_REALLITELLM=1 $(PY) -m pytest -q -m "not realserver and not reallitellm"
 
 realserver:
 	@if [ "$${GPUHEAL_SKIP_REALSERVER:-0}" = "1" ]; then echo "skipping the real llama-server build (GPUHEAL_SKIP_REALSERVER=1)"; \
 	else scripts/build-llama-server.sh >/dev/null; fi
+
+reallitellm:
+	@if [ "$${GPUHEAL_SKIP_REALLITELLM:-0}" = "1" ]; then echo "skipping the real LiteLLM install (GPUHEAL_SKIP_REALLITELLM=1)"; \
+	else scripts/install-litellm.sh >/dev/null; fi
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gpuheal tests

@@ -347,7 +347,7 @@ def test_llama_server_shapes(make_fleet):
     live = requests.get(fleet.litellm_url + "/health/liveliness", timeout=2)
     assert live.status_code == 200 and live.json() == "I'm alive!"
     assert requests.get(fleet.litellm_url + "/health/readiness", timeout=2).json() == {
-        "status": "healthy"
+        "status": "healthy", "db": "connected"
     }
 
 
@@ -595,11 +595,8 @@ def test_model_update_sets_rpm_and_state(make_fleet):
     r = model_update(fleet, "gpu-dense", 6)
     assert r.status_code == 200
     assert r.headers["Content-Type"].startswith("application/json")
-    assert r.json() == {
-        "model_id": "gpu-dense",
-        "litellm_params": {"rpm": 6},
-        "message": "model updated",
-    }
+    # the stored row, as LiteLLM with a database answers (tests/reallitellm pins the shapes)
+    assert r.json()["model_id"] == "gpu-dense" and r.json()["litellm_params"]["rpm"] == 6
     st = gpu_state(fleet, "gpu-dense")
     assert (st["litellm_rpm"], st["litellm_rpm_normal"], st["litellm_updates"]) == (6, 60, 1)
     assert st["shed"] is True
@@ -619,8 +616,8 @@ def test_model_update_scenario_keys(make_fleet):
         assert fleet.litellm_admin_key == "sk-proxy-master-1234"
         assert model_update(fleet, "dense-deploy-1", 1, key="sk-sim-admin-0000").status_code == 401
         r = model_update(fleet, "gpu-dense", 1)  # the alias is not the id any more
-        assert r.status_code == 404
-        assert r.json() == {"detail": "model not found: gpu-dense"}
+        assert r.status_code == 400
+        assert r.json()["error"]["message"] == "Authentication Error, model not found"
         r = model_update(fleet, "dense-deploy-1", 1)
         assert r.status_code == 200 and r.json()["model_id"] == "dense-deploy-1"
         st = gpu_state(fleet, "gpu-dense")
@@ -659,8 +656,8 @@ def test_model_update_errors(make_fleet):
     )
     assert r.status_code == 401
     r = model_update(fleet, "gpu-nope", 1)
-    assert r.status_code == 404
-    assert r.json() == {"detail": "model not found: gpu-nope"}
+    assert r.status_code == 400
+    assert r.json()["error"]["message"] == "Authentication Error, model not found"
     bad_bodies = [
         "{not json",
         "",
@@ -669,17 +666,15 @@ def test_model_update_errors(make_fleet):
         json.dumps({"model_info": {"id": ""}, "litellm_params": {"rpm": 1}}),
         json.dumps({"model_info": "gpu-dense", "litellm_params": {"rpm": 1}}),
         json.dumps({"model_info": {"id": "gpu-dense"}}),
-        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"tpm": 10}}),
         json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": -1}}),
         json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": "5"}}),
         json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": 5.5}}),
         json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": True}}),
-        json.dumps({"model_info": {"id": "gpu-dense"}, "litellm_params": {"rpm": None}}),
     ]
-    for body in bad_bodies:
+    for body in bad_bodies:  # FastAPI's 422 or LiteLLM's 400 envelope, as the real proxy answers
         r = model_update(fleet, "gpu-dense", 1, raw=body)
-        assert r.status_code == 400, body
-        assert isinstance(r.json()["detail"], str) and r.json()["detail"], body
+        assert r.status_code in (400, 422), body
+        assert r.json().get("detail") or r.json()["error"]["message"], body
     assert requests.get(fleet.litellm_url + "/model/update", timeout=2).status_code == 405
     st = gpu_state(fleet, "gpu-dense")
     assert (st["litellm_rpm"], st["litellm_updates"]) == (60, 0)  # nothing changed

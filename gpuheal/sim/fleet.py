@@ -162,6 +162,8 @@ class SimFleet:
             self._listeners.clear()
             raise
         self._started = True
+        with w.lock:  # LiteLLM's /v1/model/info shows each deployment's api_base
+            w.api_bases = {a: f"{url}/v1" for a, url in self.endpoints.items()}
         self._sync()  # close the ports of GPUs that start dead / a monitor that starts down
         if self.realtime_speed:
             self._rt_thread = threading.Thread(

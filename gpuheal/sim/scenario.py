@@ -18,6 +18,13 @@ DEFAULT_START = "2026-07-18T08:00:00Z"
 DEFAULT_PORTS = {"monitor": 19100, "litellm": 19400, "control": 19099, "gpus_from": 19081}
 DEFAULT_WRONG_KEY = "sk-local-wrong-5678"
 DEFAULT_LITELLM_ADMIN_KEY = "sk-sim-admin-0000"
+DEFAULT_LITELLM_GROUP = "gpu-fleet"
+# How the simulated LiteLLM keeps its deployments, as the real proxy 1.108.7 answers each setup:
+#   db             database + STORE_MODEL_IN_DB=True, models added via /model/new: updates work
+#   config-no-db   models in config.yaml, no database (the common setup): 500 No DB Connected
+#   config-with-db models in config.yaml, a database: 400 Can't edit model. Model in config
+#   db-store-off   models in the database, STORE_MODEL_IN_DB off: 200 null, nothing changes
+LITELLM_STORES = ("db", "config-no-db", "config-with-db", "db-store-off")
 DEFAULT_LITELLM_RPM = 60
 DEFAULT_COOLING_C_PER_MIN = 2.0
 DEFAULT_IDLE_TEMP_C = 45.0
@@ -190,6 +197,8 @@ class GpuSpec:
     # LiteLLM deployment of this GPU (load shedding through POST /model/update)
     litellm_model_id: str = ""  # "" = the alias
     litellm_rpm: int = DEFAULT_LITELLM_RPM  # the normal rpm
+    litellm_weight: float | None = None  # the normal weight (None: the group routes by rpm)
+    litellm_group: str = DEFAULT_LITELLM_GROUP  # the deployment's model_name (model group)
     cooling_c_per_min: float = DEFAULT_COOLING_C_PER_MIN  # fall of temp_c while shed
     idle_temp_c: float = DEFAULT_IDLE_TEMP_C  # the floor of that fall
 
@@ -239,6 +248,8 @@ GPU_KEYS = {
     "wrong_api_key",
     "litellm_model_id",
     "litellm_rpm",
+    "litellm_weight",
+    "litellm_group",
     "cooling_c_per_min",
     "idle_temp_c",
     *SETTABLE_NUMBERS,
@@ -267,6 +278,7 @@ TOP_KEYS = {
     "monitor",
     "litellm",
     "litellm_admin_key",
+    "litellm_store",
     "gpus",
     "events",
 }
@@ -367,6 +379,11 @@ def _parse_gpu(d: Any, path: str) -> GpuSpec:
             minimum=1,
             integer=True,
         ),
+        litellm_weight=(
+            None if d.get("litellm_weight") is None
+            else _number(d["litellm_weight"], f"{path}.litellm_weight", minimum=0)
+        ),
+        litellm_group=_string(d.get("litellm_group", DEFAULT_LITELLM_GROUP), f"{path}.litellm_group"),
         cooling_c_per_min=_number(
             d.get("cooling_c_per_min", DEFAULT_COOLING_C_PER_MIN),
             f"{path}.cooling_c_per_min",
@@ -536,6 +553,7 @@ class Scenario:
     events: tuple[Event, ...]  # sorted by `at` (stable: equal times keep file order)
     source: str | None = None
     litellm_admin_key: str = DEFAULT_LITELLM_ADMIN_KEY  # POST /model/update's Bearer key
+    litellm_store: str = "db"  # how LiteLLM keeps its deployments: LITELLM_STORES
 
     @property
     def aliases(self) -> list[str]:
@@ -607,6 +625,7 @@ class Scenario:
         )
         if admin_key != admin_key.strip():
             raise ScenarioError("must not start or end with whitespace", "litellm_admin_key")
+        store = _choice(d.get("litellm_store", "db"), "litellm_store", LITELLM_STORES)
 
         raw_gpus = d.get("gpus")
         if raw_gpus is None:
@@ -669,6 +688,7 @@ class Scenario:
             gpus=tuple(gpus),
             events=tuple(events),
             litellm_admin_key=admin_key,
+            litellm_store=store,
         )
         _check_ports(scn)
         return scn

@@ -616,9 +616,14 @@ def _mask_key(key: str) -> str:
 
 
 class LitellmHandler(_Base):
-    """LiteLLM proxy under ``/litellm`` (also served without the prefix): the health endpoints
-    and the admin ``POST /model/update`` that load shedding uses (only ``litellm_params.rpm``
-    has an effect)."""
+    """LiteLLM proxy under ``/litellm`` (also served without the prefix): the health endpoints,
+    ``GET /v1/model/info`` and the admin ``POST /model/update`` that load shedding uses.
+
+    Every answer copies the real proxy (``litellm[proxy]`` 1.108.7) in the setup the scenario's
+    ``litellm_store`` names (``db``, ``config-no-db``, ``config-with-db``, ``db-store-off``);
+    ``tests/reallitellm/test_lookalike_matches.py`` compares them with the real proxy's answers.
+    Only ``rpm`` and ``weight`` of ``litellm_params`` have an effect.
+    """
 
     server_header = "uvicorn"
 
@@ -636,60 +641,149 @@ class LitellmHandler(_Base):
             return self.send_json(
                 503, {"detail": "Service Unhealthy (litellm is in http-503 mode)"}, close=True
             )
-        if path == "/model/update":
-            if self.command != "POST":
-                return self.send_json(405, {"detail": "Method Not Allowed"}, close=True)
-            return self._model_update(body)
         if path in ("/health/liveliness", "/health/liveness"):
             return self.send_json(200, "I'm alive!")
         if path == "/health/readiness":
-            return self.send_json(200, {"status": "healthy"})
+            db = "Not connected" if self._store == "config-no-db" else "connected"
+            return self.send_json(200, {"status": "healthy", "db": db})
         if path == "/health":
             return self.send_json(200, self._health())
+        if path in ("/model/update", "/v1/model/info", "/model/info"):
+            if self.command != ("POST" if path == "/model/update" else "GET"):  # routing first
+                return self.send_json(405, {"detail": "Method Not Allowed"}, close=True)
+            if not self._authorised():
+                return None
+            return self._model_update(body) if path == "/model/update" else self._model_info()
         return self.send_json(404, {"detail": "Not Found"}, close=True)
 
-    def _auth_error(self, message: str) -> None:
-        # LiteLLM's ProxyException envelope (FastAPI), values as strings
+    @property
+    def _store(self) -> str:
+        return self.world.scenario.litellm_store
+
+    def _proxy_error(self, status: int, message: str, kind: str = "auth_error", param: Any = "None") -> None:
+        # LiteLLM's ProxyException envelope (FastAPI), code as a string
         return self.send_json(
-            401,
-            {"error": {"message": message, "type": "auth_error", "param": "None", "code": "401"}},
+            status,
+            {"error": {"message": message, "type": kind, "param": param, "code": str(status)}},
             close=True,
         )
 
-    def _model_update(self, body: bytes) -> None:
-        """``POST /model/update``: admin key first, then the body, then the deployment id."""
+    def _authorised(self) -> bool:
+        """The admin key, answered as 1.108.7 answers it: without a database a missing key is a
+        plain-text 500 (the proxy fails importing prisma) and a wrong one 400 ``No connected db.``
+        (no database to look virtual keys up in); with one, 401 ``Authentication Error``."""
         auth = (self.headers.get("Authorization") or "").strip()
         given = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if given == self.world.scenario.litellm_admin_key:
+            return True
+        if self._store == "config-no-db":
+            if not given:
+                self.send(500, b"Internal Server Error", "text/plain; charset=utf-8", close=True)
+            else:
+                self._proxy_error(400, "No connected db.", "no_db_connection", None)
+            return False
         if not given:
-            return self._auth_error("Authentication Error, No api key passed in.")
-        if given != self.world.scenario.litellm_admin_key:
-            return self._auth_error(
+            self._proxy_error(401, "Authentication Error, No api key passed in.")
+        else:
+            self._proxy_error(
+                401,
                 "Authentication Error, Invalid proxy server token passed. "
-                f"Received API Key = {_mask_key(given)}"
+                f"Received API Key = {_mask_key(given)}",
             )
+        return False
+
+    def _deployment(self, alias: str, g: Any) -> dict[str, Any]:
+        params: dict[str, Any] = {"api_base": self.world.api_bases.get(alias), "rpm": g.rpm}
+        params.update(
+            allow_client_keepalive_override=False, use_in_pass_through=False, use_litellm_proxy=False,
+            use_xai_oauth=False, merge_reasoning_content_in_choices=False, model=f"openai/{alias}",
+        )
+        if g.weight is not None:
+            params["weight"] = g.weight
+        return {
+            "model_name": g.group,
+            "litellm_params": params,
+            "model_info": {
+                "id": g.model_id,
+                "db_model": self._store in ("db", "db-store-off"),
+                "member_auto_router": False,
+                "pricing_overrides": [],
+                "key": g.model_id,
+                "litellm_provider": "openai",
+                "mode": None,
+            },
+        }
+
+    def _model_info(self) -> None:
+        wanted = parse_qs(urlsplit(self.path).query).get("litellm_model_id", [None])[0]
+        with self.world.lock:
+            rows = [
+                self._deployment(a, g)
+                for a, g in self.world.gpus.items()
+                if wanted is None or g.model_id == wanted
+            ]
+        if wanted is not None and not rows:
+            return self.send_json(
+                400, {"detail": {"error": f"Model id = {wanted} not found on litellm proxy"}}, close=True
+            )
+        return self.send_json(200, {"data": rows})
+
+    def _model_update(self, body: bytes) -> None:
+        """``POST /model/update`` after the key: the body, the store, then the deployment id."""
         try:
             data = json.loads(body.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            return self.send_json(400, {"detail": "Invalid JSON body"}, close=True)
-        if not isinstance(data, dict):
-            return self.send_json(400, {"detail": "body must be a JSON object"}, close=True)
-        info = data.get("model_info")
+        except json.JSONDecodeError as exc:
+            return self.send_json(
+                422, {"detail": [{"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error"}]},
+                close=True,
+            )
+        except UnicodeDecodeError:
+            return self.send_json(422, {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}, close=True)
+        info = data.get("model_info") if isinstance(data, dict) else None
         model_id = info.get("id") if isinstance(info, dict) else None
-        if not isinstance(model_id, str) or not model_id:
-            return self.send_json(
-                400, {"detail": "model_info.id is required (the deployment id)"}, close=True
+        if not isinstance(data, dict) or not isinstance(info, dict | None) or not isinstance(model_id, str | None):
+            return self.send_json(  # FastAPI's validation of the updateDeployment body
+                422, {"detail": [{"type": "model_attributes_type", "loc": ["body"],
+                                  "msg": "Input should be a valid dictionary or object to extract fields from"}]},
+                close=True,
             )
+        store = self._store
+        if store == "config-no-db":
+            detail = {"error": "No DB Connected. Here's how to do it - https://docs.litellm.ai/docs/proxy/virtual_keys"}
+            return self._proxy_error(500, str(detail))
+        if info is None:
+            return self._proxy_error(400, "Authentication Error, model_info not provided")
+        if model_id is None:
+            return self._proxy_error(400, "Authentication Error, model_info.id not provided")
+        g = self.world.gpu_by_model_id(model_id)
+        if g is None:
+            return self._proxy_error(400, "Authentication Error, model not found")
+        if store == "config-with-db":
+            detail = {"error": "Can't edit model. Model in config. Store model in db via `/model/new`. to edit."}
+            return self._proxy_error(400, str(detail))
+        if store == "db-store-off":
+            return self.send_json(200, None)
         params = data.get("litellm_params")
-        rpm = params.get("rpm") if isinstance(params, dict) else None
-        if isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 0:
-            return self.send_json(
-                400, {"detail": "litellm_params.rpm must be an integer >= 0"}, close=True
-            )
-        if not self.world.update_rpm(model_id, rpm):
-            return self.send_json(404, {"detail": f"model not found: {model_id}"}, close=True)
+        if not isinstance(params, dict):
+            return self._proxy_error(400, "Authentication Error, litellm_params not provided")
+        update: dict[str, float] = {}
+        for field, kind in (("rpm", int), ("weight", float)):
+            v = params.get(field)
+            if v is None:
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0 or (kind is int and v != int(v)):
+                return self.send_json(
+                    422, {"detail": [{"type": f"{kind.__name__}_parsing", "loc": ["body", "litellm_params", field],
+                                      "msg": f"Input should be a valid {kind.__name__}"}]}, close=True
+                )
+            update[field] = kind(v)
+        self.world.update_deployment(model_id, update)
+        with self.world.lock:
+            row = self._deployment(g.alias, g)
         return self.send_json(
             200,
-            {"model_id": model_id, "litellm_params": {"rpm": rpm}, "message": "model updated"},
+            {"model_id": model_id, "model_name": row["model_name"], "litellm_params": row["litellm_params"],
+             "model_info": row["model_info"], "updated_by": "default_user_id"},
         )
 
     def _health(self) -> dict[str, Any]:

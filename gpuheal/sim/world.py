@@ -95,6 +95,9 @@ class GpuState:
         self.model_id = spec.model_id
         self.rpm_normal = spec.litellm_rpm
         self.rpm = spec.litellm_rpm
+        self.weight_normal = spec.litellm_weight
+        self.weight = spec.litellm_weight
+        self.group = spec.litellm_group
         self.rpm_updates = 0
         self.cooling: tuple[float, float] | None = None  # (anchor_t, temp then) while shed
         self.suspended_temp_ramp: Ramp | None = None
@@ -110,12 +113,19 @@ class GpuState:
 
     @property
     def shed(self) -> bool:
-        return self.rpm < self.rpm_normal
+        lighter = self.weight_normal is not None and (self.weight or 0.0) < self.weight_normal
+        return self.rpm < self.rpm_normal or lighter
 
     @property
     def load_factor(self) -> float:
-        """What share of its normal load the GPU gets: ``rpm / normal`` while shed, else 1."""
-        return max(self.rpm, 0) / self.rpm_normal if self.shed else 1.0
+        """What share of its normal load the GPU gets while shed (``rpm / normal``, or
+        ``weight / normal`` for a weighted deployment: the lower of the two), else 1."""
+        if not self.shed:
+            return 1.0
+        f = max(self.rpm, 0) / self.rpm_normal
+        if self.weight_normal:
+            f = min(f, max(self.weight or 0.0, 0.0) / self.weight_normal)
+        return min(f, 1.0)
 
     def _cooled(self, t: float) -> float:
         anchor_t, base = self.cooling  # type: ignore[misc]
@@ -126,8 +136,15 @@ class GpuState:
 
     def set_rpm(self, rpm: int, t: float) -> None:
         """LiteLLM's rpm for this deployment changed at virtual time ``t``."""
+        self.set_litellm("rpm", rpm, t)
+
+    def set_litellm(self, field: str, value: float, t: float) -> None:
+        """LiteLLM's ``rpm`` or ``weight`` for this deployment changed at virtual time ``t``."""
         was = self.shed
-        self.rpm = rpm
+        if field == "rpm":
+            self.rpm = int(value)
+        else:
+            self.weight = float(value)
         self.rpm_updates += 1
         if self.shed and not was:
             cur = float(self.value("temp_c", t))
@@ -239,6 +256,7 @@ class World:
         self.litellm_mode = scenario.litellm
         self.litellm_heals = True
         self.litellm_generation = 0
+        self.api_bases: dict[str, str] = {}  # alias -> LiteLLM api_base (set by the fleet)
         self.service_restarts = {"monitor": 0, "litellm": 0}
         self.pending: list[Event] = list(scenario.events)
         self.applied: list[dict[str, Any]] = []
@@ -423,11 +441,18 @@ class World:
         """LiteLLM ``/model/update`` of a deployment's rpm, now; False for an unknown id."""
         if isinstance(rpm, bool) or not isinstance(rpm, int) or rpm < 0:
             raise ValueError("rpm must be a whole number >= 0")
+        return self.update_deployment(model_id, {"rpm": rpm})
+
+    def update_deployment(self, model_id: str, params: dict[str, float]) -> bool:
+        """LiteLLM ``/model/update`` of a deployment's ``rpm`` / ``weight``, now; False for an
+        unknown id."""
         with self.lock:
             g = self.gpu_by_model_id(model_id)
             if g is None:
                 return False
-            g.set_rpm(rpm, self.t)
+            for field in ("rpm", "weight"):
+                if field in params:
+                    g.set_litellm(field, params[field], self.t)
         self._changed()
         return True
 
@@ -543,6 +568,8 @@ class World:
                     "litellm_model_id": g.model_id,
                     "litellm_rpm": g.rpm,
                     "litellm_rpm_normal": g.rpm_normal,
+                    "litellm_weight": g.weight,
+                    "litellm_weight_normal": g.weight_normal,
                     "litellm_updates": g.rpm_updates,
                     "shed": g.shed,
                     "cooling_c_per_min": g.spec.cooling_c_per_min,

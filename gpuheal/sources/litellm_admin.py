@@ -1,21 +1,395 @@
 """Built-in load-side cooling through LiteLLM's admin API (Rules 1 and 8; Design Decision 1: load,
-never fans).
+never fans; contract: "LiteLLM load-side cooling").
 
-``POST {litellm.url}/model/update`` with ``{"model_info": {"id": ID}, "litellm_params": {"rpm":
-N}}`` and the proxy's admin key lowers a deployment's requests per minute: the router then sends
-new requests to the other deployments of the alias (the spec's fallback chains) and the hot GPU
-sheds load. The same call with the normal rpm undoes it. The answer is returned in the shape the
-command runners use (``rc``, ``stdout``, ``stderr``, ``error``, ``timed_out``) so the executor
-treats it like any other remediation command.
+What the real proxy (``litellm[proxy]`` 1.108.7, pinned by ``scripts/install-litellm.sh`` and
+exercised by ``tests/reallitellm``) does, and therefore what this module does:
+
+* ``GET {url}/v1/model/info`` (admin key) lists every deployment: ``model_name`` (the group),
+  ``litellm_params`` (``weight``, ``rpm``, ...) and ``model_info`` (``id``, ``db_model``). A
+  deployment from ``config.yaml`` carries ``db_model: false`` and cannot be edited.
+* The default router (``simple-shuffle``) picks within a group by ``weight`` when any deployment
+  has one, else by ``rpm``, else ``tpm``, else at random. So a weighted group is shed by lowering
+  ``weight``; changing ``rpm`` there changes nothing. A group of one deployment has nowhere to
+  send the load; a group without weights or rpm cannot be shed by editing one deployment.
+* ``POST {url}/model/update`` ``{"model_info": {"id": ID}, "litellm_params": {FIELD: VALUE}}``
+  answers 500 ``No DB Connected`` without a database, 400 ``Model in config`` for a config-file
+  deployment, **200 with the body ``null``** when the proxy has a database but
+  ``STORE_MODEL_IN_DB`` is off (nothing stored), and 400 ``No connected db.`` for a key that is
+  not the master key on a proxy without a database.
+
+An update therefore counts only when a read-back shows it (:func:`apply_update`). Every failure is
+a :class:`AdminProblem`: a stable ``reason`` code, one line saying what happened and one saying
+how to fix it; nothing here raises for what the network or the proxy does. The admin key is sent
+in the ``Authorization`` header only and never appears in a detail.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
+from urllib.parse import quote
 
-from gpuheal.actions.catalog import LITELLM_UPDATE_VERB as VERB  # noqa: F401  (re-exported)
-from gpuheal.sources.http import HttpFault, request
+from gpuheal.sources.http import HttpFault, HttpResult, request
+
+#: ``/v1/model/info`` is ~8 KB per deployment on 1.108.7 (every pricing key, mostly null): 8 MiB
+#: holds a thousand deployments and still refuses a runaway body.
+MAX_BYTES = 8 * 1024 * 1024
+FIELDS = ("weight", "rpm")
+SHED_HINT = "or configure a shed_load_command / redirect_command for the GPU"
+
+
+@dataclass(frozen=True)
+class AdminProblem:
+    """Why the built-in path cannot work. ``reason``: no-admin-key | auth | no-db | config-model |
+    not-stored | not-applied | missing-id | single-deployment | unrouted | timeout | refused |
+    oversized | not-json | bad-answer | http-NNN."""
+
+    reason: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        return f"{self.detail}: {self.fix}" if self.fix else self.detail
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One deployment as ``/v1/model/info`` shows it, with what its group routes by."""
+
+    model_id: str
+    group: str
+    db_model: bool | None
+    weight: float | None
+    rpm: float | None
+    group_size: int
+    group_routes_by: str | None  # "weight" | "rpm" | "tpm" | None (random)
+
+    @property
+    def field(self) -> str | None:
+        """The ``litellm_params`` key that moves this deployment's share of the group's load."""
+        return self.group_routes_by if self.group_routes_by in FIELDS else None
+
+    def value(self, field: str) -> float | None:
+        return self.weight if field == "weight" else self.rpm
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """An update and its read-back. ``ok`` only when the read-back shows ``value``."""
+
+    model_id: str
+    field: str
+    value: float
+    before: float | None = None
+    after: float | None = None
+    problem: AdminProblem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def describe(self) -> str:
+        if self.problem is not None:
+            return self.problem.line()
+        return f"LiteLLM {self.model_id}: {self.field} {_num(self.before)} -> {_num(self.after)} (read back)"
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "unset"
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+# --------------------------------------------------------------------------- answers
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+
+
+def _printable(text: str, limit: int = 160) -> str:
+    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:limit]
+
+
+def _message(payload: object) -> str:
+    """The human message of a LiteLLM/FastAPI error body: ``{"error": {"message": ...}}``,
+    ``{"detail": {"error": ...}}``, ``{"detail": "..."}``."""
+    if not isinstance(payload, dict):
+        return ""
+    err = payload.get("error")
+    if isinstance(err, dict):
+        return str(err.get("message") or err.get("type") or "")
+    detail = payload.get("detail")
+    if isinstance(detail, dict):
+        return str(detail.get("error") or detail)
+    if detail is not None:
+        return str(detail)
+    return str(err or "")
+
+
+def _fault(fault: HttpFault, what: str, deadline_s: float) -> AdminProblem:
+    if fault.kind == "timeout":
+        return AdminProblem("timeout", f"LiteLLM did not answer {what} within {deadline_s:g} s",
+                            "check the proxy (litellm.url) or raise litellm.timeout_s")
+    if fault.kind == "refused":
+        return AdminProblem("refused", f"LiteLLM refused {what} ({_printable(fault.detail, 80)})",
+                            "is the proxy running at litellm.url?")
+    if fault.kind == "oversized":
+        return AdminProblem("oversized", f"LiteLLM's answer to {what} is larger than {MAX_BYTES >> 20} MiB",
+                            "litellm.url must point at the LiteLLM proxy")
+    return AdminProblem("bad-answer", f"LiteLLM {what}: {_printable(fault.detail, 120)}", "check litellm.url")
+
+
+def _decode(result: HttpResult, what: str) -> tuple[object, AdminProblem | None]:
+    text = result.body.decode("utf-8", "replace").strip()
+    try:
+        return json.loads(text), None
+    except ValueError:
+        kind = "HTML" if text[:200].lower().lstrip().startswith(("<!doctype", "<html")) or "<html" in text[:500].lower() else "not JSON"
+        return None, AdminProblem(
+            "not-json", f"LiteLLM answered {what} with HTTP {result.status} {kind} ({_printable(text, 60)!r})",
+            "litellm.url must be the proxy's base URL (its API, not a web page or another service)",
+        )
+
+
+def _error(result: HttpResult, payload: object, what: str) -> AdminProblem:
+    """A non-2xx answer, classified by what the real proxy sends for each case."""
+    msg = _message(payload)
+    low = msg.lower()
+    status = result.status
+    if status in (401, 403) or (isinstance(payload, dict) and _err_type(payload) == "no_db_connection"):
+        # 1.108.7 without a database answers a key that is not the master key with 400
+        # {"error": {"message": "No connected db.", "type": "no_db_connection"}}
+        return AdminProblem("auth", f"LiteLLM rejected the admin key for {what} (HTTP {status}: {_printable(msg, 60)})",
+                            "set the variable litellm.admin_key_env names (default LITELLM_MASTER_KEY) "
+                            "to the proxy's master_key")
+    if "no db connected" in low:
+        return AdminProblem("no-db", "LiteLLM has no database (500 No DB Connected), so it cannot change a deployment",
+                            "load shedding needs a database with STORE_MODEL_IN_DB=True, " + SHED_HINT)
+    if "model in config" in low:
+        return AdminProblem("config-model", "LiteLLM keeps this deployment in config.yaml and refuses to edit it "
+                            "(400 Model in config)",
+                            "load shedding needs STORE_MODEL_IN_DB with a database (add the model via /model/new), "
+                            + SHED_HINT)
+    if "not found" in low:
+        return AdminProblem("missing-id", f"LiteLLM has no deployment for {what} ({_printable(msg, 80)})",
+                            "set gpus[].litellm_model_id to the deployment's model_info.id (GET /v1/model/info)")
+    return AdminProblem(f"http-{status:03d}", f"LiteLLM answered {what} with HTTP {status}: {_printable(msg, 100)}",
+                        "check the proxy's log")
+
+
+def _err_type(payload: dict) -> str:
+    err = payload.get("error")
+    return str(err.get("type")) if isinstance(err, dict) else ""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def liveliness(base_url: str, deadline_s: float) -> AdminProblem | None:
+    """``GET {url}/health/liveliness`` answers 200 ``"I'm alive!"`` on a live proxy (no key)."""
+    result = request("GET", base_url.rstrip("/") + "/health/liveliness", deadline_s=deadline_s, max_bytes=64 * 1024)
+    if isinstance(result, HttpFault):
+        return _fault(result, "/health/liveliness", deadline_s)
+    payload, bad = _decode(result, "/health/liveliness")
+    if bad is not None:
+        return bad
+    if result.status != 200 or not (isinstance(payload, str) and "alive" in payload.lower()):
+        return AdminProblem(f"http-{result.status:03d}", f"LiteLLM /health/liveliness answered HTTP {result.status} "
+                            f"{_printable(json.dumps(payload), 60)}", "check the proxy (litellm.url)")
+    return None
+
+
+def database_state(base_url: str, deadline_s: float) -> str | None:
+    """``GET {url}/health/readiness`` ``db``: "connected", "Not connected", ... (None: unknown)."""
+    result = request("GET", base_url.rstrip("/") + "/health/readiness", deadline_s=deadline_s, max_bytes=256 * 1024)
+    if isinstance(result, HttpFault) or result.status != 200:
+        return None
+    try:
+        payload = json.loads(result.body)
+    except ValueError:
+        return None
+    db = payload.get("db") if isinstance(payload, dict) else None
+    return _printable(db, 40) if isinstance(db, str) else None
+
+
+def _number(v: object) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+        return None
+    return float(v)
+
+
+def parse_deployments(payload: object) -> tuple[Deployment, ...] | AdminProblem:
+    """Pure: ``/v1/model/info``'s ``data`` list -> deployments with their group's routing field.
+
+    Entries that are not objects or lack an id are skipped (a damaged entry must not hide ours).
+    """
+    data = payload.get("data") if isinstance(payload, dict) else None
+    if not isinstance(data, list):
+        return AdminProblem("bad-answer", "LiteLLM /v1/model/info has no 'data' list",
+                            "litellm.url must point at the LiteLLM proxy")
+    rows: list[tuple[str, str, bool | None, float | None, float | None, float | None]] = []
+    for entry in data:
+        if not isinstance(entry, dict):
+            continue
+        info = entry.get("model_info") if isinstance(entry.get("model_info"), dict) else {}
+        params = entry.get("litellm_params") if isinstance(entry.get("litellm_params"), dict) else {}
+        model_id, group = info.get("id"), entry.get("model_name")
+        if not isinstance(model_id, str) or not model_id or not isinstance(group, str):
+            continue
+        db = info.get("db_model")
+        rows.append((model_id, group, db if isinstance(db, bool) else None,
+                     _number(params.get("weight")), _number(params.get("rpm")), _number(params.get("tpm"))))
+    routes: dict[str, str | None] = {}
+    sizes: dict[str, int] = {}
+    for _mid, group, _db, weight, rpm, tpm in rows:
+        sizes[group] = sizes.get(group, 0) + 1
+        for name, v in (("weight", weight), ("rpm", rpm), ("tpm", tpm)):
+            current = routes.get(group)
+            if v and (current is None or FIELDS_ORDER[name] < FIELDS_ORDER[current]):
+                routes[group] = name
+        routes.setdefault(group, None)
+    return tuple(Deployment(mid, group, db, weight, rpm, sizes[group], routes[group])
+                 for mid, group, db, weight, rpm, _tpm in rows)
+
+
+FIELDS_ORDER = {"weight": 0, "rpm": 1, "tpm": 2}
+
+
+def read_deployments(base_url: str, admin_key: str | None, deadline_s: float,
+                     only_id: str | None = None) -> tuple[Deployment, ...] | AdminProblem:
+    """Every deployment the proxy routes to (``GET /v1/model/info``); with ``only_id`` just that
+    one (``?litellm_model_id=``: a read-back, no group information)."""
+    if not admin_key:
+        return NO_KEY
+    url = base_url.rstrip("/") + "/v1/model/info"
+    if only_id is not None:
+        url += "?litellm_model_id=" + quote(only_id, safe="")
+    result = request("GET", url, deadline_s=deadline_s, max_bytes=MAX_BYTES, headers=_auth(admin_key))
+    if isinstance(result, HttpFault):
+        return _fault(result, "/v1/model/info", deadline_s)
+    payload, bad = _decode(result, "/v1/model/info")
+    if bad is not None:
+        return bad
+    if result.status != 200:
+        return _error(result, payload, "/v1/model/info")
+    return parse_deployments(payload)
+
+
+NO_KEY = AdminProblem("no-admin-key", "no LiteLLM admin key",
+                      "set the variable litellm.admin_key_env names (default LITELLM_MASTER_KEY; .env works too)")
+
+
+def find(deployments: tuple[Deployment, ...], model_id: str) -> Deployment | AdminProblem:
+    for dep in deployments:
+        if dep.model_id == model_id:
+            return dep
+    return AdminProblem("missing-id", f"LiteLLM has no deployment with model_info.id {model_id!r} "
+                        f"({len(deployments)} deployments listed)",
+                        "set gpus[].litellm_model_id to the deployment's model_info.id (GET /v1/model/info)")
+
+
+def read_deployment(base_url: str, admin_key: str | None, model_id: str, deadline_s: float) -> Deployment | AdminProblem:
+    found = read_deployments(base_url, admin_key, deadline_s)
+    return found if isinstance(found, AdminProblem) else find(found, model_id)
+
+
+# --------------------------------------------------------------------------- deciding (pure)
+
+
+def editable(dep: Deployment) -> AdminProblem | None:
+    """Whether changing this one deployment can move load, before anything is sent."""
+    if dep.db_model is False:
+        return AdminProblem("config-model", f"LiteLLM keeps {dep.model_id} in config.yaml (db_model false)",
+                            "load shedding needs STORE_MODEL_IN_DB with a database, " + SHED_HINT)
+    if dep.group_size < 2:
+        return AdminProblem("single-deployment", f"{dep.model_id} is the only deployment of model group "
+                            f"{dep.group!r}: LiteLLM has nowhere else to send its requests",
+                            "add another deployment to the group, " + SHED_HINT)
+    if dep.field is None:
+        return AdminProblem("unrouted", f"model group {dep.group!r} sets no weight or rpm on any deployment "
+                            "(LiteLLM picks at random), so changing one deployment cannot move load",
+                            "give the group's deployments a weight, " + SHED_HINT)
+    if not dep.value(dep.field):
+        return AdminProblem("unrouted", f"{dep.model_id} has no {dep.field} in group {dep.group!r} "
+                            "that routes by it (it already gets no share)", SHED_HINT)
+    return None
+
+
+def target_value(dep: Deployment, action: str, shed_ratio: float, redirect_rpm: int = 1) -> tuple[str, float] | AdminProblem:
+    """(field, value) for ``shed-load`` (× ``shed_ratio``) or ``redirect-traffic`` (weight 0,
+    rpm ``redirect_rpm``) on ``dep``; the problem when the built-in path cannot work."""
+    problem = editable(dep)
+    if problem is not None:
+        return problem
+    field = dep.field
+    assert field is not None
+    current = dep.value(field) or 0.0
+    if action == "redirect-traffic":
+        return field, (0.0 if field == "weight" else float(max(0, int(redirect_rpm))))
+    if field == "rpm":
+        return field, float(max(1, round(current * shed_ratio)))
+    return field, round(current * shed_ratio, 6)
+
+
+def _same(a: float | None, b: float) -> bool:
+    return a is not None and math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+# --------------------------------------------------------------------------- changing
+
+
+def post_update(base_url: str, admin_key: str | None, model_id: str, field: str, value: float,
+                deadline_s: float) -> AdminProblem | None:
+    """``POST /model/update``; None when LiteLLM says it stored the change (a JSON object)."""
+    if not admin_key:
+        return NO_KEY
+    if field not in FIELDS:
+        raise ValueError(f"field must be one of {FIELDS}")
+    wire: float | int = int(value) if field == "rpm" else float(value)
+    body = json.dumps({"model_info": {"id": model_id}, "litellm_params": {field: wire}}).encode()
+    result = request("POST", base_url.rstrip("/") + "/model/update", deadline_s=deadline_s,
+                     max_bytes=MAX_BYTES, headers=_auth(admin_key), body=body)
+    if isinstance(result, HttpFault):
+        return _fault(result, "/model/update", deadline_s)
+    payload, bad = _decode(result, "/model/update")
+    if bad is not None:
+        return bad
+    if result.status != 200:
+        return _error(result, payload, f"/model/update of {model_id}")
+    if payload is None:
+        return AdminProblem("not-stored", "LiteLLM answered /model/update with 200 null: it stored nothing "
+                            "(STORE_MODEL_IN_DB is off)",
+                            "set STORE_MODEL_IN_DB=True on the proxy, " + SHED_HINT)
+    return None
+
+
+def apply_update(base_url: str, admin_key: str | None, model_id: str, field: str, value: float,
+                 deadline_s: float, before: float | None = None) -> UpdateResult:
+    """Update, then read the deployment back; done only when the read-back shows ``value``."""
+    problem = post_update(base_url, admin_key, model_id, field, value, deadline_s)
+    if problem is not None:
+        return UpdateResult(model_id, field, value, before, problem=problem)
+    listed = read_deployments(base_url, admin_key, deadline_s, only_id=model_id)
+    back = listed if isinstance(listed, AdminProblem) else find(listed, model_id)
+    if isinstance(back, AdminProblem):
+        return UpdateResult(model_id, field, value, before,
+                            problem=AdminProblem(back.reason, "read-back after /model/update failed: " + back.detail, back.fix))
+    after = back.value(field)
+    if not _same(after, value):
+        return UpdateResult(model_id, field, value, before, after, AdminProblem(
+            "not-applied", f"LiteLLM accepted /model/update but {model_id}'s {field} reads {_num(after)}, not {_num(value)}",
+            "the proxy did not apply the change (STORE_MODEL_IN_DB, database), " + SHED_HINT))
+    return UpdateResult(model_id, field, value, before, after)
+
+
+def describe_update(base_url: str | None, model_id: str, field: str, value: float) -> str:
+    """How a dry-run plan shows the call (no key)."""
+    return f"POST {str(base_url).rstrip('/')}/model/update id={model_id} {field}={_num(value)}"
+
+
+# --------------------------------------------------------------------------- legacy (until w10's typed action)
 
 
 @dataclass(frozen=True)
@@ -28,29 +402,18 @@ class AdminOutcome:
 
 
 def update_rpm(base_url: str, admin_key: str | None, model_id: str, rpm: int, deadline_s: float) -> AdminOutcome:
-    """Set deployment ``model_id``'s rpm. Never raises for what the network does."""
-    if not admin_key:
-        return AdminOutcome(rc=None, error="no LiteLLM admin key (set the variable litellm.admin_key_env names)")
-    body = json.dumps({"model_info": {"id": model_id}, "litellm_params": {"rpm": int(rpm)}}).encode()
-    result = request(
-        "POST",
-        base_url.rstrip("/") + "/model/update",
-        deadline_s=deadline_s,
-        max_bytes=64 * 1024,
-        headers={"Authorization": f"Bearer {admin_key}", "Content-Type": "application/json"},
-        body=body,
-    )
-    if isinstance(result, HttpFault):
-        return AdminOutcome(rc=None, error=result.kind, timed_out=result.kind == "timeout", stderr=result.detail)
-    text = result.body[:2000].decode("utf-8", "replace")
-    if result.status == 200:
-        return AdminOutcome(rc=0, stdout=f"{model_id}: rpm {rpm}")
-    if result.status in (401, 403):
-        return AdminOutcome(rc=1, error="auth failed", stderr="LiteLLM rejected the admin key")
-    return AdminOutcome(rc=1, error=f"http-{result.status:03d}", stderr=text)
+    """The command-shaped form the current executor calls: rpm update plus read-back."""
+    out = apply_update(base_url, admin_key, model_id, "rpm", float(rpm), deadline_s)
+    if out.ok:
+        return AdminOutcome(rc=0, stdout=out.describe())
+    problem = out.problem
+    assert problem is not None
+    if problem.reason in ("timeout", "refused", "no-admin-key"):
+        return AdminOutcome(rc=None, error=problem.reason if problem.reason != "no-admin-key" else problem.line(),
+                            timed_out=problem.reason == "timeout", stderr=problem.line())
+    return AdminOutcome(rc=1, error=problem.reason, stderr=problem.line())
 
 
 def describe(base_url: str | None, argv: list[str] | tuple[str, ...]) -> str:
-    """How a dry-run plan shows the call (no key, no body secrets)."""
     _, model_id, rpm = argv
-    return f"POST {str(base_url).rstrip('/')}/model/update id={model_id} rpm={rpm}"
+    return describe_update(base_url, model_id, "rpm", float(rpm))
