@@ -92,6 +92,13 @@ def main() -> int:
         print(f"demo: cannot start the simulated fleet ({exc}); is `gpuheal sim` already running?", file=sys.stderr)
         return 3
     try:
+        heading("before anything: `gpuheal doctor` proves every path the config would use")
+        doctor = gpuheal("doctor", now=fleet.now().strftime("%Y-%m-%dT%H:%M:%SZ"))
+        print(doctor.stdout or doctor.stderr)
+        if doctor.returncode != 0:
+            print("demo: doctor found a path that would not work (see above)", file=sys.stderr)
+            return 1
+
         heading("the simulated fleet (examples/scenarios/demo.yaml) — first look: gpuheal check")
         now = fleet.now().strftime("%Y-%m-%dT%H:%M:%SZ")
         print(gpuheal("check", now=now).stdout)

@@ -224,6 +224,21 @@ def sim(
     raise typer.Exit(code or 0)
 
 
+@app.command()
+def doctor(json_out: JsonOpt = False) -> None:
+    """Preflight: check every path the config would use (sources, SSH, commands, LiteLLM, Zulip).
+
+    Changes nothing. Exit status: 0 every path works, 1 one would not, 3 could not run.
+    """
+    from gpuheal.runtime import emit
+    from gpuheal.steps import doctor as step
+
+    rt = _runtime(json_out, uses_state=False)  # the doctor writes nothing but its lock check
+    result = step.command(rt)
+    emit(result, json_out)
+    raise typer.Exit(result.exit_code)
+
+
 @config_app.command("validate")
 def config_validate(
     path: Annotated[str | None, typer.Argument(help="Config file (default: --config).")] = None,

@@ -98,6 +98,7 @@ class GpuState:
         self.weight_normal = spec.litellm_weight
         self.weight = spec.litellm_weight
         self.group = spec.litellm_group
+        self.by_weight = False  # set by the World: does this deployment's group route by weight?
         self.rpm_updates = 0
         self.cooling: tuple[float, float] | None = None  # (anchor_t, temp then) while shed
         self.suspended_temp_ramp: Ramp | None = None
@@ -113,19 +114,21 @@ class GpuState:
 
     @property
     def shed(self) -> bool:
-        lighter = self.weight_normal is not None and (self.weight or 0.0) < self.weight_normal
-        return self.rpm < self.rpm_normal or lighter
+        """Routed less than normal. As LiteLLM's simple-shuffle router: in a group where any
+        deployment has a ``weight`` only the weight counts (an rpm change moves nothing)."""
+        if self.by_weight:
+            return (self.weight or 0.0) < (self.weight_normal or 0.0)
+        return self.rpm < self.rpm_normal
 
     @property
     def load_factor(self) -> float:
-        """What share of its normal load the GPU gets while shed (``rpm / normal``, or
-        ``weight / normal`` for a weighted deployment: the lower of the two), else 1."""
+        """What share of its normal load the GPU gets while shed (``weight / normal`` in a
+        weighted group, else ``rpm / normal``), else 1."""
         if not self.shed:
             return 1.0
-        f = max(self.rpm, 0) / self.rpm_normal
-        if self.weight_normal:
-            f = min(f, max(self.weight or 0.0, 0.0) / self.weight_normal)
-        return min(f, 1.0)
+        if self.by_weight:
+            return max(self.weight or 0.0, 0.0) / (self.weight_normal or 1.0)
+        return max(self.rpm, 0) / self.rpm_normal
 
     def _cooled(self, t: float) -> float:
         anchor_t, base = self.cooling  # type: ignore[misc]
@@ -250,6 +253,9 @@ class World:
         self.gpus: dict[str, GpuState] = {
             g.alias: GpuState(g, i) for i, g in enumerate(scenario.gpus)
         }
+        weighted = {g.litellm_group for g in scenario.gpus if g.litellm_weight}
+        for g in self.gpus.values():
+            g.by_weight = g.group in weighted
         self.monitor_mode = scenario.monitor
         self.monitor_heals = True
         self.monitor_generation = 0

@@ -112,9 +112,32 @@ class ZulipLookalike:
                 self.wfile.write(body)
 
             def do_GET(self) -> None:  # noqa: N802
-                self._json(
-                    405, {"result": "error", "msg": "Method Not Allowed", "code": "BAD_REQUEST"}
-                )
+                """``/api/v1/users/me`` and ``/api/v1/get_stream_id`` (what ``gpuheal doctor``
+                reads: the bot's credentials and the stream, without posting)."""
+                from urllib.parse import urlsplit
+
+                parts = urlsplit(self.path)
+                if parts.path not in ("/api/v1/users/me", "/api/v1/get_stream_id"):
+                    return self._json(
+                        405, {"result": "error", "msg": "Method Not Allowed", "code": "BAD_REQUEST"}
+                    )
+                auth = self.headers.get("Authorization") or ""
+                try:
+                    user, _, key = base64.b64decode(auth[6:]).decode().partition(":")
+                except (ValueError, UnicodeDecodeError):
+                    user, key = "", ""
+                if not auth.startswith("Basic ") or user != outer.email or key != outer.api_key:
+                    return self._json(
+                        401, {"result": "error", "msg": "Invalid API key", "code": "INVALID_API_KEY"}
+                    )
+                if parts.path == "/api/v1/users/me":
+                    return self._json(200, {"result": "success", "msg": "", "email": outer.email,
+                                            "user_id": 8, "full_name": "gpuheal", "is_bot": True})
+                stream = parse_qs(parts.query).get("stream", [""])[-1]
+                if not stream or (outer.streams is not None and stream not in outer.streams):
+                    return self._json(400, {"result": "error", "msg": f"Invalid channel name '{stream}'",
+                                            "code": "BAD_REQUEST"})
+                return self._json(200, {"result": "success", "msg": "", "stream_id": 15})
 
             def do_POST(self) -> None:  # noqa: N802
                 length = int(self.headers.get("Content-Length") or 0)
