@@ -18,6 +18,10 @@ Measured:
   dead-200    ``check --json`` against 200 endpoints that accept and never answer (and a monitor
               and LiteLLM that do the same): wall time against the probe deadline
   imports     modules that ``check`` imports (``-X importtime``): fabric/paramiko/invoke must be absent
+  doctor      ``doctor --json`` on a healthy simulated 3-GPU fleet (gpu-monitor, llama-servers,
+              LiteLLM with a database, Zulip look-alike, local commands) and on a dead one (every
+              HTTP peer accepts and never answers, every SSH host never sends its banner;
+              deadlines 2 s): wall time, median of 5 each (issue 11)
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ from servers import (  # noqa: E402
     write_config,
 )
 
-TARGETS = {"help": 0.100, "check-3": 0.300, "check-1000": 2.0, "check-1000-rss-mb": 200.0}
+TARGETS = {"help": 0.100, "check-3": 0.300, "check-1000": 2.0, "check-1000-rss-mb": 200.0,
+           "doctor-3": 1.0, "doctor-dead": 2 * 2.0 + 2.0}
 START = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
 NEVER_IMPORTED = ("fabric", "paramiko", "invoke", "requests")
 
@@ -269,6 +274,59 @@ def bench_dead_sweep(work: Path, deadline_s: float = 2.0) -> dict:
     }
 
 
+def bench_doctor(n: int, work: Path, deadline_s: float = 2.0) -> dict:
+    """``doctor --json``: a healthy simulated 3-GPU fleet, then the same fleet dead."""
+    from gpuheal.sim import Scenario, SimFleet
+    from gpuheal.sim.zulip import ZulipLookalike
+
+    email, key = "gpuheal-bot@zulip.example.org", "bench-zulip-key-0123"
+    env = clean_env(LITELLM_MASTER_KEY="sk-sim-admin-0000", ZULIP_EMAIL=email, ZULIP_API_KEY=key)
+    fleet = SimFleet(Scenario.load(ROOT / "examples" / "scenarios" / "demo.yaml"), ports="ephemeral").start()
+    zulip = ZulipLookalike(email, key).start()
+    try:
+        raw = fleet.config_dict()
+        raw["zulip"] = {"site": zulip.url, "stream": "agent-hub", "timeout_s": deadline_s}
+        raw["heal"] = {"gpu_monitor_restart_command": [sys.executable, "-m", "gpuheal.sim.control", fleet.control_url,
+                                                       "restart", "monitor"]}
+        for g in raw["gpus"]:
+            g["litellm_model_id"] = g["alias"]
+        config = write_config(work / "doctor3.yaml", raw)
+        argv = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(work / "state-doctor"), "doctor", "--json"]
+        first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120)
+        if first.returncode != 0:
+            bad = [c for c in json.loads(first.stdout or '{"checks": []}')["checks"] if c["status"] != "ok"]
+            raise SystemExit(f"doctor on the healthy fleet exited {first.returncode}: {bad or first.stderr}")
+        healthy = [timed_run(argv, env, ok_codes=(0,))[0] for _ in range(n)]
+    finally:
+        zulip.stop()
+        fleet.stop()
+    with LoopbackServer(default=Hang(), ports=6, record=False) as dead:
+        urls = dead.urls
+        gpus = [{"alias": a, "host": "127.0.0.1", "ssh_port": int(urls[i].rsplit(":", 1)[1]), "endpoint": urls[i],
+                 "gpu_index": i, "vendor": "nvidia", "transport": "ssh", "litellm_model_id": a,
+                 "restart_command": "systemctl restart llama-server"}
+                for i, a in enumerate(("gpu-dense", "gpu-light", "strix-moe"))]
+        raw = {"monitor": {"url": urls[3] + "/gpu-data", "timeout_s": deadline_s},
+               "litellm": {"url": urls[4], "timeout_s": deadline_s / 3},
+               "probe": {"timeout_s": deadline_s},
+               "zulip": {"site": urls[5], "stream": "agent-hub", "timeout_s": deadline_s / 2},
+               "heal": {"ssh_connect_timeout_s": deadline_s, "known_hosts": str(work / "known_hosts")},
+               "gpus": gpus}
+        (work / "known_hosts").write_text("")
+        config = write_config(work / "doctor-dead.yaml", raw)
+        argv = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(work / "state-dead-doctor"), "doctor", "--json"]
+        dead_runs = [timed_run(argv, env, ok_codes=(1,)) for _ in range(n)]
+        dead_times = [took for took, _proc in dead_runs]
+        last = json.loads(dead_runs[-1][1].stdout)["checks"]
+    return {
+        "healthy_median_s": statistics.median(healthy), "healthy_runs": n,
+        "dead_median_s": statistics.median(dead_times), "dead_runs": n, "deadline_s": deadline_s,
+        "dead_rows": {st: sum(c["status"] == st for c in last) for st in ("ok", "warn", "fail", "skip")},
+        "dead_details": sorted({f'{c["check"]}: {c["detail"]}'[:90] for c in last if c["status"] == "fail"})[:12],
+        "target_healthy_s": TARGETS["doctor-3"], "target_dead_s": TARGETS["doctor-dead"],
+    }
+
+
 def bench_imports(work: Path) -> dict:
     """What ``check`` imports (a real check, against a closed port: every source refused)."""
     cfg = fleet_config("http://127.0.0.1:9/gpu-data", [("a", "h", "http://127.0.0.1:9")], timeout_s=1)
@@ -305,11 +363,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--profile", action="store_true", help="cProfile the 1000-GPU check")
-    parser.add_argument("--only", choices=["help", "check-3", "check-1000", "dead-200", "imports"], action="append")
+    parser.add_argument("--only", choices=["help", "check-3", "check-1000", "dead-200", "imports", "doctor"], action="append")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
     args = parser.parse_args()
     n = 3 if args.quick else 10
-    wanted = set(args.only or ["help", "check-3", "check-1000", "dead-200", "imports"])
+    wanted = set(args.only or ["help", "check-3", "check-1000", "dead-200", "imports", "doctor"])
     results: dict = {
         "when": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "python": platform.python_version(),
@@ -328,6 +386,8 @@ def main() -> int:
             results["dead-200"] = bench_dead_sweep(work)
         if "imports" in wanted:
             results["imports"] = bench_imports(work)
+        if "doctor" in wanted:
+            results["doctor"] = bench_doctor(3 if args.quick else 5, work)
 
     rows = []
     if "help" in results:
@@ -346,6 +406,13 @@ def main() -> int:
     if "imports" in results:
         r = results["imports"]
         rows.append(("check imports fabric/paramiko/invoke/requests", ", ".join(r["forbidden_imported"]) or "none", "none", "ok" if not r["forbidden_imported"] else "MISSED"))
+    if "doctor" in results:
+        r = results["doctor"]
+        rows.append((f"doctor, healthy simulated 3-GPU fleet (median of {r['healthy_runs']})",
+                     f"{r['healthy_median_s'] * 1000:.0f} ms", f"≤ {r['target_healthy_s'] * 1000:.0f} ms",
+                     verdict(r["healthy_median_s"], r["target_healthy_s"])))
+        rows.append((f"doctor, dead 3-GPU fleet, deadlines {r['deadline_s']:g} s (median of {r['dead_runs']})",
+                     f"{r['dead_median_s']:.2f} s", f"≤ {r['target_dead_s']:g} s", verdict(r["dead_median_s"], r["target_dead_s"])))
     results["table"] = [list(row) for row in rows]
 
     width = max(len(row[0]) for row in rows)
