@@ -314,7 +314,8 @@ def bench_doctor(n: int, work: Path, deadline_s: float = 2.0) -> dict:
                "gpus": gpus}
         (work / "known_hosts").write_text("")
         config = write_config(work / "doctor-dead.yaml", raw)
-        argv = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(work / "state-dead-doctor"), "doctor", "--json"]
+        state = work / "state-dead-doctor"
+        argv = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "doctor", "--json"]
         dead_runs = [timed_run(argv, env, ok_codes=(1,)) for _ in range(n)]
         dead_times = [took for took, _proc in dead_runs]
         last = json.loads(dead_runs[-1][1].stdout)["checks"]
@@ -363,7 +364,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--profile", action="store_true", help="cProfile the 1000-GPU check")
-    parser.add_argument("--only", choices=["help", "check-3", "check-1000", "dead-200", "imports", "doctor"], action="append")
+    cases = ["help", "check-3", "check-1000", "dead-200", "imports", "doctor"]
+    parser.add_argument("--only", choices=cases, action="append")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
     args = parser.parse_args()
     n = 3 if args.quick else 10
@@ -412,7 +414,8 @@ def main() -> int:
                      f"{r['healthy_median_s'] * 1000:.0f} ms", f"≤ {r['target_healthy_s'] * 1000:.0f} ms",
                      verdict(r["healthy_median_s"], r["target_healthy_s"])))
         rows.append((f"doctor, dead 3-GPU fleet, deadlines {r['deadline_s']:g} s (median of {r['dead_runs']})",
-                     f"{r['dead_median_s']:.2f} s", f"≤ {r['target_dead_s']:g} s", verdict(r["dead_median_s"], r["target_dead_s"])))
+                     f"{r['dead_median_s']:.2f} s", f"≤ {r['target_dead_s']:g} s",
+                     verdict(r["dead_median_s"], r["target_dead_s"])))
     results["table"] = [list(row) for row in rows]
 
     width = max(len(row[0]) for row in rows)

@@ -89,8 +89,13 @@ class LiteLLMProxy:
     stop = kill
 
 
-def start_proxy(binary: str, workdir: Path, model_list: list[dict[str, Any]], master_key: str = MASTER_KEY,
-                router_settings: dict[str, Any] | None = None) -> LiteLLMProxy:
+def start_proxy(
+    binary: str,
+    workdir: Path,
+    model_list: list[dict[str, Any]],
+    master_key: str = MASTER_KEY,
+    router_settings: dict[str, Any] | None = None,
+) -> LiteLLMProxy:
     workdir.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {"model_list": model_list, "general_settings": {"master_key": master_key}}
     if router_settings:
@@ -98,15 +103,34 @@ def start_proxy(binary: str, workdir: Path, model_list: list[dict[str, Any]], ma
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port()
     log_path = workdir / "litellm.log"
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
-           "NO_DOCS": "True", "DISABLE_ADMIN_UI": "True"}
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_LOG": "ERROR",
+        "NO_DOCS": "True",
+        "DISABLE_ADMIN_UI": "True",
+    }
     env.pop("DATABASE_URL", None)
     env.pop("LITELLM_MASTER_KEY", None)
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [binary, "--config", str(workdir / "config.yaml"), "--host", HOST, "--port", str(port), "--num_workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=workdir,
+            [
+                binary,
+                "--config",
+                str(workdir / "config.yaml"),
+                "--host",
+                HOST,
+                "--port",
+                str(port),
+                "--num_workers",
+                "1",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=workdir,
             start_new_session=True,
         )
     proxy = LiteLLMProxy(f"http://{HOST}:{port}", master_key, proc, workdir, log_path=log_path)

@@ -43,8 +43,10 @@ def zulip():
 
 @pytest.fixture
 def lab(tmp_path, zulip):
-    gpus = [{"alias": a, "host": h, "litellm_group": "qwen", "litellm_weight": w}
-            for a, h, w in (("gpu-dense", "ct8", 0.55), ("gpu-light", "ct110", 0.15), ("strix-moe", "ct15", 0.3))]
+    gpus = [
+        {"alias": a, "host": h, "litellm_group": "qwen", "litellm_weight": w}
+        for a, h, w in (("gpu-dense", "ct8", 0.55), ("gpu-light", "ct110", 0.15), ("strix-moe", "ct15", 0.3))
+    ]
     lab = Lab(tmp_path, scenario(gpus), zulip={"site": zulip.url, "stream": "agent-hub"})
     for g in lab.raw["gpus"]:
         g["litellm_model_id"] = g["alias"]
@@ -60,12 +62,23 @@ def test_doctor_on_the_simulated_fleet_is_all_ok_and_changes_nothing(lab, zulip,
     assert result.exit_code == 0 and result.document["status"] == "ok", bad
     rows = rows_of(result)
     for alias in ("gpu-dense", "gpu-light", "strix-moe"):
-        for check in ("llama-server /health", "llama-server /props", "llama-server /metrics", "load shedding",
-                      "restart_command"):
+        for check in (
+            "llama-server /health",
+            "llama-server /props",
+            "llama-server /metrics",
+            "load shedding",
+            "restart_command",
+        ):
             assert rows[(alias, check)]["status"] == "ok"
     assert "shed by weight 0.55 -> 0.275" in rows[("gpu-dense", "load shedding")]["detail"]
-    assert {("zulip", "bot"), ("zulip", "stream"), ("litellm", "admin key accepted"), ("monitor", "gpu-monitor"),
-            ("state", "state directory"), ("state", "config")} <= set(rows)
+    assert {
+        ("zulip", "bot"),
+        ("zulip", "stream"),
+        ("litellm", "admin key accepted"),
+        ("monitor", "gpu-monitor"),
+        ("state", "state directory"),
+        ("state", "config"),
+    } <= set(rows)
     # changed nothing: no state directory, no restart, no LiteLLM update, no Zulip message
     assert not state.exists()
     st = lab.fleet.state()
@@ -94,26 +107,40 @@ def test_missing_credentials_and_wrong_zulip_stream(lab, tmp_path):
     rows = rows_of(result)
     assert rows[("litellm", "admin key present")]["status"] == "fail"
     assert "LITELLM_MASTER_KEY" in rows[("litellm", "admin key present")]["fix"]
-    assert rows[("zulip", "bot")]["status"] == "fail" and "rejects the bot's credentials" in rows[("zulip", "bot")]["detail"]
+    assert (
+        rows[("zulip", "bot")]["status"] == "fail"
+        and "rejects the bot's credentials" in rows[("zulip", "bot")]["detail"]
+    )
     result = run(lab.cfg, tmp_path / "s")
     assert rows_of(result)[("zulip", "stream")]["status"] == "fail"
     assert "Invalid channel name" in rows_of(result)[("zulip", "stream")]["detail"]
 
 
 def dead_config(url_of, extra_gpus=3):
-    return load_config_dict({
-        "monitor": {"url": url_of("monitor") + "/gpu-data", "timeout_s": 1},
-        "litellm": {"url": url_of("litellm"), "timeout_s": 1},
-        "probe": {"timeout_s": 1},
-        "zulip": {"site": url_of("zulip"), "timeout_s": 1},
-        "gpus": [{"alias": f"gpu-{i}", "host": f"ct{i}", "endpoint": url_of(f"gpu{i}"), "litellm_model_id": f"gpu-{i}",
-                  "transport": "local", "restart_command": ["definitely-not-a-program-xyz", "{alias}"]}
-                 for i in range(extra_gpus)],
-    })
+    return load_config_dict(
+        {
+            "monitor": {"url": url_of("monitor") + "/gpu-data", "timeout_s": 1},
+            "litellm": {"url": url_of("litellm"), "timeout_s": 1},
+            "probe": {"timeout_s": 1},
+            "zulip": {"site": url_of("zulip"), "timeout_s": 1},
+            "gpus": [
+                {
+                    "alias": f"gpu-{i}",
+                    "host": f"ct{i}",
+                    "endpoint": url_of(f"gpu{i}"),
+                    "litellm_model_id": f"gpu-{i}",
+                    "transport": "local",
+                    "restart_command": ["definitely-not-a-program-xyz", "{alias}"],
+                }
+                for i in range(extra_gpus)
+            ],
+        }
+    )
 
 
 def test_a_dead_fleet_fails_every_check_within_about_one_deadline_per_stage(tmp_path):
     with LoopbackServer(default=Hang()) as hung:
+
         def url_of(name):
             return hung.url if name in ("monitor", "gpu0", "litellm") else closed_url()
 
@@ -137,13 +164,17 @@ def test_a_dead_fleet_fails_every_check_within_about_one_deadline_per_stage(tmp_
         (Reply(200, b"<html><body>LiteLLM Admin UI</body></html>", {"Content-Type": "text/html"}), "HTML"),
         (Reply(200, b'{"data": [', {"Content-Type": "application/json"}), "not JSON"),
         (Oversized(size=20 * 1024 * 1024), "larger than 8 MiB"),
-        (Reply(200, {"data": [{"model_name": "x", "litellm_params": {}, "model_info": {"id": "other"}}]}),
-         "no deployment with model_info.id 'gpu-0'"),
+        (
+            Reply(200, {"data": [{"model_name": "x", "litellm_params": {}, "model_info": {"id": "other"}}]}),
+            "no deployment with model_info.id 'gpu-0'",
+        ),
     ],
 )
 def test_hostile_litellm_answers_are_one_line_each(tmp_path, reply, words):
-    routes = {("GET", "/health/liveliness"): Reply(200, b'"I\'m alive!"', {"Content-Type": "application/json"}),
-              ("GET", "/v1/model/info"): reply}
+    routes = {
+        ("GET", "/health/liveliness"): Reply(200, b'"I\'m alive!"', {"Content-Type": "application/json"}),
+        ("GET", "/v1/model/info"): reply,
+    }
     with LoopbackServer(routes) as lite:
         cfg = dead_config(lambda n: lite.url if n == "litellm" else closed_url(), extra_gpus=1)
         result = run(cfg, tmp_path / "s")
@@ -156,7 +187,11 @@ def test_network_strings_are_escaped_in_the_table(tmp_path, monkeypatch, capsys)
     from gpuheal.render import human
 
     monkeypatch.setattr(human, "use_rich", lambda stream=None: True)
-    rows = [doctor.Check("[bold]gpu[/bold]", "llama-server /props", doctor.FAIL, "model [red]x[/red]\x1b[31m", "fix [b]it[/b]")]
+    rows = [
+        doctor.Check(
+            "[bold]gpu[/bold]", "llama-server /props", doctor.FAIL, "model [red]x[/red]\x1b[31m", "fix [b]it[/b]"
+        )
+    ]
     step.render(rows)
     out = capsys.readouterr().out
     assert "[bold]gpu[/bold]" in out and "model [red]x[/red]" in out and "\x1b[31m" not in out.replace("\x1b[", "", 0)
@@ -166,9 +201,11 @@ def test_a_probe_that_never_returns_is_one_failed_row(monkeypatch):
     import threading
 
     block = threading.Event()
-    probes = [doctor.Probe("litellm", "stuck", 0.2, lambda: block.wait(30) and None),
-              doctor.Probe("state", "fine", 0.2, lambda: doctor.Check("state", "fine", doctor.OK)),
-              doctor.Probe("zulip", "bug", 0.2, lambda: 1 / 0)]
+    probes = [
+        doctor.Probe("litellm", "stuck", 0.2, lambda: block.wait(30) and None),
+        doctor.Probe("state", "fine", 0.2, lambda: doctor.Check("state", "fine", doctor.OK)),
+        doctor.Probe("zulip", "bug", 0.2, lambda: 1 / 0),
+    ]
     started = time.monotonic()
     rows = doctor.run_stage(probes)
     block.set()
@@ -197,13 +234,28 @@ def test_a_locked_state_directory_warns_and_an_unwritable_one_fails(tmp_path):
 @pytest.mark.sshd
 def test_ssh_checks_against_a_real_sshd(sshd, tmp_path):
     def cfg_with(known_hosts):
-        return load_config_dict({
-            "heal": {"known_hosts": known_hosts, "ssh_key": sshd.key_filename, "ssh_user": sshd.user,
-                     "ssh_connect_timeout_s": 5},
-            "gpus": [{"alias": "gpu-a", "host": sshd.host, "ssh_port": sshd.port, "endpoint": closed_url(),
-                      "transport": "ssh", "restart_command": "systemctl restart llama-server",
-                      "kill_command": ["sudo", "-n", "kill", "{alias}"], "smi_command": [sys.executable, "-V"]}],
-        })
+        return load_config_dict(
+            {
+                "heal": {
+                    "known_hosts": known_hosts,
+                    "ssh_key": sshd.key_filename,
+                    "ssh_user": sshd.user,
+                    "ssh_connect_timeout_s": 5,
+                },
+                "gpus": [
+                    {
+                        "alias": "gpu-a",
+                        "host": sshd.host,
+                        "ssh_port": sshd.port,
+                        "endpoint": closed_url(),
+                        "transport": "ssh",
+                        "restart_command": "systemctl restart llama-server",
+                        "kill_command": ["sudo", "-n", "kill", "{alias}"],
+                        "smi_command": [sys.executable, "-V"],
+                    }
+                ],
+            }
+        )
 
     rows = rows_of(run(cfg_with(sshd.known_hosts), tmp_path / "s"))
     assert rows[("gpu-a", "ssh")]["status"] == "ok" and "host key verified" in rows[("gpu-a", "ssh")]["detail"]
@@ -222,11 +274,28 @@ def test_cli_doctor_json_and_exit(lab, tmp_path, monkeypatch):
     import subprocess
 
     env = {**__import__("os").environ, **ENV}
-    proc = subprocess.run([str(Path(sys.executable).with_name("gpuheal")), "--config", str(lab.config_path),
-                           "--state-dir", str(tmp_path / "cli-state"), "doctor", "--json"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("gpuheal")),
+            "--config",
+            str(lab.config_path),
+            "--state-dir",
+            str(tmp_path / "cli-state"),
+            "doctor",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0 and doc["status"] == "ok", doc
-    proc = subprocess.run([str(Path(sys.executable).with_name("gpuheal")), "--config", str(tmp_path / "nope.yaml"),
-                           "doctor"], capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("gpuheal")), "--config", str(tmp_path / "nope.yaml"), "doctor"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 3 and proc.stderr.count("\n") == 1

@@ -19,20 +19,43 @@ from gpuheal.core.plan import LITELLM_API, _step
 from gpuheal.sources import litellm_admin as la
 
 ADMIN = "sk-admin-test-0123456789"
-NO_DB = {"error": {"message": "{'error': \"No DB Connected. Here's how to do it - https://docs.litellm.ai/docs/proxy/"
-                   "virtual_keys\"}", "type": "auth_error", "param": "None", "code": "500"}}
-IN_CONFIG = {"error": {"message": "{'error': \"Can't edit model. Model in config. Store model in db via `/model/new`. "
-                       "to edit.\"}", "type": "auth_error", "param": "None", "code": "400"}}
+NO_DB = {
+    "error": {
+        "message": "{'error': \"No DB Connected. Here's how to do it - https://docs.litellm.ai/docs/proxy/"
+        'virtual_keys"}',
+        "type": "auth_error",
+        "param": "None",
+        "code": "500",
+    }
+}
+IN_CONFIG = {
+    "error": {
+        "message": "{'error': \"Can't edit model. Model in config. Store model in db via `/model/new`. to edit.\"}",
+        "type": "auth_error",
+        "param": "None",
+        "code": "400",
+    }
+}
 NOT_MASTER = {"error": {"message": "No connected db.", "type": "no_db_connection", "param": None, "code": "400"}}
-BAD_KEY = {"error": {"message": "Authentication Error, Invalid proxy server token passed. Received API Key = sk-...1234",
-                     "type": "auth_error", "param": "None", "code": "401"}}
-NOT_FOUND = {"error": {"message": "Authentication Error, model not found", "type": "auth_error", "param": "None",
-                       "code": "400"}}
+BAD_KEY = {
+    "error": {
+        "message": "Authentication Error, Invalid proxy server token passed. Received API Key = sk-...1234",
+        "type": "auth_error",
+        "param": "None",
+        "code": "401",
+    }
+}
+NOT_FOUND = {
+    "error": {"message": "Authentication Error, model not found", "type": "auth_error", "param": "None", "code": "400"}
+}
 
 
 def dep(model_id, group="qwen", db_model=True, **params):
-    return {"model_name": group, "litellm_params": {"model": f"openai/{model_id}", **params},
-            "model_info": {"id": model_id, "db_model": db_model}}
+    return {
+        "model_name": group,
+        "litellm_params": {"model": f"openai/{model_id}", **params},
+        "model_info": {"id": model_id, "db_model": db_model},
+    }
 
 
 WEIGHTED = {"data": [dep("gpu-dense", weight=0.55, rpm=60), dep("gpu-light", weight=0.15), dep("strix", weight=0.3)]}
@@ -64,15 +87,19 @@ def test_an_rpm_group_is_shed_by_rpm_and_redirect_keeps_one_rpm():
     assert a.field == "rpm"
     assert la.target_value(a, "shed-load", 0.5) == ("rpm", 30.0)
     assert la.target_value(a, "redirect-traffic", 0.5, redirect_rpm=1) == ("rpm", 1.0)
-    assert la.target_value(la.find(la.parse_deployments({"data": [dep("a", rpm=1), dep("b", rpm=1)]}), "a"),
-                           "shed-load", 0.5) == ("rpm", 1.0)  # never 0: rpm 0 is not "less"
+    assert la.target_value(
+        la.find(la.parse_deployments({"data": [dep("a", rpm=1), dep("b", rpm=1)]}), "a"), "shed-load", 0.5
+    ) == ("rpm", 1.0)  # never 0: rpm 0 is not "less"
 
 
 @pytest.mark.parametrize(
     ("data", "reason", "words"),
     [
-        ({"data": [dep("a", db_model=False, weight=1), dep("b", weight=1)]}, "config-model",
-         "LiteLLM keeps a in config.yaml (db_model false)"),
+        (
+            {"data": [dep("a", db_model=False, weight=1), dep("b", weight=1)]},
+            "config-model",
+            "LiteLLM keeps a in config.yaml (db_model false)",
+        ),
         ({"data": [dep("a", rpm=60)]}, "single-deployment", "only deployment of model group 'qwen'"),
         ({"data": [dep("a"), dep("b")]}, "unrouted", "picks at random"),
         ({"data": [dep("a"), dep("b", weight=1)]}, "unrouted", "already gets no share"),
@@ -89,9 +116,13 @@ def test_a_list_without_our_id_names_the_fix():
     assert problem.reason == "missing-id" and "gpus[].litellm_model_id" in problem.fix
 
 
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
-                    max_leaves=30))
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+        lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=12), c, max_size=4),
+        max_leaves=30,
+    )
+)
 @settings(max_examples=300, deadline=None)
 def test_parse_deployments_never_raises_on_garbage(payload):
     out = la.parse_deployments(payload if not isinstance(payload, dict) else {"data": [payload, *WEIGHTED["data"]]})
@@ -114,7 +145,12 @@ def lite(routes, **kw):
 
 def test_read_update_and_read_back_on_a_database_backed_proxy():
     after = {"data": [dep("gpu-dense", weight=0.275, rpm=60)]}
-    with lite({("GET", "/v1/model/info"): Reply(200, WEIGHTED), ("POST", "/model/update"): Reply(200, {"model_id": "gpu-dense"})}) as srv:
+    with lite(
+        {
+            ("GET", "/v1/model/info"): Reply(200, WEIGHTED),
+            ("POST", "/model/update"): Reply(200, {"model_id": "gpu-dense"}),
+        }
+    ) as srv:
         base = srv.url + "/litellm"
         dense = la.read_deployment(base, ADMIN, "gpu-dense", 2)
         assert dense.weight == 0.55
@@ -125,12 +161,17 @@ def test_read_update_and_read_back_on_a_database_backed_proxy():
         post = next(r for r in srv.requests if r.method == "POST")
         assert post.headers["authorization"] == f"Bearer {ADMIN}"
         assert json.loads(post.body) == {"model_info": {"id": "gpu-dense"}, "litellm_params": {"weight": 0.275}}
-        assert (srv.requests[-1].path, srv.requests[-1].query) == ("/litellm/v1/model/info", "litellm_model_id=gpu-dense")
+        assert (srv.requests[-1].path, srv.requests[-1].query) == (
+            "/litellm/v1/model/info",
+            "litellm_model_id=gpu-dense",
+        )
         assert ADMIN not in out.describe()
 
 
 def test_an_update_that_the_read_back_does_not_show_is_not_done():
-    with lite({("GET", "/v1/model/info"): Reply(200, WEIGHTED), ("POST", "/model/update"): Reply(200, {"ok": 1})}) as srv:
+    with lite(
+        {("GET", "/v1/model/info"): Reply(200, WEIGHTED), ("POST", "/model/update"): Reply(200, {"ok": 1})}
+    ) as srv:
         out = la.apply_update(srv.url + "/litellm", ADMIN, "gpu-dense", "weight", 0.275, 2)
     assert not out.ok and out.problem.reason == "not-applied" and "reads 0.55, not 0.275" in out.problem.detail
 
@@ -145,8 +186,11 @@ def test_an_update_that_the_read_back_does_not_show_is_not_done():
         (Reply(401, BAD_KEY), "auth", "admin key"),
         (Reply(403, {"detail": "Forbidden"}), "auth", "admin key"),
         (Reply(400, NOT_FOUND), "missing-id", "no deployment"),
-        (Reply(502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", {"Content-Type": "text/html"}),
-         "not-json", "HTML"),
+        (
+            Reply(502, b"<html><body><h1>502 Bad Gateway</h1></body></html>", {"Content-Type": "text/html"}),
+            "not-json",
+            "HTML",
+        ),
         (Reply(200, b'{"data": [1, 2', {"Content-Type": "application/json"}), "not-json", "not JSON"),
         (Reply(500, b"Internal Server Error"), "not-json", "HTTP 500"),
         (Oversized(size=20 * 1024 * 1024), "oversized", "larger than 8 MiB"),
@@ -192,8 +236,12 @@ def test_a_hung_or_absent_proxy_fails_within_its_deadline():
 
 
 def test_liveliness_and_database_state():
-    with LoopbackServer({("GET", "/health/liveliness"): Reply(200, b'"I\'m alive!"'),
-                         ("GET", "/health/readiness"): Reply(200, {"status": "healthy", "db": "Not connected"})}) as srv:
+    with LoopbackServer(
+        {
+            ("GET", "/health/liveliness"): Reply(200, b'"I\'m alive!"'),
+            ("GET", "/health/readiness"): Reply(200, {"status": "healthy", "db": "Not connected"}),
+        }
+    ) as srv:
         assert la.liveliness(srv.url, 2) is None
         assert la.database_state(srv.url, 2) == "Not connected"
     with LoopbackServer({("GET", "/health/liveliness"): Reply(200, b"<html>login</html>")}) as srv:
@@ -210,5 +258,59 @@ def test_builtin_plan_targets_the_litellm_api():
 
 
 def test_a_configured_command_wins_over_the_builtin():
-    step = _step("shed-load", "gpu-a", cfg(litellm_model_id="dep-a", litellm_rpm=60, shed_load_command="my-shed {alias}"))
+    step = _step(
+        "shed-load", "gpu-a", cfg(litellm_model_id="dep-a", litellm_rpm=60, shed_load_command="my-shed {alias}")
+    )
     assert step.argv_template == ("my-shed", "{alias}") and step.target == "ct1"
+
+
+# --------------------------------------------------------------------------- the look-alike's setups
+
+
+def sim_fleet(store):
+    from lab import BASE_GPU
+
+    from gpuheal.sim import Scenario, SimFleet
+
+    gpus = [
+        {**BASE_GPU, "alias": a, "host": h, "litellm_group": "qwen", "litellm_weight": w}
+        for a, h, w in (("gpu-dense", "ct8", 0.55), ("gpu-light", "ct110", 0.15))
+    ]
+    scn = {"name": "t", "start": "2026-07-18T08:00:00Z", "gpus": gpus, "litellm_store": store}
+    return SimFleet(Scenario.from_dict(scn), ports="ephemeral").start()
+
+
+@pytest.mark.parametrize(
+    ("store", "reason"),
+    [("config-no-db", "no-db"), ("config-with-db", "config-model"), ("db-store-off", "not-stored")],
+)
+def test_each_litellm_setup_that_cannot_store_is_named(store, reason):
+    fleet = sim_fleet(store)
+    try:
+        out = la.apply_update(fleet.litellm_url, fleet.litellm_admin_key, "gpu-dense", "weight", 0.275, 2)
+        assert out.problem.reason == reason, out.problem
+        assert fleet.state()["gpus"]["gpu-dense"]["litellm_weight"] == 0.55  # nothing changed
+    finally:
+        fleet.stop()
+
+
+def test_shed_verify_restore_round_trip_on_a_database_backed_litellm():
+    """The working path: read, shed by weight, read back, restore exactly the value found."""
+    fleet = sim_fleet("db")
+    try:
+        url, key = fleet.litellm_url, fleet.litellm_admin_key
+        dense = la.read_deployment(url, key, "gpu-dense", 2)
+        assert (dense.db_model, dense.field, dense.weight) == (True, "weight", 0.55)
+        field, value = la.target_value(dense, "shed-load", 0.5)
+        shed = la.apply_update(url, key, "gpu-dense", field, value, 2, before=dense.value(field))
+        assert shed.ok and (shed.before, shed.after) == (0.55, 0.275)
+        st = fleet.state()["gpus"]["gpu-dense"]
+        assert st["shed"] is True and st["litellm_weight"] == 0.275
+        back = la.apply_update(url, key, "gpu-dense", field, shed.before, 2)
+        assert back.ok and back.after == 0.55
+        assert fleet.state()["gpus"]["gpu-dense"]["shed"] is False
+        # an rpm change in a weighted group moves nothing (LiteLLM's simple-shuffle)
+        assert la.apply_update(url, key, "gpu-dense", "rpm", 1, 2).ok
+        assert fleet.state()["gpus"]["gpu-dense"]["shed"] is False
+    finally:
+        fleet.stop()

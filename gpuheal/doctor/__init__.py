@@ -94,8 +94,15 @@ def run_stage(probes: list[Probe], clock: Callable[[], float] = time.monotonic) 
         try:
             results[i] = _rows(probe, probe.run())
         except Exception as exc:  # noqa: BLE001 - a bug in one probe is one row, not a traceback
-            results[i] = [Check(probe.target, probe.check, FAIL, f"the check itself failed: {type(exc).__name__}: "
-                                f"{str(exc)[:160]}", "please report this (gpuheal -vv doctor logs more)")]
+            results[i] = [
+                Check(
+                    probe.target,
+                    probe.check,
+                    FAIL,
+                    f"the check itself failed: {type(exc).__name__}: {str(exc)[:160]}",
+                    "please report this (gpuheal -vv doctor logs more)",
+                )
+            ]
         finally:
             done[i].set()
 
@@ -108,8 +115,15 @@ def run_stage(probes: list[Probe], clock: Callable[[], float] = time.monotonic) 
         if done[i].wait(max(0.0, left)) and results[i] is not None:
             rows.extend(results[i])  # type: ignore[arg-type]
         else:
-            rows.append(Check(probe.target, probe.check, FAIL, f"no answer within {probe.deadline_s:g} s",
-                              "check that the target is up and reachable from here"))
+            rows.append(
+                Check(
+                    probe.target,
+                    probe.check,
+                    FAIL,
+                    f"no answer within {probe.deadline_s:g} s",
+                    "check that the target is up and reachable from here",
+                )
+            )
     return rows
 
 

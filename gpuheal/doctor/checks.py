@@ -27,8 +27,17 @@ def _clip(text: object, limit: int = 160) -> str:
 @register("local")
 def local_probes(ctx: Context) -> Iterable[Probe]:
     cfg = ctx.cfg
-    yield Probe("state", "config", 1.0, lambda: Check(
-        "state", "config", OK, f"{cfg.path or 'config'} valid: {len(cfg.gpus)} GPU{'s' if len(cfg.gpus) != 1 else ''}"))
+    yield Probe(
+        "state",
+        "config",
+        1.0,
+        lambda: Check(
+            "state",
+            "config",
+            OK,
+            f"{cfg.path or 'config'} valid: {len(cfg.gpus)} GPU{'s' if len(cfg.gpus) != 1 else ''}",
+        ),
+    )
     yield Probe("state", "state directory", 2.0, lambda: state_dir_check(Path(ctx.state_dir)))
     yield Probe("zulip", "credentials", 2.0, lambda: zulip_credentials(ctx))
     if uses_builtin_shedding(cfg):
@@ -46,23 +55,43 @@ def state_dir_check(path: Path) -> Check:
         parent = next((p for p in path.absolute().parents if p.exists()), Path("/"))
         if os.access(parent, os.W_OK | os.X_OK):
             return Check("state", "state directory", OK, f"{path} does not exist yet; the first run creates it")
-        return Check("state", "state directory", FAIL, f"{path} does not exist and {parent} is not writable",
-                     "create it (mode 0700) for the user cron runs gpuheal as, or pass --state-dir")
+        return Check(
+            "state",
+            "state directory",
+            FAIL,
+            f"{path} does not exist and {parent} is not writable",
+            "create it (mode 0700) for the user cron runs gpuheal as, or pass --state-dir",
+        )
     if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
-        return Check("state", "state directory", FAIL, f"{path} is not a writable directory",
-                     f"chown/chmod {path} for the user cron runs gpuheal as, or pass --state-dir")
+        return Check(
+            "state",
+            "state directory",
+            FAIL,
+            f"{path} is not a writable directory",
+            f"chown/chmod {path} for the user cron runs gpuheal as, or pass --state-dir",
+        )
     try:
         fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as exc:
-        return Check("state", "state directory", FAIL, f"cannot open {path / LOCK_FILE}: {exc.strerror}",
-                     f"fix the permissions of {path}")
+        return Check(
+            "state",
+            "state directory",
+            FAIL,
+            f"cannot open {path / LOCK_FILE}: {exc.strerror}",
+            f"fix the permissions of {path}",
+        )
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)
     except OSError as exc:
         if exc.errno in (errno.EAGAIN, errno.EACCES):
-            return Check("state", "state directory", WARN, f"{path} is locked by another gpuheal run right now",
-                         "fine while cron runs gpuheal; if it stays locked, look for a hung gpuheal process")
+            return Check(
+                "state",
+                "state directory",
+                WARN,
+                f"{path} is locked by another gpuheal run right now",
+                "fine while cron runs gpuheal; if it stays locked, look for a hung gpuheal process",
+            )
         return Check("state", "state directory", FAIL, f"cannot lock {path}: {exc.strerror}", "use a local filesystem")
     finally:
         os.close(fd)
@@ -78,7 +107,9 @@ def zulip_credentials(ctx: Context) -> Check:
     try:
         creds = load_credentials(ctx.cfg, ctx.environ)
     except GpuhealError as exc:
-        return Check("zulip", "credentials", FAIL, _clip(exc, 200), "export the variable (or put it in .env, mode 0600)")
+        return Check(
+            "zulip", "credentials", FAIL, _clip(exc, 200), "export the variable (or put it in .env, mode 0600)"
+        )
     return Check("zulip", "credentials", OK, f"bot {_clip(creds.email, 80)} (from {_clip(creds.source, 80)})")
 
 
@@ -93,8 +124,13 @@ def admin_key_present(ctx: Context) -> Check:
     name = ctx.cfg.litellm.admin_key_env
     if admin_key(ctx):
         return Check("litellm", "admin key present", OK, f"${name} is set")
-    return Check("litellm", "admin key present", FAIL, f"${name} is not set: built-in load shedding cannot call LiteLLM",
-                 f"export {name}=<the proxy's master_key> (or put it in .env, mode 0600)")
+    return Check(
+        "litellm",
+        "admin key present",
+        FAIL,
+        f"${name} is not set: built-in load shedding cannot call LiteLLM",
+        f"export {name}=<the proxy's master_key> (or put it in .env, mode 0600)",
+    )
 
 
 def uses_builtin_shedding(cfg) -> bool:
@@ -119,8 +155,14 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
         t = float(cfg.litellm.timeout_s)
         yield Probe("litellm", "liveliness", t * 3, lambda: litellm_checks(ctx, t))
     else:
-        yield Probe("litellm", "liveliness", 1.0, lambda: Check(
-            "litellm", "liveliness", SKIP, "litellm.url is not set: no LiteLLM checks, no built-in load shedding"))
+        yield Probe(
+            "litellm",
+            "liveliness",
+            1.0,
+            lambda: Check(
+                "litellm", "liveliness", SKIP, "litellm.url is not set: no LiteLLM checks, no built-in load shedding"
+            ),
+        )
     if cfg.zulip.get("site"):
         t = float(cfg.zulip.get("timeout_s", 10))
         yield Probe("zulip", "bot", t * 2, lambda: zulip_checks(ctx, t))
@@ -133,13 +175,20 @@ def monitor_check(cfg) -> Check:
     if doc is None:
         fault = faults[0] if faults else None
         kind = fault.fault if fault else "?"
-        fix = {"oversized": f"raise monitor.max_response_bytes ({cfg.monitor.max_response_bytes}) or slim the "
-                            "monitor's document (Lesson L5)",
-               "refused": "is gpu-monitor running at monitor.url?",
-               "timeout": "gpu-monitor is too slow: check it, or raise monitor.timeout_s"}.get(
-            kind, "monitor.url must serve gpu-monitor's /gpu-data JSON")
-        return Check("monitor", "gpu-monitor", FAIL, f"{cfg.monitor.url}: {kind}: {_clip(fault.detail if fault else '')}"
-                     + (f" ({_clip(warnings[0])})" if warnings else ""), fix)
+        fix = {
+            "oversized": f"raise monitor.max_response_bytes ({cfg.monitor.max_response_bytes}) or slim the "
+            "monitor's document (Lesson L5)",
+            "refused": "is gpu-monitor running at monitor.url?",
+            "timeout": "gpu-monitor is too slow: check it, or raise monitor.timeout_s",
+        }.get(kind, "monitor.url must serve gpu-monitor's /gpu-data JSON")
+        return Check(
+            "monitor",
+            "gpu-monitor",
+            FAIL,
+            f"{cfg.monitor.url}: {kind}: {_clip(fault.detail if fault else '')}"
+            + (f" ({_clip(warnings[0])})" if warnings else ""),
+            fix,
+        )
     hosts = set(doc.hosts)
     missing = sorted({g.host for g in cfg.gpus} - hosts) if hosts else []
     if faults or missing:
@@ -157,10 +206,20 @@ def health_check(g, deadline: float) -> Check:
     if state == "ok":
         return Check(g.alias, "llama-server /health", OK, f"{g.endpoint} ready")
     if state == "loading":
-        return Check(g.alias, "llama-server /health", WARN, f"{g.endpoint} is loading its model",
-                     "run doctor again when it has loaded")
-    return Check(g.alias, "llama-server /health", FAIL, f"{g.endpoint}: {state}: {_clip(detail)}",
-                 "is llama-server running there (gpus[].endpoint)?")
+        return Check(
+            g.alias,
+            "llama-server /health",
+            WARN,
+            f"{g.endpoint} is loading its model",
+            "run doctor again when it has loaded",
+        )
+    return Check(
+        g.alias,
+        "llama-server /health",
+        FAIL,
+        f"{g.endpoint}: {state}: {_clip(detail)}",
+        "is llama-server running there (gpus[].endpoint)?",
+    )
 
 
 def props_check(cfg, g, deadline: float) -> Check:
@@ -169,14 +228,28 @@ def props_check(cfg, g, deadline: float) -> Check:
     props = read_props(g.endpoint, cfg.litellm.api_key, deadline)
     name = "llama-server /props"
     if props.ok:
-        parts = [f"model {_clip(props.model or '?', 60)}", f"ctx {props.n_ctx or '?'}", f"slots {props.total_slots or '?'}"]
+        parts = [
+            f"model {_clip(props.model or '?', 60)}",
+            f"ctx {props.n_ctx or '?'}",
+            f"slots {props.total_slots or '?'}",
+        ]
         if g.n_ctx and props.n_ctx and props.n_ctx != g.n_ctx:
-            return Check(g.alias, name, WARN, ", ".join(parts) + f"; config says n_ctx {g.n_ctx}",
-                         "update gpus[].n_ctx to what the server runs (Lesson L3)")
+            return Check(
+                g.alias,
+                name,
+                WARN,
+                ", ".join(parts) + f"; config says n_ctx {g.n_ctx}",
+                "update gpus[].n_ctx to what the server runs (Lesson L3)",
+            )
         return Check(g.alias, name, OK, ", ".join(parts) + "; api key accepted")
     if props.status in (401, 403):
-        return Check(g.alias, name, FAIL, f"the api key is rejected (HTTP {props.status}, Lesson L1)",
-                     "start llama-server with --api-key equal to litellm.api_key")
+        return Check(
+            g.alias,
+            name,
+            FAIL,
+            f"the api key is rejected (HTTP {props.status}, Lesson L1)",
+            "start llama-server with --api-key equal to litellm.api_key",
+        )
     return Check(g.alias, name, FAIL, f"{props.error or '?'}: {_clip(props.detail)}", "check the llama-server")
 
 
@@ -185,18 +258,33 @@ def metrics_check(cfg, g, deadline: float) -> Check:
     from gpuheal.sources.llama_server import auth_headers
 
     name = "llama-server /metrics"
-    res = request("GET", g.endpoint.rstrip("/") + "/metrics", deadline_s=deadline, max_bytes=4 << 20,
-                  headers=auth_headers(cfg.litellm.api_key))
+    res = request(
+        "GET",
+        g.endpoint.rstrip("/") + "/metrics",
+        deadline_s=deadline,
+        max_bytes=4 << 20,
+        headers=auth_headers(cfg.litellm.api_key),
+    )
     if isinstance(res, HttpFault):
         return Check(g.alias, name, FAIL, f"{res.kind}: {_clip(res.detail)}", "check the llama-server")
     if res.status == 200 and b"llamacpp:" in res.body:
         return Check(g.alias, name, OK, "enabled")
     if res.status == 501:
-        return Check(g.alias, name, WARN, "not enabled (501): request health falls back to gpu-monitor only",
-                     "start llama-server with --metrics")
+        return Check(
+            g.alias,
+            name,
+            WARN,
+            "not enabled (501): request health falls back to gpu-monitor only",
+            "start llama-server with --metrics",
+        )
     if res.status in (401, 403):
-        return Check(g.alias, name, FAIL, f"the api key is rejected (HTTP {res.status})",
-                     "start llama-server with --api-key equal to litellm.api_key")
+        return Check(
+            g.alias,
+            name,
+            FAIL,
+            f"the api key is rejected (HTTP {res.status})",
+            "start llama-server with --api-key equal to litellm.api_key",
+        )
     return Check(g.alias, name, WARN, f"HTTP {res.status}, no llamacpp: series", "start llama-server with --metrics")
 
 
@@ -208,13 +296,28 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
     cfg = ctx.cfg
     url = str(cfg.litellm.url)
     problem = la.liveliness(url, t)
-    rows = [Check("litellm", "liveliness", FAIL if problem else OK,
-                  problem.detail if problem else f"{url} alive", problem.fix if problem else "")]
+    rows = [
+        Check(
+            "litellm",
+            "liveliness",
+            FAIL if problem else OK,
+            problem.detail if problem else f"{url} alive",
+            problem.fix if problem else "",
+        )
+    ]
     builtin = [g for g in cfg.gpus if g.litellm_model_id and not g.command("shed_load_command")]
     rows += [shedding_by_command(g) for g in cfg.gpus if g.command("shed_load_command")]
-    rows += [Check(g.alias, "load shedding", WARN, "no load shedding configured: Rules 1 and 8 can only escalate",
-                   "set gpus[].litellm_model_id (LiteLLM) or shed_load_command")
-             for g in cfg.gpus if not g.litellm_model_id and not g.command("shed_load_command")]
+    rows += [
+        Check(
+            g.alias,
+            "load shedding",
+            WARN,
+            "no load shedding configured: Rules 1 and 8 can only escalate",
+            "set gpus[].litellm_model_id (LiteLLM) or shed_load_command",
+        )
+        for g in cfg.gpus
+        if not g.litellm_model_id and not g.command("shed_load_command")
+    ]
     if not builtin:
         return rows
     if problem is not None:
@@ -223,8 +326,9 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
     deps = la.read_deployments(url, key, t)
     if isinstance(deps, la.AdminProblem):
         rows.append(Check("litellm", "admin key accepted", FAIL, deps.detail, deps.fix))
-        return rows + [Check(g.alias, "load shedding", FAIL, "cannot read LiteLLM's deployments", deps.fix)
-                       for g in builtin]
+        return rows + [
+            Check(g.alias, "load shedding", FAIL, "cannot read LiteLLM's deployments", deps.fix) for g in builtin
+        ]
     rows.append(Check("litellm", "admin key accepted", OK, f"/v1/model/info lists {len(deps)} deployments"))
     db = la.database_state(url, t)
     ratio = float(cfg.heal.get("shed_rpm_ratio", 0.5))
@@ -248,12 +352,21 @@ def shedding_check(g, deps, db: str | None, ratio: float) -> Check:
         return Check(g.alias, "load shedding", FAIL, plan.detail, plan.fix)
     field, value = plan
     if db is not None and db.lower() != "connected":
-        return Check(g.alias, "load shedding", FAIL, f"LiteLLM's database is {db!r}: it cannot store a change",
-                     "load shedding needs a database with STORE_MODEL_IN_DB=True, " + la.SHED_HINT)
+        return Check(
+            g.alias,
+            "load shedding",
+            FAIL,
+            f"LiteLLM's database is {db!r}: it cannot store a change",
+            "load shedding needs a database with STORE_MODEL_IN_DB=True, " + la.SHED_HINT,
+        )
     before = found.value(field)
-    return Check(g.alias, "load shedding", OK,
-                 f"LiteLLM {found.model_id} (group {found.group!r}, db_model true) can be shed by {field} "
-                 f"{la._num(before)} -> {la._num(value)}; heal reads each change back")
+    return Check(
+        g.alias,
+        "load shedding",
+        OK,
+        f"LiteLLM {found.model_id} (group {found.group!r}, db_model true) can be shed by {field} "
+        f"{la._num(before)} -> {la._num(value)}; heal reads each change back",
+    )
 
 
 def zulip_checks(ctx: Context, t: float) -> list[Check]:
@@ -288,8 +401,15 @@ def zulip_checks(ctx: Context, t: float) -> list[Check]:
     if me is None:
         return [Check("zulip", "bot", FAIL, f"{site}: {err}", "zulip.site must be the Zulip server's URL")]
     if me[0] != 200 or me[1].get("result") != "success":
-        return [Check("zulip", "bot", FAIL, f"{site} rejects the bot's credentials (HTTP {me[0]}: "
-                      f"{_clip(me[1].get('msg', ''), 80)})", "check ZULIP_EMAIL / ZULIP_API_KEY (the bot's API key)")]
+        return [
+            Check(
+                "zulip",
+                "bot",
+                FAIL,
+                f"{site} rejects the bot's credentials (HTTP {me[0]}: {_clip(me[1].get('msg', ''), 80)})",
+                "check ZULIP_EMAIL / ZULIP_API_KEY (the bot's API key)",
+            )
+        ]
     rows = [Check("zulip", "bot", OK, f"credentials valid for {_clip(me[1].get('email') or creds.email, 80)}")]
     stream = str(cfg.zulip.get("stream") or "")
     got, err = get("/api/v1/get_stream_id?stream=" + quote(stream, safe=""))
@@ -298,8 +418,15 @@ def zulip_checks(ctx: Context, t: float) -> list[Check]:
     elif got[0] == 200 and got[1].get("result") == "success":
         rows.append(Check("zulip", "stream", OK, f"#{_clip(stream, 60)} exists (id {got[1].get('stream_id')})"))
     else:
-        rows.append(Check("zulip", "stream", FAIL, f"#{_clip(stream, 60)}: {_clip(got[1].get('msg', got[0]), 100)}",
-                          "create the stream, subscribe the bot, or fix zulip.stream"))
+        rows.append(
+            Check(
+                "zulip",
+                "stream",
+                FAIL,
+                f"#{_clip(stream, 60)}: {_clip(got[1].get('msg', got[0]), 100)}",
+                "create the stream, subscribe the bot, or fix zulip.stream",
+            )
+        )
     return rows
 
 
@@ -327,23 +454,34 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
     if cfg.litellm.restart_command:
         host = cfg.litellm.host if cfg.litellm.transport == "ssh" and cfg.litellm.host else None
         where = Target("ssh", host, 22, cfg.heal.get("ssh_user")) if host else Target("local")
-        places.setdefault(where, []).append(("litellm", "litellm.restart_command", tuple(cfg.litellm.restart_command),
-                                             {"alias": "litellm", "host": host or "", "endpoint": str(cfg.litellm.url)}))
+        places.setdefault(where, []).append(
+            (
+                "litellm",
+                "litellm.restart_command",
+                tuple(cfg.litellm.restart_command),
+                {"alias": "litellm", "host": host or "", "endpoint": str(cfg.litellm.url)},
+            )
+        )
     mon = cfg.heal.get("gpu_monitor_restart_command")
     if mon and cfg.heal.get("gpu_monitor_transport", "local") == "local":
         import shlex
 
         argv = tuple(shlex.split(mon) if isinstance(mon, str) else mon)
-        places.setdefault(Target("local"), []).append(("monitor", "heal.gpu_monitor_restart_command", argv,
-                                                      {"alias": "monitor", "host": "", "endpoint": ""}))
+        places.setdefault(Target("local"), []).append(
+            ("monitor", "heal.gpu_monitor_restart_command", argv, {"alias": "monitor", "host": "", "endpoint": ""})
+        )
     connect_s = float(cfg.heal.get("ssh_connect_timeout_s", 10))
     for where, commands in places.items():
         aliases = sorted({a for g in cfg.gpus if Target.for_gpu(g, cfg.heal) == where for a in [g.alias]})
         label = aliases[0] if aliases else (commands[0][0] if commands else "local")
         n_checks = sum(2 + ("sudo" in argv[:1]) for *_x, argv, _v in commands)
         deadline = (connect_s if where.kind == "ssh" else 0) + CMD_TIMEOUT_S * max(1, n_checks)
-        yield Probe(label, "transport", deadline,
-                    lambda where=where, commands=commands, aliases=aliases: place_checks(pool, cfg, where, commands, aliases))
+        yield Probe(
+            label,
+            "transport",
+            deadline,
+            lambda where=where, commands=commands, aliases=aliases: place_checks(pool, cfg, where, commands, aliases),
+        )
 
 
 def _known_hosts(cfg) -> str:
@@ -360,14 +498,17 @@ def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:
         failure = transport.connect()
         if failure is not None:
             error, detail = failure
-            fix = {HOST_KEY_UNKNOWN: f"ssh-keyscan -p {where.port} {where.host} >> {_known_hosts(cfg)} "
-                                     "(compare the fingerprint with the host's own first)",
-                   HOST_KEY_CHANGED: "verify the host, then replace its entry in " + _known_hosts(cfg)}.get(
-                error, "check the host, the SSH user/key (heal.ssh_user, heal.ssh_key) and the network")
+            fix = {
+                HOST_KEY_UNKNOWN: f"ssh-keyscan -p {where.port} {where.host} >> {_known_hosts(cfg)} "
+                "(compare the fingerprint with the host's own first)",
+                HOST_KEY_CHANGED: "verify the host, then replace its entry in " + _known_hosts(cfg),
+            }.get(error, "check the host, the SSH user/key (heal.ssh_user, heal.ssh_key) and the network")
             rows += [Check(a, "ssh", FAIL, f"{error}: {_clip(detail, 200)}", fix) for a in targets]
             return rows + [Check(a, key, SKIP, "not checked: no SSH connection") for a, key, *_x in commands]
-        rows += [Check(a, "ssh", OK, f"{where.user or ''}@{where.host}:{where.port} host key verified".lstrip("@"))
-                 for a in targets]
+        rows += [
+            Check(a, "ssh", OK, f"{where.user or ''}@{where.host}:{where.port} host key verified".lstrip("@"))
+            for a in targets
+        ]
     checked_sudo = False
     for alias, key, template, values in commands:
         rows += command_checks(transport, alias, key, template, values, checked_sudo)
@@ -399,9 +540,15 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
     rows: list[Check] = []
     if sudo and not sudo_checked:
         out = transport.run(["sudo", "-n", "true"], CMD_TIMEOUT_S)
-        rows.append(Check(alias, "sudo -n", OK if out.ok else FAIL,
-                          "sudo works without a password" if out.ok else f"sudo -n true: {_clip(out.stderr or out.describe())}",
-                          "" if out.ok else "allow the command in sudoers with NOPASSWD for the gpuheal user"))
+        rows.append(
+            Check(
+                alias,
+                "sudo -n",
+                OK if out.ok else FAIL,
+                "sudo works without a password" if out.ok else f"sudo -n true: {_clip(out.stderr or out.describe())}",
+                "" if out.ok else "allow the command in sudoers with NOPASSWD for the gpuheal user",
+            )
+        )
     if not inner:
         return rows + [Check(alias, key, FAIL, "no program after sudo", f"fix {key}")]
     prog = inner[0]
@@ -416,7 +563,14 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
             unit = args[1]
             cat = transport.run(["systemctl", "cat", "--", unit], CMD_TIMEOUT_S)
             if not cat.ok:
-                return rows + [Check(alias, key, FAIL, f"systemctl cat {unit}: {_clip(cat.stderr or cat.describe())}",
-                                     f"install the unit {unit}, or fix {key}")]
+                return rows + [
+                    Check(
+                        alias,
+                        key,
+                        FAIL,
+                        f"systemctl cat {unit}: {_clip(cat.stderr or cat.describe())}",
+                        f"install the unit {unit}, or fix {key}",
+                    )
+                ]
             return rows + [Check(alias, key, OK, f"{where}; unit {unit} exists")]
     return rows + [Check(alias, key, OK, f"{where} found")]

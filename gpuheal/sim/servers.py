@@ -732,13 +732,12 @@ class LitellmHandler(_Base):
         """``POST /model/update`` after the key: the body, the store, then the deployment id."""
         try:
             data = json.loads(body.decode("utf-8"))
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            at = exc.pos if isinstance(exc, json.JSONDecodeError) else 0
             return self.send_json(
-                422, {"detail": [{"type": "json_invalid", "loc": ["body", exc.pos], "msg": "JSON decode error"}]},
+                422, {"detail": [{"type": "json_invalid", "loc": ["body", at], "msg": "JSON decode error"}]},
                 close=True,
             )
-        except UnicodeDecodeError:
-            return self.send_json(422, {"detail": [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}]}, close=True)
         info = data.get("model_info") if isinstance(data, dict) else None
         model_id = info.get("id") if isinstance(info, dict) else None
         if not isinstance(data, dict) or not isinstance(info, dict | None) or not isinstance(model_id, str | None):

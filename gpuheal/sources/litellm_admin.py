@@ -130,14 +130,23 @@ def _message(payload: object) -> str:
 
 def _fault(fault: HttpFault, what: str, deadline_s: float) -> AdminProblem:
     if fault.kind == "timeout":
-        return AdminProblem("timeout", f"LiteLLM did not answer {what} within {deadline_s:g} s",
-                            "check the proxy (litellm.url) or raise litellm.timeout_s")
+        return AdminProblem(
+            "timeout",
+            f"LiteLLM did not answer {what} within {deadline_s:g} s",
+            "check the proxy (litellm.url) or raise litellm.timeout_s",
+        )
     if fault.kind == "refused":
-        return AdminProblem("refused", f"LiteLLM refused {what} ({_printable(fault.detail, 80)})",
-                            "is the proxy running at litellm.url?")
+        return AdminProblem(
+            "refused",
+            f"LiteLLM refused {what} ({_printable(fault.detail, 80)})",
+            "is the proxy running at litellm.url?",
+        )
     if fault.kind == "oversized":
-        return AdminProblem("oversized", f"LiteLLM's answer to {what} is larger than {MAX_BYTES >> 20} MiB",
-                            "litellm.url must point at the LiteLLM proxy")
+        return AdminProblem(
+            "oversized",
+            f"LiteLLM's answer to {what} is larger than {MAX_BYTES >> 20} MiB",
+            "litellm.url must point at the LiteLLM proxy",
+        )
     return AdminProblem("bad-answer", f"LiteLLM {what}: {_printable(fault.detail, 120)}", "check litellm.url")
 
 
@@ -146,9 +155,14 @@ def _decode(result: HttpResult, what: str) -> tuple[object, AdminProblem | None]
     try:
         return json.loads(text), None
     except ValueError:
-        kind = "HTML" if text[:200].lower().lstrip().startswith(("<!doctype", "<html")) or "<html" in text[:500].lower() else "not JSON"
+        kind = (
+            "HTML"
+            if text[:200].lower().lstrip().startswith(("<!doctype", "<html")) or "<html" in text[:500].lower()
+            else "not JSON"
+        )
         return None, AdminProblem(
-            "not-json", f"LiteLLM answered {what} with HTTP {result.status} {kind} ({_printable(text, 60)!r})",
+            "not-json",
+            f"LiteLLM answered {what} with HTTP {result.status} {kind} ({_printable(text, 60)!r})",
             "litellm.url must be the proxy's base URL (its API, not a web page or another service)",
         )
 
@@ -161,22 +175,34 @@ def _error(result: HttpResult, payload: object, what: str) -> AdminProblem:
     if status in (401, 403) or (isinstance(payload, dict) and _err_type(payload) == "no_db_connection"):
         # 1.108.7 without a database answers a key that is not the master key with 400
         # {"error": {"message": "No connected db.", "type": "no_db_connection"}}
-        return AdminProblem("auth", f"LiteLLM rejected the admin key for {what} (HTTP {status}: {_printable(msg, 60)})",
-                            "set the variable litellm.admin_key_env names (default LITELLM_MASTER_KEY) "
-                            "to the proxy's master_key")
+        return AdminProblem(
+            "auth",
+            f"LiteLLM rejected the admin key for {what} (HTTP {status}: {_printable(msg, 60)})",
+            "set the variable litellm.admin_key_env names (default LITELLM_MASTER_KEY) to the proxy's master_key",
+        )
     if "no db connected" in low:
-        return AdminProblem("no-db", "LiteLLM has no database (500 No DB Connected), so it cannot change a deployment",
-                            "load shedding needs a database with STORE_MODEL_IN_DB=True, " + SHED_HINT)
+        return AdminProblem(
+            "no-db",
+            "LiteLLM has no database (500 No DB Connected), so it cannot change a deployment",
+            "load shedding needs a database with STORE_MODEL_IN_DB=True, " + SHED_HINT,
+        )
     if "model in config" in low:
-        return AdminProblem("config-model", "LiteLLM keeps this deployment in config.yaml and refuses to edit it "
-                            "(400 Model in config)",
-                            "load shedding needs STORE_MODEL_IN_DB with a database (add the model via /model/new), "
-                            + SHED_HINT)
+        return AdminProblem(
+            "config-model",
+            "LiteLLM keeps this deployment in config.yaml and refuses to edit it (400 Model in config)",
+            "load shedding needs STORE_MODEL_IN_DB with a database (add the model via /model/new), " + SHED_HINT,
+        )
     if "not found" in low:
-        return AdminProblem("missing-id", f"LiteLLM has no deployment for {what} ({_printable(msg, 80)})",
-                            "set gpus[].litellm_model_id to the deployment's model_info.id (GET /v1/model/info)")
-    return AdminProblem(f"http-{status:03d}", f"LiteLLM answered {what} with HTTP {status}: {_printable(msg, 100)}",
-                        "check the proxy's log")
+        return AdminProblem(
+            "missing-id",
+            f"LiteLLM has no deployment for {what} ({_printable(msg, 80)})",
+            "set gpus[].litellm_model_id to the deployment's model_info.id (GET /v1/model/info)",
+        )
+    return AdminProblem(
+        f"http-{status:03d}",
+        f"LiteLLM answered {what} with HTTP {status}: {_printable(msg, 100)}",
+        "check the proxy's log",
+    )
 
 
 def _err_type(payload: dict) -> str:
@@ -196,8 +222,11 @@ def liveliness(base_url: str, deadline_s: float) -> AdminProblem | None:
     if bad is not None:
         return bad
     if result.status != 200 or not (isinstance(payload, str) and "alive" in payload.lower()):
-        return AdminProblem(f"http-{result.status:03d}", f"LiteLLM /health/liveliness answered HTTP {result.status} "
-                            f"{_printable(json.dumps(payload), 60)}", "check the proxy (litellm.url)")
+        return AdminProblem(
+            f"http-{result.status:03d}",
+            f"LiteLLM /health/liveliness answered HTTP {result.status} {_printable(json.dumps(payload), 60)}",
+            "check the proxy (litellm.url)",
+        )
     return None
 
 
@@ -227,8 +256,9 @@ def parse_deployments(payload: object) -> tuple[Deployment, ...] | AdminProblem:
     """
     data = payload.get("data") if isinstance(payload, dict) else None
     if not isinstance(data, list):
-        return AdminProblem("bad-answer", "LiteLLM /v1/model/info has no 'data' list",
-                            "litellm.url must point at the LiteLLM proxy")
+        return AdminProblem(
+            "bad-answer", "LiteLLM /v1/model/info has no 'data' list", "litellm.url must point at the LiteLLM proxy"
+        )
     rows: list[tuple[str, str, bool | None, float | None, float | None, float | None]] = []
     for entry in data:
         if not isinstance(entry, dict):
@@ -239,8 +269,16 @@ def parse_deployments(payload: object) -> tuple[Deployment, ...] | AdminProblem:
         if not isinstance(model_id, str) or not model_id or not isinstance(group, str):
             continue
         db = info.get("db_model")
-        rows.append((model_id, group, db if isinstance(db, bool) else None,
-                     _number(params.get("weight")), _number(params.get("rpm")), _number(params.get("tpm"))))
+        rows.append(
+            (
+                model_id,
+                group,
+                db if isinstance(db, bool) else None,
+                _number(params.get("weight")),
+                _number(params.get("rpm")),
+                _number(params.get("tpm")),
+            )
+        )
     routes: dict[str, str | None] = {}
     sizes: dict[str, int] = {}
     for _mid, group, _db, weight, rpm, tpm in rows:
@@ -250,15 +288,18 @@ def parse_deployments(payload: object) -> tuple[Deployment, ...] | AdminProblem:
             if v and (current is None or FIELDS_ORDER[name] < FIELDS_ORDER[current]):
                 routes[group] = name
         routes.setdefault(group, None)
-    return tuple(Deployment(mid, group, db, weight, rpm, sizes[group], routes[group])
-                 for mid, group, db, weight, rpm, _tpm in rows)
+    return tuple(
+        Deployment(mid, group, db, weight, rpm, sizes[group], routes[group])
+        for mid, group, db, weight, rpm, _tpm in rows
+    )
 
 
 FIELDS_ORDER = {"weight": 0, "rpm": 1, "tpm": 2}
 
 
-def read_deployments(base_url: str, admin_key: str | None, deadline_s: float,
-                     only_id: str | None = None) -> tuple[Deployment, ...] | AdminProblem:
+def read_deployments(
+    base_url: str, admin_key: str | None, deadline_s: float, only_id: str | None = None
+) -> tuple[Deployment, ...] | AdminProblem:
     """Every deployment the proxy routes to (``GET /v1/model/info``); with ``only_id`` just that
     one (``?litellm_model_id=``: a read-back, no group information)."""
     if not admin_key:
@@ -277,20 +318,27 @@ def read_deployments(base_url: str, admin_key: str | None, deadline_s: float,
     return parse_deployments(payload)
 
 
-NO_KEY = AdminProblem("no-admin-key", "no LiteLLM admin key",
-                      "set the variable litellm.admin_key_env names (default LITELLM_MASTER_KEY; .env works too)")
+NO_KEY = AdminProblem(
+    "no-admin-key",
+    "no LiteLLM admin key",
+    "set the variable litellm.admin_key_env names (default LITELLM_MASTER_KEY; .env works too)",
+)
 
 
 def find(deployments: tuple[Deployment, ...], model_id: str) -> Deployment | AdminProblem:
     for dep in deployments:
         if dep.model_id == model_id:
             return dep
-    return AdminProblem("missing-id", f"LiteLLM has no deployment with model_info.id {model_id!r} "
-                        f"({len(deployments)} deployments listed)",
-                        "set gpus[].litellm_model_id to the deployment's model_info.id (GET /v1/model/info)")
+    return AdminProblem(
+        "missing-id",
+        f"LiteLLM has no deployment with model_info.id {model_id!r} ({len(deployments)} deployments listed)",
+        "set gpus[].litellm_model_id to the deployment's model_info.id (GET /v1/model/info)",
+    )
 
 
-def read_deployment(base_url: str, admin_key: str | None, model_id: str, deadline_s: float) -> Deployment | AdminProblem:
+def read_deployment(
+    base_url: str, admin_key: str | None, model_id: str, deadline_s: float
+) -> Deployment | AdminProblem:
     found = read_deployments(base_url, admin_key, deadline_s)
     return found if isinstance(found, AdminProblem) else find(found, model_id)
 
@@ -301,23 +349,37 @@ def read_deployment(base_url: str, admin_key: str | None, model_id: str, deadlin
 def editable(dep: Deployment) -> AdminProblem | None:
     """Whether changing this one deployment can move load, before anything is sent."""
     if dep.db_model is False:
-        return AdminProblem("config-model", f"LiteLLM keeps {dep.model_id} in config.yaml (db_model false)",
-                            "load shedding needs STORE_MODEL_IN_DB with a database, " + SHED_HINT)
+        return AdminProblem(
+            "config-model",
+            f"LiteLLM keeps {dep.model_id} in config.yaml (db_model false)",
+            "load shedding needs STORE_MODEL_IN_DB with a database, " + SHED_HINT,
+        )
     if dep.group_size < 2:
-        return AdminProblem("single-deployment", f"{dep.model_id} is the only deployment of model group "
-                            f"{dep.group!r}: LiteLLM has nowhere else to send its requests",
-                            "add another deployment to the group, " + SHED_HINT)
+        return AdminProblem(
+            "single-deployment",
+            f"{dep.model_id} is the only deployment of model group "
+            f"{dep.group!r}: LiteLLM has nowhere else to send its requests",
+            "add another deployment to the group, " + SHED_HINT,
+        )
     if dep.field is None:
-        return AdminProblem("unrouted", f"model group {dep.group!r} sets no weight or rpm on any deployment "
-                            "(LiteLLM picks at random), so changing one deployment cannot move load",
-                            "give the group's deployments a weight, " + SHED_HINT)
+        return AdminProblem(
+            "unrouted",
+            f"model group {dep.group!r} sets no weight or rpm on any deployment "
+            "(LiteLLM picks at random), so changing one deployment cannot move load",
+            "give the group's deployments a weight, " + SHED_HINT,
+        )
     if not dep.value(dep.field):
-        return AdminProblem("unrouted", f"{dep.model_id} has no {dep.field} in group {dep.group!r} "
-                            "that routes by it (it already gets no share)", SHED_HINT)
+        return AdminProblem(
+            "unrouted",
+            f"{dep.model_id} has no {dep.field} in group {dep.group!r} that routes by it (it already gets no share)",
+            SHED_HINT,
+        )
     return None
 
 
-def target_value(dep: Deployment, action: str, shed_ratio: float, redirect_rpm: int = 1) -> tuple[str, float] | AdminProblem:
+def target_value(
+    dep: Deployment, action: str, shed_ratio: float, redirect_rpm: int = 1
+) -> tuple[str, float] | AdminProblem:
     """(field, value) for ``shed-load`` (× ``shed_ratio``) or ``redirect-traffic`` (weight 0,
     rpm ``redirect_rpm``) on ``dep``; the problem when the built-in path cannot work."""
     problem = editable(dep)
@@ -340,8 +402,9 @@ def _same(a: float | None, b: float) -> bool:
 # --------------------------------------------------------------------------- changing
 
 
-def post_update(base_url: str, admin_key: str | None, model_id: str, field: str, value: float,
-                deadline_s: float) -> AdminProblem | None:
+def post_update(
+    base_url: str, admin_key: str | None, model_id: str, field: str, value: float, deadline_s: float
+) -> AdminProblem | None:
     """``POST /model/update``; None when LiteLLM says it stored the change (a JSON object)."""
     if not admin_key:
         return NO_KEY
@@ -349,8 +412,14 @@ def post_update(base_url: str, admin_key: str | None, model_id: str, field: str,
         raise ValueError(f"field must be one of {FIELDS}")
     wire: float | int = int(value) if field == "rpm" else float(value)
     body = json.dumps({"model_info": {"id": model_id}, "litellm_params": {field: wire}}).encode()
-    result = request("POST", base_url.rstrip("/") + "/model/update", deadline_s=deadline_s,
-                     max_bytes=MAX_BYTES, headers=_auth(admin_key), body=body)
+    result = request(
+        "POST",
+        base_url.rstrip("/") + "/model/update",
+        deadline_s=deadline_s,
+        max_bytes=MAX_BYTES,
+        headers=_auth(admin_key),
+        body=body,
+    )
     if isinstance(result, HttpFault):
         return _fault(result, "/model/update", deadline_s)
     payload, bad = _decode(result, "/model/update")
@@ -359,14 +428,23 @@ def post_update(base_url: str, admin_key: str | None, model_id: str, field: str,
     if result.status != 200:
         return _error(result, payload, f"/model/update of {model_id}")
     if payload is None:
-        return AdminProblem("not-stored", "LiteLLM answered /model/update with 200 null: it stored nothing "
-                            "(STORE_MODEL_IN_DB is off)",
-                            "set STORE_MODEL_IN_DB=True on the proxy, " + SHED_HINT)
+        return AdminProblem(
+            "not-stored",
+            "LiteLLM answered /model/update with 200 null: it stored nothing (STORE_MODEL_IN_DB is off)",
+            "set STORE_MODEL_IN_DB=True on the proxy, " + SHED_HINT,
+        )
     return None
 
 
-def apply_update(base_url: str, admin_key: str | None, model_id: str, field: str, value: float,
-                 deadline_s: float, before: float | None = None) -> UpdateResult:
+def apply_update(
+    base_url: str,
+    admin_key: str | None,
+    model_id: str,
+    field: str,
+    value: float,
+    deadline_s: float,
+    before: float | None = None,
+) -> UpdateResult:
     """Update, then read the deployment back; done only when the read-back shows ``value``."""
     problem = post_update(base_url, admin_key, model_id, field, value, deadline_s)
     if problem is not None:
@@ -374,13 +452,27 @@ def apply_update(base_url: str, admin_key: str | None, model_id: str, field: str
     listed = read_deployments(base_url, admin_key, deadline_s, only_id=model_id)
     back = listed if isinstance(listed, AdminProblem) else find(listed, model_id)
     if isinstance(back, AdminProblem):
-        return UpdateResult(model_id, field, value, before,
-                            problem=AdminProblem(back.reason, "read-back after /model/update failed: " + back.detail, back.fix))
+        return UpdateResult(
+            model_id,
+            field,
+            value,
+            before,
+            problem=AdminProblem(back.reason, "read-back after /model/update failed: " + back.detail, back.fix),
+        )
     after = back.value(field)
     if not _same(after, value):
-        return UpdateResult(model_id, field, value, before, after, AdminProblem(
-            "not-applied", f"LiteLLM accepted /model/update but {model_id}'s {field} reads {_num(after)}, not {_num(value)}",
-            "the proxy did not apply the change (STORE_MODEL_IN_DB, database), " + SHED_HINT))
+        return UpdateResult(
+            model_id,
+            field,
+            value,
+            before,
+            after,
+            AdminProblem(
+                "not-applied",
+                f"LiteLLM accepted /model/update but {model_id}'s {field} reads {_num(after)}, not {_num(value)}",
+                "the proxy did not apply the change (STORE_MODEL_IN_DB, database), " + SHED_HINT,
+            ),
+        )
     return UpdateResult(model_id, field, value, before, after)
 
 
@@ -409,8 +501,12 @@ def update_rpm(base_url: str, admin_key: str | None, model_id: str, rpm: int, de
     problem = out.problem
     assert problem is not None
     if problem.reason in ("timeout", "refused", "no-admin-key"):
-        return AdminOutcome(rc=None, error=problem.reason if problem.reason != "no-admin-key" else problem.line(),
-                            timed_out=problem.reason == "timeout", stderr=problem.line())
+        return AdminOutcome(
+            rc=None,
+            error=problem.reason if problem.reason != "no-admin-key" else problem.line(),
+            timed_out=problem.reason == "timeout",
+            stderr=problem.line(),
+        )
     return AdminOutcome(rc=1, error=problem.reason, stderr=problem.line())
 
 

@@ -31,9 +31,16 @@ def render(rows) -> None:
     for target, checks in doctor.grouped(rows):
         for i, r in enumerate(checks):
             mark, style = SYMBOL.get(r.status, ("?", None))
-            text = clean(r.detail, 160) + (f" → {clean(r.fix, 160)}" if r.fix and r.status in ("fail", "warn") else "")
-            table.append([(clean(target, 24) if i == 0 else "", "bold"), (mark, style), (clean(r.check, 32), None),
-                          (text, style if r.status != "ok" else None)])
+            shown_fix = r.fix and r.status in ("fail", "warn")
+            text = clean(r.detail, 160) + (f" → {clean(r.fix, 160)}" if shown_fix else "")
+            table.append(
+                [
+                    (clean(target, 24) if i == 0 else "", "bold"),
+                    (mark, style),
+                    (clean(r.check, 32), None),
+                    (text, style if r.status != "ok" else None),
+                ]
+            )
     status = doctor.overall(rows)
     print_table("gpuheal doctor", ["target", "", "check", "detail"], table)
     counts = {s: sum(r.status == s for r in rows) for s in ("ok", "warn", "fail", "skip")}

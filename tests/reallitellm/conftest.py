@@ -30,11 +30,19 @@ SOLO = "gpu-solo"  # the only deployment of its group (rpm-routed)
 
 
 def scenario_dict(store: str = "config-no-db") -> dict:
-    gpus = [{**BASE_GPU, "alias": a, "host": HOSTS[a], "litellm_group": GROUP, "litellm_weight": w, "litellm_rpm": 60}
-            for a, w in WEIGHTS.items()]
+    gpus = [
+        {**BASE_GPU, "alias": a, "host": HOSTS[a], "litellm_group": GROUP, "litellm_weight": w, "litellm_rpm": 60}
+        for a, w in WEIGHTS.items()
+    ]
     gpus.append({**BASE_GPU, "alias": SOLO, "host": "ct9", "litellm_group": "solo", "litellm_rpm": 30})
-    return {"name": "reallitellm", "start": "2026-07-18T08:00:00Z", "reload_s": 0.3, "gpus": gpus,
-            "litellm_admin_key": MASTER_KEY, "litellm_store": store}
+    return {
+        "name": "reallitellm",
+        "start": "2026-07-18T08:00:00Z",
+        "reload_s": 0.3,
+        "gpus": gpus,
+        "litellm_admin_key": MASTER_KEY,
+        "litellm_store": store,
+    }
 
 
 def model_list(endpoints: dict[str, str]) -> list[dict]:

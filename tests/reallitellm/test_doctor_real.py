@@ -25,9 +25,21 @@ def test_doctor_names_the_config_file_deployment_and_exits_1(real_litellm, sim_b
     config = tmp_path / "gpuheal.yaml"
     config.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "LITELLM_MASTER_KEY": real_litellm.master_key}
-    proc = subprocess.run([str(Path(sys.executable).with_name("gpuheal")), "--config", str(config),
-                           "--state-dir", str(tmp_path / "state"), "doctor", "--json"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("gpuheal")),
+            "--config",
+            str(config),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "doctor",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 1, proc.stderr
     doc = json.loads(proc.stdout)
     rows = {(c["target"], c["check"]): c for c in doc["checks"]}
@@ -44,9 +56,21 @@ def test_doctor_names_the_config_file_deployment_and_exits_1(real_litellm, sim_b
     assert not (tmp_path / "state").exists()
     # a wrong admin key is named too
     env["LITELLM_MASTER_KEY"] = "sk-not-it-0000"
-    proc = subprocess.run([str(Path(sys.executable).with_name("gpuheal")), "--config", str(config),
-                           "--state-dir", str(tmp_path / "state"), "doctor", "--json"],
-                          capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("gpuheal")),
+            "--config",
+            str(config),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "doctor",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     rows = {(c["target"], c["check"]): c for c in json.loads(proc.stdout)["checks"]}
     assert proc.returncode == 1 and rows[("litellm", "admin key accepted")]["status"] == "fail"
     assert "LITELLM_MASTER_KEY" in rows[("litellm", "admin key accepted")]["fix"]
