@@ -314,3 +314,32 @@ def test_shed_verify_restore_round_trip_on_a_database_backed_litellm():
         assert fleet.state()["gpus"]["gpu-dense"]["shed"] is False
     finally:
         fleet.stop()
+
+
+def test_run_update_decides_applies_and_reports_what_restore_needs():
+    fleet = sim_fleet("db")
+    try:
+        url, key = fleet.litellm_url, fleet.litellm_admin_key
+        kw = {"shed_ratio": 0.5, "redirect_rpm": 1, "deadline_s": 2}
+        out = la.run_update(url, key, "shed-load", "gpu-dense", "auto", None, **kw)
+        assert out.rc == 0 and out.effect == {
+            "model_id": "gpu-dense",
+            "field": "weight",
+            "before": 0.55,
+            "after": 0.275,
+        }
+        out = la.run_update(url, key, "redirect-traffic", "gpu-dense", "auto", None, **kw)
+        assert out.effect["after"] == 0.0 and out.effect["before"] == 0.275
+        out = la.run_update(url, key, "restore-load", "gpu-dense", "weight", 0.55, **kw)
+        assert out.rc == 0 and fleet.state()["gpus"]["gpu-dense"]["litellm_weight"] == 0.55
+    finally:
+        fleet.stop()
+    fleet = sim_fleet("config-no-db")
+    try:
+        out = la.run_update(fleet.litellm_url, fleet.litellm_admin_key, "shed-load", "gpu-dense", "auto", None, **kw)
+        assert out.rc == 1 and out.impossible and out.error == "config-model" and out.effect is None
+        assert "config.yaml (db_model false)" in out.stderr
+    finally:
+        fleet.stop()
+    out = la.run_update(closed_url(), ADMIN, "shed-load", "gpu-dense", "auto", None, **kw)
+    assert out.rc is None and not out.impossible and out.error == "refused"

@@ -476,21 +476,81 @@ def apply_update(
     return UpdateResult(model_id, field, value, before, after)
 
 
-def describe_update(base_url: str | None, model_id: str, field: str, value: float) -> str:
-    """How a dry-run plan shows the call (no key)."""
-    return f"POST {str(base_url).rstrip('/')}/model/update id={model_id} {field}={_num(value)}"
+def describe_update(base_url: str | None, model_id: str, field: str, value: float | None) -> str:
+    """How a dry-run plan shows the call (no key). ``auto``: weight or rpm, read from LiteLLM."""
+    shown = "weight|rpm (read from /v1/model/info)" if field == "auto" else f"{field}={_num(value)}"
+    return f"POST {str(base_url).rstrip('/')}/model/update id={model_id} {shown}"
 
 
-# --------------------------------------------------------------------------- legacy (until w10's typed action)
+# --------------------------------------------------------------------------- the executor's call
+
+#: failures of the network, not of the setup: the next run may try again
+TRANSIENT = frozenset({"timeout", "refused"})
 
 
 @dataclass(frozen=True)
 class AdminOutcome:
+    """What one built-in load action came to, in the shape the executor reads from commands
+    (``rc``, ``stdout``, ``stderr``, ``error``, ``timed_out``). ``effect``: the change the read-back
+    proved (``model_id``, ``field``, ``before``, ``after``) — ``before`` is what restore puts back.
+    ``impossible``: LiteLLM's setup (not the network) rules the built-in path out."""
+
     rc: int | None
     stdout: str = ""
     stderr: str = ""
     error: str | None = None
     timed_out: bool = False
+    effect: dict | None = None
+    impossible: bool = False
+
+
+def _failed(problem: AdminProblem) -> AdminOutcome:
+    transient = problem.reason in TRANSIENT
+    return AdminOutcome(
+        rc=None if transient else 1,
+        stderr=problem.line(),
+        error=problem.reason,
+        timed_out=problem.reason == "timeout",
+        impossible=not transient,
+    )
+
+
+def run_update(
+    base_url: str,
+    admin_key: str | None,
+    action: str,
+    model_id: str,
+    field: str,
+    value: float | None,
+    *,
+    shed_ratio: float,
+    redirect_rpm: int,
+    deadline_s: float,
+) -> AdminOutcome:
+    """One built-in load action. ``field == "auto"`` (shed-load, redirect-traffic): read the
+    deployment, pick weight or rpm by what its group routes by, compute the value; otherwise
+    (restore-load) set ``field`` to ``value``. Done only when the read-back shows it."""
+    before: float | None = None
+    if field == "auto":
+        dep = read_deployment(base_url, admin_key, model_id, deadline_s)
+        if isinstance(dep, AdminProblem):
+            return _failed(dep)
+        plan = target_value(dep, action, shed_ratio, redirect_rpm)
+        if isinstance(plan, AdminProblem):
+            return _failed(plan)
+        field, value = plan
+        before = dep.value(field)
+    if field not in FIELDS or value is None:
+        return _failed(AdminProblem("bad-answer", f"nothing to set for {model_id} ({field}={value})", SHED_HINT))
+    res = apply_update(base_url, admin_key, model_id, field, float(value), deadline_s, before=before)
+    if not res.ok:
+        assert res.problem is not None
+        return _failed(res.problem)
+    effect = {"model_id": model_id, "field": field, "before": res.before, "after": res.after}
+    return AdminOutcome(rc=0, stdout=res.describe(), effect=effect)
+
+
+# --------------------------------------------------------------------------- legacy (until w10's typed action)
 
 
 def update_rpm(base_url: str, admin_key: str | None, model_id: str, rpm: int, deadline_s: float) -> AdminOutcome:
