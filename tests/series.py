@@ -20,7 +20,10 @@ field is then ``None`` and a monitor fault is recorded.
 
 from __future__ import annotations
 
+import os
+import random
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -192,11 +195,50 @@ def fleet_trace(
     return out
 
 
-def run(cfg: Config, observations: list[Observation]):
-    """Replay in memory (the code ``check`` runs); returns the ReplayResult."""
+# Real time is not whole seconds (issue 9): cron starts gpuheal 0.2-1.5 s after the minute, and now
+# and then a poll is 2 s late. Every series run is also replayed under such clocks, and must give
+# the same transitions at the same polls. Fixed seeds (reproducible); GPUHEAL_JITTER_SEEDS adds more.
+JITTER_SEEDS = (1, 2, *(int(s) for s in os.environ.get("GPUHEAL_JITTER_SEEDS", "").split(",") if s.strip()))
+
+
+def cron_clock(observations: list[Observation], seed: int, late_s: float = 2.0) -> list[Observation]:
+    """``observations`` polled by a cron-like clock: each poll starts 0-1.5 s after its whole-second
+    time (drawn, to the microsecond), one in eight a further ``late_s`` late. Seed 0 is the worst
+    case for rounding: every offset is just past a half millisecond, so a stored time rounded to the
+    millisecond lands after ``now`` (the bug of issue 9 point 1)."""
+    rng = random.Random(seed)
+    out = []
+    for obs in observations:
+        if seed == 0:
+            offset = rng.randrange(0, 1500) / 1000 + 0.0006
+        else:
+            offset = rng.randrange(0, 1_500_001) / 1e6
+        if rng.random() < 0.125:
+            offset += late_s
+        out.append(replace(obs, at=obs.at + timedelta(seconds=offset)))
+    return out
+
+
+def timing(result) -> list[tuple[int, str, str, str]]:
+    """What a clock must not change: which transition happened at which poll."""
+    return events(result)
+
+
+def run(cfg: Config, observations: list[Observation], jitter: bool = True):
+    """Replay in memory (the code ``check`` runs); returns the ReplayResult (of the given clock).
+
+    With ``jitter`` (the default) the same polls are also replayed under cron-like clocks
+    (:func:`cron_clock`, seeds 0 and :data:`JITTER_SEEDS`), and each must give the same transitions
+    at the same polls: a poll a second early or late never changes when a rule fires (issue 9)."""
     from gpuheal.steps.replay import replay
 
-    return replay(cfg, observations)
+    result = replay(cfg, observations)
+    if jitter:
+        want = timing(result)
+        for seed in (0, *JITTER_SEEDS):
+            got = timing(replay(cfg, cron_clock(observations, seed)))
+            assert got == want, f"cron-like clock (seed {seed}) changed the timeline:\n{got}\nwhole seconds:\n{want}"
+    return result
 
 
 def polls(result, gpu: str, issue: str, event: str = "firing") -> list[int]:

@@ -18,10 +18,10 @@ from gpuheal.steps import check
 from gpuheal.steps.replay import read_trace, replay
 
 try:
-    from tests.series import START, fleet_trace, polls
+    from tests.series import JITTER_SEEDS, START, cron_clock, fleet_trace, polls, timing
     from tests.servers import run_gpuheal
 except ImportError:
-    from series import START, fleet_trace, polls
+    from series import JITTER_SEEDS, START, cron_clock, fleet_trace, polls, timing
     from servers import run_gpuheal
 
 TRACES = Path(__file__).resolve().parent / "traces"
@@ -65,6 +65,15 @@ def test_golden_timeline(name):
         if not UPDATE:
             pytest.fail(f"wrote missing golden {golden.name}; review it and run again")
     assert got == json.loads(golden.read_text())
+
+
+@pytest.mark.parametrize("seed", (0, *JITTER_SEEDS))
+@pytest.mark.parametrize("name", ALL_TRACES)
+def test_golden_timeline_under_a_cron_like_clock(name, seed):
+    """Issue 9: the same issues fire (and resolve) at the same polls when each poll starts 0-1.5 s
+    after its minute, some 2 s late, as with the whole-second clock the golden was recorded with."""
+    observations, _ = read_trace(TRACES / f"{name}.jsonl")
+    assert timing(replay(CFG, cron_clock(observations, seed))) == timing(replay(CFG, observations))
 
 
 def test_l1_api_key_401_fires_at_once_and_masks_model_stuck():
@@ -119,6 +128,22 @@ def test_check_by_cron_gives_the_same_timeline_as_replay(name, tmp_path):
     replayed = replay(CFG, observations)
     assert cron == [[t["at"], t["gpu"], t["issue"], t["event"]] for t in replayed.timeline]
     assert len(statuses) == len(observations)
+
+
+@pytest.mark.parametrize("name", CRON_TRACES)
+def test_check_by_cron_under_a_cron_like_clock_gives_the_whole_second_timeline(name, tmp_path):
+    """cron's real path (history packed to disk and read back each poll) at a jittered clock."""
+    observations, _ = read_trace(TRACES / f"{name}.jsonl")
+    jittered = cron_clock(observations, 0)
+    poll_of = {obs.at.strftime("%Y-%m-%dT%H:%M:%SZ"): i for i, obs in enumerate(jittered)}
+    state = tmp_path / "state"
+    for obs in jittered:
+        with StateDir(state, 1.0) as store:
+            check.run(CFG, store, obs.at, obs=obs)
+    with StateDir(state, 1.0) as store:
+        book = store.read(files.ISSUES, {})
+    cron = [(poll_of[t["at"]], t["gpu"], t["issue"], t["event"]) for t in book["log"]]
+    assert cron == timing(replay(CFG, observations))
 
 
 def test_check_writes_the_public_trend_and_breaker_files(tmp_path):

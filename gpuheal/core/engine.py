@@ -42,6 +42,7 @@ from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
+from gpuheal.core import timing
 from gpuheal.core.view import FleetView
 
 BOOK_VERSION = 1
@@ -257,7 +258,7 @@ def evaluate(
             rec["detected"] = detected
             rec["summary"] = outcome.summary
             if rec["state"] == PENDING and rec["hits"] >= polls and (
-                hold_s <= 0 or now_s - rec["since_s"] > hold_s
+                hold_s <= 0 or timing.more_than(now_s - rec["since_s"], hold_s, view.tolerance_s)
             ):
                 rec["state"] = FIRING
                 rec["fired_at"] = now_iso

@@ -16,6 +16,7 @@ from typing import Any
 
 from gpuheal import benchdata
 from gpuheal.config import Config, GpuConfig
+from gpuheal.core import timing
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation
 from gpuheal.state.history import History
@@ -69,6 +70,16 @@ class FleetView:
         self.gpus: dict[str, GpuConfig] = {g.alias: g for g in cfg.gpus}
         self.aliases: tuple[str, ...] = tuple(self.gpus)
         self.cache: dict[tuple[Any, ...], Any] = {}  # per-evaluation memo, shared by rules
+        self._tolerance_s: float | None = None
+
+    @property
+    def tolerance_s(self) -> float:
+        """How far from a threshold a duration still counts as the threshold (core/timing): a quarter
+        of the poll cadence the history shows, at most 15 s."""
+        if self._tolerance_s is None:
+            times = next((c["t"] for c in self.history.raw.values() if len(c["t"]) > 1), [])
+            self._tolerance_s = timing.tolerance(times)
+        return self._tolerance_s
 
     # ------------------------------------------------------------------ config
     def params(self, rule_id: str, subject: str) -> dict[str, Any]:
@@ -118,7 +129,9 @@ class FleetView:
         """Inside the startup grace after ``heal`` restarted this GPU (issue 4: the rules of a
         freshly restarted host are muted while the model loads)."""
         last = self.restarts.last.get(alias)
-        return last is not None and 0 <= self.now_s - last < self.restarts.grace_s
+        if last is None or self.now_s < last:
+            return False
+        return timing.less_than(self.now_s - last, self.restarts.grace_s, self.tolerance_s)
 
     # ------------------------------------------------------------------ history
     def columns(self, alias: str) -> dict[str, list[Any]] | None:
@@ -134,19 +147,22 @@ class FleetView:
         cols = self.history.raw.get(alias)
         fit = None
         if cols:
-            start = self.now_s - window_s
+            start, end = timing.window(self.now_s, window_s, self.tolerance_s)
             last = self.restarts.last.get(alias)
             if last is not None:
-                start = max(start, last + self.restarts.grace_s)
-            fit = fit_window(cols["t"], cols["vram_used_mb"], start, self.now_s, 3600.0, jump_mb)
+                start = max(start, timing.since(last + self.restarts.grace_s, self.tolerance_s))
+            fit = fit_window(cols["t"], cols["vram_used_mb"], start, end, 3600.0, jump_mb)
         self.cache[key] = fit
         return fit
 
     def sub_fit(self, alias: str, metric: str, start_s: float, end_s: float, per_s: float) -> Fit | None:
+        """A fit over ``[start_s, end_s]``, each bound taking the samples within the tolerance of it
+        (a sample at a window's midpoint belongs to both halves at any clock jitter)."""
         cols = self.history.raw.get(alias)
         if not cols:
             return None
-        return fit_window(cols["t"], cols[metric], start_s, end_s, per_s)
+        tol = self.tolerance_s
+        return fit_window(cols["t"], cols[metric], start_s - tol, end_s + tol, per_s)
 
     def temp_rise(self, alias: str, window_s: float) -> Fit | None:
         """Least squares of temperature (°C per minute) over the last ``window_s`` (Rule 8)."""
@@ -156,7 +172,8 @@ class FleetView:
         cols = self.history.raw.get(alias)
         fit = None
         if cols:
-            fit = fit_window(cols["t"], cols["temp_c"], self.now_s - window_s, self.now_s, 60.0)
+            start, end = timing.window(self.now_s, window_s, self.tolerance_s)
+            fit = fit_window(cols["t"], cols["temp_c"], start, end, 60.0)
         self.cache[key] = fit
         return fit
 
@@ -181,7 +198,7 @@ class FleetView:
                 if r.get("ok")
                 and isinstance(r.get("gen_tok_s"), int | float)
                 and r["gen_tok_s"] > 0
-                and (since_s is None or r["at"] >= since_s)
+                and (since_s is None or r["at"] >= timing.since(since_s, self.tolerance_s))
             ]
         return self.cache[key]
 
@@ -199,7 +216,8 @@ class FleetView:
         total = 0
         seen = False
         for start, count in buckets:
-            if start + REQUEST_BUCKET_S > cut:
+            # the bucket ends after the cut (one ending within the tolerance of it does not)
+            if timing.more_than(start + REQUEST_BUCKET_S - cut, 0.0, self.tolerance_s):
                 total += count
                 seen = True
         return total if seen else None
@@ -240,7 +258,9 @@ def remember(
         if sample is None:
             continue
         if sample.requests_60s is not None and alias in weighted:
-            start = now_s - now_s % REQUEST_BUCKET_S
+            # a poll within the tolerance before a bucket boundary belongs to the bucket it stands for
+            poll_s = now_s + timing.TOLERANCE_S
+            start = poll_s - poll_s % REQUEST_BUCKET_S
             buckets = requests.setdefault(alias, [])
             if buckets and buckets[-1][0] == start:
                 buckets[-1][1] += sample.requests_60s
@@ -298,6 +318,8 @@ def temp_rise_c_per_min(view: FleetView, alias: str) -> float | None:
     """Rule 8's rise (°C/min over its window), ``None`` with too few samples."""
     p = view.params("thermal-warning", alias)
     fit = view.temp_rise(alias, float(p["window_s"]))
-    if fit is None or fit.n < p["min_samples"] or fit.span_s < p["min_span_s"]:
+    if fit is None or fit.n < p["min_samples"]:
+        return None
+    if not timing.at_least(fit.span_s, float(p["min_span_s"]), view.tolerance_s):
         return None
     return round(fit.slope, 2)

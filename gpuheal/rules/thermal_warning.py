@@ -8,6 +8,7 @@ no Zulip alert (contract: "no alert"). Recovers when the rise drops below ``clea
 
 from __future__ import annotations
 
+from gpuheal.core import timing
 from gpuheal.core.engine import NEEDS_MONITOR, Finding
 from gpuheal.rules._util import num, show
 
@@ -20,7 +21,9 @@ NEEDS = frozenset({NEEDS_MONITOR})
 def rise(view, alias, p):
     """°C per minute over the rule's window, or ``None`` when too few samples."""
     fit = view.temp_rise(alias, float(p["window_s"]))
-    if fit is None or fit.n < p["min_samples"] or fit.span_s < p["min_span_s"]:
+    if fit is None or fit.n < p["min_samples"]:
+        return None
+    if not timing.at_least(fit.span_s, float(p["min_span_s"]), view.tolerance_s):  # spans counted in polls
         return None
     return fit
 

@@ -12,6 +12,7 @@ is not a leak. Recovers when the rate drops below the threshold (the spec's veri
 
 from __future__ import annotations
 
+from gpuheal.core import timing
 from gpuheal.core.engine import NEEDS_MONITOR, Finding
 from gpuheal.rules._util import num, show
 
@@ -25,7 +26,7 @@ def _fit(view, alias, p, min_span_h=None, min_samples=None):
     fit = view.vram_fit(alias, float(p["window_h"]) * 3600, p.get("reload_jump_mb"))
     span_h = float(p["min_span_h"] if min_span_h is None else min_span_h)
     samples = p["min_samples"] if min_samples is None else min_samples
-    if fit is None or fit.n < samples or fit.span_s < span_h * 3600:
+    if fit is None or fit.n < samples or not timing.at_least(fit.span_s, span_h * 3600, view.tolerance_s):
         return None
     return fit
 

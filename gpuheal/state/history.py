@@ -70,13 +70,17 @@ class History:
 
     # ------------------------------------------------------------------ update
     def add(self, obs: Observation, aliases: tuple[str, ...] | None = None) -> None:
-        """Append one poll; out-of-order or duplicate times (a clock step back) are ignored."""
+        """Append one poll; out-of-order or duplicate times (a clock step back) are ignored.
+
+        ``t`` is stored exactly as the run's ``now`` (``obs.at``), never rounded: a time rounded up
+        to the millisecond lay after ``now`` and dropped the current poll out of its own window
+        (issue 9, point 1). Packed as float64, it costs nothing more on disk."""
         t = obs.at.timestamp()
         for alias, sample in obs.gpus.items():
             cols = self.raw.setdefault(alias, _empty())
             if cols["t"] and t <= cols["t"][-1]:
                 continue
-            cols["t"].append(round(t, 3))
+            cols["t"].append(t)
             for metric in METRICS:
                 cols[metric].append(getattr(sample, metric))
             cols["endpoint"].append(sample.endpoint)
