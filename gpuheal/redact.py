@@ -12,12 +12,20 @@ import re
 from typing import Any
 
 MASK = "<redacted>"
+# A flag's value, never the prose after a flag's name: "align --api-key with litellm.api_key" names
+# the flag, and masking "with" garbled the L1 alert (issue 9, point 8). A value is the next token
+# unless that token is another flag (``--port``: the value is missing) or a word of English prose.
+_PROSE = (
+    "with|to|and|or|of|in|on|for|from|is|are|was|be|the|a|an|as|at|by|must|should|matches|match|"
+    "differs|flag|option|argument|value|that|which|used|given|set"
+)
+_VALUE = rf"(?!--)(?!(?:{_PROSE})(?=[\s.,;:)`'\"]|$))"
 _PATTERNS = [
-    re.compile(r"(--api-key(?:-file)?[= ]+)(\S+)", re.I),
-    re.compile(r"(--(?:hf-)?token[= ]+)(\S+)", re.I),
+    re.compile(rf"(--api-key(?:-file)?(?:= *| +))({_VALUE}\S+)", re.I),
+    re.compile(rf"(--(?:hf-)?token(?:= *| +))({_VALUE}\S+)", re.I),
     re.compile(r"(authorization:\s*(?:bearer|basic)\s+)(\S+)", re.I),
     re.compile(r"(\bbearer\s+)([A-Za-z0-9._~+/=-]{8,})", re.I),
-    re.compile(r"((?:api[_-]?key|password|secret|token)\s*[=:]\s*)([^\s,;&\"']+)", re.I),
+    re.compile(rf"((?:api[_-]?key|password|secret|token)\s*[=:]\s*)({_VALUE}[^\s,;&\"']+)", re.I),
     re.compile(r"()(\bsk-[A-Za-z0-9._-]{6,})"),
 ]
 # Values this short are not secrets worth hunting for (and would mangle ordinary text).

@@ -119,6 +119,22 @@ def test_fleet_with_every_endpoint_state():
     assert took < 0.8 + 1.0  # concurrent: one deadline, not four
 
 
+@pytest.mark.parametrize("with_length", [True, False], ids=["content-length", "streamed"])
+def test_oversized_health_reply_is_an_oversized_fault_not_http_200(with_length):
+    """Issue 9 point 8: a /health reply over 64 KB was labelled ``http-200``, as if its status were
+    the problem. It is an ``oversized`` fault; the endpoint state stays the status it answered."""
+    doc = monitor_document(["h1"])
+    with (
+        LoopbackServer({"/gpu-data": json_reply(doc)}) as monitor,
+        LoopbackServer({"/health": Oversized(size=1_000_000, content_length=with_length)}) as gpu,
+    ):
+        obs = sense(make_cfg(monitor.url + "/gpu-data", [("g1", "h1", gpu.url)]), NOW)
+        state, latency, detail = probe_health(gpu.url, 1.0)
+    assert faults_of(obs) == {("g1", "oversized")}
+    assert obs.gpus["g1"].endpoint == "http-200" and state == "http-200" and latency is None
+    assert detail and detail.isprintable()
+
+
 def test_litellm_faults():
     doc = monitor_document(["h1"])
     with (

@@ -35,22 +35,33 @@ def probe_health(endpoint: str, deadline_s: float) -> tuple[str, float | None, s
     model still loading (formats.md §1.1), not a failure; an answer that is not HTTP at all is
     reported as refused (nothing there can serve).
     """
+    state, latency, detail, _fault = _probe(endpoint, deadline_s)
+    return state, latency, detail
+
+
+def _probe(endpoint: str, deadline_s: float) -> tuple[str, float | None, str, str | None]:
+    """:func:`probe_health` plus the contract's fault kind for this poll (``None``: no fault).
+
+    A reply larger than :data:`HEALTH_MAX_BYTES` is an ``oversized`` fault (issue 9, point 8: it was
+    labelled by its status, ``http-200``, as if the status were the problem); its endpoint state
+    stays the HTTP status it answered with."""
     result = request("GET", endpoint + "/health", deadline_s=deadline_s, max_bytes=HEALTH_MAX_BYTES)
     if isinstance(result, HttpFault):
         if result.kind == "timeout":
-            return ENDPOINT_TIMEOUT, None, result.detail
+            return ENDPOINT_TIMEOUT, None, result.detail, ENDPOINT_TIMEOUT
         if result.kind == "refused":
-            return ENDPOINT_REFUSED, None, result.detail
+            return ENDPOINT_REFUSED, None, result.detail, ENDPOINT_REFUSED
         if result.kind == "oversized":
-            return f"http-{result.status or 0:03d}", None, result.detail
-        return ENDPOINT_REFUSED, None, f"not an HTTP answer: {result.detail}"
+            return f"http-{result.status or 0:03d}", None, result.detail, "oversized"
+        return ENDPOINT_REFUSED, None, f"not an HTTP answer: {result.detail}", ENDPOINT_REFUSED
     if result.status == 200:
-        return ENDPOINT_OK, result.elapsed_s, ""
+        return ENDPOINT_OK, result.elapsed_s, "", None
     if result.status == 503:
-        return ENDPOINT_LOADING, result.elapsed_s, "503 loading model"
+        return ENDPOINT_LOADING, result.elapsed_s, "503 loading model", None
     if result.status == 401:
-        return ENDPOINT_UNAUTHORIZED, result.elapsed_s, "401 on a public path"
-    return f"http-{result.status:03d}", result.elapsed_s, _snippet(result.body)
+        return ENDPOINT_UNAUTHORIZED, result.elapsed_s, "401 on a public path", "http-401"
+    state = f"http-{result.status:03d}"
+    return state, result.elapsed_s, _snippet(result.body), state
 
 
 def fetch_monitor(cfg: Config) -> tuple[MonitorDocument | None, list[DataFault], list[str]]:
@@ -108,18 +119,15 @@ def sense(cfg: Config, now: datetime) -> Observation:
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
         monitor_f = pool.submit(fetch_monitor, cfg)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
-        probes = {g.alias: pool.submit(probe_health, g.endpoint, deadline) for g in cfg.gpus}
+        probes = {g.alias: pool.submit(_probe, g.endpoint, deadline) for g in cfg.gpus}
         doc, faults, warnings = monitor_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
         probe_results = {alias: f.result() for alias, f in probes.items()}
 
     gpus: dict[str, GpuSample] = {}
     for gpu in cfg.gpus:
-        state, latency, detail = probe_results[gpu.alias]
-        if state not in (ENDPOINT_OK, ENDPOINT_LOADING):
-            kind = state if state in (ENDPOINT_REFUSED, ENDPOINT_TIMEOUT) else (
-                "http-401" if state == ENDPOINT_UNAUTHORIZED else state
-            )
+        state, latency, detail, kind = probe_results[gpu.alias]
+        if kind is not None:
             faults.append(DataFault(gpu.alias, kind, detail))
         values: dict = {}
         if doc is not None:
