@@ -19,7 +19,7 @@ _PROSE = (
     "with|to|and|or|of|in|on|for|from|is|are|was|be|the|a|an|as|at|by|must|should|matches|match|"
     "differs|flag|option|argument|value|that|which|used|given|set"
 )
-_VALUE = rf"(?!--)(?!(?:{_PROSE})(?=[\s.,;:)`'\"]|$))"
+_VALUE = rf"(?!--)(?!(?:{_PROSE})(?=\s|$))"
 _PATTERNS = [
     re.compile(rf"(--api-key(?:-file)?(?:= *| +))({_VALUE}\S+)", re.I),
     re.compile(rf"(--(?:hf-)?token(?:= *| +))({_VALUE}\S+)", re.I),
