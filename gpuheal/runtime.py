@@ -60,7 +60,11 @@ def emit(result: CommandResult, json_out: bool) -> None:
     for warning in result.warnings:
         log.warning("%s", warning)
     if json_out:
-        sys.stdout.write(json.dumps(result.document, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+        from gpuheal.parse.values import clean_text
+
+        # valid UTF-8 whatever a source sent (a lone surrogate would raise UnicodeEncodeError here)
+        text = json.dumps(result.document, indent=2, ensure_ascii=False, allow_nan=False)
+        sys.stdout.write(clean_text(text) + "\n")
     elif result.render is not None:
         result.render()
     sys.stdout.flush()

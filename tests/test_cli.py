@@ -329,6 +329,36 @@ def test_json_has_no_nan_and_survives_hostile_strings(fleet):
     assert_clean_stderr(proc)
 
 
+HOSTILE_MONITOR_DOCUMENTS = {
+    # issue 9, points 2, 5 and 6: each used to be a number, or to stop the whole cycle (exit 3)
+    "string-temp": '{"gpus": [{"hostname": "ct8", "temp_c": "99"}]}',
+    "400-digit-temp": '{"gpus": [{"hostname": "ct8", "temp_c": 1' + "0" * 400 + "}]}",
+    "lone-surrogate": '{"gpus": [{"hostname": "ct8", "name": "RTX \\ud800 3090", "temp_c": 60}]}',
+    "models-not-a-list": '{"gpus": [{"hostname": "ct8", "temp_c": 60}], "summary": {"available_models": 5}}',
+    "5000-digit-int": '{"gpus": [{"hostname": "ct8", "temp_c": 1' + "0" * 5000 + "}]}",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_MONITOR_DOCUMENTS))
+@pytest.mark.parametrize("command", [("check", "--json"), ("heal", "--apply", "--json"), ("check",)])
+def test_a_hostile_monitor_document_is_a_data_fault_and_the_cycle_goes_on(fleet, name, command):
+    fleet.monitor.set("/gpu-data", Reply(200, HOSTILE_MONITOR_DOCUMENTS[name].encode()))
+    proc = fleet.run(*command)
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    assert_clean_stderr(proc)
+    proc.stdout.encode("utf-8")  # valid UTF-8, whatever the monitor sent
+    if "--json" not in command:
+        return
+    doc = json.loads(proc.stdout)
+    assert doc["gpus"]["gpu-dense"]["temp_c"] in (None, 60)  # never 99, never a crash
+    assert doc["gpus"]["gpu-dense"]["endpoint"] == "ok"  # the direct probes still ran
+    monitor_faults = [f for f in doc["faults"] if f["source"] == "monitor"]
+    assert monitor_faults and monitor_faults[0]["fault"] == "invalid", doc["faults"]
+    if name != "5000-digit-int":  # that one is not JSON Python can read at all
+        assert "temp_c" in monitor_faults[0]["detail"] or "available_models" in monitor_faults[0]["detail"] \
+            or "\ufffd" in (doc["gpus"]["gpu-dense"]["name"] or "")
+
+
 def test_check_record_writes_a_trace(fleet):
     trace = fleet.tmp / "trace.jsonl"
     for _ in range(2):

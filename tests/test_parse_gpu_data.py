@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from servers import contract_document, gpu_entry
 
-from gpuheal.parse.gpu_data import InvalidDocument, count, number, parse_gpu_data
+from gpuheal.parse.gpu_data import InvalidDocument, parse_gpu_data
 
 
 def test_contract_sample_document():
@@ -202,30 +202,50 @@ def test_long_hostnames_and_names_are_bounded():
     [
         (64, 64.0),
         (64.5, 64.5),
-        ("64", 64.0),
-        (" 64.5 ", 64.5),
         (0, 0.0),
+        ("64", None),  # issue 9 point 2: a string is the wrong JSON type, not 64 degrees
+        ("99", None),
         (-1, None),
-        ("64 C", None),
         (float("nan"), None),
         (float("inf"), None),
         (True, None),
-        (None, None),
         ([1], None),
-        ("1e999", None),
-        ("nan", None),
+        ({"v": 1}, None),
+        (10**400, None),  # used to raise OverflowError converting to float
+        (201, None),
     ],
 )
-def test_number(raw, expected):
-    assert number(raw) == expected
+def test_a_reading_of_the_wrong_type_or_range_is_not_known_and_a_fault_naming_the_field(raw, expected):
+    doc = parse_gpu_data({"gpus": [gpu_entry("a", temp_c=raw)]})
+    assert doc.hosts["a"].values["temp_c"] == expected
+    if expected is None:
+        assert [p for p in doc.problems if p.startswith("gpus[0].temp_c: ")], doc.problems
+    else:
+        assert doc.problems == []
 
 
-def test_number_limit_and_count():
-    assert number(201, 200) is None
-    assert number(200, 200) == 200
-    assert count("7") == 7
-    assert count(10**12) is None
-    assert count(2.9) == 2
+def test_counts_must_be_whole_non_negative_json_numbers():
+    entry = {"hostname": "a", "requests_60s": "7", "failures_60s": 2.5, "consecutive_timeouts": 10**12}
+    doc = parse_gpu_data({"gpus": [gpu_entry("a")], "summary": {"available_models": [entry]}})
+    m = doc.models["a"]
+    assert (m.requests_60s, m.failures_60s, m.consecutive_timeouts) == (None, None, None)
+    assert {p.split(":")[0] for p in doc.problems} == {
+        f"summary.available_models[0].{k}" for k in ("requests_60s", "failures_60s", "consecutive_timeouts")
+    }
+    ok = parse_gpu_data({"gpus": [gpu_entry("a")], "summary": {"available_models": [
+        {"hostname": "a", "requests_60s": 7.0, "failures_60s": 0}]}})
+    assert (ok.models["a"].requests_60s, ok.models["a"].failures_60s) == (7, 0)
+
+
+def test_hostile_documents_from_issue_9_are_faults_not_crashes():
+    doc = parse_gpu_data(json.loads('{"gpus": [{"hostname": "ct8", "name": "RTX \\ud800 3090", "temp_c": 1'
+                                    + "0" * 400 + '}], "summary": {"available_models": 5}}'))
+    reading = doc.hosts["ct8"]
+    assert reading.values["temp_c"] is None
+    assert reading.name == "RTX \ufffd 3090"
+    reading.name.encode("utf-8")  # valid UTF-8 now
+    assert any(p.startswith("gpus[0].temp_c: an integer of 401 digits") for p in doc.problems), doc.problems
+    assert any(p.startswith("summary.available_models: 5 is not an array") for p in doc.problems), doc.problems
 
 
 JSON = st.recursive(

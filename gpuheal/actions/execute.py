@@ -165,9 +165,9 @@ def _restore_power_limit(step: Step, values: dict[str, str], runner: Runner, tim
 
 
 def _watts(text: str) -> float | None:
-    from gpuheal.parse.gpu_data import number
+    from gpuheal.parse.values import number_text
 
-    return None if text.startswith("[") else number(text, 10000.0)
+    return None if text.startswith("[") else number_text(text, hi=10000.0)
 
 
 def _values(gpu: str, cfg) -> dict[str, str]:

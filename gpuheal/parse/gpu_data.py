@@ -1,22 +1,23 @@
 """Parse gpu-monitor's ``/gpu-data`` document (contract: "gpu-monitor /gpu-data"). Pure.
 
-The document is untrusted: every field is optional, every number may be a string, NaN, negative
-or absurd. A bad value becomes ``None`` ("not known, never zero") and a note; a document whose
-shape is wrong as a whole raises :class:`InvalidDocument`.
+The document is untrusted: every field is optional, and any may hold the wrong JSON type, NaN, a
+negative or absurd number, a 400-digit integer or a lone surrogate. Every field is read through
+:mod:`gpuheal.parse.values` (issue 9, point 2): a bad value becomes ``None`` ("not known, never
+zero") plus a problem naming the field — ``"temp_c": "99"`` is a fault, not 99 °C. A document
+whose shape is wrong as a whole raises :class:`InvalidDocument`; nothing else raises.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpuheal.clock import parse_iso
 from gpuheal.model import Breaker
+from gpuheal.parse.values import Fields, check_text, shown
 
-# Upper bounds beyond which a reading is garbage, not a measurement.
-_LIMITS = {
+# The physical range of each reading, in the unit its name carries; outside it is garbage.
+LIMITS = {
     "temp_c": 200.0,
     "vram_used_mb": 16 * 1024 * 1024.0,
     "vram_total_mb": 16 * 1024 * 1024.0,
@@ -26,8 +27,9 @@ _LIMITS = {
     "current_tok_s": 1e6,
     "baseline_tok_s": 1e6,
 }
-_COUNT_LIMIT = 10**9
-_GPU_FIELDS = ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "power_limit_w")
+COUNT_LIMIT = 10**9
+GPU_FIELDS = ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "power_limit_w")
+HOSTNAME_CHARS = 253
 
 
 class InvalidDocument(ValueError):
@@ -59,67 +61,16 @@ class MonitorDocument:
     problems: list[str]
 
 
-def number(value: Any, limit: float | None = None) -> float | None:
-    """A finite, non-negative number within ``limit``, or ``None``.
-
-    Accepts numeric strings ("64", "64 C" is rejected); ``bool`` is not a number.
-    """
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, str):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            return None
-    if not isinstance(value, int | float):
-        return None
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or (limit is not None and value > limit):
-        return None
-    return value
-
-
-def count(value: Any) -> int | None:
-    n = number(value, _COUNT_LIMIT)
-    return None if n is None else int(n)
-
-
-def _text(value: Any, max_len: int = 200) -> str | None:
-    return value[:max_len] if isinstance(value, str) and value.strip() else None
-
-
-def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str) or len(value) > 64:
-        return None
-    try:
-        return parse_iso(value)
-    except ValueError:
-        return None
-
-
-def _shown(raw: Any) -> str:
-    """A short description of a bad value; never ``str()`` of a nested one (deep → RecursionError)."""
-    if isinstance(raw, str):
-        return repr(raw[:40])
-    if isinstance(raw, int | float):
-        return repr(raw)[:40]
-    return f"a JSON {type(raw).__name__}"
-
-
 def _host_reading(entry: dict[str, Any], where: str, problems: list[str]) -> HostReading | None:
-    hostname = _text(entry.get("hostname"), 253)
+    f = Fields(entry, where, problems)
+    hostname = f.text("hostname", HOSTNAME_CHARS)
     if hostname is None:
         problems.append(f"{where}: no hostname")
         return None
-    reading = HostReading(hostname=hostname, name=_text(entry.get("name")))
-    for key in _GPU_FIELDS:
-        raw = entry.get(key)
-        value = number(raw, _LIMITS[key])
-        if raw is not None and value is None:
-            problems.append(f"{where}.{key}: {_shown(raw)} is not a valid reading")
-        reading.values[key] = value
-    running = entry.get("running")
-    reading.running = running if isinstance(running, bool) else None
+    reading = HostReading(hostname=hostname, name=f.text("name"))
+    for key in GPU_FIELDS:
+        reading.values[key] = f.number(key, hi=LIMITS[key])
+    reading.running = f.flag("running")
     return reading
 
 
@@ -131,14 +82,15 @@ def parse_gpu_data(doc: Any) -> MonitorDocument:
     (contract).
     """
     if not isinstance(doc, dict):
-        raise InvalidDocument(f"expected a JSON object, got {type(doc).__name__}")
+        raise InvalidDocument(f"expected a JSON object, got {shown(doc)}")
     gpus = doc.get("gpus")
     strix = doc.get("strix")
     if gpus is None and strix is None:
         raise InvalidDocument("neither 'gpus' nor 'strix' in the document")
     if gpus is not None and not isinstance(gpus, list):
-        raise InvalidDocument(f"'gpus' must be a list, got {type(gpus).__name__}")
+        raise InvalidDocument(f"'gpus' must be a list, got {shown(gpus)}")
     problems: list[str] = []
+    top = Fields(doc, "", problems)
     hosts: dict[str, HostReading] = {}
     for i, entry in enumerate(gpus or []):
         if not isinstance(entry, dict):
@@ -157,61 +109,71 @@ def parse_gpu_data(doc: Any) -> MonitorDocument:
                 hosts[reading.hostname] = reading
     elif strix is not None:
         problems.append("strix: not an object")
-
-    benchmarks: dict[str, tuple[float | None, datetime | None]] = {}
-    raw_bench = doc.get("benchmarks")
-    if isinstance(raw_bench, dict):
-        for host, entry in raw_bench.items():
-            if isinstance(entry, dict):
-                benchmarks[str(host)] = (
-                    number(entry.get("current_tok_s"), _LIMITS["current_tok_s"]),
-                    _time(entry.get("measured_at")),
-                )
-
-    models: dict[str, ModelCounts] = {}
-    breakers: dict[str, Breaker] = {}
-    summary = doc.get("summary")
-    if isinstance(summary, dict):
-        for i, entry in enumerate(summary.get("available_models") or []):
-            if not isinstance(entry, dict):
-                continue
-            host = _text(entry.get("hostname"), 253)
-            if host is None:
-                problems.append(f"summary.available_models[{i}]: no hostname")
-                continue
-            counts = ModelCounts(
-                requests_60s=count(entry.get("requests_60s")),
-                failures_60s=count(entry.get("failures_60s")),
-                consecutive_timeouts=count(entry.get("consecutive_timeouts")),
-            )
-            if (
-                counts.requests_60s is not None
-                and counts.failures_60s is not None
-                and counts.failures_60s > counts.requests_60s
-            ):
-                problems.append(f"summary.available_models[{i}]: more failures than requests")
-                counts = ModelCounts(None, None, counts.consecutive_timeouts)
-            prior = models.get(host)
-            models[host] = counts if prior is None else _add(prior, counts)
-        raw_breakers = summary.get("circuit_breakers")
-        if isinstance(raw_breakers, list):
-            for entry in raw_breakers:
-                if not isinstance(entry, dict):
-                    continue
-                host = _text(entry.get("hostname"), 253)
-                is_open = entry.get("open")
-                if host is None or not isinstance(is_open, bool):
-                    continue
-                if is_open or host not in breakers:
-                    breakers[host] = Breaker(open=is_open, opened_at=_time(entry.get("opened_at")))
+    summary = top.mapping("summary") or {}
     return MonitorDocument(
-        generated_at=_time(doc.get("generated_at")),
+        generated_at=top.time("generated_at"),
         hosts=hosts,
-        benchmarks=benchmarks,
-        models=models,
-        breakers=breakers,
+        benchmarks=_benchmarks(top.mapping("benchmarks"), problems),
+        models=_models(Fields(summary, "summary", problems).array("available_models") or [], problems),
+        breakers=_breakers(Fields(summary, "summary", problems).array("circuit_breakers") or [], problems),
         problems=problems,
     )
+
+
+def _benchmarks(raw: dict[str, Any] | None, problems: list[str]) -> dict[str, tuple[float | None, datetime | None]]:
+    out: dict[str, tuple[float | None, datetime | None]] = {}
+    for host, entry in (raw or {}).items():
+        if not isinstance(entry, dict):
+            continue
+        name = check_text(host, HOSTNAME_CHARS)
+        if not isinstance(name, str):
+            continue
+        f = Fields(entry, f"benchmarks.{name}", problems)
+        out[name] = (f.number("current_tok_s", hi=LIMITS["current_tok_s"]), f.time("measured_at"))
+    return out
+
+
+def _models(entries: list[Any], problems: list[str]) -> dict[str, ModelCounts]:
+    models: dict[str, ModelCounts] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        where = f"summary.available_models[{i}]"
+        f = Fields(entry, where, problems)
+        host = f.text("hostname", HOSTNAME_CHARS)
+        if host is None:
+            problems.append(f"{where}: no hostname")
+            continue
+        counts = ModelCounts(
+            requests_60s=f.count("requests_60s", hi=COUNT_LIMIT),
+            failures_60s=f.count("failures_60s", hi=COUNT_LIMIT),
+            consecutive_timeouts=f.count("consecutive_timeouts", hi=COUNT_LIMIT),
+        )
+        if (
+            counts.requests_60s is not None
+            and counts.failures_60s is not None
+            and counts.failures_60s > counts.requests_60s
+        ):
+            problems.append(f"{where}: more failures than requests")
+            counts = ModelCounts(None, None, counts.consecutive_timeouts)
+        prior = models.get(host)
+        models[host] = counts if prior is None else _add(prior, counts)
+    return models
+
+
+def _breakers(entries: list[Any], problems: list[str]) -> dict[str, Breaker]:
+    breakers: dict[str, Breaker] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            continue
+        f = Fields(entry, f"summary.circuit_breakers[{i}]", problems)
+        host = f.text("hostname", HOSTNAME_CHARS)
+        is_open = f.flag("open")
+        if host is None or is_open is None:
+            continue
+        if is_open or host not in breakers:
+            breakers[host] = Breaker(open=is_open, opened_at=f.time("opened_at"))
+    return breakers
 
 
 def _add(a: ModelCounts, b: ModelCounts) -> ModelCounts:

@@ -2,7 +2,10 @@
 
 Used for Rule 2's VRAM snapshot ("Log VRAM snapshot with process list") and Rule 7's fallback
 ("direct nvidia-smi/rocm-smi probe via SSH if all API paths fail"). Every field may be a bracketed
-sentinel (``[N/A]``, ``[Not Supported]``); every line may be junk. Nothing here raises on input.
+sentinel (``[N/A]``, ``[Not Supported]``); every line may be junk. Nothing here raises on input:
+numbers go through :mod:`gpuheal.parse.values` (ASCII decimal only — ``'1²234'`` and ``'³0'`` pass
+``str.isdigit()`` but are not numbers; more than 64 characters is not a number), and every string
+kept is bounded and valid UTF-8.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ import json
 import re
 from dataclasses import dataclass
 
-from gpuheal.parse.gpu_data import number
+from gpuheal.parse.gpu_data import LIMITS
+from gpuheal.parse.values import clean_text, number_text, parse_integer
+
+PID_MAX = 2**22  # Linux's pid_max ceiling
 
 
 @dataclass(frozen=True)
@@ -23,12 +29,12 @@ class GpuProcess:
     rss_mb: float | None = None
 
 
-def _value(text: str) -> float | None:
+def _value(text: str, hi: float | None = None) -> float | None:
     text = text.strip()
     if text.startswith("["):
         return None
     text = re.sub(r"\s*(MiB|W|%|MHz|C)$", "", text)
-    return number(text)
+    return number_text(text, hi=hi)
 
 
 def parse_compute_apps(text: str) -> list[GpuProcess]:
@@ -44,11 +50,13 @@ def parse_compute_apps(text: str) -> list[GpuProcess]:
             continue
         head, _, rest = line.partition(", ")
         name, _, mem = rest.rpartition(", ")
-        if not head.isdigit() or not rest:
+        pid = parse_integer(head, lo=1, hi=PID_MAX)
+        if pid is None or not rest:
             continue
         if not name:  # only two columns
             name, mem = rest, ""
-        out.append(GpuProcess(pid=int(head), name=name.strip()[:200], used_mb=_value(mem) if mem else None))
+        used = _value(mem, hi=16 * 1024 * 1024.0) if mem else None
+        out.append(GpuProcess(pid=pid, name=clean_text(name.strip()[:200]), used_mb=used))
     return out
 
 
@@ -69,18 +77,19 @@ def parse_query_gpu(text: str) -> list[dict[str, float | str | None]]:
     rows = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(", ")]
-        if len(parts) != len(QUERY_GPU_FIELDS) or not parts[0].isdigit():
+        index = parse_integer(parts[0], hi=1023) if parts else None
+        if len(parts) != len(QUERY_GPU_FIELDS) or index is None:
             continue
         rows.append(
             {
-                "index": int(parts[0]),
-                "name": parts[1][:200],
-                "temp_c": _value(parts[2]),
-                "vram_used_mb": _value(parts[3]),
-                "vram_total_mb": _value(parts[4]),
-                "util_pct": _value(parts[5]),
-                "power_w": _value(parts[6]),
-                "power_limit_w": _value(parts[7]),
+                "index": index,
+                "name": clean_text(parts[1][:200]),
+                "temp_c": _value(parts[2], LIMITS["temp_c"]),
+                "vram_used_mb": _value(parts[3], LIMITS["vram_used_mb"]),
+                "vram_total_mb": _value(parts[4], LIMITS["vram_total_mb"]),
+                "util_pct": _value(parts[5], LIMITS["util_pct"]),
+                "power_w": _value(parts[6], LIMITS["power_w"]),
+                "power_limit_w": _value(parts[7], LIMITS["power_limit_w"]),
             }
         )
     return rows
@@ -97,10 +106,11 @@ THROTTLE_BITS = {
 
 def decode_throttle(mask: str) -> list[str]:
     """``0x0000000000000024`` → ["sw-power-cap", "sw-thermal-slowdown"]; sentinels → []."""
-    try:
-        value = int(mask.strip(), 16)
-    except ValueError:
+    text = mask.strip().lower() if isinstance(mask, str) else ""
+    text = text[2:] if text.startswith("0x") else text
+    if not text or len(text) > 32 or not re.fullmatch(r"[0-9a-f]+", text):
         return []
+    value = int(text, 16)
     return [name for bit, name in THROTTLE_BITS.items() if value & bit]
 
 
@@ -131,27 +141,37 @@ def parse_rocm_smi(text: str) -> list[dict[str, float | str | None]]:
 
         def get(*keys: str, _vals: dict = lowered) -> float | None:
             for key in keys:
-                if key.lower() in _vals:
-                    return number(str(_vals[key.lower()]).strip())
+                raw = _vals.get(key.lower())
+                if isinstance(raw, str):  # rocm-smi prints every value as a string
+                    return number_text(raw)
+                if raw is not None:
+                    return None  # a wrong type is not known, never guessed at
             return None
 
         vram_total = get("VRAM Total Memory (B)")
         vram_used = get("VRAM Total Used Memory (B)")
         gtt_total = get("GTT Total Memory (B)")
         gtt_used = get("GTT Total Used Memory (B)")
+        temp = get("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)")
+        power = get("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)")
+        util = get("GPU use (%)")
         if gtt_total and (vram_total is None or vram_total < gtt_total / 4):
             vram_total, vram_used = gtt_total, gtt_used
         rows.append(
             {
-                "card": str(card),
-                "temp_c": get("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)"),
-                "power_w": get("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)"),
-                "util_pct": get("GPU use (%)"),
-                "vram_total_mb": vram_total / 1048576 if vram_total is not None else None,
-                "vram_used_mb": vram_used / 1048576 if vram_used is not None else None,
+                "card": clean_text(str(card)[:64]),
+                "temp_c": _within(temp, "temp_c"),
+                "power_w": _within(power, "power_w"),
+                "util_pct": _within(util, "util_pct"),
+                "vram_total_mb": _within(vram_total / 1048576 if vram_total is not None else None, "vram_total_mb"),
+                "vram_used_mb": _within(vram_used / 1048576 if vram_used is not None else None, "vram_used_mb"),
             }
         )
     return rows
+
+
+def _within(value: float | None, key: str) -> float | None:
+    return value if value is not None and 0 <= value <= LIMITS[key] else None
 
 
 def parse_ps(text: str) -> list[GpuProcess]:
@@ -159,14 +179,18 @@ def parse_ps(text: str) -> list[GpuProcess]:
     out = []
     for line in text.splitlines():
         parts = line.split(None, 3)
-        if len(parts) < 4 or not parts[0].isdigit() or not parts[2].isdigit():
+        if len(parts) < 4:
+            continue
+        pid = parse_integer(parts[0], lo=1, hi=PID_MAX)
+        rss_kb = parse_integer(parts[2], hi=2**50)
+        if pid is None or rss_kb is None:
             continue
         out.append(
             GpuProcess(
-                pid=int(parts[0]),
-                user=parts[1][:64],
-                rss_mb=round(int(parts[2]) / 1024, 1),
-                name=parts[3].strip()[:300],
+                pid=pid,
+                user=clean_text(parts[1][:64]),
+                rss_mb=round(rss_kb / 1024, 1),
+                name=clean_text(parts[3].strip()[:300]),
             )
         )
     return out

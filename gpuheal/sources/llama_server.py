@@ -24,10 +24,10 @@ context from ``GET /props`` first; it is also the cheapest way to meet a 401 or 
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from gpuheal.parse.values import Bad, check_number, check_text, clean_text
 from gpuheal.redact import redact_text
 from gpuheal.sources.http import HttpFault, HttpResult, request
 
@@ -371,28 +371,26 @@ def _rate(timings: dict[str, Any], prefix: str) -> float | None:
     n = _num(timings.get(f"{prefix}_n"))
     ms = _num(timings.get(f"{prefix}_ms"))
     if n is not None and ms is not None and n > 0 and ms > 0:
-        return n / (ms / 1000.0)
+        rate = n / (ms / 1000.0)
+        return rate if rate < 1e12 else None  # 1e300 tokens in 1e-300 ms is not a speed
     return None
 
 
 def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+    """A finite JSON number (strict: a string, a bool or a 400-digit int is not known)."""
+    read = check_number(value, lo=None, hi=1e300)
+    return None if read is None or isinstance(read, Bad) else float(read)
 
 
 def _int(value: Any) -> int | None:
-    num = _num(value)
-    if num is None or num != int(num) or num < 0:
-        return None
-    return int(num)
+    """A whole, non-negative JSON number (``12.0`` counts; ``"12"`` and ``12.5`` do not)."""
+    read = check_number(value, lo=0, hi=2**53, integer=True)
+    return None if read is None or isinstance(read, Bad) else int(read)
 
 
 def _str(value: Any, limit: int = 200) -> str | None:
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return value[:limit]
+    read = check_text(value, limit)
+    return read if isinstance(read, str) else None
 
 
 def _round(value: float | None) -> float | None:
@@ -424,5 +422,5 @@ def _error_message(body: bytes, api_key: str | None) -> str:
 
 
 def _clean(text: str, api_key: str | None) -> str:
-    text = " ".join(text.split())[:200]
+    text = clean_text(" ".join(text.split())[:200])
     return redact_text(text, (api_key,) if api_key else ())
