@@ -18,13 +18,12 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
+
+from gpuheal.credentials import lookup, read_dotenv, secrets_for  # noqa: F401  (re-exported)
 
 log = logging.getLogger("gpuheal")
 
@@ -32,7 +31,6 @@ MAX_CONTENT = 10_000  # Zulip's default MAX_MESSAGE_LENGTH (characters, Python l
 MAX_TOPIC = 60  # MAX_TOPIC_NAME_LENGTH
 TRUNCATION_MARKER = "\n\n[… truncated by gpuheal to fit Zulip's {limit}-character limit]"
 MAX_RESPONSE_BYTES = 65_536
-SECRET_ENV_SUFFIXES = ("_API_KEY", "_APIKEY", "_TOKEN", "_PASSWORD", "_SECRET")
 
 
 class CredentialsError(Exception):
@@ -69,108 +67,21 @@ class SendOutcome:
 # --------------------------------------------------------------------------- credentials
 
 
-def read_dotenv(path: Path) -> dict[str, str]:
-    """``KEY=VALUE`` lines (``export`` prefix, quotes and ``#`` comments allowed); {} if absent."""
-    try:
-        text = path.read_text("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return {}
-    out: dict[str, str] = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, _, value = line.partition("=")
-        key, value = key.strip(), value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-            value = value[1:-1]
-        elif " #" in value:
-            value = value.split(" #", 1)[0].rstrip()
-        if key:
-            out[key] = value
-    return out
-
-
-def dotenv_paths(cfg) -> list[Path]:
-    """Where the L4 fallback looks, in order: ``./.env``, then ``.env`` next to the config."""
-    paths = [Path.cwd() / ".env"]
-    if getattr(cfg, "path", None):
-        beside = Path(cfg.path).resolve().parent / ".env"
-        if beside not in paths:
-            paths.append(beside)
-    return paths
-
-
-def _lookup(name: str, cfg, environ: dict[str, str] | None) -> tuple[str | None, str]:
-    env = os.environ if environ is None else environ
-    value = env.get(name)
-    if value:
-        return value, "environment"
-    for path in dotenv_paths(cfg):
-        found = read_dotenv(path).get(name)
-        if found:
-            _warn_if_readable(path)
-            return found, str(path)
-    return None, ""
-
-
-_warned: set[Path] = set()
-
-
-def _warn_if_readable(path: Path) -> None:
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return
-    if mode & (stat.S_IRGRP | stat.S_IROTH) and path not in _warned:
-        _warned.add(path)
-        log.warning("%s holds credentials and is readable by other users; chmod 600 it", path)
-
-
 def load_credentials(cfg, environ: dict[str, str] | None = None) -> Credentials:
     """The bot's email and key, or :class:`CredentialsError` naming the missing variable."""
     email_env = str(cfg.zulip.get("email_env") or "ZULIP_EMAIL")
     key_env = str(cfg.zulip.get("api_key_env") or "ZULIP_API_KEY")
-    email, src_email = _lookup(email_env, cfg, environ)
+    email, src_email = lookup(email_env, getattr(cfg, "path", None), environ)
     if not email:
         raise CredentialsError(
             f"{email_env} is not set (zulip.email_env): the Zulip bot's email address is needed"
         )
-    key, src_key = _lookup(key_env, cfg, environ)
+    key, src_key = lookup(key_env, getattr(cfg, "path", None), environ)
     if not key:
         raise CredentialsError(
             f"{key_env} is not set (zulip.api_key_env): the Zulip bot's API key is needed"
         )
     return Credentials(email=email.strip(), api_key=key.strip(), source=src_key or src_email)
-
-
-def secrets_for(cfg, environ: dict[str, str] | None = None) -> tuple[str, ...]:
-    """Every secret value gpuheal can know of, for :func:`gpuheal.redact.redact`.
-
-    The Zulip key (environment or ``.env``), the LiteLLM/llama-server api key, and the value of
-    any environment variable named like a secret (``*_API_KEY``, ``*_TOKEN``, ...).
-    """
-    env = os.environ if environ is None else environ
-    values: list[str] = []
-    key_env = str(cfg.zulip.get("api_key_env") or "ZULIP_API_KEY")
-    key, _ = _lookup(key_env, cfg, environ)
-    if key:
-        values.append(key)
-    api_key = getattr(cfg.litellm, "api_key", "") or ""
-    if api_key:
-        values.append(api_key)
-    admin_env = getattr(cfg.litellm, "admin_key_env", None)
-    if admin_env:  # the LiteLLM admin key used by built-in load shedding
-        admin, _ = _lookup(admin_env, cfg, environ)
-        if admin:
-            values.append(admin)
-    for name, value in env.items():
-        if value and name.upper().endswith(SECRET_ENV_SUFFIXES) and len(value) >= 8:
-            values.append(value)
-    # longest first: a secret that contains another is removed whole
-    return tuple(sorted(set(values), key=len, reverse=True))
 
 
 # --------------------------------------------------------------------------- limits

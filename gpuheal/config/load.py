@@ -1,125 +1,29 @@
-"""Load, validate and merge the configuration. IO (reading the file) happens only in
-:func:`load_config`; :func:`load_config_dict` is pure and what the tests drive."""
+"""Load, validate and merge the configuration: the file, the environment and ``.env`` (through
+:mod:`gpuheal.credentials`). The records it builds are the pure dataclasses of
+:mod:`gpuheal.config.model`. IO (reading the file) happens only in :func:`load_config`;
+:func:`load_config_dict` is pure but for the L4 credential lookup, and is what the tests drive."""
 
 from __future__ import annotations
 
 import copy
 import json
 import os
-import shlex
-from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from gpuheal.errors import ConfigError
-
-PLACEHOLDERS = frozenset({"alias", "host", "endpoint"})
-COMMAND_KEYS = (
-    "restart_command",
-    "memcap_restart_command",
-    "shed_load_command",
-    "redirect_command",
-    "restore_load_command",
-    "power_limit_command",
-    "kill_command",
-    "smi_command",
-    "ps_command",
-    "journal_command",
+from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names live in model.py)
+    COMMAND_KEYS,
+    PLACEHOLDERS,
+    Config,
+    GpuConfig,
+    LiteLLMConfig,
+    MonitorConfig,
+    split_command,
 )
-
-
-@dataclass(frozen=True)
-class MonitorConfig:
-    url: str
-    timeout_s: float
-    connect_timeout_s: float
-    max_response_bytes: int
-
-
-@dataclass(frozen=True)
-class LiteLLMConfig:
-    url: str | None
-    api_key: str
-    timeout_s: float
-    restart_command: tuple[str, ...] | None
-    host: str | None
-    transport: str
-    admin_key_env: str = "LITELLM_MASTER_KEY"  # built-in load shedding via /model/update
-
-    def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
-        return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"
-
-
-@dataclass(frozen=True)
-class GpuConfig:
-    alias: str
-    host: str
-    endpoint: str
-    vendor: str
-    vram_total_mb: float | None
-    baseline_tok_s: float | None
-    vram_leak_mb_per_hour: float
-    transport: str
-    name: str | None = None
-    ssh_user: str | None = None
-    ssh_port: int = 22
-    role: str | None = None
-    weight: float | None = None
-    n_ctx: int | None = None
-    litellm_model_id: str | None = None  # the deployment's id in LiteLLM (built-in load shedding)
-    litellm_rpm: int | None = None  # its normal rpm, restored after shedding
-    paused: bool = False
-    gpu_index: int | None = None  # index on its host (smi row, gpu-monitor ``index``); None = the only GPU
-    unified_memory: bool | None = None  # AMD APU: GTT is the memory; None = decided from the product
-    commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    rules: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def command(self, key: str) -> tuple[str, ...] | None:
-        """The argv template for ``key`` (e.g. ``restart_command``), placeholders unexpanded."""
-        return self.commands.get(key)
-
-    @property
-    def index(self) -> int:
-        """The GPU's index on its host: ``gpu_index``, else 0 (the host's only GPU)."""
-        return self.gpu_index if self.gpu_index is not None else 0
-
-
-@dataclass(frozen=True)
-class Config:
-    """The validated configuration. Sections not modelled as classes stay plain dicts."""
-
-    path: str | None
-    monitor: MonitorConfig
-    litellm: LiteLLMConfig
-    gpus: tuple[GpuConfig, ...]
-    probe: dict[str, Any]
-    zulip: dict[str, Any]
-    state: dict[str, Any]
-    history: dict[str, Any]
-    bench: dict[str, Any]
-    heal: dict[str, Any]
-    knowledge_graph: dict[str, Any]
-    rules: dict[str, dict[str, Any]]
-    metrics_file: str | None = None
-
-    @property
-    def aliases(self) -> tuple[str, ...]:
-        return tuple(g.alias for g in self.gpus)
-
-    def gpu(self, alias: str) -> GpuConfig:
-        for gpu in self.gpus:
-            if gpu.alias == alias:
-                return gpu
-        raise KeyError(alias)
-
-    def rule_params(self, rule_id: str, alias: str | None = None) -> dict[str, Any]:
-        """Defaults ← fleet ``rules`` ← the GPU's own ``rules`` (already merged at load)."""
-        if alias is not None:
-            return self.gpu(alias).rules.get(rule_id, {})
-        return self.rules.get(rule_id, {})
-
+from gpuheal.credentials import env_or_dotenv
+from gpuheal.errors import ConfigError
 
 # --------------------------------------------------------------------------- loading
 
@@ -275,23 +179,6 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
     )
 
 
-def env_or_dotenv(name: str, config_path: str | None) -> str | None:
-    """Lesson L4: a credential from the environment, else from a ``.env`` file in the working
-    directory, then beside the config. ``None`` when neither has it."""
-    if os.environ.get(name):
-        return os.environ[name]
-    from pathlib import Path
-
-    from gpuheal.zulip import read_dotenv
-
-    candidates = [Path.cwd() / ".env"] + ([Path(config_path).resolve().parent / ".env"] if config_path else [])
-    for candidate in candidates:
-        value = read_dotenv(candidate).get(name)
-        if value:
-            return value
-    return None
-
-
 def _litellm_key(lite: dict[str, Any], path: str | None) -> str | None:
     """The key every llama-server must accept (L1): ``litellm.api_key_env`` (environment, then
     ``.env``), else ``litellm.api_key`` — with a warning when the named source has nothing, since a
@@ -309,13 +196,6 @@ def _litellm_key(lite: dict[str, Any], path: str | None) -> str | None:
         name,
     )
     return lite.get("api_key")
-
-
-def split_command(value: str | list[str]) -> tuple[str, ...]:
-    """A string is split like a shell would (``shlex``) and later run without one (contract)."""
-    if isinstance(value, str):
-        return tuple(shlex.split(value))
-    return tuple(value)
 
 
 def _argv(value: Any) -> tuple[str, ...] | None:
