@@ -259,10 +259,14 @@ def test_monitor_invalid_values_become_none_with_an_invalid_fault(one_gpu, field
     assert field in invalid[0].detail
 
 
-def test_numeric_strings_are_accepted(one_gpu):
-    obs, _ = sense_with_monitor(json_reply({"gpus": [gpu_entry("ct8", temp_c="71.5")]}), one_gpu)
-    assert obs.gpus["g1"].temp_c == 71.5
-    assert obs.faults == ()
+def test_numeric_strings_are_a_fault_not_a_reading(one_gpu):
+    """Issue 9 point 2: ``"temp_c": "99"`` is the wrong JSON type — not known plus a fault naming
+    the field, never 99 °C (two such polls used to raise thermal-critical)."""
+    obs, _ = sense_with_monitor(json_reply({"gpus": [gpu_entry("ct8", temp_c="99")]}), one_gpu)
+    assert obs.gpus["g1"].temp_c is None
+    assert obs.gpus["g1"].vram_used_mb == 12000  # the rest of the entry is still read
+    (fault,) = [f for f in obs.faults if f.source == "monitor"]
+    assert fault.fault == "invalid" and "gpus[0].temp_c: '99' is not a number" in fault.detail
 
 
 def test_missing_optional_fields_are_not_known_never_zero(one_gpu):
