@@ -248,7 +248,7 @@ def test_per_gpu_rule_override_merges_over_fleet_and_defaults(fleet):
     assert cfg.rule_params("thermal-critical")["temp_c"] == 83
     assert cfg.rule_params("model-stuck", "strix-moe")["hold_polls"] == 3
     assert cfg.rule_params("context-window", "strix-moe")["settling"] is True
-    assert "settling" not in cfg.rule_params("context-window", "gpu-dense")
+    assert cfg.rule_params("context-window", "gpu-dense")["settling"] is False  # declared in defaults.yaml now
     # a GPU's own override never leaks to another GPU
     assert cfg.rule_params("thermal-critical", "strix-moe")["hold_polls"] == 2
 
@@ -276,7 +276,7 @@ def test_api_key_from_an_environment_variable(fleet, monkeypatch):
 
 
 def test_the_loaded_config_is_not_aliased_to_the_defaults(fleet):
-    a = load_config_dict(mutated(fleet, lambda d: d.update(rules={"thermal-critical": {"temp_c": 70}})))
+    a = load_config_dict(mutated(fleet, lambda d: d.update(rules={"thermal-critical": {"temp_c": 70, "clear_below_c": 65}})))
     b = load_config_dict(fleet)
     assert a.rule_params("thermal-critical")["temp_c"] == 70
     assert b.rule_params("thermal-critical")["temp_c"] == 85

@@ -22,6 +22,8 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     MonitorConfig,
     split_command,
 )
+from gpuheal.config.params import check_section
+from gpuheal.config.yamlsafe import load_yaml
 from gpuheal.credentials import env_or_dotenv
 from gpuheal.errors import ConfigError
 
@@ -66,30 +68,38 @@ def load_config(path: Path | str, cache_dir: Path | str | None = None) -> Config
     too, so a new schema revalidates; every other check still runs. ``config validate`` passes
     no cache and always validates in full.
     """
-    import yaml
-
     path = Path(path)
-    try:
-        text = path.read_text("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            f"config file not found: {path} (pass --config PATH or set GPUHEAL_CONFIG)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from None
-    try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    text = read_config_text(path)
+    data = load_yaml(text, str(path))
     digest = _schema_digest(text) if cache_dir is not None else None
     known_ok = digest is not None and _read_validated(Path(cache_dir)) == digest
     cfg = load_config_dict(data, path=str(path), schema_checked=known_ok)
     if digest is not None and not known_ok:
         _remember_validated(Path(cache_dir), digest)
     return cfg
+
+
+MAX_CONFIG_BYTES = 4 * 1024 * 1024  # a 1,000-GPU fleet is ~300 KB; issue 9: a 50 MB file took 4.4 s
+
+
+def read_config_text(path: Path) -> str:
+    """The config's text, refused unread past :data:`MAX_CONFIG_BYTES` (never more is read, so a
+    FIFO or ``/dev/zero`` cannot hold the run either)."""
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file not found: {path} (pass --config PATH or set GPUHEAL_CONFIG)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES // (1024 * 1024)} MiB; not a gpuheal config")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 VALIDATED_FILE = ".config-validated"
@@ -145,7 +155,6 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
     _validate_semantics(data)
     merged = _merge(copy.deepcopy(_defaults()), {k: v for k, v in data.items() if k != "gpus"})
     fleet_rules: dict[str, dict[str, Any]] = merged.get("rules") or {}
-    _check_rule_ids(fleet_rules, "rules")
     gpus = tuple(_gpu(i, g, fleet_rules) for i, g in enumerate(data["gpus"]))
     lite = merged["litellm"]
     api_key = _litellm_key(lite, path)
@@ -206,7 +215,6 @@ def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]
     # rule parameters are flat mappings of scalars (schema): a copy per rule is a deep copy
     rules = {rule_id: dict(params) for rule_id, params in fleet_rules.items()}
     own = raw.get("rules") or {}
-    _check_rule_ids(own, f"gpus[{index}].rules")
     for rule_id, params in own.items():
         rules.setdefault(rule_id, {}).update(params)
     if "vram_leak_mb_per_hour" in raw:
@@ -238,16 +246,6 @@ def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]
     )
 
 
-def _check_rule_ids(rules: dict[str, Any], where: str) -> None:
-    known = set(_defaults()["rules"])
-    for rule_id in rules:
-        if rule_id not in known:
-            raise ConfigError(
-                f"unknown rule id {rule_id!r} (known: {', '.join(sorted(known))})",
-                key_path=where,
-            )
-
-
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
@@ -277,9 +275,12 @@ def _validate_semantics(data: dict[str, Any]) -> None:
         value = (data.get(section) or {}).get(key)
         if value is not None:
             _check_placeholders(value, f"{section}.{key}")
-    _check_rule_param_types(data.get("rules"), "rules")
+    # the strict rule-parameter schema, generated from defaults.yaml (contract: "Rule parameters")
+    defaults = _defaults()["rules"]
+    check_section(data.get("rules"), defaults, "rules")
     for i, gpu in enumerate(data["gpus"]):
-        _check_rule_param_types(gpu.get("rules"), f"gpus[{i}].rules")
+        check_section(gpu.get("rules"), defaults, f"gpus[{i}].rules",
+                      inherited=data.get("rules") or {}, inherited_where="rules")
 
 
 def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str, Any]], i: int) -> None:
@@ -305,22 +306,6 @@ def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str
             )
         raise ConfigError(problem, where)
     seen[(host, index)] = i
-
-
-def _check_rule_param_types(rules: Any, where: str) -> None:
-    """The schema lets a rule parameter be a number, a boolean or a string; one whose default is
-    a number must be a number (``temp_c: hot`` would otherwise fail inside the rules engine, at
-    every run, as an internal error instead of a config error)."""
-    if not isinstance(rules, dict):
-        return
-    defaults = _defaults()["rules"]
-    for rule_id, params in rules.items():
-        if not isinstance(params, dict):
-            continue
-        for key, value in params.items():
-            default = (defaults.get(rule_id) or {}).get(key)
-            if isinstance(default, int | float) and not isinstance(default, bool) and (isinstance(value, bool) or not isinstance(value, int | float)):
-                raise ConfigError(f"must be a number, not {value!r}", f"{where}.{rule_id}.{key}")
 
 
 def _check_finite(data: Any) -> None:
