@@ -136,7 +136,8 @@ def test_a_sensible_config_still_loads_every_override():
         "gpus": [{"alias": "a", "host": "ct8", "endpoint": "http://x:1",
                   "rules": {"thermal-critical": {"temp_c": 90, "clear_below_c": 84}, "context-window": {"settling": True}}}],
         "rules": {"model-stuck": {"failure_ratio": 0.6, "clear_failure_ratio": 0.1, "hold_polls": 3},
-                  "vram-leak": {"window_h": 8, "min_span_h": 7.5, "min_samples": 40}},
+                  "vram-leak": {"window_h": 8, "min_span_h": 7.5, "min_samples": 40},
+                  "host-unreachable": {"clear_polls": 2, "hold_s": 0}},  # engine parameters: any rule
     }
     cfg = load_config_dict(data)
     assert cfg.rule_params("thermal-critical", "a")["clear_below_c"] == 84

@@ -22,7 +22,7 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     MonitorConfig,
     split_command,
 )
-from gpuheal.config.params import check_section
+from gpuheal.config.params import ENGINE_PARAMS, check_section
 from gpuheal.config.yamlsafe import load_yaml
 from gpuheal.credentials import env_or_dotenv
 from gpuheal.errors import ConfigError
@@ -277,9 +277,9 @@ def _validate_semantics(data: dict[str, Any]) -> None:
             _check_placeholders(value, f"{section}.{key}")
     # the strict rule-parameter schema, generated from defaults.yaml (contract: "Rule parameters")
     defaults = _defaults()["rules"]
-    check_section(data.get("rules"), defaults, "rules")
+    check_section(data.get("rules"), defaults, "rules", common=ENGINE_PARAMS)
     for i, gpu in enumerate(data["gpus"]):
-        check_section(gpu.get("rules"), defaults, f"gpus[{i}].rules",
+        check_section(gpu.get("rules"), defaults, f"gpus[{i}].rules", common=ENGINE_PARAMS,
                       inherited=data.get("rules") or {}, inherited_where="rules")
 
 

@@ -140,14 +140,26 @@ def spec_for(name: str, default: Any) -> ParamSpec:
     return ParamSpec(kind, 0, None)  # an unknown unit: at least a finite, non-negative number
 
 
-def schema_from(defaults: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, ParamSpec]]:
-    """``{id: {param: spec}}`` for a defaults section such as ``rules``."""
-    return {rid: {k: spec_for(k, v) for k, v in (params or {}).items()} for rid, params in defaults.items()}
+# Parameters the rules engine reads for every rule (core/engine.py: holds and clearing), with the
+# engine's own fallbacks: any rule may set them, whether or not defaults.yaml lists them for it.
+ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1}
+
+
+def schema_from(
+    defaults: Mapping[str, Mapping[str, Any]], common: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, ParamSpec]]:
+    """``{id: {param: spec}}`` for a defaults section such as ``rules``; ``common`` parameters are
+    allowed for every id."""
+    return {
+        rid: {k: spec_for(k, v) for k, v in {**(common or {}), **(params or {})}.items()}
+        for rid, params in defaults.items()
+    }
 
 
 def check_section(
     user: Any, defaults: Mapping[str, Mapping[str, Any]], where: str, *, what: str = "rule id",
     inherited: Mapping[str, Mapping[str, Any]] | None = None, inherited_where: str | None = None,
+    common: Mapping[str, Any] | None = None,
 ) -> None:
     """Check ``user`` (the ``rules:`` mapping at ``where``) against the schema of ``defaults``.
 
@@ -158,7 +170,7 @@ def check_section(
         return
     if not isinstance(user, dict):
         raise ConfigError(f"must be a mapping of {what} to parameters, not {_shown(user)}", where)
-    schema = schema_from(defaults)
+    schema = schema_from(defaults, common)
     for rid, params in user.items():
         if rid not in schema:
             raise ConfigError(f"unknown {what} {rid!r} (known: {', '.join(sorted(map(str, schema)))})", where)
