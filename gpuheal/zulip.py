@@ -131,9 +131,11 @@ def send_message(
     if post is None:
         from gpuheal.sources.http import request as post
     url = site.rstrip("/") + "/api/v1/messages"
-    body = urlencode(
-        {"type": "stream", "to": stream, "topic": fit_topic(topic), "content": fit_content(content)}
-    ).encode()
+    from gpuheal.parse.values import clean_text
+
+    # valid UTF-8 whatever reached the text (urlencode raises on a lone surrogate)
+    fields = {"type": "stream", "to": stream, "topic": fit_topic(topic), "content": fit_content(content)}
+    body = urlencode({k: clean_text(v) for k, v in fields.items()}).encode()
     token = base64.b64encode(f"{creds.email}:{creds.api_key}".encode()).decode()
     headers = {
         "Authorization": f"Basic {token}",

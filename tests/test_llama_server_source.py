@@ -10,6 +10,8 @@ import json
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_bench_fakes import (
     DROP,
     HANG,
@@ -355,3 +357,44 @@ def test_read_props_401(fake):
     srv = fake(require_key="other")
     info = read_props(srv.url, KEY, 2.0)
     assert not info.ok and info.error == "unauthorized" and info.status == 401
+
+
+# ----------------------------------------------------------------------------- fuzzed answers (issue 9)
+
+_HOSTILE_JSON = [
+    "1" + "0" * 400, "9" * 5000, "NaN", "Infinity", "-Infinity", '"74.9"', "true", "null", "[]", "{}", '"\\ud800"',
+    "1e308", "-1", "0", "3.5", "1e-320",
+]
+
+
+def _hostile_body(rng_values: list[int], template: str) -> bytes:
+    out = template
+    for i, pick in enumerate(rng_values):
+        out = out.replace(f"@{i}", _HOSTILE_JSON[pick % len(_HOSTILE_JSON)])
+    return out.encode()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(picks=st.lists(st.integers(0, 100), min_size=8, max_size=8))
+def test_fuzz_timings_usage_and_props_never_raise_nor_leak_non_finite_numbers(picks):
+    completion = ('{"content": "x", "model": @0, "tokens_predicted": @1, "timings": {"predicted_n": @2, '
+                  '"predicted_ms": @3, "predicted_per_second": @4, "prompt_per_second": @5}}')
+    chat = '{"model": "m", "usage": {"completion_tokens": @6}, "timings": {"predicted_per_second": @7}}'
+    props = ('{"default_generation_settings": {"n_ctx": @0}, "total_slots": @1, "model_alias": @2, '
+             '"build_info": @3, "is_sleeping": @4}')
+    srv = FakeLlama({
+        "POST /completion": Reply(200, _hostile_body(picks, completion)),
+        "POST /v1/chat/completions": Reply(200, _hostile_body(picks, chat)),
+        "GET /props": Reply(200, _hostile_body(picks[3:] + picks[:3], props)),
+    })
+    try:
+        out = bench(srv.url, n_predict=8, deadline_s=5.0)
+    finally:
+        srv.stop()
+    for value in (out.gen_tok_s, out.prompt_tok_s):
+        assert value is None or (value == value and abs(value) < 1e12)
+    for value in (out.tokens, out.n_ctx, out.slots):
+        assert value is None or (isinstance(value, int) and value >= 0)
+    for text in (out.model, out.detail, outcome_summary(out)):
+        (text or "").encode("utf-8")
+    json.dumps(out.to_dict(), allow_nan=False, ensure_ascii=False).encode("utf-8")

@@ -116,6 +116,13 @@ def test_long_content_is_cut_by_us_not_by_zulip(server):
     assert msg["content"].count("```") % 2 == 0  # the open fence was closed
 
 
+def test_a_lone_surrogate_in_an_alert_is_sent_as_valid_utf8(server):
+    # issue 9 point 5: a string from a source (a GPU name) must never stop the alert
+    out = send(server, "gpu-dense (RTX \ud800 3090) at 91 °C", topic="alerts \udfff gpu")
+    assert out.ok
+    assert server.messages[0]["content"] == "gpu-dense (RTX \ufffd 3090) at 91 °C"
+
+
 def test_long_topic_is_cut_to_60():
     topic = zulip.fit_topic("gpu-dense " * 20)
     assert len(topic) == 60 and topic.endswith("...")
