@@ -114,9 +114,9 @@ def zulip_credentials(ctx: Context) -> Check:
 
 
 def admin_key(ctx: Context) -> str | None:
-    from gpuheal.zulip import _lookup
+    from gpuheal.credentials import lookup
 
-    value, _source = _lookup(ctx.cfg.litellm.admin_key_env, ctx.cfg, ctx.environ)
+    value, _source = lookup(ctx.cfg.litellm.admin_key_env, ctx.cfg.path, ctx.environ)
     return value
 
 
