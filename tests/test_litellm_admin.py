@@ -136,6 +136,29 @@ def test_nan_negative_and_bool_values_are_not_routing_values():
     assert la.find(deps, "a").group_routes_by is None and la.find(deps, "a").weight is None
 
 
+def test_hostile_routing_values_and_error_bodies_are_not_known_never_a_crash():
+    # issue 9 points 2 and 5: a 400-digit weight made math.isfinite raise OverflowError; a string
+    # "5" is the wrong JSON type, not an rpm of 5
+    deps = la.parse_deployments({"data": [dep("a", weight=10**400, rpm="5"), dep("b", weight=0.5, rpm=10)]})
+    assert la.find(deps, "a").weight is None and la.find(deps, "a").rpm is None
+    deep: object = "x"
+    for _ in range(5000):
+        deep = {"detail": deep}
+    assert la._message(deep) == "a JSON object"
+    assert la._message({"detail": "bad \ud800 key"}) == "bad \ufffd key"
+
+
+@pytest.mark.parametrize("body", [b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+                                  b'{"detail": ' + b"[" * 900 + b"]" * 900 + b"}"])
+def test_a_deeply_nested_answer_is_a_classified_problem(body):
+    with lite({("GET", "/v1/model/info"): Reply(200, body, {"Content-Type": "application/json"}),
+               ("POST", "/model/update"): Reply(500, body, {"Content-Type": "application/json"})}) as srv:
+        read = la.read_deployment(srv.url + "/litellm", ADMIN, "gpu-dense", 5)
+        update = la.apply_update(srv.url + "/litellm", ADMIN, "gpu-dense", "rpm", 30, 5)
+    assert isinstance(read, la.AdminProblem)
+    assert not update.ok and "\n" not in update.describe()
+
+
 # --------------------------------------------------------------------------- the wire
 
 

@@ -140,9 +140,10 @@ def spec_for(name: str, default: Any) -> ParamSpec:
     return ParamSpec(kind, 0, None)  # an unknown unit: at least a finite, non-negative number
 
 
-# Parameters the rules engine reads for every rule (core/engine.py: holds and clearing), with the
-# engine's own fallbacks: any rule may set them, whether or not defaults.yaml lists them for it.
-ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1}
+# Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
+# engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
+# falling back to the remedy's own), with those fallbacks as the defaults that give their types.
+ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1, "verify_within_s": 300}
 
 
 def schema_from(
@@ -154,6 +155,20 @@ def schema_from(
         rid: {k: spec_for(k, v) for k, v in {**(common or {}), **(params or {})}.items()}
         for rid, params in defaults.items()
     }
+
+
+_SCHEMAS: dict[tuple[int, int], tuple[Any, Any, dict[str, dict[str, ParamSpec]]]] = {}
+
+
+def _schema_cached(defaults: Mapping[str, Mapping[str, Any]], common: Mapping[str, Any] | None) -> dict:
+    """:func:`schema_from`, once per (defaults, common) object: a 1,000-GPU config checks 1,001
+    ``rules:`` mappings against the same defaults."""
+    key = (id(defaults), id(common))
+    hit = _SCHEMAS.get(key)
+    if hit is None or hit[0] is not defaults or hit[1] is not common:
+        hit = (defaults, common, schema_from(defaults, common))
+        _SCHEMAS[key] = hit
+    return hit[2]
 
 
 def check_section(
@@ -170,7 +185,7 @@ def check_section(
         return
     if not isinstance(user, dict):
         raise ConfigError(f"must be a mapping of {what} to parameters, not {_shown(user)}", where)
-    schema = schema_from(defaults, common)
+    schema = _schema_cached(defaults, common)
     for rid, params in user.items():
         if rid not in schema:
             raise ConfigError(f"unknown {what} {rid!r} (known: {', '.join(sorted(map(str, schema)))})", where)

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from gpuheal.parse.values import Bad, check_number, clean_text, shown
 from gpuheal.sources.http import HttpFault, HttpResult, request
 
 #: ``/v1/model/info`` is ~8 KB per deployment on 1.108.7 (every pricing key, mostly null): 8 MiB
@@ -119,13 +120,19 @@ def _message(payload: object) -> str:
         return ""
     err = payload.get("error")
     if isinstance(err, dict):
-        return str(err.get("message") or err.get("type") or "")
+        return _text(err.get("message") or err.get("type") or "")
     detail = payload.get("detail")
     if isinstance(detail, dict):
-        return str(detail.get("error") or detail)
+        return _text(detail.get("error") or detail)
     if detail is not None:
-        return str(detail)
-    return str(err or "")
+        return _text(detail)
+    return _text(err or "")
+
+
+def _text(value: object) -> str:
+    """A string as sent, else a short description — never ``str()`` of a nested value (deep
+    nesting raises RecursionError) or of a huge number."""
+    return clean_text(value[:2000]) if isinstance(value, str) else shown(value)
 
 
 def _fault(fault: HttpFault, what: str, deadline_s: float) -> AdminProblem:
@@ -154,7 +161,7 @@ def _decode(result: HttpResult, what: str) -> tuple[object, AdminProblem | None]
     text = result.body.decode("utf-8", "replace").strip()
     try:
         return json.loads(text), None
-    except ValueError:
+    except (ValueError, RecursionError):
         kind = (
             "HTML"
             if text[:200].lower().lstrip().startswith(("<!doctype", "<html")) or "<html" in text[:500].lower()
@@ -224,7 +231,7 @@ def liveliness(base_url: str, deadline_s: float) -> AdminProblem | None:
     if result.status != 200 or not (isinstance(payload, str) and "alive" in payload.lower()):
         return AdminProblem(
             f"http-{result.status:03d}",
-            f"LiteLLM /health/liveliness answered HTTP {result.status} {_printable(json.dumps(payload), 60)}",
+            f"LiteLLM /health/liveliness answered HTTP {result.status} {_printable(_text(payload), 60)}",
             "check the proxy (litellm.url)",
         )
     return None
@@ -237,16 +244,17 @@ def database_state(base_url: str, deadline_s: float) -> str | None:
         return None
     try:
         payload = json.loads(result.body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     db = payload.get("db") if isinstance(payload, dict) else None
     return _printable(db, 40) if isinstance(db, str) else None
 
 
 def _number(v: object) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
-        return None
-    return float(v)
+    """A finite, non-negative JSON number (the strict reader: a string, a bool or a 400-digit int
+    — ``math.isfinite`` would raise OverflowError on it — is not known)."""
+    read = check_number(v, lo=0, hi=1e15)
+    return None if read is None or isinstance(read, Bad) else float(read)
 
 
 def parse_deployments(payload: object) -> tuple[Deployment, ...] | AdminProblem:
