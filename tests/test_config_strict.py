@@ -8,8 +8,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpuheal.config import load_config, load_config_dict
 from gpuheal.config.params import check_section, schema_from, spec_for
@@ -172,3 +175,48 @@ def test_every_shipped_default_satisfies_its_own_schema_and_relations():
     for rid, params in rules.items():
         for name, value in params.items():
             assert spec_for(name, value).check(value) is None, (rid, name, value)
+
+
+# --------------------------------------------------------------------------- fuzzing the loader
+
+EXAMPLE_TEXT = (Path(__file__).resolve().parents[1] / "examples" / "fleet.yaml").read_text()
+YAML_EVIL = st.sampled_from(["&a ", "*a", "<<: ", ": ", "\n  ", "- ", "{", "}", "[", "]", "!!python/name:os.system",
+                             "!!binary ", ".nan", "-.inf", "1" + "0" * 400, "maybe", "~", '"\\ud800"', "\t", "#", "? "])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.tuples(st.integers(0, len(EXAMPLE_TEXT)), st.integers(0, 6), YAML_EVIL | st.text(max_size=4)),
+                     min_size=1, max_size=5))
+def test_fuzz_mutated_example_config_is_a_config_or_one_config_error(tmp_path, cuts):
+    text = EXAMPLE_TEXT
+    for at, span, insert in cuts:
+        text = text[:at] + insert + text[at + span:]
+    path = tmp_path / "fuzz.yaml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        load_config(path)
+    except ConfigError as exc:
+        assert "\n" not in str(exc)
+        str(exc).encode("utf-8", "surrogatepass")
+
+
+RULE_VALUES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6) | st.lists(st.integers(), max_size=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rules=st.dictionaries(st.sampled_from(["thermal-critical", "vram-leak", "model-stuck", "context-window", "nope"]),
+                             st.dictionaries(st.sampled_from(["temp_c", "clear_below_c", "hold_polls", "window_h",
+                                                              "min_span_h", "failure_ratio", "settling", "temp_cc"]),
+                                             RULE_VALUES, max_size=4) | RULE_VALUES, max_size=3))
+def test_fuzz_rule_parameters_load_or_fail_with_one_line(rules):
+    data = {"gpus": [{"alias": "a", "host": "ct8", "endpoint": "http://x:1", "rules": rules}], "rules": rules}
+    try:
+        cfg = load_config_dict(data)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith(("rules", "gpus[0].rules")), str(exc)
+        return
+    for params in cfg.rule_params("thermal-critical", "a"), cfg.rule_params("model-stuck", "a"):
+        for key, value in params.items():
+            assert not isinstance(value, list), (key, value)
+    critical = cfg.rule_params("thermal-critical", "a")
+    assert 20 <= critical["temp_c"] <= 125 and critical["clear_below_c"] <= critical["temp_c"]
