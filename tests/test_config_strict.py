@@ -167,6 +167,17 @@ def test_the_schema_is_generated_from_the_defaults_and_checks_a_new_parameter_fo
         assert info.value.key_path == path, (params, str(info.value))
 
 
+@pytest.mark.parametrize(("name", "default", "bad", "good"), [
+    ("escalate_after_failures", 3, 0, 1),  # remedy budgets (issue 10 point 4) get their range by suffix
+    ("verify_within_s", 300, 0, 86400),
+    ("hold_polls", 2, 2.5, 3),
+    ("settling", False, "maybe", True),
+])
+def test_spec_by_name_and_default(name, default, bad, good):
+    spec = spec_for(name, default)
+    assert spec.check(bad) and spec.check(good) is None
+
+
 def test_every_shipped_default_satisfies_its_own_schema_and_relations():
     from gpuheal.config.load import _defaults
 

@@ -49,3 +49,11 @@ def test_importing_the_config_package_loads_only_the_model():
             "print(sorted(m for m in sys.modules if m.startswith('gpuheal')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['gpuheal', 'gpuheal.config', 'gpuheal.config.model']"
+
+
+@pytest.mark.parametrize("package", ["core", "rules", "parse"])
+def test_pure_packages_reach_config_only_through_the_model(package):
+    """core/, rules/ and parse/ get the config as values: never the loader, .env or credentials."""
+    banned = ("gpuheal.config.load", "gpuheal.credentials", "gpuheal.zulip")
+    offenders = [o for path in sorted((ROOT / package).glob("*.py")) for o in _offenders(path, banned)]
+    assert offenders == []

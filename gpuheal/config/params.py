@@ -88,6 +88,7 @@ SUFFIXES: tuple[tuple[str, ParamSpec], ...] = (
     ("_requests", ParamSpec("int", 1, 10**9)),
     ("_results", ParamSpec("int", 1, 10_000)),
     ("_gpus", ParamSpec("int", 1, 100_000)),
+    ("_failures", ParamSpec("int", 1, 1000, why="a count of failed attempts")),
     ("_s", ParamSpec("number", 0, 30 * DAY_S, lo_open=True, why="seconds, at most 30 days")),
     ("_h", ParamSpec("number", 0, 30 * 24, lo_open=True, why="hours, at most 30 days")),
     ("_mb", ParamSpec("number", 0, 16 * 1024 * 1024, lo_open=True, why="MB")),

@@ -381,7 +381,7 @@ def _litellm_load_step(action: str, g, cfg) -> Step | None:
 
 
 def _section_cmd(value) -> tuple[str, ...] | None:
-    from gpuheal.config.load import split_command
+    from gpuheal.config.model import split_command
 
     return None if value is None else split_command(value)
 

@@ -478,7 +478,7 @@ class Heal:
 
         def run(target: str, argv: list[str], timeout_s: float):
             if target == LITELLM_API:
-                from gpuheal.config.load import env_or_dotenv
+                from gpuheal.credentials import env_or_dotenv
                 from gpuheal.sources.litellm_admin import update_rpm
 
                 admin_key = env_or_dotenv(self.cfg.litellm.admin_key_env, self.cfg.path)
