@@ -150,3 +150,51 @@ def test_builtin_power_limit_left_alone_at_default_or_unreadable():
         runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout=stdout)})
         run_item(item_for("benchmark-regression", c), c, runner, ok_verify, ())
         assert not any(argv[:2] == ["nvidia-smi", "-pl"] for _, argv in runner.calls), stdout
+
+
+def test_unreadable_evidence_is_a_note_never_the_end_of_the_action():
+    """Issue 9 point 6: a ``³`` in ps's RSS column (``isdigit()`` says yes, ``int()`` says no) once
+    ended ``heal --apply`` after its intent line; evidence is best effort."""
+    c = cfg()
+    runner = FakeRunner({"ps": Outcome(stdout="PID USER RSS COMMAND\n77 llama ³0 /usr/bin/llama-server\n")})
+    ex = run_item(item_for("model-stuck", c), c, runner, ok_verify, ())
+    assert ex.result == "pending" and ex.restarted
+    assert [argv[0] for _, argv in runner.calls] == ["journalctl", "ps", "systemctl"]
+    assert "processes" in ex.evidence or "unreadable" in ex.evidence.get("processes_error", "")
+
+
+def test_unreadable_smi_snapshot_is_a_note_and_the_restart_still_runs(monkeypatch):
+    from gpuheal.actions import execute
+
+    def broken(text):
+        raise ValueError("1²234")
+
+    monkeypatch.setattr(execute, "parse_compute_apps", broken)
+    c = cfg()
+    runner = FakeRunner({"nvidia-smi": smi(["1106871, /app/llama-server, 1²234"])})
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
+    assert ex.result == "pending" and any(argv[0] == "systemctl" for _, argv in runner.calls)
+    assert "unreadable snapshot" in ex.evidence["snapshot_parse_error"]
+
+
+def test_litellm_update_is_an_http_call_not_a_command():
+    from gpuheal.core.actions import LiteLLMUpdate
+
+    c = load_config_dict({
+        "litellm": {"url": "http://127.0.0.1:9/litellm"},
+        "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "litellm_model_id": "dep-a",
+                  "litellm_rpm": 60}],
+    })
+    item = plan([{"gpu": "gpu-a", "issue": "thermal-warning", "state": "firing", "since": "S", "detected": {}}],
+                empty_state(), c, 1e9)[0]
+    assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "rpm", 30, item.steps[0].note),)
+    sent = []
+
+    def litellm(update, timeout_s):
+        sent.append(update)
+        return Outcome(stdout="dep-a: rpm 30")
+
+    runner = FakeRunner()
+    ex = run_item(item, c, runner, ok_verify, (), litellm)
+    assert sent == list(item.steps) and runner.calls == [] and ex.result == "pending"
+    assert ex.steps[0].command == "POST http://127.0.0.1:9/litellm/model/update id=dep-a rpm=30"

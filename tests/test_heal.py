@@ -563,3 +563,23 @@ def test_smi_fallback_reads_each_gpus_own_row_on_a_two_gpu_host(make_lab):
     assert (a["temp_c"], a["vram_total_mb"], a["power_w"]) == (45, 8192, 111.5)
     assert (b["temp_c"], b["vram_total_mb"], b["power_w"]) == (59, 81559, 631.95)
     assert a["source"] == b["source"] == "smi-fallback"
+
+
+def test_a_damaged_heal_state_is_survived_by_heal_apply(make_lab):
+    """Issue 9 point 6: a heal-state.json holding a 400-digit integer (and wrong types) made every
+    `heal` exit 3 with OverflowError; the damaged values are coerced and the fleet still healed."""
+    import json
+
+    lab = stuck_fleet(make_lab)
+    huge = int("9" * 400)
+    damaged = {"restarts": {"gpu-a": [huge]}, "litellm_restarts": [huge], "run_seq": {"day": "x", "n": huge},
+               "attempts": {"k": {"gpu": "gpu-b", "issue": "model-stuck", "n": huge, "verify_by": huge,
+                                  "status": "pending", "since": ["x"]}},
+               "active": {"gpu-c": {"restore_failures": huge, "cool_since": huge}}}
+    lab.state_dir.mkdir(parents=True, exist_ok=True)
+    (lab.state_dir / "heal-state.json").write_text(json.dumps({"schema_version": 1, "data": damaged}))
+    lab.heal()
+    lab.fleet.advance(60)
+    proc = lab.cli("heal", "--apply", "--json")
+    assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, proc.stderr
+    assert lab.restarts("gpu-a") == 1

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from servers import Hang, LoopbackServer, Oversized, Reply, closed_url
 
 from gpuheal.config import load_config_dict
-from gpuheal.core.plan import LITELLM_API, _step
+from gpuheal.actions.execute import describe
+from gpuheal.core.actions import LITELLM_API, LiteLLMUpdate
+from gpuheal.core.plan import resolve_action as _step
 from gpuheal.sources import litellm_admin as la
 
 ADMIN = "sk-admin-test-0123456789"
@@ -278,13 +280,15 @@ def test_builtin_plan_targets_the_litellm_api():
     c = cfg(litellm_model_id="dep-a", litellm_rpm=60)
     shed = _step("shed-load", "gpu-a", c)
     assert shed.target == LITELLM_API
+    assert isinstance(shed, LiteLLMUpdate) and (shed.model_id, shed.field, shed.value) == ("dep-a", "rpm", 30)
+    assert describe(shed, "gpu-a", c) == "POST http://127.0.0.1:9/litellm/model/update id=dep-a rpm=30"
 
 
 def test_a_configured_command_wins_over_the_builtin():
     step = _step(
         "shed-load", "gpu-a", cfg(litellm_model_id="dep-a", litellm_rpm=60, shed_load_command="my-shed {alias}")
     )
-    assert step.argv_template == ("my-shed", "{alias}") and step.target == "ct1"
+    assert step.argv == ("my-shed", "{alias}") and step.target == "ct1"
 
 
 # --------------------------------------------------------------------------- the look-alike's setups

@@ -148,7 +148,7 @@ def test_fleet_data_source_restarts_gpu_monitor_locally():
     item = only(plan([issue(gpu="fleet", issue_id="data-source-unreachable")], empty_state(), cfg(), NOW))
     assert item.decision == "act"
     assert item.steps[0].action == "restart-gpu-monitor" and item.steps[0].target == "local"
-    assert item.steps[0].argv_template == ("systemctl", "restart", "gpu-monitor.service")
+    assert item.steps[0].argv == ("systemctl", "restart", "gpu-monitor.service")
 
 
 @pytest.mark.parametrize("junk", [None, [], "x", {"attempts": [1, 2]}, {"restarts": {"a": ["x", 5]}}, {"paused": {"fleet": "yes"}}])

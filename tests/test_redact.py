@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuheal.actions import catalog
+from gpuheal.core import catalog
 from gpuheal.redact import MASK, redact, redact_text
 
 

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuheal.actions.catalog import ACTIONS, POWER_QUERY_ARGV
-from gpuheal.core.plan import PlanItem, Step
+from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
+from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV
+from gpuheal.core.plan import PlanItem
 from gpuheal.parse.smi import GpuProcess, parse_compute_apps, parse_ps, parse_rocm_smi
 from gpuheal.redact import redact
 
 # (target, argv, timeout_s) -> CommandOutcome-like object with rc, stdout, stderr, error, timed_out
 Runner = Callable[[str, list[str], float], Any]
+# (update, timeout_s) -> the same outcome shape, from LiteLLM's admin API
+LiteLLMCall = Callable[[LiteLLMUpdate, float], Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepResult:
     action: str
     argv: list[str]
@@ -32,7 +35,11 @@ class StepResult:
     error: str | None = None
     output: str = ""
     note: str = ""
-    skipped: bool = False
+    command: str = ""  # how it is shown: the argv, or the HTTP call
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            object.__setattr__(self, "command", " ".join(self.argv))
 
 
 @dataclass
@@ -62,35 +69,21 @@ def run_item(
     runner: Runner,
     verify_restart: Callable[[str], dict[str, Any]],
     secrets: tuple[str, ...],
+    litellm: LiteLLMCall | None = None,
 ) -> Execution:
     """Execute the steps of one ``act`` item in order; stop at the first failure."""
     ex = Execution(item=item)
     timeout_s = float(cfg.heal["command_timeout_s"])
-    values = _values(item.gpu, cfg)
+    values = values_for(item.gpu, cfg)
     if item.gpu != "fleet" and any(ACTIONS[s.action].restarts or ACTIONS[s.action].evidence for s in item.steps):
         ex.evidence.update(gather_host_evidence(item.gpu, cfg, runner, values, min(timeout_s, 15.0), secrets))
     for step in item.steps:
-        spec = ACTIONS[step.action]
         if step.action in ("restart-llama-server-memcap", "restart-llama-server") and item.issue == "vram-leak":
-            decision = _leak_source(ex.evidence, cfg)
-            if decision is not None:
-                kind, detail = decision
-                if kind == "kill":
-                    pid, name = detail
-                    res = _run(Step("kill-process", ACTIONS["kill-process"].default_argv if cfg.gpu(item.gpu).command("kill_command") is None else cfg.gpu(item.gpu).command("kill_command"), step.target), {**values, "pid": str(pid)}, runner, timeout_s, secrets)
-                    res.note = f"unknown process {name!r} (pid {pid}) is the VRAM growth source"
-                    ex.steps.append(res)
-                    ex.escalate_reason = f"killed unknown VRAM process {name!r} (pid {pid})" if res.ok else f"could not kill unknown VRAM process {name!r} (pid {pid})"
-                    ex.result = "escalated"
-                    return ex
-                ex.escalate_reason = detail
-                ex.result = "escalated"
+            if _leak_stops_restart(ex, step, cfg, runner, values, timeout_s, secrets):
                 return ex
-        if step.action == "restore-power-limit" and step.argv_template == POWER_QUERY_ARGV:
-            res = _restore_power_limit(step, values, runner, timeout_s, secrets)
-        else:
-            res = _run(step, values, runner, timeout_s, secrets)
+        res = perform(step, values, runner, litellm, timeout_s, secrets, cfg)
         ex.steps.append(res)
+        spec = ACTIONS[step.action]
         if spec.evidence:
             ex.evidence.update(_parse_evidence(res.output, cfg, item.gpu))
             if not res.ok:
@@ -98,70 +91,146 @@ def run_item(
             continue  # evidence is best effort: a failed snapshot does not stop the fix
         if not res.ok:
             ex.result = "failed"
-            if res.error and any(w in res.error for w in ("host key", "refused", "auth", "timeout")) and item.issue == "host-unreachable":
+            unreachable = res.error and any(w in res.error for w in ("host key", "refused", "auth", "timeout"))
+            if unreachable and item.issue == "host-unreachable":
                 ex.escalate_reason = f"cannot reach host over SSH ({res.error}) — infrastructure alert (Rule 6)"
                 ex.result = "escalated"
             return ex
         if spec.restarts:
             ex.restarted = True
-        if spec.sync_verify:
-            ex.verification = verify_restart(item.gpu)
-            if ex.verification.get("error") == "unauthorized":
-                ex.result = "escalated"
-                ex.escalate_reason = "after the restart llama-server rejects the configured api key (Lesson L1)"
-                return ex
-            if not ex.verification.get("ok"):
-                ex.result = "failed"
-                return ex
+        if isinstance(step, RunCommand) and step.then is not None and not _wait_ready(ex, step.then, verify_restart):
+            return ex
     ex.result = "pending"
     return ex
 
 
-def gather_host_evidence(gpu: str, cfg, runner: Runner, values: dict[str, str], timeout_s: float, secrets) -> dict[str, Any]:
+def perform(
+    step: Action,
+    values: dict[str, str],
+    runner: Runner,
+    litellm: LiteLLMCall | None,
+    timeout_s: float,
+    secrets,
+    cfg=None,
+) -> StepResult:
+    """Perform one action, dispatching on its type; never raises for what the world does."""
+    if isinstance(step, RunCommand):
+        return run_command(step, values, runner, timeout_s, secrets)
+    if isinstance(step, RestorePowerLimit):
+        return _restore_power_limit(step, values, runner, timeout_s, secrets)
+    if isinstance(step, LiteLLMUpdate):
+        shown = describe_update(cfg.litellm.url if cfg is not None else None, step)
+        if litellm is None:
+            return StepResult(step.action, [], step.target, ok=False, error="no LiteLLM client", command=shown)
+        return _result(step.action, [], step.target, litellm(step, timeout_s), secrets, step.note, shown)
+    raise TypeError(f"not an action gpuheal performs: {step!r}")
+
+
+def _wait_ready(ex: Execution, step: WaitReady, verify_restart) -> bool:
+    """Rule 3's verify after a restart, inside the run. False: the attempt ends here."""
+    ex.verification = verify_restart(step.alias)
+    if ex.verification.get("error") == "unauthorized":
+        ex.result = "escalated"
+        ex.escalate_reason = "after the restart llama-server rejects the configured api key (Lesson L1)"
+        return False
+    if not ex.verification.get("ok"):
+        ex.result = "failed"
+        return False
+    return True
+
+
+def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeout_s, secrets) -> bool:
+    """Rule 2.2/2.3 before the restart: when another process is the growth source, kill it (opt-in)
+    or escalate instead of restarting llama-server. True: the attempt ends here (escalated)."""
+    decision = _leak_source(ex.evidence, cfg)
+    if decision is None:
+        return False
+    kind, detail = decision
+    ex.result = "escalated"
+    if kind != "kill":
+        ex.escalate_reason = detail
+        return True
+    pid, name = detail
+    argv = cfg.gpu(ex.item.gpu).command("kill_command") or ACTIONS["kill-process"].default_argv
+    res = run_command(
+        RunCommand("kill-process", tuple(argv), step.target), {**values, "pid": str(pid)}, runner, timeout_s, secrets
+    )
+    ex.steps.append(replace(res, note=f"unknown process {name!r} (pid {pid}) is the VRAM growth source"))
+    verb = "killed" if res.ok else "could not kill"
+    ex.escalate_reason = f"{verb} unknown VRAM process {name!r} (pid {pid})"
+    return True
+
+
+def gather_host_evidence(
+    gpu: str, cfg, runner: Runner, values: dict[str, str], timeout_s: float, secrets
+) -> dict[str, Any]:
     """Evidence before acting (issue 4, item 6): the last journal lines and the process list.
 
     Over SSH the defaults are ``journalctl -u llama-server`` and ``ps``; a ``local`` GPU (the
     lab, or gpuheal on the GPU host itself) gathers only what is configured. Best effort: a
-    failure is noted in the evidence and never stops the remediation.
+    failed command or an output that cannot be read is a note in the evidence and never stops the
+    remediation (issue 9: a ``³`` in ps's RSS column once ended the action after its intent line).
     """
-    from gpuheal.actions.catalog import DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV
-
     g = cfg.gpu(gpu)
     over_ssh = g.transport == "ssh"
     out: dict[str, Any] = {}
-    for name, key, default in (("journal", "journal_command", DEFAULT_JOURNAL_ARGV), ("processes", "ps_command", DEFAULT_PS_ARGV)):
+    for name, key, default in (
+        ("journal", "journal_command", DEFAULT_JOURNAL_ARGV),
+        ("processes", "ps_command", DEFAULT_PS_ARGV),
+    ):
         template = g.command(key) or (default if over_ssh else None)
         if template is None:
             continue
-        res = _run(Step(f"evidence-{name}", tuple(template), g.host if over_ssh else "local"), values, runner, timeout_s, secrets)
+        res = run_command(
+            RunCommand(f"evidence-{name}", tuple(template), g.host if over_ssh else "local"),
+            values,
+            runner,
+            timeout_s,
+            secrets,
+        )
         if not res.ok:
             out[f"{name}_error"] = res.error
             continue
-        if name == "processes":
-            procs = parse_ps(res.output)[:15]
-            out[name] = [{"pid": p.pid, "user": p.user, "rss_mb": p.rss_mb, "command": redact(p.name, secrets)} for p in procs]
-        else:
+        if name == "journal":
             out[name] = res.output.splitlines()[-20:]
+            continue
+        try:
+            procs = parse_ps(res.output)[:15]
+        except Exception as exc:  # noqa: BLE001 — evidence is best effort, whatever the parser trips on
+            out["processes_error"] = f"unreadable process list ({type(exc).__name__})"
+            continue
+        out[name] = [
+            {"pid": p.pid, "user": p.user, "rss_mb": p.rss_mb, "command": redact(p.name, secrets)} for p in procs
+        ]
     return out
 
 
-def _restore_power_limit(step: Step, values: dict[str, str], runner: Runner, timeout_s: float, secrets) -> StepResult:
+def _restore_power_limit(
+    step: RestorePowerLimit, values: dict[str, str], runner: Runner, timeout_s: float, secrets
+) -> StepResult:
     """Rule 4.2, "if throttled, restore to max": query the limits; only when the enforced limit is
     below the board's default, set it back with ``nvidia-smi -pl``. An unreadable answer changes
     nothing and fails the step (the regression then escalates with the evidence)."""
-    query = _run(step, values, runner, timeout_s, secrets)
+    query = run_command(
+        RunCommand(step.action, step.query_argv, step.target, step.note), values, runner, timeout_s, secrets
+    )
     if not query.ok:
         return query
     fields = [f.strip() for f in (query.output.splitlines() or [""])[0].split(",")]
     numbers = [_watts(f) for f in fields[:3]] if len(fields) >= 3 else [None, None, None]
     limit_w, default_w, _max_w = numbers
     if limit_w is None or default_w is None:
-        return StepResult(step.action, query.argv, step.target, ok=False, error="power limits not readable", output=query.output)
+        return replace(query, ok=False, error="power limits not readable", note="")
     if limit_w >= default_w - 1:
-        return StepResult(step.action, query.argv, step.target, ok=True, output=query.output, note=f"power limit {limit_w:g} W is already the default {default_w:g} W")
-    setter = _run(Step(step.action, ("nvidia-smi", "-pl", f"{default_w:g}"), step.target), values, runner, timeout_s, secrets)
-    setter.note = f"power limit was {limit_w:g} W, restored to the default {default_w:g} W"
-    return setter
+        return replace(query, note=f"power limit {limit_w:g} W is already the default {default_w:g} W")
+    setter = run_command(
+        RunCommand(step.action, ("nvidia-smi", "-pl", f"{default_w:g}"), step.target),
+        values,
+        runner,
+        timeout_s,
+        secrets,
+    )
+    return replace(setter, note=f"power limit was {limit_w:g} W, restored to the default {default_w:g} W")
 
 
 def _watts(text: str) -> float | None:
@@ -170,40 +239,76 @@ def _watts(text: str) -> float | None:
     return None if text.startswith("[") else number_text(text, hi=10000.0)
 
 
-def _values(gpu: str, cfg) -> dict[str, str]:
+def values_for(gpu: str, cfg) -> dict[str, str]:
+    """The placeholders of a command for ``gpu``: ``{alias} {host} {endpoint}``."""
     if gpu == "fleet":
         return {"alias": "fleet", "host": "", "endpoint": ""}
     g = cfg.gpu(gpu)
     return {"alias": g.alias, "host": g.host, "endpoint": g.endpoint}
 
 
-def _run(step: Step, values: dict[str, str], runner: Runner, timeout_s: float, secrets) -> StepResult:  # noqa: D401
+def run_command(step: RunCommand, values: dict[str, str], runner: Runner, timeout_s: float, secrets) -> StepResult:
     try:
-        argv = expand_argv(step.argv_template or (), values)
+        argv = expand_argv(step.argv, values)
     except Exception as exc:  # a bad template is a config problem: report, don't crash the run
-        return StepResult(step.action, list(step.argv_template or ()), step.target, ok=False, error=str(exc))
-    outcome = runner(step.target, argv, timeout_s)
+        return StepResult(step.action, list(step.argv), step.target, ok=False, error=str(exc))
+    return _result(step.action, argv, step.target, runner(step.target, argv, timeout_s), secrets, step.note)
+
+
+def _result(
+    action: str, argv: list[str], target: str, outcome, secrets, note: str = "", command: str = ""
+) -> StepResult:
     ok = outcome.error is None and not outcome.timed_out and outcome.rc == 0
     output = (outcome.stdout or "") + (("\n" + outcome.stderr) if outcome.stderr else "")
     error = outcome.error or ("timed out" if outcome.timed_out else (None if ok else f"exit status {outcome.rc}"))
     return StepResult(
-        step.action,
+        action,
         argv,
-        step.target,
+        target,
         ok=ok,
         rc=outcome.rc,
         error=error,
         output=redact(output[-4000:], secrets),
-        note=step.note,
+        note=note,
+        command=command,
     )
+
+
+def describe_update(base_url: str | None, step: LiteLLMUpdate) -> str:
+    """How a LiteLLM admin call is shown (no key, no body secrets)."""
+    from gpuheal.sources.litellm_admin import describe_update as shown
+
+    return shown(base_url, step.model_id, step.field, step.value)
+
+
+def describe(step: Action, gpu: str, cfg) -> str:
+    """The exact command a dry run shows for ``step``."""
+    import shlex
+
+    if isinstance(step, LiteLLMUpdate):
+        return describe_update(cfg.litellm.url, step)
+    template = step.argv if isinstance(step, RunCommand) else step.query_argv
+    values = {"alias": gpu, "host": "", "endpoint": ""}
+    if gpu != "fleet":
+        g = cfg.gpu(gpu)
+        values = {"alias": g.alias, "host": g.host, "endpoint": g.endpoint}
+    try:
+        argv = expand_argv(template, {**values, "pid": "PID"})
+    except Exception:  # noqa: BLE001 — shown as configured; running it reports the error
+        argv = list(template)
+    where = "" if step.target == "local" else f"ssh {step.target}: "
+    return where + shlex.join(argv)
 
 
 def _parse_evidence(output: str, cfg, gpu: str) -> dict[str, Any]:
     if gpu == "fleet":
         return {"snapshot": output[-2000:]}
     vendor = cfg.gpu(gpu).vendor
-    procs: list[GpuProcess] = parse_compute_apps(output) if vendor == "nvidia" else []
-    smi = parse_rocm_smi(output) if vendor == "amd" else []
+    try:
+        procs: list[GpuProcess] = parse_compute_apps(output) if vendor == "nvidia" else []
+        smi = parse_rocm_smi(output) if vendor == "amd" else []
+    except Exception as exc:  # noqa: BLE001 — evidence is best effort (issue 9, point 6)
+        return {"snapshot": output[-2000:], "snapshot_parse_error": f"unreadable snapshot ({type(exc).__name__})"}
     return {
         "gpu_processes": [{"pid": p.pid, "name": p.name, "used_mb": p.used_mb} for p in procs],
         "smi": smi,
@@ -226,11 +331,16 @@ def _leak_source(evidence: dict[str, Any], cfg) -> tuple[str, Any] | None:
     if any(p and p in name.lower() for p in protect):
         return ("escalate", f"VRAM growth source is protected process {name!r} (pid {top['pid']}): not touching it")
     if not cfg.heal.get("kill_unknown_processes"):
-        return ("escalate", f"unknown process {name!r} (pid {top['pid']}) holds {top['used_mb']:.0f} MB; kill_unknown_processes is off")
+        return (
+            "escalate",
+            f"unknown process {name!r} (pid {top['pid']}) holds {top['used_mb']:.0f} MB; kill_unknown_processes is off",
+        )
     return ("kill", (top["pid"], name))
 
 
-def wait_ready_then_complete(endpoint: str, api_key: str, reload_wait_s: float, verify_timeout_s: float, n_predict: int = 16) -> dict[str, Any]:
+def wait_ready_then_complete(
+    endpoint: str, api_key: str, reload_wait_s: float, verify_timeout_s: float, n_predict: int = 16
+) -> dict[str, Any]:
     """Rule 3's verify: poll ``/health`` up to the reload deadline (never a flat sleep), then prove
     it with a real completion (``/health`` alone is not proof) answered in < ``verify_timeout_s``."""
     from gpuheal.sources.llama_server import benchmark_inference

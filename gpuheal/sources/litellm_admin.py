@@ -576,8 +576,3 @@ def update_rpm(base_url: str, admin_key: str | None, model_id: str, rpm: int, de
             stderr=problem.line(),
         )
     return AdminOutcome(rc=1, error=problem.reason, stderr=problem.line())
-
-
-def describe(base_url: str | None, argv: list[str] | tuple[str, ...]) -> str:
-    _, model_id, rpm = argv
-    return describe_update(base_url, model_id, "rpm", float(rpm))

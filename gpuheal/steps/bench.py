@@ -28,6 +28,7 @@ from typing import Any
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
 from gpuheal.config import Config, GpuConfig
+from gpuheal.core.heal_state import normalise_state
 from gpuheal.errors import GpuhealError
 from gpuheal.sources.llama_server import ERR_UNAUTHORIZED, BenchOutcome, benchmark_inference
 from gpuheal.state import files
@@ -188,8 +189,7 @@ def open_incidents(store: StateDir) -> list[dict[str, Any]]:
 
 def recent_restarts(store: StateDir) -> dict[str, list[float]]:
     """``heal-state.json`` ``restarts``: {alias: [epoch_s, ...]} — tolerant of a damaged file."""
-    state = store.read(files.HEAL, {})
-    restarts = state.get("restarts") if isinstance(state, dict) else None
+    restarts = normalise_state(store.read(files.HEAL, {}))["restarts"]
     if not isinstance(restarts, dict):
         return {}
     out: dict[str, list[float]] = {}

@@ -95,7 +95,7 @@ def command(rt, store: StateDir, record: Path | None = None):
     def render() -> None:
         from gpuheal.render.human import render_health
 
-        render_health(result.health, _config_rows(rt.cfg))
+        render_health(result.health, config_rows(rt.cfg))
 
     return CommandResult(
         document=result.health,
@@ -105,7 +105,7 @@ def command(rt, store: StateDir, record: Path | None = None):
     )
 
 
-def _config_rows(cfg: Config) -> list[dict[str, Any]]:
+def config_rows(cfg: Config) -> list[dict[str, Any]]:
     return [
         {"alias": g.alias, "host": g.host, "name": g.name, "vram_total_mb": g.vram_total_mb}
         for g in cfg.gpus

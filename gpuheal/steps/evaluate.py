@@ -32,6 +32,7 @@ from gpuheal import benchdata
 from gpuheal.config import Config
 from gpuheal.core import engine
 from gpuheal.core.engine import Evaluation, iso, load_book
+from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.view import FleetView, Restarts, remember, vram_trend
 from gpuheal.model import Observation
 from gpuheal.rules import ALL, BENCH_RULES
@@ -160,7 +161,7 @@ def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
 def _load(cfg: Config, store: StateDir) -> tuple[dict[str, Any], dict[str, Any], Any, Restarts]:
     book = load_book(store.read(files.ISSUES, None))
     bench = benchdata.normalise(store.read(files.BENCH, {}))
-    heal_state = store.read(files.HEAL, {}) or {}
+    heal_state = normalise_state(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
     restarts = Restarts.from_heal_state(heal_state, float(cfg.heal["startup_grace_s"]))
     return book, bench, heal_state, restarts
 

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpuheal.clock import format_iso
+from gpuheal.core.heal_state import normalise_state
 from gpuheal.state import files
 
 log = logging.getLogger("gpuheal")
@@ -91,7 +92,7 @@ def audit_records(store, since_s: float | None = None, max_bytes: int = AUDIT_TA
 
 def heal_state(store) -> dict[str, Any]:
     """The parts of ``heal-state.json`` (shape: :mod:`gpuheal.core.plan`) a report reads."""
-    data = store.read(files.HEAL, None)
+    data = normalise_state(store.read(files.HEAL, None))
     out: dict[str, Any] = {"restarts": {}, "attempts": [], "escalated": {}, "paused": {"fleet": None, "gpus": {}}}
     if not isinstance(data, dict):
         return out

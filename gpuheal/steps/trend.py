@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuheal.config import Config
 from gpuheal.core.engine import Finding, iso
+from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.view import FleetView, Restarts, last_known, temp_rise_c_per_min, vram_trend
 from gpuheal.errors import GpuhealError
 from gpuheal.state import files
@@ -74,7 +75,7 @@ def command(rt, store, gpu: str | None = None):
         raise GpuhealError(f"unknown GPU alias {gpu!r} (known: {', '.join(cfg.aliases)})", key_path="--gpu")
     aliases = (gpu,) if gpu else cfg.aliases
     history = load_history(store)
-    heal_state = store.read(files.HEAL, {}) or {}
+    heal_state = normalise_state(store.read(files.HEAL, {}))
     restarts = Restarts.from_heal_state(heal_state, float(cfg.heal["startup_grace_s"]))
     now_s = rt.now.timestamp()
     doc = build(cfg, history, now_s, restarts, aliases)

@@ -2,13 +2,15 @@
 
 An :class:`ActionSpec` names the contract action, where its command comes from (a per-GPU config
 key, then a default), whether it is a restart (restart budget, startup grace, fleet guard) and how
-it is verified. A :class:`Remedy` is the ordered fix for one issue id plus its escalation policy.
-Pure data: nothing here runs anything.
+it is verified. A :class:`Remedy` is the ordered fix for one issue id. Its numbers — how long the
+issue may take to clear (``verify_within_s``) and how many failed attempts call the humans
+(``escalate_after_failures``) — are rule parameters in ``config/defaults.yaml`` (issue 10), not
+code. Pure data: nothing here runs anything; :func:`gpuheal.core.plan.plan` receives it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -48,11 +50,23 @@ ACTIONS: dict[str, ActionSpec] = {
             evidence=True,
             description="log a VRAM snapshot with the process list (Rule 2.1)",
         ),
-        ActionSpec("kill-process", "kill_command", ("kill", "-TERM", "{pid}"), description="kill an unknown VRAM process (Rule 2.3, opt-in)"),
-        ActionSpec("shed-load", "shed_load_command", None, description="reduce concurrency on the GPU (load-side cooling, never fans)"),
+        ActionSpec(
+            "kill-process",
+            "kill_command",
+            ("kill", "-TERM", "{pid}"),
+            description="kill an unknown VRAM process (Rule 2.3, opt-in)",
+        ),
+        ActionSpec(
+            "shed-load",
+            "shed_load_command",
+            None,
+            description="reduce concurrency on the GPU (load-side cooling, never fans)",
+        ),
         ActionSpec("redirect-traffic", "redirect_command", None, description="route new requests to cooler GPUs"),
         ActionSpec("restore-load", "restore_load_command", None, description="undo shed-load / redirect-traffic"),
-        ActionSpec("restore-power-limit", "power_limit_command", None, description="restore the power limit to max (Rule 4.2)"),
+        ActionSpec(
+            "restore-power-limit", "power_limit_command", None, description="restore the power limit to max (Rule 4.2)"
+        ),
         ActionSpec(
             "restart-litellm",
             "litellm.restart_command",
@@ -74,20 +88,16 @@ ACTIONS: dict[str, ActionSpec] = {
 class Remedy:
     """The fix for one issue id.
 
-    ``steps``: actions in order. ``verify_within_s``: how long after acting the issue must clear
-    (judged by later runs from fresh data). ``escalate_after_failures``: failed verifications of
-    one occurrence before the humans are called. ``alert_now``: the spec alerts on detection
-    (Rule 8 tier 2); ``automatic``: False = nothing safe to do, escalate at once.
+    ``steps``: actions in order. ``alert_now``: the spec alerts on detection (Rule 8 tier 2);
+    ``automatic``: False = nothing safe to do, escalate at once. The verification window and the
+    failure budget are the rule's ``verify_within_s`` / ``escalate_after_failures`` parameters.
     """
 
     issue: str
     steps: tuple[str, ...] = ()
-    verify_within_s: float = 300.0
-    escalate_after_failures: int = 3
     alert_now: bool = False
     automatic: bool = True
     why_escalate: str = "remediation did not fix it"
-    undo_on_resolve: tuple[str, ...] = field(default=())
 
 
 REMEDIES: dict[str, Remedy] = {
@@ -96,26 +106,18 @@ REMEDIES: dict[str, Remedy] = {
         Remedy(
             "thermal-critical",
             ("shed-load", "redirect-traffic"),
-            verify_within_s=300,
             why_escalate="still above 85 °C after load shedding (Rule 1)",
-            undo_on_resolve=("restore-load",),
         ),
         Remedy(
             "thermal-warning",
             ("shed-load",),
-            verify_within_s=300,
-            escalate_after_failures=3,
             why_escalate="temperature keeps rising after shedding 50 % of the load (Rule 8 tier 1)",
-            undo_on_resolve=("restore-load",),
         ),
         Remedy(
             "thermal-rising",
             ("redirect-traffic",),
-            verify_within_s=300,
-            escalate_after_failures=1,
             alert_now=True,
             why_escalate="still rising 5 minutes after tier 2 — possible hardware failure (Rule 8)",
-            undo_on_resolve=("restore-load",),
         ),
         Remedy(
             "cooling-infrastructure",
@@ -125,40 +127,31 @@ REMEDIES: dict[str, Remedy] = {
         Remedy(
             "vram-leak",
             ("snapshot-processes", "restart-llama-server-memcap"),
-            verify_within_s=6 * 3600,
-            escalate_after_failures=1,
             why_escalate="leak persists after restart — hardware investigation (Rule 2)",
         ),
         Remedy(
             "model-stuck",
             ("restart-llama-server",),
-            verify_within_s=180,
             why_escalate="still failing after restarts — GPU hardware check (Rule 3)",
         ),
         Remedy(
             "host-unreachable",
             ("restart-llama-server",),
-            verify_within_s=180,
             why_escalate="llama-server does not come back — infrastructure alert (Rule 6)",
         ),
         Remedy(
             "data-source-unreachable",
             ("restart-gpu-monitor",),
-            verify_within_s=180,
             why_escalate="gpu-monitor does not come back after restarts — networking issue (Rule 7)",
         ),
         Remedy(
             "circuit-breaker-stuck",
             ("restart-litellm",),
-            verify_within_s=120,
-            escalate_after_failures=1,
             why_escalate="LiteLLM restart did not clear the breaker — human investigation (Rule 5)",
         ),
         Remedy(
             "benchmark-regression",
             ("snapshot-processes", "restore-power-limit"),
-            verify_within_s=24 * 3600,
-            escalate_after_failures=1,
             why_escalate="persistent regression — possible hardware degradation (Rule 4)",
         ),
         Remedy(
@@ -173,11 +166,27 @@ REMEDIES: dict[str, Remedy] = {
 
 # Recommendations (severity info) are reported, never acted on and never escalated.
 RECOMMENDATIONS = frozenset({"context-window", "workload-misrouted"})
+# Shared services gpuheal restarts: one restart serves every issue that asked for it, and each has
+# a restart budget of its own (``max_restarts_per_hour``) — a LiteLLM restart cuts the whole fleet.
+SERVICE_OF = {"restart-litellm": "litellm", "restart-gpu-monitor": "gpu-monitor"}
+# Load-side mitigations, undone by ``restore-load`` once the GPU stayed cool.
+MITIGATIONS = ("shed-load", "redirect-traffic")
+THERMAL = ("thermal-critical", "thermal-warning", "thermal-rising")
 
 
 def default_smi_argv(vendor: str) -> tuple[str, ...]:
     if vendor == "amd":
-        return ("rocm-smi", "--showtemp", "--showmeminfo", "vram", "gtt", "--showuse", "--showpower", "--showpids", "--json")
+        return (
+            "rocm-smi",
+            "--showtemp",
+            "--showmeminfo",
+            "vram",
+            "gtt",
+            "--showuse",
+            "--showpower",
+            "--showpids",
+            "--json",
+        )
     return ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits")
 
 
@@ -192,14 +201,6 @@ QUERY_GPU_ARGV = (
 )
 ROCM_SMI_ARGV = ("rocm-smi", "--showtemp", "--showmeminfo", "vram", "gtt", "--showuse", "--showpower", "--json")
 
-# The built-in load actions carry a pseudo-command; the heal runner sends it to LiteLLM's admin API
-# (``POST /model/update``, gpuheal/sources/litellm_admin.py) instead of running it.
-LITELLM_UPDATE_VERB = "litellm-model-update"
-
-
-def litellm_update_argv(model_id: str, rpm: int) -> tuple[str, ...]:
-    return (LITELLM_UPDATE_VERB, model_id, str(int(rpm)))
-
 # Rule 4.2 built in for NVIDIA: read the limits, and only if the limit was lowered below the
 # board's default, ``nvidia-smi -pl <default>`` (formats.md §2.1: values parsed positionally).
 POWER_QUERY_ARGV = (
@@ -207,3 +208,25 @@ POWER_QUERY_ARGV = (
     "--query-gpu=power.limit,power.default_limit,power.max_limit",
     "--format=csv,noheader,nounits",
 )
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The remediation catalog :func:`gpuheal.core.plan.plan` receives (a test may pass its own)."""
+
+    actions: dict[str, ActionSpec]
+    remedies: dict[str, Remedy]
+    recommendations: frozenset[str]
+
+
+CATALOG = Catalog(ACTIONS, REMEDIES, RECOMMENDATIONS)
+
+
+def primary_action(actions: list[str] | tuple[str, ...]) -> str:
+    """The one contract action name that stands for an attempt of several steps (the audit trail's
+    ``action``; every step is listed in ``actions``): the first step that changes something
+    (``shed-load`` of shed-load + redirect-traffic, the restart after a snapshot), else the first."""
+    for name in actions:
+        if name in ACTIONS and not ACTIONS[name].evidence:
+            return name
+    return next((a for a in actions if a in ACTIONS), "alert")

@@ -1,0 +1,74 @@
+"""What ``heal --apply`` touches the world with, built from the config: the command runner (SSH
+through one transport pool, or local), the LiteLLM admin client and the restart verifier.
+
+The heal step holds one :class:`Effects` per run and closes it at the end; a test hands
+:class:`gpuheal.steps.heal.Heal` its own ``runner`` / ``verify`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuheal.core.actions import LiteLLMUpdate
+
+
+class Effects:
+    def __init__(self, cfg, runner=None, verify=None, litellm=None) -> None:
+        self.cfg = cfg
+        self._pool = None
+        self.run = runner or self._run
+        self.verify = verify or self._verify
+        self.litellm = litellm or self._litellm
+        self._targets = None
+
+    def perform(self, step, alias: str, secrets: tuple[str, ...]):
+        """Perform one action for ``alias`` outside a plan item (``restore-load``)."""
+        from gpuheal.actions.execute import perform, values_for
+
+        timeout_s = float(self.cfg.heal["command_timeout_s"])
+        return perform(step, values_for(alias, self.cfg), self.run, self.litellm, timeout_s, secrets, self.cfg)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def _run(self, target: str, argv: list[str], timeout_s: float):
+        from gpuheal.transport import Target, TransportPool
+
+        heal = self.cfg.heal
+        if self._pool is None:
+            self._pool = TransportPool.from_config(heal)
+            self._targets = {g.host: Target.for_gpu(g, heal) for g in self.cfg.gpus if g.transport == "ssh"}
+        if target == "local":
+            where = Target("local")
+        else:
+            where = self._targets.get(target) or Target("ssh", target, 22, heal.get("ssh_user"))
+        return self._pool.get(where).run(argv, timeout_s)
+
+    def _litellm(self, update: LiteLLMUpdate, timeout_s: float):
+        """``POST /model/update``, done only when a read-back shows the value; the answer in the
+        shape of a command's outcome (rc, stdout, stderr, error, timed_out)."""
+        from gpuheal.credentials import env_or_dotenv
+        from gpuheal.sources.litellm_admin import AdminOutcome, apply_update
+
+        lite = self.cfg.litellm
+        admin_key = env_or_dotenv(lite.admin_key_env, self.cfg.path)
+        deadline_s = min(timeout_s, float(lite.timeout_s) * 2)
+        out = apply_update(str(lite.url), admin_key, update.model_id, update.field, float(update.value), deadline_s)
+        if out.problem is None:
+            return AdminOutcome(rc=0, stdout=out.describe())
+        reason = out.problem.reason
+        if reason in ("timeout", "refused", "no-admin-key"):
+            error = reason if reason != "no-admin-key" else out.problem.line()
+            return AdminOutcome(rc=None, error=error, timed_out=reason == "timeout", stderr=out.problem.line())
+        return AdminOutcome(rc=1, error=reason, stderr=out.problem.line())
+
+    def _verify(self, alias: str) -> dict[str, Any]:
+        from gpuheal.actions.execute import wait_ready_then_complete
+
+        g = self.cfg.gpu(alias)
+        heal = self.cfg.heal
+        return wait_ready_then_complete(
+            g.endpoint, self.cfg.litellm.api_key, float(heal["reload_wait_s"]), float(heal["verify_timeout_s"])
+        )

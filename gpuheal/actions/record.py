@@ -1,0 +1,207 @@
+"""What a heal run leaves behind besides the heal state: audit lines, the ``actions`` list of
+``gpu-health.json`` and queued alerts — each redacted before it is kept.
+
+Audit lines are appended and fsynced one call at a time (a kill between intent and outcome loses
+nothing); the alert queue is the ``alerts.json`` document, saved by the heal step with its state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from gpuheal import alerts as alertq
+from gpuheal.clock import format_iso
+from gpuheal.core.catalog import ACTIONS, primary_action
+from gpuheal.redact import redact
+from gpuheal.state import files
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a record is about: one occurrence of one (gpu, issue)."""
+
+    gpu: str
+    issue: str
+    since: str | None = None
+    detected: dict[str, Any] = field(default_factory=dict)
+
+
+class Recorder:
+    def __init__(self, store, now: datetime, secrets: tuple[str, ...], alerts: dict[str, Any]) -> None:
+        self.store = store
+        self.now = now
+        self.now_s = now.timestamp()
+        self.secrets = secrets
+        self.alerts = alerts
+        self.actions: list[dict[str, Any]] = []
+
+    def audit(
+        self,
+        run_id: str,
+        subject: Subject,
+        action: str,
+        result: str,
+        phase: str,
+        verification: dict | None = None,
+        escalated: bool = False,
+        extra: dict | None = None,
+    ) -> None:
+        record = {
+            "run_id": run_id,
+            "timestamp": format_iso(self.now),
+            "gpu": subject.gpu,
+            "issue": subject.issue,
+            "detected": subject.detected,
+            "action": action,
+            "result": result,
+            "verification": verification,
+            "escalated": escalated,
+            "phase": phase,
+        }
+        if extra:
+            record.update({k: v for k, v in extra.items() if v is not None})
+        self.store.append_lines(files.AUDIT_LOG, [redact(record, self.secrets)])
+
+    def doc(
+        self,
+        subject: Subject,
+        action: str,
+        why: str,
+        result: str,
+        command: str | None = None,
+        target: str | None = None,
+        note: str = "",
+        error: str | None = None,
+    ) -> None:
+        """One entry of the run's ``actions`` list (contract: gpu, issue, action, result)."""
+        entry = {"gpu": subject.gpu, "issue": subject.issue, "action": action, "result": result, "why": why}
+        for key, value in (("command", command), ("target", target), ("note", note), ("error", error)):
+            if value:
+                entry[key] = value
+        self.actions.append(redact(entry, self.secrets))
+
+    def outcome(self, run_id: str, subject: Subject, ex, extra: dict[str, Any]) -> None:
+        """The audit line of an executed attempt: every step, its verification and evidence."""
+        done = [s.action for s in ex.steps] or extra["actions"]
+        steps = [
+            {"action": s.action, "command": s.argv or s.command, "target": s.target, "ok": s.ok, "rc": s.rc,
+             "error": s.error, "output": s.output[-1500:]}
+            for s in ex.steps
+        ]  # fmt: skip
+        extra = {**extra, "actions": done, "steps": steps, "evidence": ex.evidence or None}
+        self.audit(run_id, subject, primary_action(done), ex.result, "outcome", ex.verification or None,
+                   ex.result == "escalated", extra)  # fmt: skip
+
+    def step_docs(self, subject: Subject, why: str, ex) -> None:
+        """One ``actions`` entry per executed step: the last one carries the attempt's result."""
+        last = len(ex.steps)
+        for n, step in enumerate(ex.steps, 1):
+            if not step.ok or (n == last and ex.result == "failed"):
+                result = "failed"  # the command failed, or its verification did
+            elif n == last and ex.result == "escalated":
+                result = "escalated"  # it ran, and what it found needs the humans (L1, a kill)
+            else:
+                result = "resolved" if ACTIONS[step.action].evidence else "pending"
+            error = step.error or (ex.verification.get("error") if result == "failed" and ex.verification else None)
+            self.doc(subject, step.action, step.note or why, result, step.command, step.target, error=error)
+
+    def probes(self, probes) -> None:
+        """Rule 7.3's direct smi probes, as ``snapshot-processes`` entries."""
+        why = "Rule 7.3: gpu-monitor unusable, direct smi probe"
+        for p in probes:
+            subject = Subject(p.alias, "data-source-unreachable")
+            result = "failed" if p.row is None else "resolved"
+            self.doc(
+                subject,
+                "snapshot-processes",
+                why,
+                result,
+                p.command,
+                p.target,
+                error=p.error if p.row is None else None,
+            )
+
+    def blocked(self, subject: Subject, action: str, why: str) -> None:
+        """A guard held the remedy back: shown as the action it would take, still ``pending``
+        (the contract's action names and results), flagged ``blocked`` with the reason."""
+        entry = {
+            "gpu": subject.gpu,
+            "issue": subject.issue,
+            "action": action,
+            "result": "pending",
+            "blocked": True,
+            "why": why,
+        }
+        self.actions.append(redact(entry, self.secrets))
+
+    def queue(
+        self, subject: Subject, kind: str, summary: str, run_id: str | None, tried: list[str], attempts: int
+    ) -> None:
+        alertq.enqueue(
+            self.alerts,
+            redact(
+                {
+                    "fingerprint": alertq.fingerprint(subject.gpu, subject.issue),
+                    "gpu": subject.gpu,
+                    "issue": subject.issue,
+                    "kind": kind,
+                    "state_key": f"{kind}:{subject.since}",
+                    "created_at": self.now_s,
+                    "run_id": run_id,
+                    "detected": subject.detected,
+                    "tried": tried,
+                    "attempts": attempts,
+                    "since": subject.since,
+                    "summary": summary,
+                },
+                self.secrets,
+            ),
+        )
+
+    def count_clean_cycle(self, clean: bool, every: int) -> None:
+        """Contract: the All Clear on every Nth clean cycle (no open issue, no action); any other
+        cycle, and each All Clear, starts the count over."""
+        if not clean:
+            self.alerts["clean_cycles"] = 0
+            return
+        self.alerts["clean_cycles"] += 1
+        if self.alerts["clean_cycles"] < every:
+            return
+        self.alerts["clean_cycles"] = 0
+        alertq.enqueue(
+            self.alerts,
+            {
+                "fingerprint": alertq.fingerprint("fleet", None),
+                "gpu": "fleet",
+                "issue": None,
+                "kind": "all-clear",
+                "state_key": f"all-clear:{self.now_s:.0f}",
+                "created_at": self.now_s,
+                "run_id": None,
+                "detected": {"clean_cycles": every},
+                "tried": [],
+                "attempts": 0,
+                "since": None,
+                "summary": f"{every} clean cycles in a row",
+            },
+        )
+
+
+def health_doc(health: dict[str, Any], state, rec: Recorder, cfg, now_s: float, apply: bool) -> dict[str, Any]:
+    """``gpu-health.json`` as heal leaves it: check's document plus the run's actions, mode,
+    pauses, restart budgets and queued alerts."""
+    health["actions"] = rec.actions
+    health["mode"] = "apply" if apply else "dry-run"
+    health["paused"] = {
+        "fleet": state.paused_fleet.to_json() if state.paused_fleet else None,
+        "gpus": {a: p.to_json() for a, p in state.paused_gpus.items()},
+    }
+    limit = int(cfg.heal["max_restarts_per_hour"])
+    health["budgets"] = {
+        g.alias: {"restarts_last_hour": state.restarts_in_window(g.alias, now_s), "max_restarts_per_hour": limit}
+        for g in cfg.gpus
+    }
+    health["alerts_queued"] = len(rec.alerts["queue"]) if apply else None
+    return health

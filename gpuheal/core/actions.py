@@ -1,0 +1,65 @@
+"""The things a plan asks for, one frozen record per kind (issue 10, item 2). Pure data.
+
+Each variant carries its contract action name (``action``: ``restart-llama-server``,
+``shed-load``, ...; contract "Action names"), so the audit trail and the ``actions`` list of
+``gpu-health.json`` name it the same whatever performs it. :mod:`gpuheal.actions.execute`
+dispatches on the type:
+
+- :class:`RunCommand` — an argv (placeholders ``{alias} {host} {endpoint}`` filled at run time,
+  never a shell) on ``target``: ``"local"`` or an SSH host; ``then``: the wait that proves it
+  worked, inside the run;
+- :class:`LiteLLMUpdate` — set one field of a LiteLLM deployment (``POST /model/update``): an HTTP
+  call, never disguised as a command;
+- :class:`RestorePowerLimit` — Rule 4.2 built in: read the limits, raise a lowered one to the
+  board's default, nothing else;
+- :class:`WaitReady` — the wait after a llama-server restart: ``/health`` polled up to
+  ``heal.reload_wait_s``, then a real completion (Rule 3's verify, inside the run).
+
+Every other verification is across runs, from fresh data (:mod:`gpuheal.core.verify`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LITELLM_API = "litellm-api"  # the ``target`` shown for a LiteLLM admin call
+
+
+@dataclass(frozen=True)
+class WaitReady:
+    action: str  # the restart it waits for
+    alias: str
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    action: str
+    argv: tuple[str, ...]
+    target: str  # "local" or the SSH host
+    note: str = ""
+    then: WaitReady | None = None
+
+
+@dataclass(frozen=True)
+class LiteLLMUpdate:
+    action: str
+    model_id: str
+    field: str  # the deployment's litellm_params field: "rpm" or "weight"
+    value: float
+    note: str = ""
+
+    @property
+    def target(self) -> str:
+        return LITELLM_API
+
+
+@dataclass(frozen=True)
+class RestorePowerLimit:
+    action: str
+    query_argv: tuple[str, ...]
+    target: str
+    note: str = ""
+
+
+Action = RunCommand | LiteLLMUpdate | RestorePowerLimit

@@ -1,0 +1,215 @@
+"""The life of a remediation attempt, as a transition table (issue 10, item 1). Pure; ``now_s``
+is an argument.
+
+Design, "An attempt is reserved before it runs", and the spec's "verify, escalate after N
+failures"::
+
+    (reserve) ──► running ──executed──► pending ──issue-cleared──► resolved
+                     │                     ├──new-occurrence──► superseded
+                     │                     └──window-passed───► failed ──operator-clear──► cleared
+                     ├──exec-failed──► failed
+                     └──exec-escalated──► escalated ──operator-clear──► cleared
+
+``running`` is the reserved state: the attempt is saved under its deterministic key *before* its
+commands run, so a run killed mid-command leaves it ``running`` and the next run judges it from
+fresh data (the same three judgements as ``pending``) instead of repeating it. Written the way h11
+writes its ``_SWITCH_*`` tables: every allowed move is one line of :data:`TRANSITIONS`; any other
+is a :class:`BadTransition` (a programming error, never data).
+
+The judgements that need fresh data (:func:`judge`) and the other across-run decisions of
+``heal --apply`` — which escalations settled (:func:`settled_escalations`), which GPUs stayed
+cool long enough to get their load back (:func:`cooldown`) — are here too, so that
+:mod:`gpuheal.steps.heal` only performs what they return.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from gpuheal.core.catalog import MITIGATIONS, SERVICE_OF
+from gpuheal.core.heal_state import Attempt, HealState, Mitigation
+
+if TYPE_CHECKING:  # plan imports this module; the item is only read here
+    from gpuheal.core.plan import PlanItem
+
+# states (the stored ``status`` strings)
+RUNNING = "running"
+PENDING = "pending"
+RESOLVED = "resolved"
+FAILED = "failed"
+SUPERSEDED = "superseded"
+ESCALATED = "escalated"
+CLEARED = "cleared"
+OPEN = frozenset({RUNNING, PENDING})
+FAILURES = frozenset({FAILED, ESCALATED})  # count toward the rule's escalate_after_failures
+
+# events
+EXECUTED = "executed"  # its commands ran and their own checks passed: wait for fresh data
+EXEC_FAILED = "exec-failed"  # a command failed, or the restart's own verification did
+EXEC_ESCALATED = "exec-escalated"  # what it found needs the humans (L1, an unknown VRAM process)
+ISSUE_CLEARED = "issue-cleared"
+NEW_OCCURRENCE = "new-occurrence"  # the issue cleared and came back: a new ``since``
+WINDOW_PASSED = "window-passed"  # still open after verify_by
+OPERATOR_CLEAR = "operator-clear"  # `gpuheal heal --clear ALIAS/ISSUE`
+
+TRANSITIONS: dict[tuple[str, str], str] = {
+    (RUNNING, EXECUTED): PENDING,
+    (RUNNING, EXEC_FAILED): FAILED,
+    (RUNNING, EXEC_ESCALATED): ESCALATED,
+    (RUNNING, ISSUE_CLEARED): RESOLVED,
+    (RUNNING, NEW_OCCURRENCE): SUPERSEDED,
+    (RUNNING, WINDOW_PASSED): FAILED,
+    (PENDING, ISSUE_CLEARED): RESOLVED,
+    (PENDING, NEW_OCCURRENCE): SUPERSEDED,
+    (PENDING, WINDOW_PASSED): FAILED,
+    (FAILED, OPERATOR_CLEAR): CLEARED,
+    (ESCALATED, OPERATOR_CLEAR): CLEARED,
+}
+
+# The executor's result of one attempt -> its event.
+EXECUTION_EVENT = {"pending": EXECUTED, "failed": EXEC_FAILED, "escalated": EXEC_ESCALATED}
+
+
+class BadTransition(ValueError):
+    """An event the attempt's state does not allow."""
+
+
+def reserve(item: PlanItem, *, now_s: float, verify_within_s: float, run_id: str) -> Attempt:
+    """The attempt of an ``act`` plan item, ``running`` from the moment it is saved."""
+    return Attempt(
+        key=item.key,
+        gpu=item.gpu,
+        issue=item.issue,
+        since=item.since,
+        n=item.attempt_no,
+        actions=tuple(item.actions),
+        status=RUNNING,
+        started_at=now_s,
+        verify_by=now_s + verify_within_s,
+        run_id=run_id,
+    )
+
+
+def book(state: HealState, attempt: Attempt, restarts_gpu: bool, now_s: float) -> HealState:
+    """``state`` with ``attempt`` reserved and everything it will do counted before it runs: the
+    GPU's restart budget, the shared services' budgets, and the load-side mitigations to undo
+    later (a run killed mid-command must still leave the note that makes a later run restore)."""
+    restarts = dict(state.restarts)
+    if restarts_gpu and attempt.gpu != "fleet":
+        restarts[attempt.gpu] = (*restarts.get(attempt.gpu, ()), now_s)
+    services = dict(state.service_restarts)
+    for service in sorted({SERVICE_OF[a] for a in attempt.actions if a in SERVICE_OF}):
+        services[service] = (*services.get(service, ()), now_s)
+    state = replace(state.with_attempt(attempt), restarts=restarts, service_restarts=services)
+    shed = [a for a in attempt.actions if a in MITIGATIONS]
+    if shed and attempt.gpu != "fleet":
+        active = state.active.get(attempt.gpu) or Mitigation((), attempt.issue)
+        actions = (*active.actions, *(a for a in shed if a not in active.actions))
+        state = state.with_mitigation(attempt.gpu, replace(active, actions=actions))
+    return state
+
+
+def transition(attempt: Attempt, event: str, now_s: float, verification: dict[str, Any] | None = None) -> Attempt:
+    """``attempt`` after ``event`` at ``now_s``; ``verification`` (when given) replaces its record."""
+    new = TRANSITIONS.get((attempt.status, event))
+    if new is None:
+        raise BadTransition(f"attempt {attempt.key}: {event!r} is not allowed while {attempt.status!r}")
+    changes: dict[str, Any] = {"status": new}
+    if verification is not None:
+        changes["verification"] = verification
+    if event in (EXEC_FAILED, EXEC_ESCALATED):
+        changes["finished_at"] = now_s
+    return replace(attempt, **changes)
+
+
+def judge(attempt: Attempt, issue: dict[str, Any] | None, hidden: bool, now_s: float) -> str | None:
+    """The event this run's fresh data gives an open attempt; ``None``: nothing new is known.
+
+    ``issue`` is the attempt's (gpu, issue) as open now (``None`` when it cleared); ``hidden``: it
+    is inhibited (its data source is down) — still open, only not visible, so it is judged when
+    the data is back, never "resolved" on the absence of data.
+    """
+    if attempt.status not in OPEN or hidden:
+        return None
+    if issue is None:
+        return ISSUE_CLEARED
+    if issue.get("since") != attempt.since:
+        return NEW_OCCURRENCE
+    if now_s > (attempt.verify_by if attempt.verify_by is not None else 0.0):
+        return WINDOW_PASSED
+    return None
+
+
+def resolution(attempt: Attempt, now_s: float) -> dict[str, Any]:
+    """The verification record of a resolved attempt: how long the issue took to clear."""
+    started = attempt.started_at if attempt.started_at is not None else now_s
+    return {**(attempt.verification or {}), "resolved_after_s": round(now_s - started)}
+
+
+def open_for_s(attempt: Attempt, now_s: float) -> int:
+    return round(now_s - (attempt.started_at if attempt.started_at is not None else now_s))
+
+
+def settled_escalations(state: HealState, still_open: set[tuple[str, str]]) -> list[tuple[str, str, str | None, bool]]:
+    """Escalations whose issue is no longer open: ``(gpu, issue, since, notify)``. ``notify`` is
+    False when a resolved attempt of that occurrence already queued the "resolved" notice."""
+    out = []
+    for key, esc in state.escalated.items():
+        gpu, _, issue = key.partition("/")
+        if (gpu, issue) in still_open:
+            continue
+        resolved = any(
+            a.status == RESOLVED and a.gpu == gpu and a.issue == issue and a.since == esc.since
+            for a in state.attempts.values()
+        )
+        out.append((gpu, issue, esc.since, not resolved))
+    return out
+
+
+def clear(state: HealState, gpu: str, issue: str, now_s: float) -> tuple[HealState, bool]:
+    """``--clear ALIAS/ISSUE``: lift the escalation; its failed attempts no longer count."""
+    found = f"{gpu}/{issue}" in state.escalated
+    state = state.with_escalation(f"{gpu}/{issue}", None)
+    for a in state.attempts.values():
+        if a.gpu == gpu and a.issue == issue and a.status in FAILURES:
+            state = state.with_attempt(transition(a, OPERATOR_CLEAR, now_s))
+    return state, found
+
+
+@dataclass(frozen=True)
+class Restore:
+    """A GPU whose load-side mitigation is due to be undone."""
+
+    alias: str
+    mitigation: Mitigation
+
+
+def cooldown(
+    state: HealState,
+    hot: set[str],
+    known: set[str],
+    now_s: float,
+    restore_after_s: float,
+    gpu_filter: str | None = None,
+) -> tuple[HealState, list[Restore]]:
+    """Hysteresis on the undo: a mitigated GPU gets its load back only after it stayed cool for
+    ``restore_after_s`` (or the restored load heats it straight back and the issue flaps). A hot
+    GPU starts its cool-down over; a paused or unknown GPU waits. The due ones leave ``active``."""
+    due: list[Restore] = []
+    for alias, mitigation in state.active.items():
+        if gpu_filter and alias != gpu_filter:
+            continue
+        if alias in hot:
+            state = state.with_mitigation(alias, replace(mitigation, cool_since=None))
+            continue
+        if state.paused_reason(alias) or alias not in known:
+            continue
+        if mitigation.cool_since is None:
+            mitigation = replace(mitigation, cool_since=now_s)
+            state = state.with_mitigation(alias, mitigation)
+        if now_s - mitigation.cool_since < restore_after_s:
+            continue
+        state = state.with_mitigation(alias, None)
+        due.append(Restore(alias, mitigation))
+    return state, due
