@@ -19,6 +19,12 @@ A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, 
   misrouted work: L1/L2). Hidden issues stay in the book and come back, or resolve, once the
   inhibitor resolves.
 - **muting**: a GPU inside ``heal``'s startup grace is not evaluated at all.
+- **verifying** (contract "Issue state after a remediation"): a firing issue whose remediation ran
+  and passed its own checks (``heal``'s ``pending`` attempt, :class:`~gpuheal.core.view.Verifying`)
+  is reported ``"state": "verifying"`` — its pre-action evidence moved under
+  ``detected.before_action`` — until a poll from the attempt's ``judge_from_s`` on sees it still
+  broken (the rule's finding, or its recovery condition not met: ``firing`` again) or it resolves.
+  The book keeps it ``firing``: the lifecycle does not change, only what is reported.
 
 The issue book is a JSON-able dict the caller stores between runs (``issues.json``), so cron's
 one-shot runs behave like one long-lived evaluator, and ``replay`` keeps it in memory::
@@ -43,7 +49,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuheal.core import timing
-from gpuheal.core.view import FleetView
+from gpuheal.core.view import FleetView, Verifying, epoch_or_none
 
 BOOK_VERSION = 1
 LOG_MAX = 1000
@@ -52,6 +58,7 @@ FLEET = "fleet"
 
 PENDING = "pending"
 FIRING = "firing"
+VERIFYING = "verifying"  # reported only (see "verifying" above); never stored in the book
 RESOLVED = "resolved"
 DROPPED = "dropped"
 
@@ -172,6 +179,38 @@ def _public(rec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
+    """``issue`` (public shape) as reported while its remediation is verified: the numbers it
+    was detected with are the state *before* the action, never presented as current."""
+    if issue.get("state") == VERIFYING:
+        return issue
+    what = "+".join(v.actions) or "remediation"
+    return {
+        **issue,
+        "state": VERIFYING,
+        "detected": {
+            "verifying": what,
+            "acted_at": iso(v.acted_s),
+            "verifying_until": iso(v.judge_from_s),
+            "before_action": issue.get("detected") or {},
+        },
+        "summary": f"{what} at {iso(v.acted_s)} passed its own checks; verifying until "
+        f"{iso(v.judge_from_s)} (before: {issue.get('summary', '')})",
+    }
+
+
+def _present(rec: dict[str, Any], view: FleetView) -> dict[str, Any]:
+    """The public issue; ``verifying`` while its remediation waits for a poll that can judge it."""
+    public = _public(rec)
+    v = view.restarts.verifying.get((rec["gpu"], rec["issue"]))
+    if v is None or rec["state"] != FIRING or rec["since"] != v.since:
+        return public
+    seen_s = epoch_or_none(rec.get("last_s")) or 0.0  # the last poll that saw it still broken
+    if timing.at_least(seen_s - v.judge_from_s, 0.0, view.tolerance_s):
+        return public  # seen still broken from judge_from on: firing again (heal fails the attempt)
+    return verifying_issue(public, v)
+
+
 def evaluate(
     rules: Sequence[ModuleType],
     view: FleetView,
@@ -283,6 +322,7 @@ def evaluate(
             return
         if not recovered:
             rec["clear_hits"] = 0
+            rec["last_s"] = now_s  # seen still broken (a remediation being verified did not work)
             return
         rec["clear_hits"] += 1
         if rec["clear_hits"] >= int(params.get("clear_polls", 1)):
@@ -339,13 +379,13 @@ def evaluate(
     for rec in issues.values():
         by = inhibited_by(by_id[rec["issue"]], rec["gpu"])
         if by is not None and by != rec["issue"]:
-            out.inhibited.append({**_public(rec), "inhibited_by": by})
+            out.inhibited.append({**_present(rec, view), "inhibited_by": by})
         else:
             visible.append(rec)
     visible.sort(
         key=lambda r: (-SEVERITY_RANK.get(r["severity"], 0), order.get(r["gpu"], 0), rule_order[r["issue"]])
     )
-    out.issues = [_public(r) for r in visible]
+    out.issues = [_present(r, view) for r in visible]
     if len(log) > LOG_MAX:
         del log[: len(log) - LOG_MAX]
     return out

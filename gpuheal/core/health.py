@@ -1,7 +1,9 @@
 """The ``gpu-health`` document (contract: "check --json"). Pure.
 
 ``status`` is the worst severity among firing issues (none → healthy, warning → degraded,
-critical → down; ``info`` never changes it), raised to at least ``degraded`` by any fault of this
+critical → down; ``info`` never changes it) — a ``verifying`` issue (its remediation passed its own
+checks and waits for fresh data) counts at most as ``degraded`` (contract "Issue state after a
+remediation") — raised to at least ``degraded`` by any fault of this
 run's sensing — a dead endpoint is never reported healthy, even before its issue's hold has run —
 and to ``down`` when no source at all answered.
 """
@@ -20,8 +22,11 @@ STATUS_BY_RANK = {0: "healthy", 1: "degraded", 2: "down"}
 def derive_status(obs: Observation, issues: list[dict[str, Any]]) -> str:
     rank = 0
     for issue in issues:
-        if issue.get("state", "firing") == "firing":
+        state = issue.get("state", "firing")
+        if state == "firing":
             rank = max(rank, SEVERITY_RANK.get(issue.get("severity", "info"), 0))
+        elif state == "verifying":
+            rank = max(rank, min(1, SEVERITY_RANK.get(issue.get("severity", "info"), 0)))
     if obs.faults:
         rank = max(rank, 1)
     if nothing_answered(obs):

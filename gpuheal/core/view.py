@@ -11,7 +11,8 @@ Queries are cached per view: Rule 2 and the ``vram-trend`` file share one fit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuheal import benchdata
@@ -24,24 +25,82 @@ from gpuheal.state.history import History
 REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
 
 
+def epoch_or_none(value: Any) -> float | None:
+    """A stored time, or ``None`` for anything that is not a finite number (damaged state)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class Verifying:
+    """An attempt ``heal`` executed and whose own verification passed in that run (a restart:
+    ``/health``, then a real completion), waiting for fresh data (contract "Issue state after a
+    remediation"). Its issue reads ``verifying`` until a poll from ``judge_from_s`` on sees it still
+    broken (then ``firing`` again, and the attempt fails) or it resolves.
+
+    ``judge_from_s``: the end of the startup grace when the attempt restarted the GPU (the first
+    poll that evaluates the GPU again), else the attempt's ``verify_by`` (shedding load takes
+    minutes to cool a GPU: still hot a minute later is not "still broken")."""
+
+    since: str
+    acted_s: float
+    judge_from_s: float
+    actions: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Restarts:
-    """``heal``'s record of restarts (``heal-state.json`` ``"restarts": {ALIAS: [epoch_s, ...]}``)."""
+    """``heal``'s record the rules read (``heal-state.json``): ``restarts`` ``{ALIAS: [epoch_s, ...]}``
+    (the startup grace) and the executed attempts being verified (``attempts`` with status
+    ``pending``; :class:`Verifying`, keyed by ``(gpu, issue)``)."""
 
     last: dict[str, float]
     grace_s: float
+    verifying: dict[tuple[str, str], Verifying] = field(default_factory=dict)
 
     @classmethod
     def from_heal_state(cls, heal_state: Any, grace_s: float) -> Restarts:
         last: dict[str, float] = {}
+        all_times: dict[str, set[float]] = {}
         restarts = heal_state.get("restarts") if isinstance(heal_state, dict) else None
         if isinstance(restarts, dict):
             for alias, times in restarts.items():
                 if isinstance(times, list):
-                    known = [float(t) for t in times if isinstance(t, int | float) and not isinstance(t, bool)]
+                    known = [t for t in map(epoch_or_none, times) if t is not None]
                     if known:
                         last[str(alias)] = max(known)
-        return cls(last=last, grace_s=float(grace_s))
+                        all_times[str(alias)] = set(known)
+        attempts = heal_state.get("attempts") if isinstance(heal_state, dict) else None
+        verifying = _verifying(attempts, all_times, float(grace_s))
+        return cls(last=last, grace_s=float(grace_s), verifying=verifying)
+
+
+def _verifying(attempts: Any, restarts: dict[str, set[float]], grace_s: float) -> dict[tuple[str, str], Verifying]:
+    """The ``pending`` attempts (executed, their own verification passed) of ``heal-state.json``;
+    anything malformed is skipped (a damaged state never crashes a run)."""
+    out: dict[tuple[str, str], Verifying] = {}
+    if not isinstance(attempts, dict):
+        return out
+    for a in attempts.values():
+        if not isinstance(a, dict) or a.get("status") != "pending":
+            continue
+        gpu, issue, since = a.get("gpu"), a.get("issue"), a.get("since")
+        acted, verify_by = epoch_or_none(a.get("started_at")), epoch_or_none(a.get("verify_by"))
+        actions = a.get("actions")
+        if not (isinstance(gpu, str) and isinstance(issue, str) and isinstance(since, str)) or acted is None:
+            continue
+        restarted = acted in restarts.get(gpu, ())
+        judge_from = acted + grace_s if restarted else (verify_by if verify_by is not None else acted)
+        names = tuple(str(x) for x in actions) if isinstance(actions, list) else ()
+        known = out.get((gpu, issue))
+        if known is None or known.acted_s < acted:
+            out[(gpu, issue)] = Verifying(since=since, acted_s=acted, judge_from_s=judge_from, actions=names)
+    return out
 
 
 NO_RESTARTS = Restarts(last={}, grace_s=0.0)

@@ -50,7 +50,7 @@ log = logging.getLogger("gpuheal")
 HOST_UNREACHABLE = "host-unreachable"
 SHORT_RETRY_S = 2.0  # a 429 asking for at most this long is waited out once inside the run
 SENT_KEEP_S = 30 * 86400  # settled entries of the dedup memory are forgotten after this
-OPEN_STATES = ("firing", "pending")
+OPEN_STATES = ("firing", "pending", "verifying")
 _sleep = time.sleep  # tests replace it
 
 
