@@ -124,7 +124,8 @@ def append_nodes(path: Path, nodes: list[dict[str, Any]]) -> None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = b"".join(
-        json.dumps(n, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str).encode() + b"\n"
+        json.dumps(n, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str).encode("utf-8", "replace")
+        + b"\n"  # "replace": a lone surrogate from a source never stops the append
         for n in nodes
     )
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -149,7 +150,7 @@ def post_nodes(url: str, nodes: list[dict[str, Any]], timeout_s: float) -> tuple
 
     posted = 0
     for node in nodes[:MAX_POSTS_PER_SYNC]:
-        body = json.dumps(node, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+        body = json.dumps(node, separators=(",", ":"), ensure_ascii=False, default=str).encode("utf-8", "replace")
         res = request(
             "POST",
             url,

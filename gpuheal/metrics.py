@@ -204,7 +204,7 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        data = text.encode("utf-8")
+        data = text.encode("utf-8", "replace")  # a lone surrogate in a label never stops the write
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

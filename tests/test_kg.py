@@ -226,3 +226,11 @@ def test_escalate_and_report_sync_the_graph(tmp_path, monkeypatch):
     with StateDir(state) as store:
         report.command(rt, store)
     assert len(nodes(state / files.KG_LOG)) == 2
+
+
+def test_a_lone_surrogate_in_a_node_never_stops_the_append(tmp_path):
+    # issue 9 point 5: a string from a source (a GPU name in an audit detail) is valid UTF-8 on disk
+    path = tmp_path / files.KG_LOG
+    kg.append_nodes(path, [{"detail": "RTX \ud800 3090"}])
+    (line,) = path.read_bytes().splitlines()
+    assert json.loads(line.decode("utf-8"))["detail"] == "RTX ? 3090"
