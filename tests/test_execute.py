@@ -187,14 +187,41 @@ def test_litellm_update_is_an_http_call_not_a_command():
     })
     item = plan([{"gpu": "gpu-a", "issue": "thermal-warning", "state": "firing", "since": "S", "detected": {}}],
                 empty_state(), c, 1e9)[0]
-    assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "rpm", 30, item.steps[0].note),)
+    # weight or rpm, and the value, are read from LiteLLM when it runs (issue 11)
+    assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "auto", None, item.steps[0].note),)
     sent = []
 
     def litellm(update, timeout_s):
         sent.append(update)
-        return Outcome(stdout="dep-a: rpm 30")
+        return Outcome(stdout="dep-a: rpm 60 -> 30 (read back)")
 
     runner = FakeRunner()
     ex = run_item(item, c, runner, ok_verify, (), litellm)
     assert sent == list(item.steps) and runner.calls == [] and ex.result == "pending"
-    assert ex.steps[0].command == "POST http://127.0.0.1:9/litellm/model/update id=dep-a rpm=30"
+    assert ex.steps[0].command == (
+        "POST http://127.0.0.1:9/litellm/model/update id=dep-a weight|rpm (read from /v1/model/info)"
+    )
+
+
+def test_a_shed_that_litellm_cannot_store_escalates_in_the_same_item():
+    from gpuheal.sources.litellm_admin import AdminOutcome
+
+    c = load_config_dict({
+        "litellm": {"url": "http://127.0.0.1:9/litellm"},
+        "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "litellm_model_id": "dep-a"}],
+    })
+    item = plan([{"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "S", "detected": {}}],
+                empty_state(), c, 1e9)[0]
+    line = "LiteLLM keeps dep-a in config.yaml (db_model false): load shedding needs STORE_MODEL_IN_DB"
+
+    def cannot(update, timeout_s):
+        return AdminOutcome(rc=1, stderr=line, error="config-model", impossible=True)
+
+    ex = run_item(item, c, FakeRunner(), ok_verify, (), cannot)
+    assert ex.result == "escalated" and line in ex.escalate_reason
+    assert not ex.steps[0].ok and ex.steps[0].error == "config-model"
+
+    def down(update, timeout_s):  # the network, not the setup: a failed attempt, retried next run
+        return AdminOutcome(rc=None, stderr="LiteLLM refused /v1/model/info", error="refused")
+
+    assert run_item(item, c, FakeRunner(), ok_verify, (), down).result == "failed"

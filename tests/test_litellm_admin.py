@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servers import Hang, LoopbackServer, Oversized, Reply, closed_url
 
-from gpuheal.config import load_config_dict
 from gpuheal.actions.execute import describe
+from gpuheal.config import load_config_dict
 from gpuheal.core.actions import LITELLM_API, LiteLLMUpdate
 from gpuheal.core.plan import resolve_action as _step
 from gpuheal.sources import litellm_admin as la
@@ -104,13 +104,18 @@ def test_an_rpm_group_is_shed_by_rpm_and_redirect_keeps_one_rpm():
         ),
         ({"data": [dep("a", rpm=60)]}, "single-deployment", "only deployment of model group 'qwen'"),
         ({"data": [dep("a"), dep("b")]}, "unrouted", "picks at random"),
-        ({"data": [dep("a"), dep("b", weight=1)]}, "unrouted", "already gets no share"),
     ],
 )
 def test_where_one_deployment_cannot_move_load_it_says_why(data, reason, words):
     problem = la.target_value(la.find(la.parse_deployments(data), "a"), "shed-load", 0.5)
     assert isinstance(problem, la.AdminProblem) and problem.reason == reason
     assert words in problem.detail and "shed_load_command" in problem.fix
+
+
+def test_a_deployment_that_already_gets_no_share_has_nothing_to_lower():
+    a = la.find(la.parse_deployments({"data": [dep("a", weight=0), dep("b", weight=1)]}), "a")
+    assert la.target_value(a, "shed-load", 0.5) == ("weight", 0.0)
+    assert la.target_value(a, "redirect-traffic", 0.5) == ("weight", 0.0)
 
 
 def test_a_list_without_our_id_names_the_fix():
@@ -273,15 +278,18 @@ def test_liveliness_and_database_state():
         assert la.liveliness(srv.url, 2).reason == "not-json"
 
 
-# --------------------------------------------------------------------------- the plan (until the typed action)
+# --------------------------------------------------------------------------- the plan
 
 
-def test_builtin_plan_targets_the_litellm_api():
-    c = cfg(litellm_model_id="dep-a", litellm_rpm=60)
+def test_builtin_plan_targets_the_litellm_api_and_decides_at_run_time():
+    c = cfg(litellm_model_id="dep-a")  # no litellm_rpm needed: the value is read from LiteLLM
     shed = _step("shed-load", "gpu-a", c)
     assert shed.target == LITELLM_API
-    assert isinstance(shed, LiteLLMUpdate) and (shed.model_id, shed.field, shed.value) == ("dep-a", "rpm", 30)
-    assert describe(shed, "gpu-a", c) == "POST http://127.0.0.1:9/litellm/model/update id=dep-a rpm=30"
+    assert isinstance(shed, LiteLLMUpdate) and (shed.model_id, shed.field, shed.value) == ("dep-a", "auto", None)
+    assert describe(shed, "gpu-a", c) == (
+        "POST http://127.0.0.1:9/litellm/model/update id=dep-a weight|rpm (read from /v1/model/info)"
+    )
+    assert _step("shed-load", "gpu-a", cfg()) is None  # no deployment id: no built-in
 
 
 def test_a_configured_command_wins_over_the_builtin():

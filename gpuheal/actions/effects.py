@@ -47,22 +47,26 @@ class Effects:
         return self._pool.get(where).run(argv, timeout_s)
 
     def _litellm(self, update: LiteLLMUpdate, timeout_s: float):
-        """``POST /model/update``, done only when a read-back shows the value; the answer in the
-        shape of a command's outcome (rc, stdout, stderr, error, timed_out)."""
+        """One built-in load action through LiteLLM's admin API (issue 11): read the deployment,
+        change weight or rpm, done only when a read-back shows it. The answer has a command's
+        shape (rc, stdout, stderr, error, timed_out) plus ``effect`` (what restore puts back) and
+        ``impossible`` (LiteLLM's setup rules the built-in path out)."""
         from gpuheal.credentials import env_or_dotenv
-        from gpuheal.sources.litellm_admin import AdminOutcome, apply_update
+        from gpuheal.sources.litellm_admin import run_update
 
-        lite = self.cfg.litellm
+        lite, heal = self.cfg.litellm, self.cfg.heal
         admin_key = env_or_dotenv(lite.admin_key_env, self.cfg.path)
-        deadline_s = min(timeout_s, float(lite.timeout_s) * 2)
-        out = apply_update(str(lite.url), admin_key, update.model_id, update.field, float(update.value), deadline_s)
-        if out.problem is None:
-            return AdminOutcome(rc=0, stdout=out.describe())
-        reason = out.problem.reason
-        if reason in ("timeout", "refused", "no-admin-key"):
-            error = reason if reason != "no-admin-key" else out.problem.line()
-            return AdminOutcome(rc=None, error=error, timed_out=reason == "timeout", stderr=out.problem.line())
-        return AdminOutcome(rc=1, error=reason, stderr=out.problem.line())
+        return run_update(
+            str(lite.url),
+            admin_key,
+            update.action,
+            update.model_id,
+            update.field,
+            update.value,
+            shed_ratio=float(heal["shed_rpm_ratio"]),
+            redirect_rpm=int(heal["redirect_rpm"]),
+            deadline_s=min(timeout_s, float(lite.timeout_s) * 2),
+        )
 
     def _verify(self, alias: str) -> dict[str, Any]:
         from gpuheal.actions.execute import wait_ready_then_complete

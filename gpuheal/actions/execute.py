@@ -36,6 +36,8 @@ class StepResult:
     output: str = ""
     note: str = ""
     command: str = ""  # how it is shown: the argv, or the HTTP call
+    effect: dict[str, Any] | None = None  # a LiteLLM change the read-back proved (restore puts back "before")
+    impossible: bool = False  # the built-in LiteLLM path cannot work in this setup (not a network fault)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -91,6 +93,10 @@ def run_item(
             continue  # evidence is best effort: a failed snapshot does not stop the fix
         if not res.ok:
             ex.result = "failed"
+            if res.impossible and step.action in ("shed-load", "redirect-traffic"):
+                # issue 11: no verification window for a shed that cannot happen; tell the humans now
+                ex.result = "escalated"
+                ex.escalate_reason = f"load shedding through LiteLLM is impossible: {res.output.strip()}"
             unreachable = res.error and any(w in res.error for w in ("host key", "refused", "auth", "timeout"))
             if unreachable and item.issue == "host-unreachable":
                 ex.escalate_reason = f"cannot reach host over SSH ({res.error}) — infrastructure alert (Rule 6)"
@@ -122,7 +128,10 @@ def perform(
         shown = describe_update(cfg.litellm.url if cfg is not None else None, step)
         if litellm is None:
             return StepResult(step.action, [], step.target, ok=False, error="no LiteLLM client", command=shown)
-        return _result(step.action, [], step.target, litellm(step, timeout_s), secrets, step.note, shown)
+        outcome = litellm(step, timeout_s)
+        res = _result(step.action, [], step.target, outcome, secrets, step.note, shown)
+        impossible = bool(getattr(outcome, "impossible", False))
+        return replace(res, effect=getattr(outcome, "effect", None), impossible=impossible)
     raise TypeError(f"not an action gpuheal performs: {step!r}")
 
 

@@ -43,10 +43,14 @@ class RunCommand:
 
 @dataclass(frozen=True)
 class LiteLLMUpdate:
+    """``field`` ``"auto"`` (shed-load, redirect-traffic): the executor reads the deployment and
+    changes ``weight`` when its model group routes by weight, else ``rpm`` (issue 11); a
+    restore-load carries the field and the value found before the first change."""
+
     action: str
     model_id: str
-    field: str  # the deployment's litellm_params field: "rpm" or "weight"
-    value: float
+    field: str  # "auto" | "weight" | "rpm"
+    value: float | None = None
     note: str = ""
 
     @property

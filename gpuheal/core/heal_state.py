@@ -159,6 +159,9 @@ class Mitigation:
     issue: str = "thermal-critical"
     restore_failures: int = 0
     cool_since: float | None = None
+    # the built-in LiteLLM change to undo: the deployment's field and the value found before the
+    # first change (issue 11: restore puts back exactly what was there). None: LiteLLM unchanged.
+    restore: tuple[str, str, float] | None = None  # (model_id, field, value)
 
     @classmethod
     def from_json(cls, value: Any) -> Mitigation | None:
@@ -170,6 +173,7 @@ class Mitigation:
             issue or "thermal-critical",
             count(value.get("restore_failures")),
             num(value.get("cool_since")),
+            _restore(value.get("restore")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -180,7 +184,20 @@ class Mitigation:
         }
         if self.cool_since is not None:
             out["cool_since"] = self.cool_since
+        if self.restore is not None:
+            model_id, field_name, value = self.restore
+            out["restore"] = {"model_id": model_id, "field": field_name, "value": value}
         return out
+
+
+def _restore(value: Any) -> tuple[str, str, float] | None:
+    """A damaged ``restore`` entry is dropped field by field: never a guess at a LiteLLM value."""
+    if not isinstance(value, dict):
+        return None
+    model_id, field_name, number = _text(value.get("model_id")), value.get("field"), num(value.get("value"))
+    if not model_id or field_name not in ("weight", "rpm") or number is None or number < 0:
+        return None
+    return model_id, field_name, number
 
 
 @dataclass(frozen=True)

@@ -272,19 +272,15 @@ def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Ac
 
 
 def _litellm_load(action: str, g, cfg) -> LiteLLMUpdate | None:
-    """The built-in default for load-side cooling (Rules 1 and 8): change the deployment's rpm in
-    LiteLLM (``/model/update``) — scale it by ``heal.shed_rpm_ratio`` to shed (Rule 8 tier 1: "by
-    50%"), drop it to ``heal.redirect_rpm`` to redirect, put the normal rpm back to restore. Needs
-    the GPU's ``litellm_model_id`` and normal ``litellm_rpm``; without them there is no safe default."""
-    if not (g.litellm_model_id and g.litellm_rpm and cfg.litellm.url):
+    """The built-in default for load-side cooling (Rules 1 and 8; contract: "LiteLLM load-side
+    cooling"): change the GPU's deployment in LiteLLM (``/model/update``). Which field and value
+    (``weight`` when its model group routes by weight, else ``rpm``; × ``heal.shed_rpm_ratio`` to
+    shed, ``heal.redirect_rpm`` / weight 0 to redirect) is read from LiteLLM when it runs; the
+    restore puts back the value found then (the heal step fills it in). Needs the GPU's
+    ``litellm_model_id``; without it there is no safe default."""
+    if not (g.litellm_model_id and cfg.litellm.url):
         return None
-    if action == "shed-load":
-        rpm = max(1, round(g.litellm_rpm * float(cfg.heal["shed_rpm_ratio"])))
-    elif action == "redirect-traffic":
-        rpm = int(cfg.heal["redirect_rpm"])
-    else:
-        rpm = g.litellm_rpm
-    return LiteLLMUpdate(action, g.litellm_model_id, "rpm", rpm, "built-in: LiteLLM /model/update")
+    return LiteLLMUpdate(action, g.litellm_model_id, "auto", None, "built-in: LiteLLM /model/update, read back")
 
 
 def _split(value: Any) -> tuple[str, ...] | None:

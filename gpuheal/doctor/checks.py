@@ -360,6 +360,12 @@ def shedding_check(g, deps, db: str | None, ratio: float) -> Check:
             "load shedding needs a database with STORE_MODEL_IN_DB=True, " + la.SHED_HINT,
         )
     before = found.value(field)
+    if not before:
+        return Check(
+            g.alias, "load shedding", WARN,
+            f"LiteLLM {found.model_id} has {field} {la._num(before)} in group {found.group!r}: it gets no share now",
+            "give the deployment its normal share, or load shedding has nothing to lower",
+        )
     return Check(
         g.alias,
         "load shedding",

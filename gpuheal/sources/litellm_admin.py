@@ -376,12 +376,6 @@ def editable(dep: Deployment) -> AdminProblem | None:
             "(LiteLLM picks at random), so changing one deployment cannot move load",
             "give the group's deployments a weight, " + SHED_HINT,
         )
-    if not dep.value(dep.field):
-        return AdminProblem(
-            "unrouted",
-            f"{dep.model_id} has no {dep.field} in group {dep.group!r} that routes by it (it already gets no share)",
-            SHED_HINT,
-        )
     return None
 
 
@@ -396,6 +390,8 @@ def target_value(
     field = dep.field
     assert field is not None
     current = dep.value(field) or 0.0
+    if current <= 0:  # it already gets no share (e.g. an earlier redirect): nothing to lower
+        return field, 0.0
     if action == "redirect-traffic":
         return field, (0.0 if field == "weight" else float(max(0, int(redirect_rpm))))
     if field == "rpm":
@@ -548,6 +544,9 @@ def run_update(
             return _failed(plan)
         field, value = plan
         before = dep.value(field)
+        if before is not None and before <= value:
+            shown = f"LiteLLM {model_id}: {field} already {_num(before)}, nothing to lower"
+            return AdminOutcome(rc=0, stdout=shown)
     if field not in FIELDS or value is None:
         return _failed(AdminProblem("bad-answer", f"nothing to set for {model_id} ({field}={value})", SHED_HINT))
     res = apply_update(base_url, admin_key, model_id, field, float(value), deadline_s, before=before)

@@ -25,6 +25,7 @@ from gpuheal import alerts as alertq
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
 from gpuheal.core import verify
+from gpuheal.core.actions import LiteLLMUpdate
 from gpuheal.core.catalog import REMEDIES, THERMAL, primary_action
 from gpuheal.core.heal_state import Escalation, HealState
 from gpuheal.core.plan import PlanItem, plan, resolve_action
@@ -178,11 +179,24 @@ class Heal:
         self.rec.step_docs(subject, item.reason, ex)
         if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
             self.state = replace(self.state, litellm_restarts=(*self.state.litellm_restarts[-49:], self.now_s))
+        self._remember_litellm_change(item.gpu, ex)
         attempt = verify.transition(attempt, verify.EXECUTION_EVENT[ex.result], self.now_s, ex.verification)
         self.state = self.state.with_attempt(attempt)
         self.rec.outcome(run_id, subject, ex, extra)
         if ex.result == "escalated":
             self._escalate(subject, ex.escalate_reason or "remediation escalated", self._tried(subject), run_id)
+
+    def _remember_litellm_change(self, alias: str, ex) -> None:
+        """The value a built-in shed found before its first change, for restore-load (issue 11)."""
+        m = self.state.active.get(alias)
+        if m is None or m.restore is not None:
+            return
+        for s in ex.steps:
+            effect = s.effect
+            if s.ok and effect and effect.get("before") is not None:
+                restore = (str(effect["model_id"]), str(effect["field"]), float(effect["before"]))
+                self.state = self.state.with_mitigation(alias, replace(m, restore=restore))
+                return
 
     def _escalate(
         self, subject: Subject, reason: str, tried: list[str], run_id: str | None = None, hold: bool = True
@@ -212,6 +226,11 @@ class Heal:
             if step is None:
                 self.rec.doc(subject, "restore-load", "GPU cooled down; no restore_load_command configured", "planned")
                 continue
+            if isinstance(step, LiteLLMUpdate):
+                if m.restore is None:  # the built-in shed never changed LiteLLM: nothing to put back
+                    self.rec.doc(subject, "restore-load", "GPU cooled down; LiteLLM was never changed", "resolved")
+                    continue
+                step = replace(step, model_id=m.restore[0], field=m.restore[1], value=m.restore[2])
             why, run_id, acted = f"GPU cooled down: undo {', '.join(m.actions)}", self._run_id(), True
             self.rec.audit(run_id, subject, "restore-load", "pending", "intent")
             res = self.effects.perform(step, r.alias, self.secrets)
