@@ -92,3 +92,18 @@ def test_a_litellm_that_cannot_store_escalates_in_the_run_that_tried(make_lab, s
         health = lab.heal()
         assert not [a for a in health["actions"] if a["action"] == "shed-load" and not a.get("blocked")]
     assert words in escalated[0]["summary"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [None, "x", {"model_id": "a", "field": "tpm", "value": 1}, {"model_id": "", "field": "rpm", "value": 1},
+     {"model_id": "a", "field": "weight", "value": -1}, {"model_id": "a", "field": "weight", "value": "0.5"},
+     {"model_id": "a", "field": "weight", "value": float("nan")}],
+)
+def test_a_damaged_restore_note_is_dropped_never_guessed(raw):
+    from gpuheal.core.heal_state import Mitigation
+
+    m = Mitigation.from_json({"actions": ["shed-load"], "restore": raw})
+    assert m is not None and m.restore is None
+    good = Mitigation.from_json({"actions": ["shed-load"], "restore": {"model_id": "a", "field": "weight", "value": 0.55}})
+    assert good.restore == ("a", "weight", 0.55) and Mitigation.from_json(good.to_json()) == good

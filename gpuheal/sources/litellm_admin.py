@@ -555,23 +555,3 @@ def run_update(
         return _failed(res.problem)
     effect = {"model_id": model_id, "field": field, "before": res.before, "after": res.after}
     return AdminOutcome(rc=0, stdout=res.describe(), effect=effect)
-
-
-# --------------------------------------------------------------------------- legacy (until w10's typed action)
-
-
-def update_rpm(base_url: str, admin_key: str | None, model_id: str, rpm: int, deadline_s: float) -> AdminOutcome:
-    """The command-shaped form the current executor calls: rpm update plus read-back."""
-    out = apply_update(base_url, admin_key, model_id, "rpm", float(rpm), deadline_s)
-    if out.ok:
-        return AdminOutcome(rc=0, stdout=out.describe())
-    problem = out.problem
-    assert problem is not None
-    if problem.reason in ("timeout", "refused", "no-admin-key"):
-        return AdminOutcome(
-            rc=None,
-            error=problem.reason if problem.reason != "no-admin-key" else problem.line(),
-            timed_out=problem.reason == "timeout",
-            stderr=problem.line(),
-        )
-    return AdminOutcome(rc=1, error=problem.reason, stderr=problem.line())
