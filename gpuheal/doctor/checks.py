@@ -469,7 +469,8 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             )
         )
     mon = cfg.heal.get("gpu_monitor_restart_command")
-    if mon and cfg.heal.get("gpu_monitor_transport", "local") == "local":
+    has_monitor = getattr(getattr(cfg, "monitor", None), "url", None)
+    if mon and has_monitor and cfg.heal.get("gpu_monitor_transport", "local") == "local":
         import shlex
 
         argv = tuple(shlex.split(mon) if isinstance(mon, str) else mon)
