@@ -23,6 +23,11 @@ def format_iso(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_epoch(epoch_s: float) -> str:
+    """:func:`format_iso` of an epoch time (UTC) — the one epoch → ISO conversion."""
+    return format_iso(datetime.fromtimestamp(epoch_s, UTC))
+
+
 def now() -> datetime:
     pinned = os.environ.get("GPUHEAL_NOW")
     if pinned:

@@ -34,7 +34,6 @@ NODE_PREFIX = "[GPU-SELF-HEAL]"
 MAX_READ_BYTES = 8 << 20  # one sync reads at most this much new audit trail (the rest next run)
 MAX_PENDING = 5000  # nodes waiting for the endpoint; the oldest are dropped beyond this
 MAX_POSTS_PER_SYNC = 200
-DEFAULT_TIMEOUT_S = 5.0
 
 
 def node_for(record: dict[str, Any], secrets: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -43,7 +42,8 @@ def node_for(record: dict[str, Any], secrets: tuple[str, ...] = ()) -> dict[str,
     record = redact(record, secrets)
     run_id = str(record.get("run_id") or "unknown-run")
     gpu, issue = record.get("gpu"), record.get("issue")
-    summary = f"{record.get('timestamp', '?')} {gpu} {issue}: {record.get('action', '?')} → {record.get('result', '?')}"
+    outcome = f"{record.get('action', '?')} → {record.get('result', '?')}"
+    summary = f"{record.get('timestamp', '?')} {gpu} {issue}: {outcome}"
     if record.get("phase"):
         summary += f" ({record['phase']})"
     if record.get("escalated") is True:
@@ -118,29 +118,15 @@ def read_new_records(path: Path, state: dict[str, Any]) -> tuple[list[dict[str, 
     return records, offset + len(complete), st.st_ino, junk
 
 
-def append_nodes(path: Path, nodes: list[dict[str, Any]]) -> None:
-    """One ``write`` of whole lines, then fsync (like the audit trail itself)."""
+def append_nodes(path: Path, nodes: list[dict[str, Any]]) -> str | None:
+    """Whole lines, then fsync: the state directory's JSON-lines append (a torn tail left by a
+    killed run is repaired first; the warning says so)."""
+    from gpuheal.state.store import append_json_lines
+
     if not nodes:
-        return
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = b"".join(
-        json.dumps(n, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=str).encode("utf-8", "replace")
-        + b"\n"  # "replace": a lone surrogate from a source never stops the append
-        for n in nodes
-    )
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        if os.fstat(fd).st_size:
-            with open(path, "rb") as fh:
-                fh.seek(-1, os.SEEK_END)
-                if fh.read(1) != b"\n":
-                    payload = b"\n" + payload
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    return append_json_lines(path, nodes, default=str, ensure_ascii=False)
 
 
 def post_nodes(url: str, nodes: list[dict[str, Any]], timeout_s: float) -> tuple[int, str | None]:
@@ -183,24 +169,33 @@ def sync(cfg, store, now: datetime | None = None, secrets: tuple[str, ...] | Non
     nodes = [node_for(r, secrets) for r in records]
     target = kg_file(cfg, store.path)
     try:
-        append_nodes(target, nodes)
-    except OSError as exc:
-        summary["warnings"].append(f"knowledge graph file {target}: {exc.strerror or exc}; will retry")
+        torn = append_nodes(target, nodes)
+    except (OSError, ValueError) as exc:
+        summary["warnings"].append(
+            f"knowledge graph file {target}: {getattr(exc, 'strerror', None) or exc}; will retry"
+        )
         return summary  # offset unchanged: the same records are tried again next run
     summary["written"] = len(nodes)
+    if torn:
+        summary["warnings"].append(f"knowledge graph file {target}: {torn}")
     url = (cfg.knowledge_graph or {}).get("url")
     pending = state["pending"] + nodes if url else []  # no endpoint (any more): nothing waits
     if url and pending:
-        timeout = float((cfg.knowledge_graph or {}).get("timeout_s") or DEFAULT_TIMEOUT_S)
+        timeout = float(cfg.knowledge_graph["timeout_s"])
         posted, error = post_nodes(str(url), pending, timeout)
         pending = pending[posted:]
         summary["posted"] = posted
         if error:
-            summary["warnings"].append(f"knowledge graph endpoint: {error}; {len(pending)} node(s) kept for the next run")
+            summary["warnings"].append(
+                f"knowledge graph endpoint: {error}; {len(pending)} node(s) kept for the next run"
+            )
     if len(pending) > MAX_PENDING:
         dropped = len(pending) - MAX_PENDING
         pending = pending[dropped:]
-        summary["warnings"].append(f"knowledge graph endpoint backlog over {MAX_PENDING}: dropped the {dropped} oldest node(s) (they are in the file)")
+        summary["warnings"].append(
+            f"knowledge graph endpoint backlog over {MAX_PENDING}: dropped the {dropped} oldest node(s)"
+            " (they are in the file)"
+        )
     summary["pending"] = len(pending)
     new_state = {"offset": offset, "ino": ino, "pending": pending}
     if new_state != state:

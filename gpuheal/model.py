@@ -21,12 +21,6 @@ ENDPOINT_TIMEOUT = "timeout"
 ENDPOINT_UNAUTHORIZED = "unauthorized"
 UNREACHABLE_STATES = frozenset({ENDPOINT_REFUSED, ENDPOINT_TIMEOUT})
 
-# Fault kinds (contract: "faults").
-FAULT_TIMEOUT = "timeout"
-FAULT_REFUSED = "refused"
-FAULT_OVERSIZED = "oversized"
-FAULT_INVALID = "invalid"
-
 
 @dataclass(frozen=True)
 class DataFault:

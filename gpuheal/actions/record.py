@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from gpuheal import alerts as alertq
 from gpuheal.clock import format_iso
+from gpuheal.core import alerts
 from gpuheal.core.catalog import ACTIONS, primary_action
 from gpuheal.redact import redact
 from gpuheal.state import files
@@ -139,54 +139,14 @@ class Recorder:
     def queue(
         self, subject: Subject, kind: str, summary: str, run_id: str | None, tried: list[str], attempts: int
     ) -> None:
-        alertq.enqueue(
-            self.alerts,
-            redact(
-                {
-                    "fingerprint": alertq.fingerprint(subject.gpu, subject.issue),
-                    "gpu": subject.gpu,
-                    "issue": subject.issue,
-                    "kind": kind,
-                    "state_key": f"{kind}:{subject.since}",
-                    "created_at": self.now_s,
-                    "run_id": run_id,
-                    "detected": subject.detected,
-                    "tried": tried,
-                    "attempts": attempts,
-                    "since": subject.since,
-                    "summary": summary,
-                },
-                self.secrets,
-            ),
-        )
+        alert = alerts.issue_alert(
+            subject.gpu, subject.issue, kind, subject.since, self.now_s, summary,
+            run_id=run_id, detected=subject.detected, tried=tried, attempts=attempts,
+        )  # fmt: skip
+        alerts.enqueue(self.alerts, redact(alert.to_json(), self.secrets))
 
     def count_clean_cycle(self, clean: bool, every: int) -> None:
-        """Contract: the All Clear on every Nth clean cycle (no open issue, no action); any other
-        cycle, and each All Clear, starts the count over."""
-        if not clean:
-            self.alerts["clean_cycles"] = 0
-            return
-        self.alerts["clean_cycles"] += 1
-        if self.alerts["clean_cycles"] < every:
-            return
-        self.alerts["clean_cycles"] = 0
-        alertq.enqueue(
-            self.alerts,
-            {
-                "fingerprint": alertq.fingerprint("fleet", None),
-                "gpu": "fleet",
-                "issue": None,
-                "kind": "all-clear",
-                "state_key": f"all-clear:{self.now_s:.0f}",
-                "created_at": self.now_s,
-                "run_id": None,
-                "detected": {"clean_cycles": every},
-                "tried": [],
-                "attempts": 0,
-                "since": None,
-                "summary": f"{every} clean cycles in a row",
-            },
-        )
+        alerts.count_clean_cycle(self.alerts, clean, every, self.now_s)
 
 
 def health_doc(health: dict[str, Any], state, rec: Recorder, cfg, now_s: float, apply: bool) -> dict[str, Any]:

@@ -291,9 +291,10 @@ def _split(value: Any) -> tuple[str, ...] | None:
 
 
 def _iso(epoch: Any) -> str:
-    from datetime import UTC, datetime
-
-    from gpuheal.clock import format_iso
+    from gpuheal.clock import format_epoch
 
     value = num(epoch)
-    return "?" if value is None else format_iso(datetime.fromtimestamp(value, UTC))
+    try:
+        return "?" if value is None else format_epoch(value)
+    except (OverflowError, OSError, ValueError):  # beyond the calendar: a damaged time
+        return "?"

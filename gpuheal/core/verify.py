@@ -4,11 +4,11 @@ is an argument.
 Design, "An attempt is reserved before it runs", and the spec's "verify, escalate after N
 failures"::
 
-    (reserve) ──► running ──executed──► pending ──issue-cleared──► resolved
-                     │                     ├──new-occurrence──► superseded
-                     │                     └──window-passed───► failed ──operator-clear──► cleared
-                     ├──exec-failed──► failed
-                     └──exec-escalated──► escalated ──operator-clear──► cleared
+    (reserve) ─► running ─executed─► pending ─issue-cleared─► resolved
+                    │                  ├─new-occurrence─► superseded
+                    │                  └─window-passed──► failed ─operator-clear─► cleared
+                    ├─exec-failed─► failed
+                    └─exec-escalated─► escalated ─operator-clear─► cleared
 
 ``running`` is the reserved state: the attempt is saved under its deterministic key *before* its
 commands run, so a run killed mid-command leaves it ``running`` and the next run judges it from

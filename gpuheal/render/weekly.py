@@ -10,10 +10,10 @@ escalations from the audit trail. Markdown that reads well in Zulip (tables, no 
 from __future__ import annotations
 
 import statistics
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from gpuheal.clock import format_iso
+from gpuheal.clock import format_epoch, format_iso
 from gpuheal.render.report import fmt_duration, fmt_time, md, to_datetime
 
 DAY_S = 86400.0
@@ -86,7 +86,7 @@ def build(
             lo, hi = start_s + i * DAY_S, start_s + (i + 1) * DAY_S
             vals = [float(r["gen_tok_s"]) for r in week if lo <= r["at"] < hi or (i == WEEK_DAYS - 1 and r["at"] == hi)]
             days.append(
-                {"date": format_iso(datetime.fromtimestamp(lo, UTC))[:10], "mean_tok_s": _mean(vals), "n": len(vals)}
+                {"date": format_epoch(lo)[:10], "mean_tok_s": _mean(vals), "n": len(vals)}
             )
         week_vals = [float(r["gen_tok_s"]) for r in week]
         prev_vals = [float(r["gen_tok_s"]) for r in prev]
@@ -197,7 +197,7 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
                     {
                         "gpu": rec["gpu"],
                         "issue": rec["issue"],
-                        "at": format_iso(datetime.fromtimestamp(t, UTC)),
+                        "at": format_epoch(t),
                         "run_id": rec.get("run_id"),
                     }
                 )
@@ -258,8 +258,8 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
                 {
                     "gpu": i["gpu"],
                     "issue": i["issue"],
-                    "start": format_iso(datetime.fromtimestamp(i["start_s"], UTC)),
-                    "end": format_iso(datetime.fromtimestamp(i["end_s"], UTC)) if i["end_s"] is not None else None,
+                    "start": format_epoch(i["start_s"]),
+                    "end": format_epoch(i["end_s"]) if i["end_s"] is not None else None,
                     "resolve_s": round(i["end_s"] - i["start_s"]) if i["end_s"] is not None else None,
                     "escalated": i["escalated"],
                     "actions": i["actions"],

@@ -16,6 +16,24 @@ from ``rules.<issue-id>`` in ``config/defaults.yaml`` ← the fleet config ← `
 
 The registry is checked at import: an unknown id, a duplicate, a module not named after its id or a
 missing attribute is an error, never a silently ignored rule.
+
+Adding a rule, exactly (checked by adding one, issue 10):
+
+1. ``gpuheal/ids.py``: its issue id in ``ISSUE_IDS`` (a contract id: alerts, the audit trail and
+   dashboards key on it, so it never changes once released);
+2. ``gpuheal/rules/<id with _ for ->.py``: ``ID``, ``SCOPE``, ``SEVERITY``, ``NEEDS``, ``detect``
+   (and optionally ``INHIBITS``, ``recovered``, ``hold``), pure — values in, values out;
+3. this module: import it and add it to :data:`ALL` (the registry line);
+4. ``gpuheal/config/defaults.yaml``: ``rules.<id>: {...}`` with every parameter it reads (each
+   then overridable per fleet and per GPU, and checked by name and type by the config loader);
+5. what ``heal`` does about it: nothing to add to only alert — an issue without a remedy is
+   escalated to the humans once per occurrence; a fix is a :class:`~gpuheal.core.catalog.Remedy`
+   in ``gpuheal/core/catalog.py`` ``REMEDIES`` plus ``verify_within_s`` and
+   ``escalate_after_failures`` in its defaults; an advice-only rule (severity ``info``) joins
+   ``RECOMMENDATIONS`` there so it is reported, never acted on nor escalated;
+6. its tests: a golden trace under ``tests/traces/`` or cases in a ``tests/test_rules_*.py``.
+
+Nothing else names rules: the engine, ``check``, the renderers and the state read the registry.
 """
 
 from __future__ import annotations

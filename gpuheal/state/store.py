@@ -200,58 +200,10 @@ class StateDir:
 
     # ------------------------------------------------------------------ JSON lines
     def append_lines(self, name: str, records: list[dict[str, Any]]) -> None:
-        """Append whole JSON lines (serialised first: a bad record writes nothing), then fsync.
-
-        A SIGKILL can tear a write: Linux checks for a fatal signal between the pages it copies,
-        so a run killed mid-append may leave a partial last line. :meth:`read_lines` never returns
-        such a tail as a record, and the next append removes it before writing. A tail that is a
-        whole record that only lacks its newline gets the newline instead. Torn bytes never stay
-        in the middle of the file.
-        """
-        if not records:
-            return
-        payload = b"".join(
-            json.dumps(record, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-            for record in records
-        )
-        path = self.path / name
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            self._heal_torn_tail(fd, name)
-            view = memoryview(payload)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def _heal_torn_tail(self, fd: int, name: str) -> None:
-        size = os.fstat(fd).st_size
-        if not size or os.pread(fd, 1, size - 1) == b"\n":
-            return
-        cut = 0  # just after the last newline
-        pos = size
-        while pos > 0:
-            step = min(65536, pos)
-            block = os.pread(fd, step, pos - step)
-            nl = block.rfind(b"\n")
-            if nl >= 0:
-                cut = pos - step + nl + 1
-                break
-            pos -= step
-        tail = os.pread(fd, size - cut, cut)
-        try:
-            whole = isinstance(json.loads(tail), dict)
-        except (ValueError, RecursionError):
-            whole = False
-        if whole:
-            os.write(fd, b"\n")
-            return
-        os.ftruncate(fd, cut)
-        self.warnings.append(
-            f"{name}: removed a partial last line ({size - cut} bytes) left by an interrupted run"
-        )
+        """Append whole JSON lines to ``name`` in the state directory (:func:`append_json_lines`)."""
+        warning = append_json_lines(self.path / name, records)
+        if warning:
+            self.warnings.append(f"{name}: {warning}")
 
     def read_lines(self, name: str) -> list[dict[str, Any]]:
         """Every parsable line of a JSON-lines file; junk lines are skipped with a warning."""
@@ -277,3 +229,61 @@ class StateDir:
         if bad:
             self.warnings.append(f"{name}: skipped {bad} unreadable line(s)")
         return out
+
+
+def append_json_lines(path: Path, records: list[dict[str, Any]], *, default: Any = None,
+                      ensure_ascii: bool = True) -> str | None:
+    """Append whole JSON lines (serialised first: a bad record writes nothing), then fsync.
+
+    A SIGKILL can tear a write: Linux checks for a fatal signal between the pages it copies, so a
+    run killed mid-append may leave a partial last line. Readers never return such a tail as a
+    record, and the next append removes it before writing (returning a warning that says so). A
+    tail that is a whole record that only lacks its newline gets the newline instead. Torn bytes
+    never stay in the middle of the file. Used by the audit trail and the knowledge-graph file.
+    """
+    if not records:
+        return None
+    payload = b"".join(
+        json.dumps(record, separators=(",", ":"), allow_nan=False, default=default, ensure_ascii=ensure_ascii).encode(
+            "utf-8", "replace"  # a lone surrogate from a source (ensure_ascii=False) never stops the append
+        )
+        + b"\n"
+        for record in records
+    )
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        warning = _heal_torn_tail(fd)
+        view = memoryview(payload)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return warning
+
+
+def _heal_torn_tail(fd: int) -> str | None:
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return None
+    cut = 0  # just after the last newline
+    pos = size
+    while pos > 0:
+        step = min(65536, pos)
+        block = os.pread(fd, step, pos - step)
+        nl = block.rfind(b"\n")
+        if nl >= 0:
+            cut = pos - step + nl + 1
+            break
+        pos -= step
+    tail = os.pread(fd, size - cut, cut)
+    try:
+        whole = isinstance(json.loads(tail), dict)
+    except (ValueError, RecursionError):
+        whole = False
+    if whole:
+        os.write(fd, b"\n")
+        return None
+    os.ftruncate(fd, cut)
+    return f"removed a partial last line ({size - cut} bytes) left by an interrupted run"

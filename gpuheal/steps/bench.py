@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuheal import benchdata
-from gpuheal.clock import format_iso
+from gpuheal.clock import format_epoch, format_iso
 from gpuheal.config import Config, GpuConfig
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.errors import GpuhealError
@@ -261,10 +261,9 @@ def public_result(alias: str, record: dict[str, Any], outcome: BenchOutcome) -> 
 
 def regression_document(cfg: Config, data: dict[str, Any], now_s: float) -> dict[str, dict[str, Any]]:
     """``benchmark-regression.json`` (without ``schema_version``): one entry per configured GPU."""
-    from datetime import UTC
 
     def iso(epoch: float) -> str:
-        return format_iso(datetime.fromtimestamp(epoch, UTC))
+        return format_epoch(epoch)
 
     window_start = now_s - 30 * benchdata.DAY_S
     out: dict[str, dict[str, Any]] = {}

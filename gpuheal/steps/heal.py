@@ -21,10 +21,9 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from gpuheal import alerts as alertq
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
-from gpuheal.core import verify
+from gpuheal.core import alerts, verify
 from gpuheal.core.actions import LiteLLMUpdate
 from gpuheal.core.catalog import REMEDIES, THERMAL, primary_action
 from gpuheal.core.heal_state import Escalation, HealState
@@ -43,7 +42,7 @@ class Heal:
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
         self.state = HealState.from_json(store.read(files.HEAL, {}))
         self.secrets = secrets_for(cfg)
-        self.rec = Recorder(store, now, self.secrets, alertq.normalise(store.read(files.ALERTS, {})))
+        self.rec = Recorder(store, now, self.secrets, alerts.normalise(store.read(files.ALERTS, {})))
         self.effects = Effects(cfg, runner, verify)
         self.warnings: list[str] = []
 

@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from gpuheal.clock import format_iso
+from gpuheal.clock import format_epoch, format_iso
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.state import files
 
@@ -202,9 +202,9 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
         "fleet_paused": f"{fleet_paused.get('reason', 'maintenance')}" if fleet_paused else None,
         "alerts": {
             "queued": len(queue["queue"]),
-            "oldest_queued_at": format_iso(datetime.fromtimestamp(min(created), UTC)) if created else None,
+            "oldest_queued_at": format_epoch(min(created)) if created else None,
             "last_error": next((e for e in reversed(errors) if e), None),
-            "not_before": format_iso(datetime.fromtimestamp(max(not_before), UTC))
+            "not_before": format_epoch(max(not_before))
             if not_before and max(not_before) > now_s
             else None,
             "clean_cycles": queue["clean_cycles"],
@@ -304,7 +304,7 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
 
 
 def _queue_weekly(store, doc: dict[str, Any], text: str, now: datetime) -> None:
-    from gpuheal import alerts as alertq
+    from gpuheal.core import alerts as alertq
     from gpuheal.steps.escalate import load_alerts
 
     data = load_alerts(store)
