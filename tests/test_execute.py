@@ -204,6 +204,7 @@ def test_litellm_update_is_an_http_call_not_a_command():
 
 
 def test_a_shed_that_litellm_cannot_store_escalates_in_the_same_item():
+    from gpuheal.core.actions import LiteLLMUpdate
     from gpuheal.sources.litellm_admin import AdminOutcome
 
     c = load_config_dict({
@@ -225,3 +226,14 @@ def test_a_shed_that_litellm_cannot_store_escalates_in_the_same_item():
         return AdminOutcome(rc=None, stderr="LiteLLM refused /v1/model/info", error="refused")
 
     assert run_item(item, c, FakeRunner(), ok_verify, (), down).result == "failed"
+
+    # with a command of the operator's for the other half, a failed built-in is a plain failure
+    c2 = load_config_dict({
+        "litellm": {"url": "http://127.0.0.1:9/litellm"},
+        "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "litellm_model_id": "dep-a",
+                  "redirect_command": "my-redirect {alias}", "transport": "local"}],
+    })
+    item2 = plan([{"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "S", "detected": {}}],
+                 empty_state(), c2, 1e9)[0]
+    assert isinstance(item2.steps[0], LiteLLMUpdate)  # shed-load stays built in
+    assert run_item(item2, c2, FakeRunner(), ok_verify, (), cannot).result == "failed"

@@ -93,8 +93,9 @@ def run_item(
             continue  # evidence is best effort: a failed snapshot does not stop the fix
         if not res.ok:
             ex.result = "failed"
-            if res.impossible and step.action in ("shed-load", "redirect-traffic"):
-                # issue 11: no verification window for a shed that cannot happen; tell the humans now
+            if res.impossible and step.action in ("shed-load", "redirect-traffic") and not _load_command(cfg, item.gpu):
+                # issue 11: no verification window for a shed that cannot happen and no command of
+                # the operator's to fall back on; tell the humans now
                 ex.result = "escalated"
                 ex.escalate_reason = f"load shedding through LiteLLM is impossible: {res.output.strip()}"
             unreachable = res.error and any(w in res.error for w in ("host key", "refused", "auth", "timeout"))
@@ -146,6 +147,15 @@ def _wait_ready(ex: Execution, step: WaitReady, verify_restart) -> bool:
         ex.result = "failed"
         return False
     return True
+
+
+def _load_command(cfg, gpu: str) -> bool:
+    """Whether the operator configured a load-side command of their own for ``gpu``."""
+    try:
+        g = cfg.gpu(gpu)
+    except KeyError:
+        return False
+    return bool(g.command("shed_load_command") or g.command("redirect_command"))
 
 
 def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeout_s, secrets) -> bool:
