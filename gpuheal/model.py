@@ -43,6 +43,55 @@ class Breaker:
 
 
 @dataclass(frozen=True)
+class SourceTrend:
+    """A least-squares trend the data source computed where the data lives (issue 13: PromQL's
+    ``deriv`` over the rule's window), so gpuheal keeps no per-poll history of the series.
+
+    ``slope`` is per ``per_s`` seconds (3600: MB/h for Rule 2, 60: °C/min for Rule 8); ``n`` samples
+    spanning ``span_s`` seconds up to the poll; ``halves``: the slopes of the window's first and
+    second half (Rule 2's "sustained"), when the source measured them.
+    """
+
+    slope: float
+    n: int
+    span_s: float
+    per_s: float
+    halves: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"slope": self.slope, "n": self.n, "span_s": self.span_s, "per_s": self.per_s}
+        if self.halves is not None:
+            out["halves"] = list(self.halves)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> SourceTrend | None:
+        """From a recorded trace; ``None`` for anything that is not a well-formed trend."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            halves = data.get("halves")
+            return cls(
+                slope=_finite(data["slope"]),
+                n=int(_finite(data["n"])),
+                span_s=_finite(data["span_s"]),
+                per_s=_finite(data["per_s"]),
+                halves=None if halves is None else (_finite(halves[0]), _finite(halves[1])),
+            )
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None
+
+
+def _finite(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value in (
+        float("inf"),
+        float("-inf"),
+    ):
+        raise ValueError(f"not a finite number: {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
 class GpuSample:
     """Everything sensed about one configured GPU in one poll.
 
@@ -66,6 +115,13 @@ class GpuSample:
     breaker: Breaker | None = None
     bench_tok_s: float | None = None
     bench_measured_at: datetime | None = None
+    # llama.cpp's own series, when the source reads them (Prometheus scraping llama-server /metrics)
+    requests_processing: float | None = None
+    requests_deferred: float | None = None
+    n_decode_total: float | None = None
+    # trends computed by the source (Prometheus: PromQL over the rule's window), issue 13
+    vram_trend: SourceTrend | None = None
+    temp_trend: SourceTrend | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -80,6 +136,8 @@ class GpuSample:
                 }
             elif isinstance(value, datetime):
                 value = format_iso(value)
+            elif isinstance(value, SourceTrend):
+                value = value.to_dict()
             out[f.name] = value
         return out
 
@@ -93,6 +151,9 @@ class GpuSample:
             kwargs["breaker"] = Breaker(
                 open=bool(breaker.get("open")), opened_at=parse_iso(opened) if opened else None
             )
+        for key in ("vram_trend", "temp_trend"):
+            if key in kwargs:
+                kwargs[key] = SourceTrend.from_dict(kwargs[key])
         if isinstance(kwargs.get("bench_measured_at"), str):
             kwargs["bench_measured_at"] = parse_iso(kwargs["bench_measured_at"])
         return cls(**kwargs)
@@ -109,6 +170,7 @@ class Observation:
     faults: tuple[DataFault, ...] = ()
     warnings: tuple[str, ...] = ()
     unmatched_hosts: tuple[str, ...] = field(default=())
+    source: str = "monitor"  # the GPU data source this poll: "monitor" (gpu-monitor) or "prometheus"
 
     def faults_for(self, source: str) -> list[DataFault]:
         return [f for f in self.faults if f.source == source]
@@ -122,6 +184,7 @@ class Observation:
             "faults": [f.to_dict() for f in self.faults],
             "warnings": list(self.warnings),
             "unmatched_hosts": list(self.unmatched_hosts),
+            **({} if self.source == "monitor" else {"source": self.source}),
         }
 
     @classmethod
@@ -144,4 +207,5 @@ class Observation:
             ),
             warnings=tuple(str(w) for w in data.get("warnings") or []),
             unmatched_hosts=tuple(str(h) for h in data.get("unmatched_hosts") or []),
+            source="prometheus" if data.get("source") == "prometheus" else "monitor",
         )

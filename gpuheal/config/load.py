@@ -20,6 +20,7 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     GpuConfig,
     LiteLLMConfig,
     MonitorConfig,
+    PrometheusConfig,
     split_command,
 )
 from gpuheal.config.params import ENGINE_PARAMS, check_section
@@ -185,6 +186,67 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         knowledge_graph=merged.get("knowledge_graph") or {},
         rules=fleet_rules,
         metrics_file=merged.get("metrics_file"),
+        prometheus=_prometheus(merged["prometheus"], data, gpus, fleet_rules),
+    )
+
+
+PROMETHEUS_WINDOW_PARAMS = {
+    "vram-leak": ("window_h", "min_span_h", "recover_span_h"),
+    "thermal-warning": ("window_s", "min_span_s"),
+    "thermal-rising": ("window_s", "min_span_s"),
+}
+
+
+def _prometheus(
+    merged: dict[str, Any], data: dict[str, Any], gpus: tuple[GpuConfig, ...], fleet_rules: dict[str, dict[str, Any]]
+) -> PrometheusConfig | None:
+    """The ``prometheus:`` section when the user wrote one. Its trend windows are PromQL ranges run
+    once for the whole fleet (issue 13), so they cannot differ per GPU; ``labels.match`` needs a
+    ``prometheus_match`` on every GPU."""
+    if "prometheus" not in data:
+        return None
+    if "monitor" in data:
+        raise ConfigError("monitor: and prometheus: are two GPU data sources; keep one", "prometheus")
+    selector = merged.get("selector") or ""
+    if selector and not (selector.startswith("{") and selector.endswith("}")):
+        raise ConfigError(
+            f"must be a label matcher in braces, like '{{site=\"eu1\"}}', not {selector!r}", "prometheus.selector"
+        )
+    for i, gpu in enumerate(gpus):
+        for rule_id, keys in PROMETHEUS_WINDOW_PARAMS.items():
+            for key in keys:
+                if gpu.rules.get(rule_id, {}).get(key) != fleet_rules.get(rule_id, {}).get(key):
+                    raise ConfigError(
+                        "with prometheus: the trend window is one PromQL range for the whole fleet; "
+                        f"set rules.{rule_id}.{key} instead",
+                        f"gpus[{i}].rules.{rule_id}.{key}",
+                    )
+    warn_w = fleet_rules.get("thermal-warning", {}).get("window_s")
+    if warn_w != fleet_rules.get("thermal-rising", {}).get("window_s"):
+        raise ConfigError(
+            "with prometheus: both Rule 8 tiers read one deriv() window; make it equal to "
+            f"rules.thermal-warning.window_s ({warn_w})",
+            "rules.thermal-rising.window_s",
+        )
+    labels = dict(merged.get("labels") or {})
+    if labels.get("match"):
+        missing = [i for i, g in enumerate(gpus) if not g.prometheus_match]
+        if missing:
+            raise ConfigError(
+                f"prometheus.labels.match is {labels['match']!r}: every GPU needs prometheus_match",
+                f"gpus[{missing[0]}].prometheus_match",
+            )
+    return PrometheusConfig(
+        url=merged["url"].rstrip("/"),
+        timeout_s=float(merged["timeout_s"]),
+        connect_timeout_s=float(merged["connect_timeout_s"]),
+        max_response_bytes=int(merged["max_response_bytes"]),
+        staleness_s=float(merged["staleness_s"]),
+        selector=selector,
+        max_workers=int(merged["max_workers"]),
+        trend_step_s=float(merged["trend_step_s"]),
+        labels=labels,
+        queries=dict(merged.get("queries") or {}),
     )
 
 
@@ -241,6 +303,7 @@ def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]
         paused=bool(raw.get("paused", False)),
         gpu_index=raw.get("gpu_index"),
         unified_memory=raw.get("unified_memory"),
+        prometheus_match=raw.get("prometheus_match"),
         commands=commands,
         rules=rules,
     )

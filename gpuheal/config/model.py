@@ -34,6 +34,28 @@ class MonitorConfig:
 
 
 @dataclass(frozen=True)
+class PrometheusConfig:
+    """``prometheus:`` — GPU readings from instant queries instead of gpu-monitor (contract:
+    "Prometheus as a source"). ``queries`` maps a reading to its PromQL (``None``: not read);
+    ``{selector}`` in a query is replaced by ``selector`` (one gpuheal per site, issue 13)."""
+
+    url: str
+    timeout_s: float
+    connect_timeout_s: float
+    max_response_bytes: int
+    staleness_s: float
+    selector: str
+    max_workers: int
+    trend_step_s: float
+    labels: dict[str, str | None]
+    queries: dict[str, str | None]
+
+    def query(self, key: str) -> str | None:
+        template = self.queries.get(key)
+        return None if template is None else template.replace("{selector}", self.selector)
+
+
+@dataclass(frozen=True)
 class LiteLLMConfig:
     url: str | None
     api_key: str
@@ -68,6 +90,7 @@ class GpuConfig:
     paused: bool = False
     gpu_index: int | None = None  # index on its host (smi row, gpu-monitor ``index``); None = the only GPU
     unified_memory: bool | None = None  # AMD APU: GTT is the memory; None = decided from the product
+    prometheus_match: str | None = None  # value of prometheus.labels.match for this GPU's series
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -98,6 +121,7 @@ class Config:
     knowledge_graph: dict[str, Any]
     rules: dict[str, dict[str, Any]]
     metrics_file: str | None = None
+    prometheus: PrometheusConfig | None = None  # set: the GPU data source is Prometheus, not gpu-monitor
 
     @property
     def aliases(self) -> tuple[str, ...]:

@@ -241,6 +241,8 @@ def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Ac
     """
     spec = catalog.actions[action]
     if action == "restart-gpu-monitor":
+        if getattr(cfg, "prometheus", None) is not None:
+            return None  # the source is Prometheus: no gpu-monitor of ours to restart (escalate)
         argv = _split(cfg.heal.get("gpu_monitor_restart_command"))
         target = cfg.heal.get("gpu_monitor_host") if cfg.heal.get("gpu_monitor_transport") == "ssh" else "local"
         return RunCommand(action, argv, target or "local") if argv else None

@@ -19,7 +19,7 @@ from gpuheal import benchdata
 from gpuheal.config import Config, GpuConfig
 from gpuheal.core import timing
 from gpuheal.core.trend import Fit, fit_window
-from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation
+from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
 from gpuheal.state.history import History
 
 REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
@@ -104,6 +104,27 @@ def _verifying(attempts: Any, restarts: dict[str, set[float]], grace_s: float) -
 
 
 NO_RESTARTS = Restarts(last={}, grace_s=0.0)
+
+
+@dataclass(frozen=True)
+class SourceFit(Fit):
+    """A :class:`Fit` the data source computed (Prometheus: ``deriv`` over the window, issue 13)
+    instead of one fitted here from the history; ``halves`` are the slopes of the window's two
+    halves (Rule 2's "sustained"), ``None`` when not measured."""
+
+    halves: tuple[float, float] | None = None
+
+
+def source_fit(trend: SourceTrend, now_s: float, last_v: float) -> SourceFit:
+    return SourceFit(
+        slope=trend.slope,
+        n=trend.n,
+        first_t=now_s - trend.span_s,
+        last_t=now_s,
+        last_v=last_v,
+        per_s=trend.per_s,
+        halves=trend.halves,
+    )
 
 
 class FleetView:
@@ -203,6 +224,13 @@ class FleetView:
         key = ("vram", alias, window_s, jump_mb)
         if key in self.cache:
             return self.cache[key]
+        sample = self.sample(alias)
+        if self.obs is not None and self.obs.source != "monitor":
+            fit = None  # the source computed the trend (PromQL), or nothing is known
+            if sample is not None and sample.vram_trend is not None and sample.vram_used_mb is not None:
+                fit = source_fit(sample.vram_trend, self.now_s, sample.vram_used_mb)
+            self.cache[key] = fit
+            return fit
         cols = self.history.raw.get(alias)
         fit = None
         if cols:
@@ -228,6 +256,13 @@ class FleetView:
         key = ("temp", alias, window_s)
         if key in self.cache:
             return self.cache[key]
+        sample = self.sample(alias)
+        if self.obs is not None and self.obs.source != "monitor":
+            fit = None
+            if sample is not None and sample.temp_trend is not None and sample.temp_c is not None:
+                fit = source_fit(sample.temp_trend, self.now_s, sample.temp_c)
+            self.cache[key] = fit
+            return fit
         cols = self.history.raw.get(alias)
         fit = None
         if cols:

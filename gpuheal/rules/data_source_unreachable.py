@@ -1,4 +1,4 @@
-"""Rule 7: GPU data source unreachable — gpu-monitor unusable (refused, timeout, oversized per
+"""Rule 7: GPU data source unreachable — gpu-monitor (or Prometheus, when it is the source) unusable (refused, timeout, oversized per
 L5, invalid, HTTP error) for more than 2 consecutive polls (fires on the 3rd; one bad poll is a
 fault, not an issue). gpu ``fleet``.
 
@@ -23,10 +23,12 @@ def detect(view, subject, p):
         return None
     if view.obs.monitor_ok:
         return False
-    faults = view.obs.faults_for("monitor")
+    source = view.obs.source  # "monitor" (gpu-monitor) or "prometheus" (issue 13): the same rule
+    faults = view.obs.faults_for(source)
     fault = faults[0].fault if faults else "unusable"
     detail = faults[0].detail[:200] if faults else ""
+    name = "gpu-monitor" if source == "monitor" else "Prometheus"
     return Finding(
-        {"source": "monitor", "fault": fault, "detail": detail},
-        f"gpu-monitor unusable ({fault}); monitor-fed rules report unknown",
+        {"source": source, "fault": fault, "detail": detail},
+        f"{name} unusable ({fault}); monitor-fed rules report unknown",
     )

@@ -32,6 +32,11 @@ def _fit(view, alias, p, min_span_h=None, min_samples=None):
 
 
 def _sustained(view, alias, fit, threshold, ratio):
+    halves = getattr(fit, "halves", None)  # a fit the source computed (Prometheus, issue 13)
+    if halves is not None:
+        return all(part >= threshold * ratio for part in halves)
+    if getattr(fit, "halves", False) is None:
+        return False  # the source measured no halves: not shown to be sustained
     mid = (fit.first_t + fit.last_t) / 2
     for lo, hi in ((fit.first_t, mid), (mid, fit.last_t)):
         part = view.sub_fit(alias, "vram_used_mb", lo, hi, 3600.0)

@@ -112,15 +112,29 @@ def fetch_litellm(cfg: Config) -> DataFault | None:
     return None
 
 
-def sense(cfg: Config, now: datetime) -> Observation:
-    """Poll everything once. ``now`` stamps the observation (the run's single clock reading)."""
+def sense(cfg: Config, now: datetime, window_starts: dict[str, float] | None = None) -> Observation:
+    """Poll everything once. ``now`` stamps the observation (the run's single clock reading).
+
+    With ``prometheus:`` the GPU readings come from Prometheus instead of gpu-monitor;
+    ``window_starts`` (alias → epoch s: a restart plus its grace) lets it start a restarted GPU's
+    trend window there (``sources/prometheus.py``)."""
     deadline = float(cfg.probe["timeout_s"])
     workers = max(1, min(int(cfg.probe["max_workers"]), len(cfg.gpus) + 2))
+    prom = None
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
-        monitor_f = pool.submit(fetch_monitor, cfg)
+        if cfg.prometheus is not None:
+            from gpuheal.sources import prometheus
+
+            monitor_f = pool.submit(prometheus.read, cfg, now.timestamp(), window_starts)
+        else:
+            monitor_f = pool.submit(fetch_monitor, cfg)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
         probes = {g.alias: pool.submit(_probe, g.endpoint, deadline) for g in cfg.gpus}
-        doc, faults, warnings = monitor_f.result()
+        if cfg.prometheus is not None:
+            prom = monitor_f.result()
+            doc, faults, warnings = None, list(prom.faults), list(prom.warnings)
+        else:
+            doc, faults, warnings = monitor_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
         probe_results = {alias: f.result() for alias, f in probes.items()}
 
@@ -130,6 +144,8 @@ def sense(cfg: Config, now: datetime) -> Observation:
         if kind is not None:
             faults.append(DataFault(gpu.alias, kind, detail))
         values: dict = {}
+        if prom is not None and prom.ok:
+            values.update(prom.values[gpu.alias])
         if doc is not None:
             host = doc.hosts.get(gpu.host)
             if host is None:
@@ -158,7 +174,8 @@ def sense(cfg: Config, now: datetime) -> Observation:
     return Observation(
         at=now,
         gpus=gpus,
-        monitor_ok=doc is not None,
+        monitor_ok=doc is not None or (prom is not None and prom.ok),
+        source="monitor" if prom is None else "prometheus",
         litellm_ok=None if not cfg.litellm.url else litellm_fault is None,
         faults=tuple(faults),
         warnings=tuple(warnings),

@@ -46,6 +46,16 @@ def save_history(store: StateDir, cfg: Config, history: History, now: datetime) 
     store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
 
 
+def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
+    """Where a restarted GPU's trend window starts (its last restart plus the startup grace), as
+    Rule 2's history path restarts its fit there; Prometheus runs that GPU's own window then."""
+    from gpuheal.core.view import Restarts
+    from gpuheal.state import files
+
+    restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, float(cfg.heal["startup_grace_s"]))
+    return {alias: t + restarts.grace_s for alias, t in restarts.last.items()}
+
+
 def record_observation(path: Path, obs: Observation) -> None:
     """``check --record FILE``: one JSON line per poll, the trace ``replay`` reads."""
     with open(path, "a", encoding="utf-8") as fh:
@@ -62,14 +72,19 @@ def run(
     from gpuheal.sources.sense import sense
 
     if obs is None:
-        obs = sense(cfg, now)
+        obs = sense(cfg, now, window_starts(cfg, store) if cfg.prometheus is not None else None)
     if record is not None:
         record_observation(record, obs)
-    history = load_history(store)
-    history.add(obs, cfg.aliases)
+    # with Prometheus the trends come from PromQL where the data lives: no per-poll history
+    # (issue 13), so the state directory stays flat as the fleet grows
+    keep_history = cfg.prometheus is None
+    history = load_history(store) if keep_history else History()
+    if keep_history:
+        history.add(obs, cfg.aliases)
     evaluation = evaluate(cfg, store, obs, history, now)
     health = health_document(obs, evaluation.issues, actions=[])
-    save_history(store, cfg, history, now)
+    if keep_history:
+        save_history(store, cfg, history, now)
     return CheckResult(obs=obs, history=history, issues=evaluation.issues, health=health, evaluation=evaluation)
 
 

@@ -1,0 +1,435 @@
+"""Prometheus as the GPU data source (issue 13; contract: "Prometheus as a source").
+
+Each poll runs a handful of instant queries (``GET {url}/api/v1/query``), one per signal for the
+whole fleet — never one per GPU — concurrently, each through the deadline-bounded HTTP client with
+its byte cap (``sources/http.py``), so a hung or flooding Prometheus costs one deadline, not N.
+
+- **Readings**: dcgm-exporter's series by default (``DCGM_FI_DEV_GPU_TEMP``, ``_FB_USED``,
+  ``_FB_FREE``, ``_GPU_UTIL``, ``_POWER_USAGE``; total VRAM = used + free) and llama.cpp's own
+  ``llamacpp:*`` series. Every query and label is configuration (``prometheus.queries``,
+  ``prometheus.labels``), so AMD's exporter, nvidia_gpu_exporter or a recording rule work by config.
+- **Matching**: a series belongs to the GPU whose (``host``, ``gpu_index``) equals its
+  (``labels.host``, ``labels.gpu_index``) — or, with ``labels.match``, whose ``prometheus_match``
+  equals that label; llama.cpp series by ``labels.instance`` = the endpoint's ``host:port``.
+- **Freshness**: every reading query is wrapped so a series whose newest sample is older than
+  ``staleness_s`` is absent: "not known", never its last value.
+- **Trends where the data lives**: Rule 2's slope over its window and Rule 8's rise come from
+  ``deriv()`` over the rule's window, with ``count_over_time`` and the window's covered span, so
+  gpuheal keeps no per-poll history of those series (``check`` skips the history file). A GPU that
+  ``heal`` restarted inside the window gets its own queries over the part after the restart's
+  grace, as the history path does.
+- **Bad answers** (refused, hung, oversized, not JSON, ``"status": "error"``, a ``resultType`` other
+  than ``vector``, NaN/±Inf/out-of-range values, one GPU matched by two series) are data faults with
+  ``"source": "prometheus"``; the affected readings are "not known". When a core reading (temperature
+  or VRAM) cannot be read at all, the source is unusable this poll (Rule 7, as for gpu-monitor).
+  Nothing here raises for what the network does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from gpuheal.config import Config, GpuConfig
+from gpuheal.model import DataFault, SourceTrend
+from gpuheal.sources.http import HttpFault, request
+
+SOURCE = "prometheus"
+CORE = ("temp_c", "vram_used_mb")  # either unreadable → the source is unusable this poll (Rule 7)
+GPU_READINGS = ("temp_c", "vram_used_mb", "vram_free_mb", "vram_total_mb", "util_pct", "power_w")
+LLAMA_READINGS = ("requests_processing", "requests_deferred", "n_decode_total")
+# physical range of each reading (a value outside is garbage, not a measurement)
+RANGES: dict[str, tuple[float, float]] = {
+    "temp_c": (0.0, 200.0),
+    "vram_used_mb": (0.0, 1e8),
+    "vram_free_mb": (0.0, 1e8),
+    "vram_total_mb": (0.0, 1e8),
+    "util_pct": (0.0, 100.0),
+    "power_w": (0.0, 1e5),
+    "requests_processing": (0.0, 1e9),
+    "requests_deferred": (0.0, 1e9),
+    "n_decode_total": (0.0, 1e18),
+}
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,4})?", re.ASCII)
+_SELECTOR = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", re.ASCII | re.DOTALL)
+MAX_SHOWN = 3
+
+
+@dataclass
+class Vector:
+    """One query's answer keyed by the matching key: ``values`` (finite, in range), ``dup`` (keys
+    matched by more than one series), ``bad`` (keys whose value was not a reading), ``fault``."""
+
+    values: dict[tuple, float] = field(default_factory=dict)
+    names: dict[tuple, str] = field(default_factory=dict)
+    dup: set[tuple] = field(default_factory=set)
+    bad: dict[tuple, str] = field(default_factory=dict)
+    fault: DataFault | None = None
+
+
+@dataclass(frozen=True)
+class PromReading:
+    """What the source read for the fleet: per alias the GpuSample fields, the faults, and whether
+    the source was usable (``ok``)."""
+
+    values: dict[str, dict[str, Any]]
+    faults: list[DataFault]
+    warnings: list[str]
+    ok: bool
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def decimal(text: Any) -> float | None:
+    """Prometheus's sample value (a string: ``"45"``, ``"1.5e+03"``, ``"NaN"``, ``"+Inf"``) → a finite
+    float, else ``None``. ASCII decimal notation only (``float()`` also takes ``'nan'``, ``'1_0'``)."""
+    if not isinstance(text, str) or len(text) > 64 or not _DECIMAL.fullmatch(text.strip()):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def parse_vector(status: int, body: bytes) -> tuple[list[tuple[dict[str, str], Any]] | None, str, str]:
+    """An ``/api/v1/query`` answer → ([(labels, raw value string)], fault kind, detail).
+
+    The list is ``None`` on a fault: ``http-NNN`` (Prometheus's 400/422/503 carry ``errorType`` and
+    ``error``, shown), ``invalid`` (not JSON, not the envelope, ``status`` not ``success``, a
+    ``resultType`` other than ``vector``)."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        if status != 200:
+            return None, f"http-{status:03d}", _printable(body[:120].decode("utf-8", "replace"))
+        return None, "invalid", f"not JSON: {_printable(str(exc))[:120]}"
+    if not isinstance(doc, dict):
+        return None, "invalid", "the answer is not a JSON object"
+    if doc.get("status") != "success":
+        what = f"{_printable(str(doc.get('errorType')))[:40]}: {_printable(str(doc.get('error')))[:160]}"
+        return None, (f"http-{status:03d}" if status != 200 else "invalid"), f"status {_printable(str(doc.get('status')))[:20]}, {what}"
+    if status != 200:
+        return None, f"http-{status:03d}", "status success on a non-200 answer"
+    data = doc.get("data")
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        return None, "invalid", "no data.result list"
+    if data.get("resultType") != "vector":
+        return None, "invalid", f"resultType {_printable(str(data.get('resultType')))[:20]!r}, expected 'vector'"
+    out = []
+    for entry in data["result"]:
+        if not isinstance(entry, dict):
+            continue
+        metric, value = entry.get("metric"), entry.get("value")
+        if not isinstance(metric, dict) or not isinstance(value, list) or len(value) != 2:
+            out.append(({}, None))  # counted as a malformed entry by the caller
+            continue
+        out.append((metric, value[1]))
+    return out, "", ""
+
+
+def _printable(text: str) -> str:
+    return "".join(ch if ch.isprintable() else " " for ch in text).strip()
+
+
+# --------------------------------------------------------------------------- matching
+
+
+class Matcher:
+    """Maps series labels to the configured GPUs (and llama.cpp series to endpoints)."""
+
+    def __init__(self, cfg: Config) -> None:
+        prom = cfg.prometheus
+        self.host_label = prom.labels.get("host") or "Hostname"
+        self.index_label = prom.labels.get("gpu_index") or "gpu"
+        self.name_label = prom.labels.get("name")
+        self.instance_label = prom.labels.get("instance") or "instance"
+        self.match_label = prom.labels.get("match")
+        self.gpus = cfg.gpus
+
+    def key(self, metric: dict[str, Any]) -> tuple | None:
+        if self.match_label:
+            value = metric.get(self.match_label)
+            return ("m", value) if isinstance(value, str) else None
+        host = metric.get(self.host_label)
+        if not isinstance(host, str):
+            return None
+        index = metric.get(self.index_label)
+        return ("g", host, index if isinstance(index, str) else None)
+
+    def instance_key(self, metric: dict[str, Any]) -> tuple | None:
+        value = metric.get(self.instance_label)
+        return ("i", value) if isinstance(value, str) else None
+
+    def gpu_key(self, gpu: GpuConfig) -> tuple:
+        if self.match_label:
+            return ("m", gpu.prometheus_match)
+        index = getattr(gpu, "gpu_index", None)
+        return ("g", gpu.host, None if index is None else str(index))
+
+    @staticmethod
+    def endpoint_key(gpu: GpuConfig) -> tuple:
+        return ("i", urlsplit(gpu.endpoint).netloc)
+
+    def gpu_matchers(self, gpu: GpuConfig) -> str:
+        """PromQL label matchers selecting this GPU's series (for its own restart window)."""
+        if self.match_label:
+            pairs = [(self.match_label, gpu.prometheus_match)]
+        else:
+            pairs = [(self.host_label, gpu.host)]
+            index = getattr(gpu, "gpu_index", None)
+            if index is not None:
+                pairs.append((self.index_label, str(index)))
+        return ",".join(f"{name}={json.dumps(str(value))}" for name, value in pairs)
+
+
+def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
+    """(value, problem) of one GPU in one answer. A GPU configured without ``gpu_index`` takes the
+    host's only series; a host with several (or a key with two series) is ambiguous: not known."""
+    if key[0] == "g" and key[2] is None:
+        hits = [k for k in vec.values.keys() | vec.dup | vec.bad.keys() if k[0] == "g" and k[1] == key[1]]
+        if len(hits) > 1:
+            return None, f"{len(hits)} series for host {key[1]!r}; set gpus[].gpu_index"
+        if not hits:
+            return None, None
+        key = hits[0]
+    if key in vec.dup:
+        return None, "matched by more than one series"
+    if key in vec.bad:
+        return None, vec.bad[key]
+    return vec.values.get(key), None
+
+
+# --------------------------------------------------------------------------- queries
+
+
+def fresh(query: str, staleness_s: float) -> str:
+    """``query`` limited to series whose newest sample is at most ``staleness_s`` old."""
+    return f"({query}) and ((time() - timestamp({query})) <= {staleness_s:g})"
+
+
+def ms(seconds: float) -> str:
+    return f"{max(1, int(round(seconds * 1000)))}ms"
+
+
+def trend_queries(series: str, window_s: float, step_s: float, halves: bool) -> dict[str, str]:
+    """PromQL for a least-squares trend of ``series`` over ``window_s``: ``deriv`` (per second), the
+    sample count, the span the samples cover (``step_s`` resolution) and, for Rule 2's "sustained",
+    the slopes of the window's two halves."""
+    w = ms(window_s)
+    out = {
+        "slope": f"deriv({series}[{w}])",
+        "n": f"count_over_time({series}[{w}])",
+        # the subquery's first step may see a sample just before the window (lookback): clamp
+        "span": f"clamp_max(time() - min_over_time(timestamp({series})[{w}:{ms(step_s)}]), {window_s:g})",
+    }
+    if halves:
+        h = ms(window_s / 2)
+        out["h1"] = f"deriv({series}[{h}] offset {h})"
+        out["h2"] = f"deriv({series}[{h}])"
+    return out
+
+
+def with_matchers(series: str, matchers: str) -> str | None:
+    """``series`` (a selector) with extra label matchers; ``None`` when it is not a plain selector."""
+    series = series.strip()
+    m = _SELECTOR.fullmatch(series)
+    if m is None:
+        return None
+    if m.group(1) is None:
+        return f"{series}{{{matchers}}}"
+    inner = series[series.index("{") + 1 : -1].strip().rstrip(",")
+    return f"{series[: series.index('{')]}{{{inner + ',' if inner else ''}{matchers}}}"
+
+
+def run_query(cfg: Config, name: str, promql: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> Vector:
+    prom = cfg.prometheus
+    url = f"{prom.url}/api/v1/query?" + urlencode({"query": promql})
+    result = request(
+        "GET", url, deadline_s=prom.timeout_s, connect_timeout_s=prom.connect_timeout_s,
+        max_bytes=prom.max_response_bytes,
+    )
+    vec = Vector()
+    if isinstance(result, HttpFault):
+        vec.fault = DataFault(SOURCE, result.kind, f"{name}: {result.detail}")
+        return vec
+    entries, kind, detail = parse_vector(result.status, result.body)
+    if entries is None:
+        vec.fault = DataFault(SOURCE, kind, f"{name}: {detail}")
+        return vec
+    malformed = 0
+    for metric, raw in entries:
+        key = matcher.instance_key(metric) if by_instance else matcher.key(metric)
+        if key is None:
+            malformed += 1 if not metric else 0
+            continue
+        if key in vec.values or key in vec.bad or key in vec.dup:
+            vec.dup.add(key)
+            vec.values.pop(key, None)
+            vec.bad.pop(key, None)
+            continue
+        value = decimal(raw)
+        if value is None or not lo <= value <= hi:
+            vec.bad[key] = f"{name} = {_printable(str(raw))[:24]!r} is not a reading"
+            continue
+        vec.values[key] = value
+        if matcher.name_label and not by_instance:
+            label = metric.get(matcher.name_label)
+            if isinstance(label, str):
+                vec.names[key] = _printable(label)[:100]
+    if malformed:
+        vec.fault = DataFault(SOURCE, "invalid", f"{name}: {malformed} malformed result entries")
+    return vec
+
+
+def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, matcher: Matcher) -> dict[str, tuple]:
+    """Every query of this poll: name → (promql, by_instance, lo, hi)."""
+    prom = cfg.prometheus
+    out: dict[str, tuple] = {}
+    for key in GPU_READINGS + LLAMA_READINGS:
+        q = prom.query(key)
+        if q:
+            lo, hi = RANGES[key]
+            out[key] = (fresh(q, prom.staleness_s), key in LLAMA_READINGS, lo, hi)
+    for kind, series_key, window_s, halves in _trend_windows(cfg):
+        series = prom.query(series_key)
+        if not series:
+            continue
+        step = min(prom.trend_step_s, window_s / 20)
+        for part, q in trend_queries(series, window_s, step, halves).items():
+            out[f"{kind}.{part}"] = (q, False, -math.inf, math.inf)
+        # a GPU restarted inside the window: its own window after the restart's grace (as Rule 2's
+        # history path restarts its fit there)
+        if kind != "vram":
+            continue
+        for gpu in cfg.gpus:
+            start = window_starts.get(gpu.alias)
+            if start is None or start <= now_s - window_s:
+                continue
+            own = with_matchers(series, matcher.gpu_matchers(gpu))
+            if own is None or now_s - start <= 0:
+                continue
+            for part, q in trend_queries(own, now_s - start, step, halves).items():
+                out[f"{kind}@{gpu.alias}.{part}"] = (q, False, -math.inf, math.inf)
+    return out
+
+
+def _trend_windows(cfg: Config) -> list[tuple[str, str, float, bool]]:
+    """(kind, series query key, window seconds, halves): Rule 2's window and Rule 8's (both tiers
+    share it; config load refuses per-GPU windows and two different Rule 8 windows with Prometheus)."""
+    vram = cfg.rules.get("vram-leak", {})
+    rise = cfg.rules.get("thermal-warning", {})
+    out = []
+    if vram.get("window_h"):
+        out.append(("vram", "vram_series", float(vram["window_h"]) * 3600, True))
+    if rise.get("window_s"):
+        out.append(("temp", "temp_series", float(rise["window_s"]), False))
+    return out
+
+
+# --------------------------------------------------------------------------- the poll
+
+
+def read(cfg: Config, now_s: float, window_starts: dict[str, float] | None = None) -> PromReading:
+    """Run this poll's queries concurrently and map the answers to ``gpus[]``."""
+    matcher = Matcher(cfg)
+    queries = build_queries(cfg, window_starts or {}, now_s, matcher)
+    workers = max(1, min(cfg.prometheus.max_workers, len(queries)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
+        futures = {
+            name: pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi)
+            for name, (q, by_inst, lo, hi) in queries.items()
+        }
+        vectors = {name: f.result() for name, f in futures.items()}
+    faults = [v.fault for v in vectors.values() if v.fault is not None]
+    ok = all(k in vectors and vectors[k].fault is None for k in CORE if cfg.prometheus.query(k))
+    values: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for gpu in cfg.gpus:
+        values[gpu.alias] = _gpu_values(cfg, gpu, vectors, matcher, problems, faults if ok else None)
+    if problems:
+        shown = "; ".join(problems[:MAX_SHOWN])
+        more = f" (+{len(problems) - MAX_SHOWN} more)" if len(problems) > MAX_SHOWN else ""
+        faults.append(DataFault(SOURCE, "invalid", shown + more))
+    return PromReading(values=values, faults=faults, warnings=[], ok=ok)
+
+
+def _gpu_values(cfg, gpu, vectors, matcher, problems, faults) -> dict[str, Any]:
+    key = matcher.gpu_key(gpu)
+    out: dict[str, Any] = {}
+    seen = False
+    for name in GPU_READINGS:
+        vec = vectors.get(name)
+        if vec is None or vec.fault is not None:
+            continue
+        value, problem = lookup(vec, key)
+        if problem:
+            problems.append(f"{gpu.alias}: {name}: {problem}")
+        if value is not None:
+            out[name] = value
+            seen = True
+            if "name" not in out and vec.names.get(key if key in vec.names else _host_key(vec, key)):
+                out["name"] = vec.names.get(key if key in vec.names else _host_key(vec, key))
+    free = out.pop("vram_free_mb", None)
+    if "vram_total_mb" not in out and free is not None and "vram_used_mb" in out:
+        out["vram_total_mb"] = out["vram_used_mb"] + free
+    for name in LLAMA_READINGS:
+        vec = vectors.get(name)
+        if vec is not None and vec.fault is None:
+            value, _ = lookup(vec, matcher.endpoint_key(gpu))
+            if value is not None:
+                out[name] = value
+    if faults is not None and not seen:
+        faults.append(DataFault(gpu.alias, "invalid", f"Prometheus has no fresh series for {_describe(key)}"))
+    if "vram_used_mb" in out:
+        trend = _trend(vectors, f"vram@{gpu.alias}", key, matcher) or _trend(vectors, "vram", key, matcher)
+        if trend is not None:
+            out["vram_trend"] = SourceTrend(trend[0] * 3600, trend[1], trend[2], 3600.0, _halves(trend, 3600))
+    if "temp_c" in out:
+        trend = _trend(vectors, "temp", key, matcher)
+        if trend is not None:
+            out["temp_trend"] = SourceTrend(trend[0] * 60, trend[1], trend[2], 60.0)
+    return out
+
+
+def _host_key(vec: Vector, key: tuple) -> tuple | None:
+    if key[0] == "g" and key[2] is None:
+        hits = [k for k in vec.names if k[1] == key[1]]
+        return hits[0] if len(hits) == 1 else None
+    return None
+
+
+def _describe(key: tuple) -> str:
+    if key[0] == "m":
+        return f"match label {key[1]!r}"
+    return f"host {key[1]!r}" + (f" gpu {key[2]!r}" if key[2] is not None else "")
+
+
+def _trend(vectors, kind: str, key: tuple, matcher) -> tuple | None:
+    """(slope per s, n, span_s, h1, h2) from the trend answers; ``None`` if any is not known."""
+    parts = []
+    for part in ("slope", "n", "span"):
+        vec = vectors.get(f"{kind}.{part}")
+        if vec is None or vec.fault is not None:
+            return None
+        value, problem = lookup(vec, key)
+        if value is None or problem:
+            return None
+        parts.append(value)
+    slope, n, span = parts
+    halves = []
+    for part in ("h1", "h2"):
+        vec = vectors.get(f"{kind}.{part}")
+        value = None if vec is None or vec.fault is not None else lookup(vec, key)[0]
+        halves.append(value)
+    return slope, int(n), max(0.0, span), halves[0], halves[1]
+
+
+def _halves(trend: tuple, per_s: float) -> tuple[float, float] | None:
+    h1, h2 = trend[3], trend[4]
+    if h1 is None or h2 is None:
+        return None
+    return (h1 * per_s, h2 * per_s)

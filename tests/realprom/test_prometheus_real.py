@@ -1,0 +1,177 @@
+"""gpuheal's Prometheus source against the real engine (issue 13 "Real parts"): a real Prometheus
+scraping the dcgm-exporter look-alike every second; every assertion waits for real scrapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from gpuheal.config import load_config_dict
+from gpuheal.sim.dcgm import Exporter, exposition
+from gpuheal.sources import prometheus
+
+GPUHEAL = str(Path(sys.executable).with_name("gpuheal"))
+BASE = {"temp_c": 50, "vram_used_mb": 8000, "vram_total_mb": 24576, "util_pct": 40, "power_w": 210.5}
+
+
+class Play:
+    """A scenario the exporter plays: per GPU a dict of values, changed by the test."""
+
+    def __init__(self, hosts):
+        self.t0 = time.time()
+        self.values = {h: dict(BASE) for h in hosts}
+        self.ramps: dict[str, float] = {}  # host -> MB per second of VRAM growth
+        self.ramp_from: dict[str, tuple[float, float]] = {}
+
+    def ramp(self, host, mb_per_s):
+        self.ramp_from[host] = (time.time(), self.values[host]["vram_used_mb"])
+        self.ramps[host] = mb_per_s
+
+    def __call__(self):
+        out = []
+        now = time.time()
+        for host, v in self.values.items():
+            v = dict(v)
+            if host in self.ramps:
+                start, base = self.ramp_from[host]
+                v["vram_used_mb"] = base + self.ramps[host] * (now - start)
+            out.append((host, 0, v))
+        return out
+
+
+def _config(url, hosts, **prom):
+    return {
+        "prometheus": {"url": url, "timeout_s": 5, "trend_step_s": 1, **prom},
+        "rules": {
+            "vram-leak": {"window_h": 10 / 3600, "min_span_h": 5 / 3600, "min_samples": 4, "recover_span_h": 5 / 3600},
+            "thermal-warning": {"window_s": 10, "min_span_s": 5},
+            "thermal-rising": {"window_s": 10, "min_span_s": 5},
+        },
+        "gpus": [{"alias": f"gpu-{h}", "host": h, "endpoint": "http://127.0.0.1:9"} for h in hosts],
+    }
+
+
+def test_readings_trends_and_staleness_from_the_real_engine(prom_server):
+    play = Play(["ct1", "ct2"])
+    play.ramp("ct1", 20.0)  # 72,000 MB/h
+    with Exporter(play) as ex:
+        srv = prom_server({"dcgm": [ex.target]})
+        srv.wait_samples("DCGM_FI_DEV_FB_USED", 8, count=2)
+        cfg = load_config_dict(_config(srv.url, ["ct1", "ct2"]))
+        got = prometheus.read(cfg, time.time())
+        assert got.ok and got.faults == []
+        a, b = got.values["gpu-ct1"], got.values["gpu-ct2"]
+        assert b["temp_c"] == 50 and b["vram_used_mb"] == 8000 and b["vram_total_mb"] == 24576
+        assert b["power_w"] == 210.5 and b["util_pct"] == 40 and b["name"] == "NVIDIA GeForce RTX 3090"
+        # deriv() over the ramp the exporter plays: 20 MB/s (the exporter rounds to whole MiB)
+        assert abs(a["vram_trend"].slope - 72000) < 72000 * 0.05, a["vram_trend"]
+        assert a["vram_trend"].n >= 8 and 5 <= a["vram_trend"].span_s <= 10
+        assert abs(b["vram_trend"].slope) < 1 and b["temp_trend"].slope == 0
+        h1, h2 = a["vram_trend"].halves
+        assert abs(h1 - 72000) < 72000 * 0.1 and abs(h2 - 72000) < 72000 * 0.1
+
+        # ct2 vanishes from the exporter: Prometheus marks it stale at the next scrape
+        del play.values["ct2"]
+        srv.wait_for('DCGM_FI_DEV_GPU_TEMP{Hostname="ct2"}', lambda r: r == [])
+        got = prometheus.read(cfg, time.time())
+        assert got.ok and got.values["gpu-ct2"] == {}
+        assert [f.source for f in got.faults] == ["gpu-ct2"]
+
+
+def test_a_series_older_than_staleness_s_is_not_known(prom_server):
+    """The exporter stamps ct2's samples 20 s in the past: Prometheus keeps them as the newest
+    sample, and a 10 s ``staleness_s`` makes ct2 not known while ct1 reads normally."""
+
+    def body():
+        old_ms = int((time.time() - 20) * 1000)
+        text = exposition([("ct1", 0, BASE)])
+        stale = exposition([("ct2", 0, BASE)])
+        lines = [ln + f" {old_ms}" if ln and not ln.startswith("#") else ln for ln in stale.split("\n")]
+        fresh_lines = [ln for ln in text.split("\n") if ln]
+        merged = []
+        for metric_line in fresh_lines:
+            merged.append(metric_line)
+            if not metric_line.startswith("#"):
+                name = metric_line.split("{")[0]
+                merged.extend(ln for ln in lines if ln.startswith(name + "{"))
+        return "\n".join(merged) + "\n"
+
+    with Exporter(body) as ex:
+        srv = prom_server({"dcgm": [ex.target]})
+        srv.wait_samples('DCGM_FI_DEV_GPU_TEMP{Hostname="ct1"}', 2)
+        srv.wait_for('DCGM_FI_DEV_GPU_TEMP{Hostname="ct2"}')
+        cfg = load_config_dict(_config(srv.url, ["ct1", "ct2"], staleness_s=10))
+        got = prometheus.read(cfg, time.time())
+        assert got.values["gpu-ct1"]["temp_c"] == 50
+        assert "temp_c" not in got.values["gpu-ct2"]
+
+
+def test_garbage_series_values_from_a_real_scrape_are_not_known(prom_server):
+    """NaN and +Inf are valid exposition values: Prometheus stores and answers them; gpuheal must
+    not read them as temperatures."""
+
+    def body():
+        return exposition([("ct1", 0, {**BASE, "temp_c": "NaN"}), ("ct2", 0, {**BASE, "temp_c": "+Inf"})])
+
+    with Exporter(body) as ex:
+        srv = prom_server({"dcgm": [ex.target]})
+        srv.wait_samples("DCGM_FI_DEV_FB_USED", 2, count=2)
+        got = prometheus.read(load_config_dict(_config(srv.url, ["ct1", "ct2"])), time.time())
+        assert "temp_c" not in got.values["gpu-ct1"] and "temp_c" not in got.values["gpu-ct2"]
+        assert got.values["gpu-ct1"]["vram_used_mb"] == 8000
+        assert any(f.source == "prometheus" and "is not a reading" in f.detail for f in got.faults)
+
+
+def test_one_gpuheal_per_site_reads_only_its_site(prom_server, tmp_path):
+    eu, us = Play(["eu-a", "eu-b"]), Play(["us-a"])
+    us.values["us-a"]["temp_c"] = 95
+    with Exporter(eu) as ex_eu, Exporter(us) as ex_us:
+        srv = prom_server(
+            {"dcgm-eu": {"targets": [ex_eu.target], "labels": {"site": "eu1"}},
+             "dcgm-us": {"targets": [ex_us.target], "labels": {"site": "us1"}}}
+        )
+        srv.wait_samples("DCGM_FI_DEV_GPU_TEMP", 2, count=3)
+        eu_cfg = load_config_dict(_config(srv.url, ["eu-a", "eu-b"], selector='{site="eu1"}'))
+        got = prometheus.read(eu_cfg, time.time())
+        assert got.ok and got.faults == [] and got.values["gpu-eu-a"]["temp_c"] == 50
+        # the other site's GPU is invisible through this site's selector
+        wrong = load_config_dict(_config(srv.url, ["us-a"], selector='{site="eu1"}'))
+        assert prometheus.read(wrong, time.time()).values["gpu-us-a"] == {}
+
+
+def _cli(config: Path, state: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1"}
+    env.pop("GPUHEAL_NOW", None)
+    return subprocess.run(
+        [GPUHEAL, "--config", str(config), "--state-dir", str(state), *args],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+
+
+def test_prometheus_down_is_rule7_through_the_cli(prom_server, tmp_path):
+    play = Play(["ct1"])
+    with Exporter(play) as ex:
+        srv = prom_server({"dcgm": [ex.target]})
+        srv.wait_samples("DCGM_FI_DEV_GPU_TEMP", 2)
+        raw = _config(srv.url, ["ct1"])
+        config = tmp_path / "site.yaml"
+        config.write_text(yaml.safe_dump({"prometheus": raw["prometheus"], "gpus": raw["gpus"]}))
+        state = tmp_path / "state"
+        assert _cli(config, state, "check", "--json").returncode in (0, 1)
+        srv.stop()
+        seen = []
+        for _ in range(3):
+            proc = _cli(config, state, "check", "--json")
+            assert "Traceback" not in proc.stderr
+            doc = json.loads(proc.stdout)
+            seen.append([(i["issue"], i["state"]) for i in doc["issues"]])
+            assert any(f["source"] == "prometheus" and f["fault"] == "refused" for f in doc["faults"])
+        assert seen[0] == [("data-source-unreachable", "pending")]
+        assert ("data-source-unreachable", "firing") in seen[2]
+        assert not [i for i in seen[2] if i[0] not in ("data-source-unreachable", "host-unreachable")]

@@ -1,0 +1,354 @@
+"""The Prometheus source against answers the real engine cannot be made to give on demand (issue 13
+"Bad input"): a hang, a 50 MB body, ``"status": "error"``, a matrix, NaN/+Inf, duplicated series,
+garbage. Each is a data fault with ``"source": "prometheus"`` or "not known", bounded by the deadline,
+never a crash and never a false issue. What the real Prometheus answers is checked in
+``tests/realprom``; the canned bodies here copy its envelope (``docs/formats.md`` §6.3)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuheal.config import load_config_dict
+from gpuheal.errors import ConfigError
+from gpuheal.model import Observation
+from gpuheal.sources import prometheus
+from gpuheal.sources.prometheus import decimal, parse_vector, trend_queries, with_matchers
+
+
+def _series(metric: str, host: str, value: str, gpu: str = "0", **extra: str) -> dict:
+    labels = {"__name__": metric, "Hostname": host, "gpu": gpu, "UUID": f"GPU-{host}", "modelName": "RTX", **extra}
+    return {"metric": labels, "value": [1700000000.5, value]}
+
+
+def _ok(result: list) -> bytes:
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+class Canned:
+    """A stand-in for Prometheus's query API: ``answer(query) -> (status, body) | "hang"``."""
+
+    def __init__(self, answer):
+        self.answer = answer
+        self.queries: list[str] = []
+        canned = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                q = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+                canned.queries.append(q)
+                got = canned.answer(q)
+                if got == "hang":
+                    time.sleep(3)
+                    return
+                status, body = got
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _metric_of(query: str) -> str:
+    for name in ("GPU_TEMP", "FB_USED", "FB_FREE", "GPU_UTIL", "POWER_USAGE", "llamacpp"):
+        if name in query:
+            return name
+    return "?"
+
+
+def healthy(query: str, temps=None) -> tuple[int, bytes]:
+    """Two GPUs (h1, h2), every reading and trend known."""
+    temps = temps or {"h1": "50", "h2": "60"}
+    m = _metric_of(query)
+    if query.startswith(("deriv", "count_over_time", "clamp_max")):
+        value = {"deriv": "0", "count_over_time": "40", "clamp_max": "21600"}[query.split("(")[0]]
+        return 200, _ok([_series("", h, value) for h in ("h1", "h2")])
+    values = {"GPU_TEMP": temps, "FB_USED": {"h1": "1000", "h2": "2000"}, "FB_FREE": {"h1": "23576", "h2": "22576"},
+              "GPU_UTIL": {"h1": "10", "h2": "20"}, "POWER_USAGE": {"h1": "100.500000", "h2": "200"}}.get(m)
+    if values is None:
+        return 200, _ok([])
+    return 200, _ok([_series("DCGM", h, v) for h, v in values.items()])
+
+
+def _cfg(url: str, **prom) -> object:
+    return load_config_dict(
+        {
+            "prometheus": {"url": url, "timeout_s": 1, "connect_timeout_s": 0.5, **prom},
+            "gpus": [
+                {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"},
+                {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:9"},
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def canned():
+    made = []
+
+    def make(answer):
+        c = Canned(answer)
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.close()
+
+
+def test_healthy_answer_maps_every_reading_to_its_gpu(canned):
+    srv = canned(healthy)
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert got.ok and got.faults == []
+    a = got.values["a"]
+    assert a["temp_c"] == 50.0 and a["vram_used_mb"] == 1000.0 and a["vram_total_mb"] == 24576.0
+    assert a["power_w"] == 100.5 and a["util_pct"] == 10.0 and a["name"] == "RTX"
+    assert a["vram_trend"].n == 40 and a["vram_trend"].span_s == 21600 and a["vram_trend"].halves == (0.0, 0.0)
+    assert got.values["b"]["temp_c"] == 60.0
+    # one query per signal for the whole fleet, not one per GPU; staleness in every reading query
+    assert len(srv.queries) == len(set(srv.queries))
+    temp_q = [q for q in srv.queries if q.startswith("(DCGM_FI_DEV_GPU_TEMP")]
+    assert temp_q == ["(DCGM_FI_DEV_GPU_TEMP) and ((time() - timestamp(DCGM_FI_DEV_GPU_TEMP)) <= 120)"]
+
+
+def test_selector_goes_into_every_query(canned):
+    srv = canned(healthy)
+    prometheus.read(_cfg(srv.url, selector='{site="eu1"}'), time.time())
+    dcgm = [q for q in srv.queries if "DCGM" in q or "llamacpp" in q]
+    assert dcgm and all('{site="eu1"}' in q for q in dcgm)
+
+
+@pytest.mark.parametrize(
+    "answer, kind",
+    [
+        ((503, json.dumps({"status": "error", "errorType": "unavailable", "error": "shutting down"}).encode()), "http-503"),
+        ((422, json.dumps({"status": "error", "errorType": "execution", "error": "query too big"}).encode()), "http-422"),
+        ((200, json.dumps({"status": "error", "errorType": "bad_data", "error": "x"}).encode()), "invalid"),
+        ((200, b"<html>proxy says hi</html>"), "invalid"),
+        ((502, b"<html>Bad Gateway</html>"), "http-502"),
+        ((200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode()), "invalid"),
+        ((200, json.dumps({"status": "success", "data": {"resultType": "vector"}}).encode()), "invalid"),
+        ((200, b"[1, 2, 3]"), "invalid"),
+        ((200, b"[" * 100000), "invalid"),
+    ],
+)
+def test_a_bad_answer_is_a_prometheus_fault_and_rule7_input(canned, answer, kind):
+    srv = canned(lambda q: answer)
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert not got.ok
+    assert {f.source for f in got.faults} == {"prometheus"}
+    assert got.faults[0].fault == kind
+    assert all(f.detail.isprintable() for f in got.faults)
+
+
+def test_hang_is_bounded_by_the_deadline(canned):
+    srv = canned(lambda q: "hang")
+    started = time.monotonic()
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert time.monotonic() - started < 2.5  # timeout_s 1: the queries run concurrently
+    assert not got.ok and got.faults[0].fault == "timeout"
+
+
+def test_huge_answer_is_oversized(canned):
+    big = _ok([_series("T", f"x{i}", "1") for i in range(1000)])
+    srv = canned(lambda q: (200, big))
+    got = prometheus.read(_cfg(srv.url, max_response_bytes=4096), time.time())
+    assert not got.ok and got.faults[0].fault == "oversized"
+
+
+def test_refused_is_a_fault():
+    got = prometheus.read(_cfg("http://127.0.0.1:9"), time.time())
+    assert not got.ok and got.faults[0].fault == "refused"
+
+
+@pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-5", "1e999", "0x10", "", "٣", "1_0", None, 5, ["1"]])
+def test_a_value_that_is_not_a_reading_is_not_known(canned, bad):
+    def answer(q):
+        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count", "clamp")):
+            s = _series("T", "h1", "50")
+            s["value"][1] = bad
+            return 200, _ok([s, _series("T", "h2", "60")])
+        return healthy(q)
+
+    srv = canned(answer)
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert got.ok
+    assert "temp_c" not in got.values["a"] and got.values["b"]["temp_c"] == 60.0
+    assert any(f.source == "prometheus" and "a: temp_c" in f.detail for f in got.faults)
+
+
+def test_one_gpu_matched_by_two_series_is_not_known(canned):
+    def answer(q):
+        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count", "clamp")):
+            return 200, _ok([_series("T", "h1", "50", DCGM_FI_DRIVER_VERSION="535"),
+                             _series("T", "h1", "99", DCGM_FI_DRIVER_VERSION="550"), _series("T", "h2", "60")])
+        return healthy(q)
+
+    srv = canned(answer)
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert "temp_c" not in got.values["a"]
+    assert any("more than one series" in f.detail for f in got.faults)
+
+
+def test_empty_result_leaves_the_gpu_not_known_with_a_fault_naming_it(canned):
+    def answer(q):
+        status, body = healthy(q)
+        doc = json.loads(body)
+        doc["data"]["result"] = [r for r in doc["data"]["result"] if r["metric"]["Hostname"] != "h2"]
+        return status, json.dumps(doc).encode()
+
+    srv = canned(answer)
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert got.ok and got.values["b"] == {}
+    assert any(f.source == "b" and "no fresh series for host 'h2'" in f.detail for f in got.faults)
+
+
+def test_host_with_several_gpus_needs_gpu_index(canned):
+    def answer(q):
+        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count", "clamp")):
+            return 200, _ok([_series("T", "h1", "50", gpu="0"), _series("T", "h1", "51", gpu="1"), _series("T", "h2", "6")])
+        return healthy(q)
+
+    got = prometheus.read(_cfg(canned(answer).url), time.time())
+    assert "temp_c" not in got.values["a"]
+    assert any("set gpus[].gpu_index" in f.detail for f in got.faults)
+
+
+def test_match_label_maps_by_uuid(canned):
+    srv = canned(healthy)
+    cfg = load_config_dict(
+        {
+            "prometheus": {"url": srv.url, "labels": {"match": "UUID"}},
+            "gpus": [{"alias": "a", "host": "anything", "endpoint": "http://127.0.0.1:9", "prometheus_match": "GPU-h2"}],
+        }
+    )
+    got = prometheus.read(cfg, time.time())
+    assert got.values["a"]["temp_c"] == 60.0
+
+
+def test_restarted_gpu_gets_its_own_window(canned):
+    srv = canned(healthy)
+    now = time.time()
+    prometheus.read(_cfg(srv.url), now, {"a": now - 600, "b": now - 10 * 3600})
+    own = [q for q in srv.queries if 'Hostname="h1"' in q]
+    assert own and all("600000ms" in q or "300000ms" in q for q in own)
+    assert not [q for q in srv.queries if 'Hostname="h2"' in q]  # its restart is outside the window
+
+
+# --------------------------------------------------------------------------- the full poll
+
+
+def test_sense_with_prometheus_down_is_rule7_input_never_a_crash():
+    from gpuheal.sources.sense import sense
+
+    obs = sense(_cfg("http://127.0.0.1:9"), datetime.now(UTC))
+    assert obs.source == "prometheus" and not obs.monitor_ok
+    assert obs.faults_for("prometheus")[0].fault == "refused"
+    again = Observation.from_dict(json.loads(json.dumps(obs.to_dict())))
+    assert again.source == "prometheus" and again.faults == obs.faults
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+@given(st.binary(max_size=300))
+@settings(max_examples=200, deadline=None)
+def test_parse_vector_never_raises_on_bytes(body):
+    entries, kind, detail = parse_vector(200, body)
+    assert entries is not None or kind
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(json_values)
+@settings(max_examples=300, deadline=None)
+def test_parse_vector_never_raises_on_any_json(doc):
+    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": doc}}).encode()
+    parse_vector(200, body)
+    parse_vector(200, json.dumps(doc).encode())
+
+
+@given(st.text(max_size=80))
+def test_decimal_takes_only_finite_ascii_numbers(text):
+    value = decimal(text)
+    assert value is None or value == value and abs(value) != float("inf")
+
+
+def test_trend_queries_are_promql_over_the_window():
+    q = trend_queries('X{site="eu1"}', 21600, 60, True)
+    assert q["slope"] == 'deriv(X{site="eu1"}[21600000ms])'
+    assert q["n"] == 'count_over_time(X{site="eu1"}[21600000ms])'
+    assert q["h1"] == 'deriv(X{site="eu1"}[10800000ms] offset 10800000ms)'
+    assert "min_over_time(timestamp(" in q["span"] and "[21600000ms:60000ms]" in q["span"]
+
+
+@pytest.mark.parametrize(
+    "series, out",
+    [
+        ("X", 'X{Hostname="h"}'),
+        ('X{site="eu1"}', 'X{site="eu1",Hostname="h"}'),
+        ("X{}", 'X{Hostname="h"}'),
+        ("rate(X[5m])", None),
+    ],
+)
+def test_with_matchers(series, out):
+    assert with_matchers(series, 'Hostname="h"') == out
+
+
+@pytest.mark.parametrize(
+    "data, path",
+    [
+        ({"monitor": {"url": "http://127.0.0.1:1"}}, "prometheus"),
+        ({"prometheus": {"url": "http://x:1", "selector": 'site="eu1"'}}, "prometheus.selector"),
+        ({"prometheus": {"url": "http://x:1", "labels": {"match": "UUID"}}}, "gpus[0].prometheus_match"),
+        ({"prometheus": {"url": "http://x:1"}, "rules": {"thermal-rising": {"window_s": 60}}}, "rules.thermal-rising.window_s"),
+        ({"prometheus": {"url": "ftp://x"}}, "prometheus.url"),
+        ({"prometheus": {"url": "http://x:1", "queries": {"temp_c": 5}}}, "prometheus.queries.temp_c"),
+    ],
+)
+def test_config_errors_name_the_key(data, path):
+    gpu = {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"}
+    if data.get("monitor"):
+        data = {**data, "prometheus": {"url": "http://x:1"}}
+    with pytest.raises(ConfigError) as err:
+        load_config_dict({**data, "gpus": [gpu]})
+    assert err.value.key_path == path
+
+
+def test_per_gpu_trend_window_is_refused_with_prometheus():
+    with pytest.raises(ConfigError) as err:
+        load_config_dict(
+            {
+                "prometheus": {"url": "http://x:1"},
+                "gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:9", "rules": {"vram-leak": {"window_h": 3}}}],
+            }
+        )
+    assert err.value.key_path == "gpus[0].rules.vram-leak.window_h"
