@@ -37,6 +37,7 @@ from urllib.parse import urlencode, urlsplit
 
 from gpuheal.config import Config, GpuConfig
 from gpuheal.model import DataFault, SourceTrend
+from gpuheal.parse.values import clean_text, parse_decimal
 from gpuheal.sources.http import HttpFault, request
 
 SOURCE = "prometheus"
@@ -55,7 +56,6 @@ RANGES: dict[str, tuple[float, float]] = {
     "requests_deferred": (0.0, 1e9),
     "n_decode_total": (0.0, 1e18),
 }
-_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,4})?", re.ASCII)
 _SELECTOR = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", re.ASCII | re.DOTALL)
 MAX_SHOWN = 3
 
@@ -88,11 +88,8 @@ class PromReading:
 
 def decimal(text: Any) -> float | None:
     """Prometheus's sample value (a string: ``"45"``, ``"1.5e+03"``, ``"NaN"``, ``"+Inf"``) → a finite
-    float, else ``None``. ASCII decimal notation only (``float()`` also takes ``'nan'``, ``'1_0'``)."""
-    if not isinstance(text, str) or len(text) > 64 or not _DECIMAL.fullmatch(text.strip()):
-        return None
-    value = float(text)
-    return value if math.isfinite(value) else None
+    float, else ``None`` — through the one strict value reader (``parse/values.py``)."""
+    return parse_decimal(text)
 
 
 def parse_vector(status: int, body: bytes) -> tuple[list[tuple[dict[str, str], Any]] | None, str, str]:
@@ -132,7 +129,7 @@ def parse_vector(status: int, body: bytes) -> tuple[list[tuple[dict[str, str], A
 
 
 def _printable(text: str) -> str:
-    return "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    return "".join(ch if ch.isprintable() else " " for ch in clean_text(text)).strip()
 
 
 # --------------------------------------------------------------------------- matching
