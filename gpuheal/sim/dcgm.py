@@ -95,7 +95,10 @@ class Exporter:
                 self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.wfile.write(body)
+                except OSError:  # the scraper gave up (its timeout, or it is stopping)
+                    pass
 
             def log_message(self, *args: Any) -> None:
                 pass

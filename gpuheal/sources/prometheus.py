@@ -70,6 +70,16 @@ class Vector:
     dup: set[tuple] = field(default_factory=set)
     bad: dict[tuple, str] = field(default_factory=dict)
     fault: DataFault | None = None
+    _hosts: dict[str, list[tuple]] | None = None
+
+    def keys_of_host(self, host: str) -> list[tuple]:
+        """Every key of ``host`` (built once per answer: a fleet of 10,000 looks up 10,000 times)."""
+        if self._hosts is None:
+            self._hosts = {}
+            for k in (*self.values, *self.dup, *self.bad):
+                if k[0] == "g":
+                    self._hosts.setdefault(k[1], []).append(k)
+        return self._hosts.get(host, [])
 
 
 @dataclass(frozen=True)
@@ -187,7 +197,7 @@ def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
     """(value, problem) of one GPU in one answer. A GPU configured without ``gpu_index`` takes the
     host's only series; a host with several (or a key with two series) is ambiguous: not known."""
     if key[0] == "g" and key[2] is None:
-        hits = [k for k in vec.values.keys() | vec.dup | vec.bad.keys() if k[0] == "g" and k[1] == key[1]]
+        hits = vec.keys_of_host(key[1])
         if len(hits) > 1:
             return None, f"{len(hits)} series for host {key[1]!r}; set gpus[].gpu_index"
         if not hits:
@@ -394,7 +404,7 @@ def _gpu_values(cfg, gpu, vectors, matcher, problems, faults) -> dict[str, Any]:
 
 def _host_key(vec: Vector, key: tuple) -> tuple | None:
     if key[0] == "g" and key[2] is None:
-        hits = [k for k in vec.names if k[1] == key[1]]
+        hits = vec.keys_of_host(key[1])
         return hits[0] if len(hits) == 1 else None
     return None
 

@@ -16,6 +16,7 @@ import copy
 import json
 import time
 
+import pytest
 import yaml
 
 from gpuheal.config import load_config_dict
@@ -24,6 +25,10 @@ from gpuheal.sim.dcgm import Exporter, world_readings
 from gpuheal.state.store import StateDir
 from gpuheal.steps import check
 from tests.lab import scenario
+
+# a real-systems tier of about three minutes: out of the fast suite (-m "not realserver") like the
+# llama-server tier, on 2 shared cores; `make test` and CI run it
+pytestmark = [pytest.mark.prometheus, pytest.mark.realserver]
 
 POLL_S = 3.0
 WINDOW_S = 10.5

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""10,000 GPUs behind a real Prometheus (issue 13 "Benchmark"): figures, not timed tests.
+
+Starts on 127.0.0.1: the dcgm-exporter look-alike (``gpuheal/sim/dcgm.py``) serving N GPUs (5
+series each; VRAM of every 100th GPU ramps, so ``deriv`` has work), Debian's ``prometheus``
+scraping it every ``--scrape-s`` seconds (own port, config and TSDB in a temp dir), and one port
+answering every GPU's llama-server ``/health``. Then runs the installed ``gpuheal check --json`` as
+cron would (a fresh process, ``GPUHEAL_NOW`` moving on):
+
+  prometheus-N     wall time and peak RSS, median of 5 after one warm-up run
+  state-6.5h       the state directory's size after runs spread over 6.5 simulated hours
+  monitor-N        the same fleet through gpu-monitor (one document of N GPUs, 6.5 h of
+                   per-minute history in the state directory, as benchmarks/run.py builds it),
+                   median of ``--monitor-runs``, for the ratio
+
+    .venv/bin/python benchmarks/prometheus.py                 # 10,000 GPUs
+    .venv/bin/python benchmarks/prometheus.py --gpus 1000 --monitor-runs 3
+
+Prints JSON and writes ``benchmarks/results/prometheus-latest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from prom import PrometheusServer  # noqa: E402
+from run import (  # noqa: E402
+    START,
+    clean_env,
+    make_history,
+    run_with_rss,
+    stamp,
+    write_state_file,
+)
+from servers import HEALTH_OK, LoopbackServer, Reply, gpu_entry, gpuheal_argv, json_reply, write_config  # noqa: E402
+
+from gpuheal.sim.dcgm import METRICS, uuid_of  # noqa: E402
+
+TARGETS = {"wall_s": 3.0, "rss_mb": 250.0, "state_mb": 5.0}
+
+
+class FleetText:
+    """The exposition of N GPUs, built fast: label strings once, values per scrape."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.labels = [
+            f'gpu="0",UUID="{uuid_of(h, 0)}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="{h}"'
+            for h in (host(i) for i in range(n))
+        ]
+        self.t0 = time.time()
+
+    def __call__(self) -> str:
+        dt = time.time() - self.t0
+        out = []
+        for reading, metric, help_text, _ in METRICS:
+            out.append(f"# HELP {metric} {help_text}\n# TYPE {metric} gauge\n")
+            if reading == "temp_c":
+                out.extend(f"{metric}{{{lb}}} {55 + i % 10}\n" for i, lb in enumerate(self.labels))
+            elif reading == "vram_used_mb":
+                out.extend(
+                    f"{metric}{{{lb}}} {10000 + (int(dt * 2) if i % 100 == 0 else 0)}\n" for i, lb in enumerate(self.labels)
+                )
+            elif reading == "vram_free_mb":
+                out.extend(f"{metric}{{{lb}}} {70000}\n" for lb in self.labels)
+            elif reading == "util_pct":
+                out.extend(f"{metric}{{{lb}}} {40 + i % 50}\n" for i, lb in enumerate(self.labels))
+            else:
+                out.extend(f"{metric}{{{lb}}} {180 + i % 90}.000000\n" for i, lb in enumerate(self.labels))
+        return "".join(out)
+
+
+def host(i: int) -> str:
+    return f"node{i:05d}"
+
+
+def alias(i: int) -> str:
+    return f"gpu-{i:05d}"
+
+
+def dir_size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def health_server():
+    def health(req):
+        return HEALTH_OK if req.path.endswith("/health") else Reply(404, "")
+
+    return LoopbackServer(default=health, record=False, backlog=4096)
+
+
+def timed_checks(base: list[str], runs: int, first_minute: int) -> dict:
+    rc, cold_wall, cold_rss, _, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(first_minute)))
+    if rc not in (0, 1, 2):
+        raise SystemExit(f"check failed ({rc}):\n{err}")
+    walls, rss, cpus = [], [], []
+    for i in range(runs):
+        rc, wall, peak, cpu, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(first_minute + 1 + i)))
+        if rc not in (0, 1, 2):
+            raise SystemExit(f"check failed ({rc}):\n{err}")
+        walls.append(wall)
+        rss.append(peak)
+        cpus.append(cpu)
+    return {
+        "median_s": round(statistics.median(walls), 3),
+        "max_s": round(max(walls), 3),
+        "peak_rss_mb": round(max(rss), 1),
+        "cpu_s_median": round(statistics.median(cpus), 3),
+        "runs": runs,
+        "first_run_s": round(cold_wall, 3),
+    }
+
+
+def bench_prometheus(n: int, runs: int, scrape_s: float, work: Path) -> dict:
+    text = FleetText(n)
+    from gpuheal.sim.dcgm import Exporter
+
+    with Exporter(text) as exporter, health_server() as gpus:
+        srv = PrometheusServer(work / "prom", {"dcgm": [exporter.target]}, interval_s=scrape_s).start()
+        try:
+            started = time.monotonic()
+            srv.wait_for("count(count_over_time(DCGM_FI_DEV_FB_USED[5m]) >= 4)",
+                         lambda r: bool(r) and float(r[0]["value"][1]) >= n, timeout_s=60 + 10 * scrape_s)
+            warm_s = time.monotonic() - started
+            cfg = {
+                "prometheus": {"url": srv.url, "timeout_s": 20, "max_response_bytes": 64 * 1024 * 1024},
+                "probe": {"timeout_s": 5},
+                "gpus": [{"alias": alias(i), "host": host(i), "endpoint": f"{gpus.url}/{alias(i)}", "transport": "local"}
+                         for i in range(n)],
+            }
+            config = write_config(work / "prom.yaml", cfg)
+            state = work / "state-prom"
+            base = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "check", "--json"]
+            out = timed_checks(base, runs, 1)
+            # the state directory after runs spread over 6.5 simulated hours (cron's clock)
+            for minute in range(30, 6 * 60 + 31, 60):
+                rc, *_ = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(minute)))
+            out["state_dir_mb_after_6_5h"] = round(dir_size_mb(state), 2)
+            out["state_files"] = sorted(p.name for p in state.iterdir())
+            out["series"] = n * len(METRICS)
+            out["scrape_interval_s"] = scrape_s
+            out["prometheus_warmup_s"] = round(warm_s, 1)
+            out["samples_per_series_at_start"] = 4
+        finally:
+            srv.stop()
+    return out
+
+
+def bench_monitor(n: int, runs: int, work: Path) -> dict:
+    hosts = [host(i) for i in range(n)]
+    aliases = [alias(i) for i in range(n)]
+    doc = {"generated_at": stamp(0), "gpus": [gpu_entry(h, temp_c=55 + i % 10, vram_used_mb=10_195) for i, h in enumerate(hosts)]}
+    body = json.dumps(doc)
+    with LoopbackServer({"/gpu-data": json_reply(doc)}, record=False) as monitor, health_server() as gpus:
+        cfg = {
+            "monitor": {"url": monitor.url + "/gpu-data", "timeout_s": 20, "max_response_bytes": 64 * 1024 * 1024},
+            "probe": {"timeout_s": 5},
+            "gpus": [{"alias": a, "host": h, "endpoint": f"{gpus.url}/{a}", "transport": "local"}
+                     for a, h in zip(aliases, hosts, strict=True)],
+        }
+        config = write_config(work / "mon.yaml", cfg)
+        state = work / "state-mon"
+        from gpuheal.state.history import History
+
+        write_state_file(state, "history.json", History.from_dict(make_history(aliases, START)).to_dict())
+        base = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "check", "--json"]
+        out = timed_checks(base, runs, 1)
+        out["state_dir_mb"] = round(dir_size_mb(state), 1)
+        out["monitor_document_mb"] = round(len(body) / 1e6, 2)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gpus", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--monitor-runs", type=int, default=3, help="0 skips the gpu-monitor comparison")
+    ap.add_argument("--scrape-s", type=float, default=5.0)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="gpuheal-bench-prom-") as tmp:
+        work = Path(tmp)
+        result = {
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+            "gpus": a.gpus,
+            "targets": TARGETS,
+            "prometheus": bench_prometheus(a.gpus, a.runs, a.scrape_s, work),
+        }
+        if a.monitor_runs:
+            result["monitor"] = bench_monitor(a.gpus, a.monitor_runs, work)
+            result["ratio_wall_monitor_over_prometheus"] = round(
+                result["monitor"]["median_s"] / result["prometheus"]["median_s"], 2
+            )
+    out = ROOT / "benchmarks" / "results" / "prometheus-latest.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
