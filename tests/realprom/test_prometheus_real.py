@@ -190,6 +190,7 @@ def test_full_cycle_with_only_prometheus_and_gpus(prom_server, tmp_path):
         state, trace = tmp_path / "state", tmp_path / "trace.jsonl"
 
         def poll():
+            time.sleep(1.05)  # the trace stamps whole seconds; replay needs each poll after the last
             proc = _cli(config, state, "check", "--json", "--record", str(trace))
             assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, proc.stderr
             return json.loads(proc.stdout)
