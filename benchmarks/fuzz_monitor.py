@@ -13,6 +13,7 @@ outside 0–200 °C reaching the output. The promise is 0 of each.
     .venv/bin/python benchmarks/fuzz_monitor.py               # 2,000 documents, in process
     .venv/bin/python benchmarks/fuzz_monitor.py -n 200 --subprocess   # as cron runs it (slower)
     .venv/bin/python benchmarks/fuzz_monitor.py --seed 7 --show 3     # another corpus; print failures
+    .venv/bin/python benchmarks/fuzz_monitor.py --command heal -n 500 # heal's dry run on the same corpus
 
 Exit status 0 when nothing went wrong, 1 otherwise. Loopback only.
 """
@@ -39,7 +40,7 @@ def stamp(minute: int) -> str:
     return (START + timedelta(minutes=minute)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def fuzz(n: int, seed: int, subprocess_mode: bool, show: int) -> dict:
+def fuzz(n: int, seed: int, subprocess_mode: bool, show: int, command: str = "check") -> dict:
     documents = mutated_documents(n, seed)
     failures: list[tuple[int, str]] = []
     codes: dict[int, int] = {}
@@ -55,13 +56,16 @@ def fuzz(n: int, seed: int, subprocess_mode: bool, show: int) -> dict:
             litellm_url=litellm.url,
             timeout_s=2,
         )
+        if "heal" in command:  # let heal --apply act: a harmless local command per GPU
+            for gpu in cfg["gpus"]:
+                gpu["restart_command"] = ["true"]
         config = write_config(Path(tmp) / "gpuheal.yaml", cfg)
         base = ["--config", str(config), "--state-dir", str(Path(tmp) / "state")]
         started = time.perf_counter()
         for i, body in enumerate(documents):
             monitor.set("/gpu-data", Reply(200, body, headers={"Content-Type": "application/json"}))
             json_out = i % 2 == 0
-            argv = [*base, "check", *(["--json"] if json_out else [])]
+            argv = [*base, *command.split(), *(["--json"] if json_out else [])]
             if subprocess_mode:
                 proc = run_gpuheal(*argv, env={"GPUHEAL_NOW": stamp(i)})
                 code, out, err = proc.returncode, proc.stdout, proc.stderr
@@ -81,6 +85,7 @@ def fuzz(n: int, seed: int, subprocess_mode: bool, show: int) -> dict:
     return {
         "documents": n,
         "seed": seed,
+        "command": command,
         "mode": "subprocess" if subprocess_mode else "in-process",
         "seconds": round(took, 1),
         "exit_codes": dict(sorted(codes.items())),
@@ -97,8 +102,10 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument("--subprocess", action="store_true", help="a fresh gpuheal process per run, as cron")
     parser.add_argument("--show", type=int, default=5, help="print the first N failures in full")
+    parser.add_argument("--command", default="check", help='the command run on each document, e.g. "heal" '
+                        '(a dry run: it plans and prints, changes nothing); default "check"')
     args = parser.parse_args()
-    result = fuzz(args.n, args.seed, args.subprocess, args.show)
+    result = fuzz(args.n, args.seed, args.subprocess, args.show, args.command)
     for key, value in result.items():
         print(f"{key:16} {value}")
     return 0 if result["failures"] == 0 else 1
