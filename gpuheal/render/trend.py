@@ -17,7 +17,7 @@ TEMP_SPAN_S = 3600.0
 def render_trend(doc: dict[str, Any], history, now_s: float, cfg) -> None:
     rows = []
     for alias, trend in doc["vram_trend"].items():
-        window_s = float(cfg.gpu(alias).rules.get("vram-leak", {}).get("window_h", 6)) * 3600
+        window_s = float(cfg.rule_params("vram-leak", alias)["window_h"]) * 3600
         cols = history.raw.get(alias)
         vram_spark = temp_spark = ""
         if cols and cols["t"]:

@@ -105,7 +105,7 @@ def run(
     bench_cfg = cfg.bench
     incidents = open_incidents(store)
     restarts = recent_restarts(store)
-    grace_s = float(cfg.heal.get("startup_grace_s", 0) or 0)
+    grace_s = float(cfg.heal["startup_grace_s"])
     data = benchdata.normalise(store.read(files.BENCH, benchdata.empty()))
 
     results: list[dict[str, Any]] = []

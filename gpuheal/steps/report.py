@@ -137,7 +137,7 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
     hs = heal_state(store)
     bench = benchdata.normalise(store.read(files.BENCH, None))
     queue = load_alerts(store)
-    max_restarts = int(cfg.heal.get("max_restarts_per_hour", 3))
+    max_restarts = int(cfg.heal["max_restarts_per_hour"])
     fleet_paused = hs["paused"]["fleet"]
     gpus: dict[str, Any] = {}
     sensed = health.get("gpus") if isinstance(health.get("gpus"), dict) else {}
@@ -272,7 +272,7 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
                 error = str(exc)
             else:
                 outcome = zulip.send_message(
-                    cfg.zulip["site"], creds, stream, topic, text, float(cfg.zulip.get("timeout_s") or 10), post=post
+                    cfg.zulip["site"], creds, stream, topic, text, float(cfg.zulip["timeout_s"]), post=post
                 )
                 if outcome.ok:
                     doc["sent"] = {"message_id": outcome.message_id, "stream": stream, "topic": topic}
