@@ -51,10 +51,12 @@ def restart_until_verifying(lab: Lab, clock: CronClock) -> dict:
     clock.minute()
     lab.heal(advance_s=0)  # 1st bad poll: pending
     clock.minute()
-    lab.heal(advance_s=0)  # 2nd: firing -> restart, /health and a completion pass
+    health = lab.heal(advance_s=0)  # 2nd: firing -> restart, /health and a completion pass
     assert lab.restarts("gpu-a") == 1
     attempts = list(lab.read("heal-state.json")["attempts"].values())
     assert [a["status"] for a in attempts] == ["pending"]
+    # heal's own document already says so: the restart passed its checks in this run
+    assert issue_of(health)["state"] == "verifying" and health["status"] == "degraded"
     return attempts[0]
 
 
@@ -96,6 +98,13 @@ def test_still_broken_past_the_grace_is_firing_again(tmp_path, seed):
         issue = issue_of(health)
         assert issue["state"] == "firing" and health["status"] == "down"
         assert issue["detected"]["failures_60s"] > 0  # current numbers again
+        clock.minute()
+        lab.heal(advance_s=0)  # heal judges it: the attempt failed (and may try again)
+        attempts = lab.read("heal-state.json")["attempts"]
+        first = next(a for a in attempts.values() if a["n"] == 1)
+        assert first["status"] == "failed"
+        failed = [r for r in lab.audit() if r["phase"] == "verification" and r["result"] == "failed"]
+        assert [r["attempt"] for r in failed] == [1]
     finally:
         lab.close()
 
@@ -175,3 +184,17 @@ def test_damaged_heal_state_gives_no_verifying_and_no_crash():
     ok = Restarts.from_heal_state({"restarts": {"g": [100.0]}, "attempts": {"k": {
         "status": "pending", "gpu": "g", "issue": "i", "since": "s", "started_at": 100.0, "verify_by": 400.0}}}, 120)
     assert ok.verifying[("g", "i")].judge_from_s == 220.0  # a GPU restart: judged past the grace
+
+
+def test_heal_fails_a_pending_attempt_whose_issue_reads_firing_again():
+    from gpuheal.core import verify
+    from gpuheal.core.heal_state import Attempt
+
+    since = "2026-07-18T08:00:00Z"
+    a = Attempt(key="k", gpu="g", issue="model-stuck", since=since, n=1, actions=("restart-llama-server",),
+                status=verify.PENDING, started_at=1000.0, verify_by=1180.0, run_id="r")
+    assert verify.judge(a, {"since": since, "state": "verifying"}, False, 1060.0) is None
+    assert verify.judge(a, {"since": since, "state": "firing"}, False, 1120.0) == verify.STILL_BROKEN
+    assert verify.transition(a, verify.STILL_BROKEN, 1120.0).status == verify.FAILED
+    running = Attempt(**{**a.__dict__, "status": verify.RUNNING})  # killed mid-run: never verified
+    assert verify.judge(running, {"since": since, "state": "firing"}, False, 1120.0) is None

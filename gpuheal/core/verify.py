@@ -51,6 +51,7 @@ EXEC_ESCALATED = "exec-escalated"  # what it found needs the humans (L1, an unkn
 ISSUE_CLEARED = "issue-cleared"
 NEW_OCCURRENCE = "new-occurrence"  # the issue cleared and came back: a new ``since``
 WINDOW_PASSED = "window-passed"  # still open after verify_by
+STILL_BROKEN = "still-broken"  # a poll that may judge it (past the startup grace) saw it still broken
 OPERATOR_CLEAR = "operator-clear"  # `gpuheal heal --clear ALIAS/ISSUE`
 
 TRANSITIONS: dict[tuple[str, str], str] = {
@@ -63,6 +64,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (PENDING, ISSUE_CLEARED): RESOLVED,
     (PENDING, NEW_OCCURRENCE): SUPERSEDED,
     (PENDING, WINDOW_PASSED): FAILED,
+    (PENDING, STILL_BROKEN): FAILED,
     (FAILED, OPERATOR_CLEAR): CLEARED,
     (ESCALATED, OPERATOR_CLEAR): CLEARED,
 }
@@ -136,6 +138,12 @@ def judge(attempt: Attempt, issue: dict[str, Any] | None, hidden: bool, now_s: f
         return ISSUE_CLEARED
     if issue.get("since") != attempt.since:
         return NEW_OCCURRENCE
+    if attempt.status == PENDING and issue.get("state") == "firing":
+        # The engine reports the issue of a pending attempt ``verifying`` until a poll from the
+        # attempt's judgement point (past the startup grace after a GPU restart, else verify_by)
+        # saw it still broken; ``firing`` means that poll came (contract "Issue state after a
+        # remediation": firing again, and the attempt failed).
+        return STILL_BROKEN
     if now_s > (attempt.verify_by if attempt.verify_by is not None else 0.0):
         return WINDOW_PASSED
     return None

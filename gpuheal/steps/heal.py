@@ -83,9 +83,27 @@ class Heal:
             self.state = self.state.pruned(self.now_s, verify.OPEN)
             self._save()
             self.store.write(files.ALERTS, self.rec.alerts)
+            self._present_verifying(health, result.obs)
         check.save_health(self.store, health_doc(health, self.state, self.rec, self.cfg, self.now_s, self.apply))
         self.warnings = list(result.obs.warnings)
         return health
+
+    def _present_verifying(self, health: dict[str, Any], obs) -> None:
+        """An issue whose remediation ran in this run and passed its own checks reads
+        ``verifying`` in this run's document too, and the status follows (contract "Issue state
+        after a remediation"; later runs get the same from the engine)."""
+        from gpuheal.core.engine import verifying_issue
+        from gpuheal.core.health import derive_status
+        from gpuheal.core.view import Restarts
+
+        marks = Restarts.from_heal_state(self.state.to_json(), float(self.cfg.heal["startup_grace_s"])).verifying
+        issues = []
+        for issue in health["issues"]:
+            v = marks.get((issue["gpu"], issue["issue"]))
+            fresh = v is not None and v.acted_s == self.now_s and v.since == issue.get("since")
+            issues.append(verifying_issue(issue, v) if fresh and issue.get("state") == "firing" else issue)
+        health["issues"] = issues
+        health["status"] = derive_status(obs, issues)
 
     # ------------------------------------------------------------------ 1. judge earlier attempts
     def _judge_attempts(self, still_open: dict, hidden: set) -> None:
@@ -103,13 +121,16 @@ class Heal:
                 summary = f"resolved after {'+'.join(attempt.actions)} (attempt {attempt.n})"
                 self._queue(subject, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)])
                 self.rec.doc(subject, primary, "verified: the issue cleared", "resolved")
-            elif event == verify.WINDOW_PASSED:
+            elif event in (verify.WINDOW_PASSED, verify.STILL_BROKEN):
                 attempt = verify.transition(attempt, event, self.now_s)
                 why = {"still_open_after_s": verify.open_for_s(attempt, self.now_s), "detected": issue.get("detected")}
                 self.rec.audit(
                     attempt.run_id or self._run_id(), subject, primary, "failed", "verification", why, extra=extra
                 )
-                self.rec.doc(subject, primary, "verification window passed, issue still open", "failed")
+                text = "verification window passed, issue still open"
+                if event == verify.STILL_BROKEN:
+                    text = "still broken at the first poll that could judge it (past the startup grace)"
+                self.rec.doc(subject, primary, text, "failed")
             else:
                 attempt = verify.transition(attempt, event, self.now_s)
             self.state = self.state.with_attempt(attempt)
