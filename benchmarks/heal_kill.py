@@ -4,11 +4,12 @@
     .venv/bin/python benchmarks/heal_kill.py --cycles 100 --instants 10
 
 Part 1: cron cycles of ``heal --apply`` (the installed console script, a fresh process each, the
-clock one minute later each time) on a simulated 3-GPU fleet whose gpu-a gets stuck again every
-4th cycle; in 2 cycles of 3 the process group is killed -9 after a random 0-1 s. After every cycle:
-no state file torn or set aside, no audit line torn or written twice. At the end: restarts the
-fleet saw vs restart intents in the audit trail, attempts acted twice, runs killed between an
-intent and its outcome.
+clock one minute later each time) on a simulated 3-GPU fleet whose gpu-a gets stuck again each
+round (see :func:`kill_cycles`); in 2 cycles of 3 the process group is killed -9 after a random
+0-1 s. After every cycle: no state file torn or set aside, no audit line torn or written twice. At
+the end: restarts gpuheal made vs restart intents in the audit trail (an intent without a restart
+is a run killed before it acted), attempts acted twice, runs killed between an intent and its
+outcome.
 
 Part 2: at each of ``--instants`` instants a fresh stuck GPU is due for a restart and 2 (then 5)
 runs start at once: exactly one may act.
@@ -73,41 +74,60 @@ def _corrupt(lab: Lab) -> int:
     return bad
 
 
+def _stuck_open(lab: Lab) -> bool:
+    issues = lab.read("issues.json").get("issues", {}) if lab.state_dir.exists() else {}
+    return "gpu-a|model-stuck" in issues
+
+
 def kill_cycles(cycles: int, seed: int) -> dict:
+    """Rounds of: gpu-a gets stuck; cron cycles (2 in 3 killed) until the issue resolves; if gpuheal
+    cannot (an attempt lost to a kill before it acted, then escalated), the operator restarts the
+    GPU by hand (counted apart); then 25 quiet minutes, so the restart budget never decides."""
     rng = random.Random(seed)
-    out = {"cycles": cycles, "killed": 0, "killed_between_intent_and_outcome": 0, "corrupt_files": 0,
-           "torn_lines": 0, "duplicated_lines": 0}
+    out = {"cycles": cycles, "rounds": 0, "killed": 0, "killed_between_intent_and_outcome": 0,
+           "corrupt_files": 0, "torn_lines": 0, "duplicated_lines": 0, "operator_restarts": 0}
+    done = seen_intents = 0
     with tempfile.TemporaryDirectory() as tmp:
         lab = _lab(Path(tmp))
         try:
-            for cycle in range(cycles):
-                lab.fleet.advance(60)
-                if cycle % 4 == 3:
-                    lab.fleet.apply({"gpu": "gpu-a", "fault": "stuck"})
-                proc = spawn_heal(lab)
-                killed = False
-                if rng.random() < 2 / 3:
-                    time.sleep(rng.uniform(0.0, 1.0))
-                    if proc.poll() is None:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                        killed = True
-                proc.wait(timeout=120)
-                records, torn, dup = _audit(lab)
-                out["torn_lines"] += torn
-                out["duplicated_lines"] = max(out["duplicated_lines"], dup)
-                out["corrupt_files"] += _corrupt(lab)
-                if killed:
-                    out["killed"] += 1
+            while done < cycles:
+                out["rounds"] += 1
+                lab.fleet.apply({"gpu": "gpu-a", "fault": "stuck"})
+                for step in range(12):
+                    if done >= cycles:
+                        break
+                    if step == 8 and _stuck_open(lab):
+                        lab.fleet.restart("gpu-a")
+                        out["operator_restarts"] += 1
+                    lab.fleet.advance(60)
+                    proc = spawn_heal(lab)
+                    killed = False
+                    if rng.random() < 2 / 3:
+                        time.sleep(rng.uniform(0.0, 1.0))
+                        if proc.poll() is None:
+                            os.killpg(proc.pid, signal.SIGKILL)
+                            killed = True
+                    proc.wait(timeout=120)
+                    done += 1
+                    records, torn, dup = _audit(lab)
+                    out["torn_lines"] += torn
+                    out["duplicated_lines"] = max(out["duplicated_lines"], dup)
+                    out["corrupt_files"] += _corrupt(lab)
                     intents = [r for r in records if r["phase"] == "intent"]
-                    if intents:
-                        last = intents[-1]
-                        done = any(r["phase"] == "outcome" and r["run_id"] == last["run_id"]
-                                   and r["action"] == last["action"] for r in records)
-                        out["killed_between_intent_and_outcome"] += not done
+                    if killed:
+                        out["killed"] += 1
+                        for new in intents[seen_intents:]:  # written by the run just killed
+                            done_outcome = any(r["phase"] == "outcome" and r["run_id"] == new["run_id"]
+                                               and r["action"] == new["action"] for r in records)
+                            out["killed_between_intent_and_outcome"] += not done_outcome
+                    seen_intents = len(intents)
+                    if step >= 2 and not _stuck_open(lab):
+                        break
+                lab.fleet.advance(25 * 60)
             records, _, _ = _audit(lab)
             intents = [r for r in records if r["phase"] == "intent" and r["action"].startswith("restart-llama")]
             keys = [(r["gpu"], r["issue"], r.get("attempt"), r["run_id"]) for r in intents]
-            out["restarts"] = lab.restarts("gpu-a")
+            out["restarts_by_gpuheal"] = lab.restarts("gpu-a") - out["operator_restarts"]
             out["restart_intents"] = len(intents)
             out["attempts_acted_twice"] = len(keys) - len(set(keys))
         finally:
