@@ -107,3 +107,24 @@ def test_a_damaged_restore_note_is_dropped_never_guessed(raw):
     assert m is not None and m.restore is None
     good = Mitigation.from_json({"actions": ["shed-load"], "restore": {"model_id": "a", "field": "weight", "value": 0.55}})
     assert good.restore == ("a", "weight", 0.55) and Mitigation.from_json(good.to_json()) == good
+
+
+def test_a_hung_litellm_fails_the_shed_within_its_deadline_and_the_audit_keeps_both_lines(make_lab):
+    import time
+
+    lab = make_lab("db", events=[{"at": 0, "gpu": "gpu-a", "set": {"temp_c": 90}},
+                                 {"at": 0, "gpu": "fleet", "litellm": "hang"}])
+    for _ in range(4):
+        started = time.monotonic()
+        health = lab.heal()
+        took = time.monotonic() - started
+        shed = [a for a in health["actions"] if a["action"] == "shed-load" and not a.get("blocked")]
+        if shed:
+            assert shed[0]["result"] == "failed" and "timeout" in (shed[0].get("error") or ""), shed
+            assert took < 20, took  # litellm.timeout_s is 1 s in the lab: bounded, not hung
+            break
+    else:
+        raise AssertionError("no shed was tried")
+    lines = [(r["action"], r["phase"]) for r in lab.audit() if r["action"] == "shed-load"]
+    assert ("shed-load", "intent") in lines and ("shed-load", "outcome") in lines
+    assert lab.fleet.state()["gpus"]["gpu-a"]["litellm_updates"] == 0
