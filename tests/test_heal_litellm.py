@@ -128,3 +128,18 @@ def test_a_hung_litellm_fails_the_shed_within_its_deadline_and_the_audit_keeps_b
     lines = [(r["action"], r["phase"]) for r in lab.audit() if r["action"] == "shed-load"]
     assert ("shed-load", "intent") in lines and ("shed-load", "outcome") in lines
     assert lab.fleet.state()["gpus"]["gpu-a"]["litellm_updates"] == 0
+
+
+@pytest.mark.parametrize(
+    ("store", "words"),
+    [("db", "would set weight 0.55 -> 0.275 (read now from LiteLLM)"),
+     ("config-with-db", "would fail: LiteLLM keeps gpu-a in config.yaml (db_model false)")],
+)
+def test_the_dry_run_says_what_litellm_would_do_or_why_not(make_lab, store, words):
+    lab = make_lab(store, events=[{"at": 0, "gpu": "gpu-a", "set": {"temp_c": 90}}])
+    notes = []
+    for _ in range(3):
+        health = lab.heal(apply=False)
+        notes += [a.get("note", "") for a in health["actions"] if a["action"] == "shed-load"]
+    assert any(words in n for n in notes), notes
+    assert lab.fleet.state()["gpus"]["gpu-a"]["litellm_updates"] == 0  # a dry run changes nothing

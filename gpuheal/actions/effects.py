@@ -68,6 +68,24 @@ class Effects:
             deadline_s=min(timeout_s, float(lite.timeout_s) * 2),
         )
 
+    def preview(self, update: LiteLLMUpdate) -> str:
+        """For a dry run: what the built-in load action would do, read now from LiteLLM (GET only,
+        changes nothing) — the field and values, or why it would fail (issue 11: say why at once)."""
+        from gpuheal.credentials import env_or_dotenv
+        from gpuheal.sources import litellm_admin as la
+
+        lite, heal = self.cfg.litellm, self.cfg.heal
+        key = env_or_dotenv(lite.admin_key_env, self.cfg.path)
+        dep = la.read_deployment(str(lite.url), key, update.model_id, float(lite.timeout_s))
+        plan = dep if isinstance(dep, la.AdminProblem) else la.target_value(
+            dep, update.action, float(heal["shed_rpm_ratio"]), int(heal["redirect_rpm"])
+        )
+        if isinstance(plan, la.AdminProblem):
+            return f"would fail: {plan.line()}"
+        assert not isinstance(dep, la.AdminProblem)
+        field, value = plan
+        return f"would set {field} {la._num(dep.value(field))} -> {la._num(value)} (read now from LiteLLM)"
+
     def _verify(self, alias: str) -> dict[str, Any]:
         from gpuheal.actions.execute import wait_ready_then_complete
 

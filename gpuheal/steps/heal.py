@@ -169,9 +169,11 @@ class Heal:
             self.rec.doc(subject, "alert", item.reason, "planned")
             return
         for step in item.steps:
-            self.rec.doc(
-                subject, step.action, item.reason, "planned", describe(step, item.gpu, self.cfg), step.target, step.note
-            )
+            note = step.note
+            if isinstance(step, LiteLLMUpdate) and step.field == "auto":
+                note = self.effects.preview(step)  # what LiteLLM would do, or why it cannot (a GET)
+            shown = describe(step, item.gpu, self.cfg)
+            self.rec.doc(subject, step.action, item.reason, "planned", shown, step.target, note)
         if item.alert_now:
             self.rec.doc(subject, "alert", "alert on detection", "planned")
 
