@@ -322,7 +322,7 @@ def _validate_semantics(data: dict[str, Any]) -> None:
     seen_alias: dict[str, int] = {}
     seen_gpu: dict[tuple[str, int | None], int] = {}
     for i, gpu in enumerate(data["gpus"]):
-        alias, host = gpu["alias"], gpu["host"]
+        alias = gpu["alias"]
         if alias in seen_alias:
             raise ConfigError(
                 f"duplicate alias {alias!r} (also gpus[{seen_alias[alias]}])", f"gpus[{i}].alias"

@@ -75,6 +75,8 @@ def _num(x: float) -> str:
 def _shown(value: Any) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
         return "a number of more than 30 digits"
+    if isinstance(value, str) and len(value) > 40:
+        return repr(value[:40]) + f" (+{len(value) - 40} characters)"
     return repr(value) if not isinstance(value, dict | list) else ("a mapping" if isinstance(value, dict) else "a list")
 
 

@@ -10,7 +10,10 @@ checked *before* anything is constructed, in one pass over its distinct nodes:
 * the size of the document once aliases are expanded is computed without expanding it (each
   distinct node's size is counted once and reused); above :data:`MAX_EXPANDED_NODES` it is refused;
 * an alias that refers to a node containing it (a cycle) is refused;
-* nesting deeper than :data:`MAX_DEPTH` is refused.
+* nesting deeper than :data:`MAX_DEPTH` is refused;
+* a number longer than :data:`MAX_NUMBER_CHARS` is refused (PyYAML's ``int()`` of 5,000 digits
+  raises ``ValueError``), and any scalar its resolver typed but cannot build (a date
+  ``2001-13-45``) is a config error, not an internal one.
 
 Each refusal is a :class:`ConfigError` with the key path, raised in well under a second.
 """
@@ -24,6 +27,8 @@ from gpuheal.errors import ConfigError
 MAX_EXPANDED_NODES = 200_000  # a 1,000-GPU fleet config is ~40,000 nodes
 MAX_DEPTH = 64
 MERGE_TAG = "tag:yaml.org,2002:merge"
+NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
+MAX_NUMBER_CHARS = 64  # int() refuses more than 4,300 digits, and is slow well before
 
 
 def load_yaml(text: str, source: str) -> Any:
@@ -38,6 +43,9 @@ def load_yaml(text: str, source: str) -> Any:
             return None
         check_nodes(node)
         return loader.construct_document(node)
+    except (ValueError, OverflowError, TypeError) as exc:  # a scalar its resolver typed but cannot build
+        detail = " ".join(str(exc).split())[:120]  # e.g. a date 2001-13-45: "month must be in 1..12"
+        raise ConfigError(f"{source}: a YAML value cannot be read: {detail}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -77,6 +85,8 @@ def check_nodes(root: Any) -> None:
         if depth > MAX_DEPTH:
             raise ConfigError(f"nested more than {MAX_DEPTH} levels deep", path or "(top level)")
         if not isinstance(node, MappingNode | SequenceNode):
+            if node.tag in NUMBER_TAGS and len(node.value) > MAX_NUMBER_CHARS:
+                raise ConfigError(f"a number of {len(node.value)} characters is not a setting", path or "(top level)")
             sizes[nid] = 1
             continue
         if isinstance(node, MappingNode):
