@@ -83,7 +83,9 @@ CASES = {
     "5000-digit-number": ("rules: {thermal-critical: {temp_c: 1" + "0" * 5000 + "}}\n",
                           "rules.thermal-critical.temp_c: a number of 5001 characters is not a setting"),
     "impossible-date": ("rules: {thermal-critical: {temp_c: 2001-13-45}}\n",
-                        "gpuheal.yaml: a YAML value cannot be read: month must be in 1..12"),
+                        "gpuheal.yaml: a YAML value cannot be read (ValueError: month must be in 1..12)"),
+    "explicit-tag-garbage": ("rules: {thermal-critical: {temp_c: !!timestamp hot}}\n",
+                             "gpuheal.yaml: a YAML value cannot be read (AttributeError"),
     "alias-cycle": ("rules: &r\n  thermal-critical: *r\n", "rules.thermal-critical: a YAML alias refers to a node that contains it"),
 }
 

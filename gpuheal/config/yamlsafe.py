@@ -43,9 +43,6 @@ def load_yaml(text: str, source: str) -> Any:
             return None
         check_nodes(node)
         return loader.construct_document(node)
-    except (ValueError, OverflowError, TypeError) as exc:  # a scalar its resolver typed but cannot build
-        detail = " ".join(str(exc).split())[:120]  # e.g. a date 2001-13-45: "month must be in 1..12"
-        raise ConfigError(f"{source}: a YAML value cannot be read: {detail}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -53,6 +50,12 @@ def load_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise ConfigError(f"{source}: YAML nested too deeply (more than {MAX_DEPTH} levels)") from None
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - PyYAML's constructors raise anything on typed scalars
+        # a date 2001-13-45 (ValueError), "!!timestamp x" (AttributeError), "!!int x" (ValueError)
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())[:120]
+        raise ConfigError(f"{source}: a YAML value cannot be read ({detail})") from None
     finally:
         loader.dispose()
 
