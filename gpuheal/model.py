@@ -115,10 +115,18 @@ class GpuSample:
     breaker: Breaker | None = None
     bench_tok_s: float | None = None
     bench_measured_at: datetime | None = None
-    # llama.cpp's own series, when the source reads them (Prometheus scraping llama-server /metrics)
+    # llama-server's own telemetry (issue 12): its ``/metrics``, ``/slots``, ``/props`` is_sleeping —
+    # read directly, or by Prometheus scraping ``/metrics`` (issue 13).
+    # ``metrics``/``slots``: ok | disabled | unauthorized | loading | timeout | refused | invalid | http-NNN
+    metrics: str | None = None
+    n_decode_total: float | None = None
+    tokens_predicted_total: float | None = None
     requests_processing: float | None = None
     requests_deferred: float | None = None
-    n_decode_total: float | None = None
+    slots: str | None = None
+    slots_total: int | None = None
+    slots_busy: int | None = None
+    is_sleeping: bool | None = None
     # trends computed by the source (Prometheus: PromQL over the rule's window), issue 13
     vram_trend: SourceTrend | None = None
     temp_trend: SourceTrend | None = None

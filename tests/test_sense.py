@@ -126,7 +126,7 @@ def test_oversized_health_reply_is_an_oversized_fault_not_http_200(with_length):
     doc = monitor_document(["h1"])
     with (
         LoopbackServer({"/gpu-data": json_reply(doc)}) as monitor,
-        LoopbackServer({"/health": Oversized(size=1_000_000, content_length=with_length)}) as gpu,
+        LoopbackServer({"/health": Oversized(size=2_000_000, content_length=with_length)}) as gpu,
     ):
         obs = sense(make_cfg(monitor.url + "/gpu-data", [("g1", "h1", gpu.url)]), NOW)
         state, latency, detail = probe_health(gpu.url, 1.0)

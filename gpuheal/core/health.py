@@ -53,6 +53,15 @@ def gpu_rows(obs: Observation) -> dict[str, dict[str, Any]]:
             "util_pct": s.util_pct,
             "power_w": s.power_w,
             "endpoint": s.endpoint,
+            # llama-server's own telemetry (issue 12); metrics/slots: ok | disabled | unauthorized | ...
+            "metrics": s.metrics,
+            "requests_processing": s.requests_processing,
+            "requests_deferred": s.requests_deferred,
+            "n_decode_total": s.n_decode_total,
+            "slots": s.slots,
+            "slots_busy": s.slots_busy,
+            "slots_total": s.slots_total,
+            "is_sleeping": s.is_sleeping,
         }
     return rows
 

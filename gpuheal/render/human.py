@@ -103,12 +103,14 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
                 (fmt_num(g.get("util_pct"), "%"), None),
                 (fmt_num(g.get("power_w"), "W"), None),
                 (clean(endpoint), ENDPOINT_STYLE.get(endpoint, "red")),
+                (fmt_requests(g), "yellow" if g.get("deferred_growing_polls") else None),
+                (fmt_slots(g), None),
             ]
         )
     status = doc["status"]
     print_table(
         f"gpuheal — fleet {status.upper()} at {doc['generated_at']}",
-        ["alias", "host", "gpu", "temp", "vram", "util", "power", "endpoint"],
+        ["alias", "host", "gpu", "temp", "vram", "util", "power", "endpoint", "requests", "slots"],
         rows,
     )
     for issue in doc.get("issues", []):
@@ -134,6 +136,31 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
     for warning in doc.get("warnings", []):
         print_line(f"WARNING  {clean(warning, 300)}", "yellow")
     print_line(f"status: {status}", STATUS_STYLE.get(status))
+
+
+def fmt_requests(g: dict[str, Any]) -> str:
+    """llama-server's own ``requests_processing`` / ``requests_deferred`` (issue 12): ``2 + 1 waiting``;
+    ``↑N`` when the waiting count grew N polls in a row while no request finished; ``off`` when the
+    server serves no ``/metrics``, ``?`` when not known."""
+    if g.get("metrics") == "disabled":
+        return "off"
+    running, waiting = g.get("requests_processing"), g.get("requests_deferred")
+    if running is None:
+        return "?"
+    text = f"{running}" + (f" + {waiting} waiting" if waiting else "")
+    growing = g.get("deferred_growing_polls")
+    return text + (f" ↑{growing}" if growing else "")
+
+
+def fmt_slots(g: dict[str, Any]) -> str:
+    if g.get("is_sleeping"):
+        return "sleeping"
+    if g.get("slots") == "disabled":
+        return "off"
+    busy, total = g.get("slots_busy"), g.get("slots_total")
+    if total is None:
+        return "?"
+    return f"{'?' if busy is None else busy}/{total}"
 
 
 def _temp_style(temp: float | None) -> str | None:

@@ -1,23 +1,39 @@
-"""Rule 3: model inference timeout / GPU stuck — more than 50 % of requests failing over the
-trailing 60 s, still so after a 30 s grace.
+"""Rule 3: model inference timeout / GPU stuck — seen from gpu-monitor's request counts, or from
+llama-server's own decode counters (issue 12). Either source may find it; ``detected["source"]``
+says which.
 
-gpu-monitor's ``requests_60s``/``failures_60s`` are the 60 s window; the engine's hold is
-``hold_polls`` (2) and ``grace_s`` (30): at a 60 s cadence the issue fires at the 2nd consecutive bad
-poll (contract). Fewer than ``min_requests`` requests is not enough to judge (one stuck request is
-not a stuck GPU): not known. Needs the llama-server to answer its probe: failures of a host that is
-down are Rule 6's. Recovers when the failure rate drops to ``clear_failure_ratio`` (the spec's
-verify: 0 %).
+**gpu-monitor**: more than 50 % of requests failing over the trailing 60 s, still so after a 30 s
+grace. ``requests_60s``/``failures_60s`` are the 60 s window; the engine's hold is ``hold_polls`` (2)
+and ``grace_s`` (30): at a 60 s cadence the issue fires at the 2nd consecutive bad poll (contract).
+Fewer than ``min_requests`` requests is not enough to judge (one stuck request is not a stuck GPU):
+not known. Recovers when the failure rate drops to ``clear_failure_ratio`` (the spec's verify: 0 %).
+
+**llama-server ``/metrics``** (contract "Rule 3 from llama-server", :mod:`gpuheal.core.decode`):
+requests in flight and ``n_decode_total`` unchanged since the previous poll is a stalled poll; the
+finding starts at the first poll of the run (``started_at``) and is reported from the 1st stalled
+poll on, so the same hold — 2 polls and more than ``grace_s`` since the run began — fires it at the
+3rd consecutive poll with requests in flight and no decode since the first of them. ``/health`` says
+ok all along: this is the hung decode only the server's own counters show. A counter that went down
+is a restart, never a stall. Recovers once a poll sees a decode, or nothing in flight.
+
+Deferred requests growing poll over poll while no request finishes are reported in ``detected``.
+Needs the llama-server to answer its probe: a server that does not is Rule 6's. The rule reads
+gpu-monitor only when it was usable this poll, so it works without gpu-monitor.
 """
 
 from __future__ import annotations
 
-from gpuheal.core.engine import NEEDS_ENDPOINT, NEEDS_MONITOR, Finding
+from gpuheal.core.decode import decode_state
+from gpuheal.core.engine import NEEDS_ENDPOINT, Finding
 from gpuheal.rules._util import num, show
 
 ID = "model-stuck"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS = frozenset({NEEDS_MONITOR, NEEDS_ENDPOINT})
+NEEDS = frozenset({NEEDS_ENDPOINT})
+
+SOURCE_MONITOR = "gpu-monitor"
+SOURCE_METRICS = "llama-server /metrics"
 
 
 def hold(p):
@@ -25,13 +41,13 @@ def hold(p):
 
 
 def _counts(view, alias):
-    sample = view.sample(alias)
+    sample = view.monitor_sample(alias)
     if sample is None or sample.requests_60s is None or sample.failures_60s is None:
         return None
     return sample.requests_60s, sample.failures_60s, sample.consecutive_timeouts
 
 
-def detect(view, alias, p):
+def _from_monitor(view, alias, p):
     counts = _counts(view, alias)
     if counts is None:
         return None
@@ -39,27 +55,77 @@ def detect(view, alias, p):
     if requests < p["min_requests"]:
         return None
     ratio = failures / requests
-    if ratio > p["failure_ratio"]:
-        return Finding(
-            {
-                "failure_pct": num(100 * ratio),
-                "threshold_pct": num(100 * p["failure_ratio"]),
-                "requests_60s": requests,
-                "failures_60s": failures,
-                "consecutive_timeouts": timeouts,
-                "endpoint": view.endpoint(alias),
-            },
-            f"{alias}: {failures} of {requests} requests failed in 60 s "
-            f"({show(100 * ratio, 0)} % > {show(100 * p['failure_ratio'], 0)} %)",
-        )
-    return False
+    if ratio <= p["failure_ratio"]:
+        return False
+    return Finding(
+        {
+            "source": SOURCE_MONITOR,
+            "failure_pct": num(100 * ratio),
+            "threshold_pct": num(100 * p["failure_ratio"]),
+            "requests_60s": requests,
+            "failures_60s": failures,
+            "consecutive_timeouts": timeouts,
+            "endpoint": view.endpoint(alias),
+        },
+        f"{alias}: {failures} of {requests} requests failed in 60 s "
+        f"({show(100 * ratio, 0)} % > {show(100 * p['failure_ratio'], 0)} %)",
+    )
+
+
+def _from_metrics(view, alias):
+    state = decode_state(view.memory, alias, view.now_s)
+    if state is None:
+        return None
+    polls = int(state.get("polls", 0))
+    if polls < 2:
+        return False
+    first_s = state.get("first_s")
+    sample = view.sample(alias)
+    detected = {
+        "source": SOURCE_METRICS,
+        "requests_processing": state.get("busy"),
+        "requests_deferred": state.get("deferred"),
+        "deferred_growing_polls": state.get("deferred_growing", 0),
+        "n_decode_total": state.get("n"),
+        "polls_without_decode": polls,
+        "slots_busy": None if sample is None else sample.slots_busy,
+        "endpoint": view.endpoint(alias),
+    }
+    stalled_s = view.now_s - first_s if isinstance(first_s, int | float) else None
+    waiting = f", {state.get('deferred')} deferred" if state.get("deferred") else ""
+    return Finding(
+        detected,
+        f"{alias}: {state.get('busy')} request(s) in flight{waiting} and no decode for {polls} polls "
+        f"({show(stalled_s, 0)} s) while /health says {view.endpoint(alias)}",
+        started_at=first_s if isinstance(first_s, int | float) else None,
+    )
+
+
+def detect(view, alias, p):
+    found = [f for f in (_from_metrics(view, alias), _from_monitor(view, alias, p)) if f is not None]
+    hits = [f for f in found if isinstance(f, Finding)]
+    if hits:
+        if len(hits) == 1:
+            return hits[0]
+        both = hits[0]
+        return Finding({**hits[1].detected, **both.detected, "source": f"{SOURCE_METRICS} + {SOURCE_MONITOR}"},
+                       both.summary, both.started_at)
+    return False if found else None
 
 
 def recovered(view, alias, p, record):
-    counts = _counts(view, alias)
-    if counts is None:
-        return None
-    requests, failures, _ = counts
-    if failures == 0:
-        return True
-    return requests > 0 and failures / requests <= p["clear_failure_ratio"]
+    """Judged by the source(s) that found it: a monitor-found issue is not cleared because the
+    server's ``/metrics`` shows nothing in flight (LiteLLM may simply have stopped sending it work),
+    and a stall is not cleared by a monitor that has not seen the failures yet."""
+    source = str((record.get("detected") or {}).get("source") or SOURCE_MONITOR)
+    judged = []
+    if SOURCE_MONITOR in source:
+        counts = _counts(view, alias)
+        if counts is not None:
+            requests, failures, _ = counts
+            judged.append(failures == 0 or (requests > 0 and failures / requests <= p["clear_failure_ratio"]))
+    if SOURCE_METRICS in source:
+        state = decode_state(view.memory, alias, view.now_s)
+        if state is not None:
+            judged.append(int(state.get("polls", 0)) < 2)
+    return all(judged) if judged else None

@@ -8,7 +8,9 @@ Every failure is a :class:`DataFault`; this function does not raise for anything
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 
 from gpuheal.config import Config
@@ -23,9 +25,11 @@ from gpuheal.model import (
     Observation,
 )
 from gpuheal.parse.gpu_data import InvalidDocument, MonitorDocument, parse_gpu_data
+from gpuheal.sources import llama_telemetry as lt
 from gpuheal.sources.http import HttpFault, request
+from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
 
-HEALTH_MAX_BYTES = 64 * 1024
+HEALTH_MAX_BYTES = PROBE_MAX_BYTES  # one byte cap for /health, /metrics, /slots, /props
 
 
 def probe_health(endpoint: str, deadline_s: float) -> tuple[str, float | None, str]:
@@ -129,14 +133,16 @@ def sense(cfg: Config, now: datetime, window_starts: dict[str, float] | None = N
         else:
             monitor_f = pool.submit(fetch_monitor, cfg)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
-        probes = {g.alias: pool.submit(_probe, g.endpoint, deadline) for g in cfg.gpus}
+        key = cfg.litellm.api_key or None
+        probes = {g.alias: pool.submit(probe_server, g.endpoint, key, deadline) for g in cfg.gpus}
         if cfg.prometheus is not None:
             prom = monitor_f.result()
             doc, faults, warnings = None, list(prom.faults), list(prom.warnings)
         else:
             doc, faults, warnings = monitor_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
-        probe_results = {alias: f.result() for alias, f in probes.items()}
+        probe_results = {alias: f.result()[0] for alias, f in probes.items()}
+        server = {alias: f.result()[1] for alias, f in probes.items()}
 
     gpus: dict[str, GpuSample] = {}
     for gpu in cfg.gpus:
@@ -165,6 +171,8 @@ def sense(cfg: Config, now: datetime, window_starts: dict[str, float] | None = N
             bench = doc.benchmarks.get(gpu.host)
             if bench is not None:
                 values["bench_tok_s"], values["bench_measured_at"] = bench
+        values.update(server[gpu.alias].values(state))
+        faults.extend(server[gpu.alias].faults(gpu.alias, state))
         gpus[gpu.alias] = GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
 
     if litellm_fault is not None:
@@ -181,6 +189,78 @@ def sense(cfg: Config, now: datetime, window_starts: dict[str, float] | None = N
         warnings=tuple(warnings),
         unmatched_hosts=unmatched,
     )
+
+
+@dataclass(frozen=True)
+class ServerTelemetry:
+    """One llama-server's ``/metrics``, ``/slots`` and ``/props`` answers of this poll."""
+
+    metrics: lt.Answer
+    slots: lt.Answer
+    props: lt.Answer
+
+    def values(self, endpoint_state: str) -> dict:
+        """The :class:`GpuSample` fields; nothing is known from a server whose /health failed."""
+        if self.metrics is NOT_ASKED:
+            return {}
+        m, sl = self.metrics.metrics, self.slots.slots
+        out: dict = {"metrics": self.metrics.state, "slots": self.slots.state,
+                     "is_sleeping": self.props.is_sleeping}
+        if m is not None:
+            out.update(n_decode_total=m.n_decode_total, tokens_predicted_total=m.tokens_predicted_total,
+                       requests_processing=m.requests_processing, requests_deferred=m.requests_deferred)
+        if sl is not None:
+            out.update(slots_total=sl.total, slots_busy=sl.busy)
+        return out
+
+    def faults(self, alias: str, endpoint_state: str) -> list[DataFault]:
+        """A wrong key, garbage or a hang on /metrics or /slots is this poll's data fault; a 501
+        (not enabled) is not — ``check`` lists it once among the rules that are off. When /health
+        itself failed its fault says it all."""
+        if endpoint_state != ENDPOINT_OK or self.metrics is NOT_ASKED:
+            return []
+        out = []
+        for answer in (self.metrics, self.slots):
+            if answer.state not in lt.QUIET_STATES:
+                kind = "http-401" if answer.state == lt.UNAUTHORIZED else answer.state
+                out.append(DataFault(alias, kind, answer.detail))
+            elif answer.state == lt.OK and answer.detail:  # parsed, but some series were garbage
+                out.append(DataFault(alias, "invalid", answer.detail))
+        return out
+
+
+NOT_ASKED = lt.Answer("not-asked")
+
+
+def probe_server(
+    endpoint: str, api_key: str | None, deadline_s: float
+) -> tuple[tuple[str, float | None, str, str | None], ServerTelemetry]:
+    """One llama-server, all within one deadline: ``/health``; then, when it answered 200,
+    ``/metrics``, ``/props`` and — only for an awake server, since it wakes a sleeping one —
+    ``/slots``. A dead or stopped server costs one deadline, not four."""
+    started = time.monotonic()
+    health = _probe(endpoint, deadline_s)
+    if health[0] != ENDPOINT_OK:
+        return health, ServerTelemetry(NOT_ASKED, NOT_ASKED, NOT_ASKED)
+
+    def left() -> float:
+        return deadline_s - (time.monotonic() - started)
+
+    def ask(fetch, path: str) -> lt.Answer:
+        remaining = left()
+        if remaining < 0.05:
+            return lt.Answer("timeout", f"GET {path}: no time left in the probe deadline")
+        return fetch(endpoint, api_key, remaining)
+
+    metrics = ask(lt.fetch_metrics, "/metrics")
+    props = ask(lt.fetch_sleeping, "/props")
+    if props.is_sleeping:
+        slots = lt.Answer(lt.SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
+    elif props.state in (lt.UNAUTHORIZED, lt.LOADING, "refused", "timeout"):
+        slots = lt.Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
+    else:
+        slots = ask(lt.fetch_slots, "/slots")
+    return health, ServerTelemetry(metrics=metrics, slots=slots, props=props)
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:

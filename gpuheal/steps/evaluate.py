@@ -31,6 +31,7 @@ from typing import Any
 from gpuheal import benchdata
 from gpuheal.config import Config
 from gpuheal.core import engine
+from gpuheal.core.decode import remember_decode
 from gpuheal.core.engine import Evaluation, iso, load_book
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.view import FleetView, Restarts, remember, vram_trend
@@ -43,6 +44,8 @@ from gpuheal.state.store import StateDir
 
 # The last evaluation of this process (``heal`` reads ``resolved`` from it after ``check.run``).
 last_evaluation: Evaluation | None = None
+# The engine memory after it (``check`` shows each GPU's decode progress: issue 12).
+last_memory: dict[str, Any] = {}
 last_transitions: list[dict[str, Any]] = []
 
 __all__ = [
@@ -77,6 +80,7 @@ def evaluate_poll(
         weighted = frozenset(g.alias for g in cfg.gpus if g.weight is not None)
         keep_s = float(cfg.rules.get("workload-misrouted", {}).get("window_s", 3600))
         remember(book.setdefault("memory", {}), obs, cfg.aliases, weighted, keep_s)
+        remember_decode(book["memory"], obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
     view = FleetView(cfg, now_s, obs, history, bench, book.setdefault("memory", {}), restarts)
     return engine.evaluate(ALL, view, book, only=only), view
 
@@ -178,6 +182,8 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     book, bench, heal_state, restarts = _load(cfg, store)
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
+    global last_memory
+    last_memory = book.get("memory") or {}
     store.write(files.ISSUES, book)
     if bench_changed:
         store.write(files.BENCH, bench)

@@ -1,0 +1,166 @@
+"""Parse llama-server's own telemetry: ``GET /metrics`` and ``GET /slots`` (formats.md §1.3, §1.5;
+llama-server.md §5, §7). Pure.
+
+``/metrics`` is Prometheus text (0.0.4) parsed by the real Prometheus text parser
+(``prometheus_client``'s, imported lazily: cron starts gpuheal every minute and ``check`` is the only
+command that needs it), never a regex. Only the unlabelled ``llamacpp:`` series gpuheal uses are
+read; every other series is ignored. The body is untrusted:
+
+* a body that is not exposition text at all (JSON-quoted text of builds ~b7010-b7100, HELP/TYPE
+  garbage, binary junk) is :class:`InvalidMetrics` — a data fault, never a crash;
+* a value that is NaN, ±Inf, negative or absurd, or a series that appears twice, is "not known"
+  (``None``) plus a problem naming the series — never 0, so it can never look like a stalled decode.
+
+``/slots`` is a JSON array, one object per slot; a slot that never ran has only ``id``, ``n_ctx``,
+``speculative`` and ``is_processing``; ``next_token`` is an object in older builds and a list of
+objects in b11312 (llama-server.md §5). Anything but a list is :class:`InvalidSlots`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+PREFIX = "llamacpp:"
+# series name (without the prefix) -> field of ServerMetrics; counters and gauges gpuheal reads
+SERIES = {
+    "n_decode_total": "n_decode_total",
+    "tokens_predicted_total": "tokens_predicted_total",
+    "prompt_tokens_total": "prompt_tokens_total",
+    "requests_processing": "requests_processing",
+    "requests_deferred": "requests_deferred",
+    "predicted_tokens_seconds": "predicted_tokens_seconds",
+    "n_busy_slots_per_decode": "n_busy_slots_per_decode",
+}
+COUNT_FIELDS = frozenset({"requests_processing", "requests_deferred"})
+VALUE_MAX = 1e15  # beyond any real counter (a 6-significant-digit double of a year of decoding)
+MAX_SLOTS = 4096  # llama-server's -np is a small number; a longer list is not a slot list
+MAX_PROBLEMS = 5
+
+
+class InvalidMetrics(ValueError):
+    """The ``/metrics`` body is not Prometheus exposition text."""
+
+
+class InvalidSlots(ValueError):
+    """The ``/slots`` body is not a list of slots."""
+
+
+@dataclass(frozen=True)
+class ServerMetrics:
+    """The llama-server counters and gauges gpuheal reads; ``None`` = not known (absent or bad)."""
+
+    n_decode_total: float | None = None
+    tokens_predicted_total: float | None = None
+    prompt_tokens_total: float | None = None
+    requests_processing: int | None = None
+    requests_deferred: int | None = None
+    predicted_tokens_seconds: float | None = None
+    n_busy_slots_per_decode: float | None = None
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Slots:
+    """``/slots``: how many slots, how many are processing, and the tokens decoded by each busy one."""
+
+    total: int
+    busy: int | None
+    n_decoded: tuple[int, ...] = ()   # per processing slot that reports it
+    problems: tuple[str, ...] = ()
+
+
+def parse_metrics(text: str) -> ServerMetrics:
+    """Prometheus text → :class:`ServerMetrics`. Raises :class:`InvalidMetrics` only."""
+    if not isinstance(text, str):
+        raise InvalidMetrics("not text")
+    stripped = text.lstrip()
+    if stripped.startswith('"'):
+        raise InvalidMetrics("JSON-quoted exposition text (llama.cpp ~b7010-b7100): not parseable")
+    if "\x00" in text:
+        raise InvalidMetrics("binary data, not exposition text")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    seen: dict[str, list[float]] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.name
+                if not name.startswith(PREFIX) or sample.labels:
+                    continue
+                key = name[len(PREFIX):]
+                if key in SERIES:
+                    seen.setdefault(key, []).append(sample.value)
+    except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, IndexError, ... on junk
+        raise InvalidMetrics(f"not Prometheus text: {type(exc).__name__}: {_short(exc)}") from None
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for key, samples in seen.items():
+        if len(samples) > 1:
+            problems.append(f"{PREFIX}{key}: {len(samples)} samples of one series")
+            continue
+        value = _checked(samples[0], integer=key in COUNT_FIELDS)
+        if value is None:
+            problems.append(f"{PREFIX}{key}: {samples[0]!r} is not a valid reading")
+            continue
+        values[SERIES[key]] = value
+    return ServerMetrics(**values, problems=tuple(problems[:MAX_PROBLEMS]))
+
+
+def parse_slots(doc: Any) -> Slots:
+    """Decoded ``/slots`` JSON → :class:`Slots`. Raises :class:`InvalidSlots` only."""
+    if not isinstance(doc, list):
+        names = {dict: "an object", str: "a string", type(None): "null"}
+        raise InvalidSlots(f"expected a list of slots, got {names.get(type(doc), type(doc).__name__)}")
+    if len(doc) > MAX_SLOTS:
+        raise InvalidSlots(f"{len(doc)} slots: more than {MAX_SLOTS} is not a slot list")
+    busy = 0
+    known = True
+    decoded: list[int] = []
+    problems: list[str] = []
+    for i, slot in enumerate(doc):
+        if not isinstance(slot, dict):
+            problems.append(f"slots[{i}]: not an object")
+            known = False
+            continue
+        processing = slot.get("is_processing")
+        if not isinstance(processing, bool):
+            problems.append(f"slots[{i}].is_processing: not true/false")
+            known = False
+            continue
+        if processing:
+            busy += 1
+            n = _n_decoded(slot.get("next_token"))
+            if n is not None:
+                decoded.append(n)
+    return Slots(total=len(doc), busy=busy if known else None, n_decoded=tuple(decoded),
+                 problems=tuple(problems[:MAX_PROBLEMS]))
+
+
+def _n_decoded(next_token: Any) -> int | None:
+    """``next_token.n_decoded`` (older builds: an object; b11312: a list of objects)."""
+    if isinstance(next_token, list):
+        next_token = next_token[0] if next_token else None
+    if not isinstance(next_token, dict):
+        return None
+    value = next_token.get("n_decoded")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= VALUE_MAX:
+        return None
+    return value
+
+
+def _checked(value: Any, *, integer: bool) -> float | int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or value > VALUE_MAX:
+        return None
+    if integer:
+        return int(value) if value == int(value) else None
+    return value
+
+
+def _short(exc: Exception) -> str:
+    text = "".join(ch if ch.isprintable() else " " for ch in str(exc)[:120])
+    return text.strip()

@@ -1,0 +1,209 @@
+"""llama-server's own ``/metrics`` and ``/slots`` (issue 12): the real bodies of a b11312 server
+(captured verbatim in ../shared/docs/llama-server.md §7, copied to tests/data/llama/), and the bad
+input the issue lists — each "not known" or a data fault, never a crash, never 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuheal.parse.llama_metrics import (
+    InvalidMetrics,
+    InvalidSlots,
+    ServerMetrics,
+    parse_metrics,
+    parse_slots,
+)
+
+DATA = Path(__file__).parent / "data" / "llama"
+
+
+def real(name: str) -> str:
+    return (DATA / name).read_text(encoding="utf-8")
+
+
+# --------------------------------------------------------------------------- real bodies
+
+
+def test_real_metrics_with_two_busy_slots_and_one_deferred():
+    m = parse_metrics(real("metrics-busy-deferred.txt"))
+    assert m.n_decode_total == 383
+    assert m.tokens_predicted_total == 4  # counted only when a request ends (issue 12)
+    assert m.prompt_tokens_total == 42
+    assert (m.requests_processing, m.requests_deferred) == (2, 1)
+    assert m.n_busy_slots_per_decode == pytest.approx(1.98956)
+    assert m.predicted_tokens_seconds == 0
+    assert m.problems == ()
+
+
+def test_real_metrics_after_the_burst_and_while_sleeping():
+    after = parse_metrics(real("metrics-after.txt"))
+    assert (after.requests_processing, after.requests_deferred) == (0, 0)
+    assert after.n_decode_total > 383
+    sleeping = parse_metrics(real("metrics-sleeping.txt"))
+    assert sleeping.requests_processing == 0 and sleeping.n_decode_total is not None
+
+
+def test_real_slots_busy_and_fresh():
+    busy = parse_slots(json.loads(real("slots-busy.json")))
+    assert (busy.total, busy.busy, busy.n_decoded) == (2, 2, (378, 378))
+    fresh = parse_slots(json.loads(real("slots-fresh.json")))
+    assert (fresh.total, fresh.busy, fresh.n_decoded) == (4, 0, ())
+
+
+def test_older_builds_next_token_object_is_read_too():
+    doc = [{"id": 0, "n_ctx": 1024, "is_processing": True, "next_token": {"n_decoded": 136}}]
+    assert parse_slots(doc).n_decoded == (136,)
+
+
+def test_metrics_of_an_older_build_without_n_decode_total():
+    text = "# TYPE llamacpp:requests_processing gauge\nllamacpp:requests_processing 1\n"
+    m = parse_metrics(text)
+    assert m.requests_processing == 1 and m.n_decode_total is None
+
+
+def test_large_counters_in_six_significant_digits():
+    m = parse_metrics("llamacpp:n_decode_total 1.23457e+06\n")
+    assert m.n_decode_total == 1234570.0
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("llamacpp:n_decode_total NaN", "n_decode_total"),
+        ("llamacpp:n_decode_total +Inf", "n_decode_total"),
+        ("llamacpp:n_decode_total -Inf", "n_decode_total"),
+        ("llamacpp:n_decode_total -5", "n_decode_total"),
+        ("llamacpp:n_decode_total 1e300", "n_decode_total"),
+        ("llamacpp:requests_processing 1.5", "requests_processing"),
+        ("llamacpp:requests_deferred -1", "requests_deferred"),
+    ],
+)
+def test_bad_values_are_not_known_never_zero(line, field):
+    m = parse_metrics(f"{line}\nllamacpp:requests_deferred 0\n" if field != "requests_deferred" else line + "\n")
+    assert getattr(m, field) is None
+    assert any(field in p for p in m.problems)
+
+
+def test_duplicate_series_is_not_known():
+    m = parse_metrics("llamacpp:n_decode_total 5\nllamacpp:n_decode_total 9\nllamacpp:requests_processing 1\n")
+    assert m.n_decode_total is None and m.requests_processing == 1
+    assert m.problems == ("llamacpp:n_decode_total: 2 samples of one series",)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '"# HELP llamacpp:n_decode_total x\\n# TYPE llamacpp:n_decode_total counter\\n"',  # ~b7010-b7100
+        "# TYPE llamacpp:n_decode_total garbage\nllamacpp:n_decode_total 5\n",
+        "llamacpp:n_decode_total five\n",
+        'llamacpp:n_decode_total{a="b 5\n',
+        "\x00\x01\x02 binary",
+        "<html><body>502 Bad Gateway</body></html>",
+    ],
+)
+def test_garbage_is_invalid_not_a_crash(body):
+    with pytest.raises(InvalidMetrics):
+        parse_metrics(body)
+
+
+def test_labelled_and_foreign_series_are_ignored():
+    text = (
+        'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 3\n'
+        "process_cpu_seconds_total 12\n"
+        'llamacpp:n_decode_total{instance="x"} 7\n'
+    )
+    assert parse_metrics(text) == ServerMetrics()
+
+
+def test_empty_metrics_is_all_not_known():
+    assert parse_metrics("") == ServerMetrics()
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [({"slots": []}, "an object"), ("[]", "a string"), (None, "null"), (7, "int")],
+)
+def test_slots_that_are_not_a_list(doc, reason):
+    with pytest.raises(InvalidSlots, match=reason):
+        parse_slots(doc)
+
+
+def test_huge_slot_list_is_refused():
+    with pytest.raises(InvalidSlots, match="more than"):
+        parse_slots([{"id": i, "is_processing": False} for i in range(5000)])
+
+
+def test_slot_entries_of_the_wrong_shape_make_busy_not_known():
+    s = parse_slots([{"id": 0, "is_processing": "yes"}, 3, {"id": 2, "is_processing": True}])
+    assert s.total == 3 and s.busy is None and len(s.problems) == 2
+
+
+@pytest.mark.parametrize("n_decoded", [-1, "12", 1.5, True, None, 10**20])
+def test_bad_n_decoded_is_skipped(n_decoded):
+    s = parse_slots([{"id": 0, "is_processing": True, "next_token": [{"n_decoded": n_decoded}]}])
+    assert s.busy == 1 and s.n_decoded == ()
+
+
+# --------------------------------------------------------------------------- fuzz
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=400))
+def test_fuzz_metrics_text_never_crashes(text):
+    try:
+        m = parse_metrics(text)
+    except InvalidMetrics:
+        return
+    for value in (m.n_decode_total, m.requests_processing, m.requests_deferred):
+        assert value is None or value >= 0
+
+
+_SERIES = st.sampled_from(
+    ["llamacpp:n_decode_total", "llamacpp:requests_processing", "llamacpp:requests_deferred", "x"]
+)
+_VALUES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["NaN", "+Inf", "-Inf", "1e309", "0", "-0", "12", "1.23457e+06"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_SERIES, _VALUES), max_size=8))
+def test_fuzz_metrics_lines(lines):
+    text = "".join(f"{name} {value}\n" for name, value in lines)
+    try:
+        m = parse_metrics(text)
+    except InvalidMetrics:
+        return
+    for value in (m.n_decode_total, m.requests_processing, m.requests_deferred):
+        assert value is None or (value >= 0 and value == value)
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=20,
+)
+_SLOT = st.fixed_dictionaries(
+    {"id": st.integers(0, 8), "is_processing": st.one_of(st.booleans(), _JSON)},
+    optional={"next_token": _JSON},
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_JSON, st.lists(st.one_of(_SLOT, _JSON), max_size=6)))
+def test_fuzz_slots_never_crash(doc):
+    try:
+        s = parse_slots(doc)
+    except InvalidSlots:
+        return
+    assert s.busy is None or 0 <= s.busy <= s.total
+    assert all(isinstance(n, int) and n >= 0 for n in s.n_decoded)

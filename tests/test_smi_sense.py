@@ -1,0 +1,130 @@
+"""GPU readings without gpu-monitor (issue 12): one real ``nvidia-smi`` / ``rocm-smi`` call per host
+per poll through the local transport — a fake smi on PATH printing real captured multi-GPU output
+(tests/smi_captures.py) — each GPU matched to its own row by (host, index)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from servers import fleet_config
+from smi_captures import NVIDIA_CAPTURES, ROCM_CAPTURES, multi_gpu_csv, rocm_json
+
+from gpuheal.config import load_config_dict
+from gpuheal.sources.smi_sense import sense_smi
+from gpuheal.transport import TransportPool
+
+pytestmark = pytest.mark.skipif(len(NVIDIA_CAPTURES) < 4, reason="the real smi captures are not here")
+
+
+def fake_tool(bin_dir: Path, name: str, script: str) -> None:
+    path = bin_dir / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.fixture
+def bin_dir(tmp_path, monkeypatch):
+    d = tmp_path / "bin"
+    d.mkdir()
+    monkeypatch.setenv("PATH", f"{d}{os.pathsep}{os.environ['PATH']}")
+    return d
+
+
+def cfg_for(gpus, vendor="nvidia"):
+    data = fleet_config("http://127.0.0.1:9/gpu-data", [(a, h, "http://127.0.0.1:9") for a, h, _ in gpus])
+    for raw, (_, _, index) in zip(data["gpus"], gpus, strict=True):
+        raw["vendor"] = vendor
+        if index is not None:
+            raw["gpu_index"] = index
+    return load_config_dict(data)
+
+
+def sense(cfg, deadline_s=5.0):
+    from gpuheal.sources.smi_sense import pool_runner
+
+    with TransportPool() as pool:
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, pool))
+
+
+def test_one_call_per_host_and_each_gpu_its_own_row(bin_dir, tmp_path):
+    csv = tmp_path / "rows.csv"
+    csv.write_text(multi_gpu_csv(NVIDIA_CAPTURES[:4]))
+    calls = tmp_path / "calls"
+    fake_tool(bin_dir, "nvidia-smi", f'echo "$@" >> {calls}\ncat {csv}\n')
+    cfg = cfg_for([("a0", "h1", 0), ("a1", "h1", 1), ("b2", "h2", 2), ("b3", "h2", 3)])
+    out = sense(cfg)
+    assert out.faults == [] and out.calls == 2 and out.hosts_ok == 2
+    assert len(calls.read_text().splitlines()) == 2  # all GPUs of a host in one command
+    assert "--query-gpu=index,name,temperature.gpu" in calls.read_text()
+    assert out.values["a0"]["vram_total_mb"] == 8192 and out.values["a0"]["power_w"] == 111.5
+    assert out.values["a1"]["temp_c"] == 38
+    assert out.values["b2"]["name"] == "NVIDIA GeForce RTX 4080 SUPER"
+    assert out.values["b3"]["vram_total_mb"] == 81559 and out.values["b3"]["util_pct"] == 100
+
+
+def test_sentinels_are_not_known_never_zero(bin_dir, tmp_path):
+    csv = tmp_path / "rows.csv"
+    csv.write_text(multi_gpu_csv(NVIDIA_CAPTURES, "idle"))  # the MIG captures print [N/A]
+    fake_tool(bin_dir, "nvidia-smi", f"cat {csv}\n")
+    cfg = cfg_for([(f"g{i}", "h", i) for i in range(len(NVIDIA_CAPTURES))])
+    out = sense(cfg)
+    assert out.faults == []
+    mig = [v for v in out.values.values() if v["util_pct"] is None]
+    assert mig, "the H100/H200 MIG captures report utilization.gpu [N/A]"
+    assert all(v["vram_total_mb"] for v in out.values.values())
+
+
+@pytest.mark.parametrize(
+    ("script", "kind", "words"),
+    [
+        ("echo \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\nexit 9\n",
+         "invalid", "exit status 9"),
+        ("echo 'Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error'\nexit 15\n",
+         "invalid", "Unknown Error"),
+        ("printf '0, GPU, [Unknown Error], 1 MiB\\n\\x00\\xff garbage\\n'\n", "invalid", "no readable GPU row"),
+        ("sleep 5\n", "timeout", "timeout"),
+    ],
+)
+def test_a_failing_host_is_a_fault_for_each_of_its_gpus(bin_dir, script, kind, words):
+    fake_tool(bin_dir, "nvidia-smi", script)
+    cfg = cfg_for([("a0", "h1", 0), ("a1", "h1", 1)])
+    started = time.monotonic()
+    out = sense(cfg, deadline_s=1.0)
+    assert time.monotonic() - started < 3.0
+    assert {(f.source, f.fault) for f in out.faults} == {("a0", kind), ("a1", kind)}
+    assert all(words in f.detail for f in out.faults)
+    assert out.values == {}
+
+
+def test_no_smi_on_the_host(bin_dir, monkeypatch):
+    monkeypatch.setenv("PATH", str(bin_dir))
+    out = sense(cfg_for([("a0", "h1", None)]))
+    assert [(f.source, f.fault) for f in out.faults] == [("a0", "invalid")]
+    assert "not found" in out.faults[0].detail
+
+
+def test_fewer_rows_than_configured_gpus(bin_dir, tmp_path):
+    csv = tmp_path / "rows.csv"
+    csv.write_text(multi_gpu_csv(NVIDIA_CAPTURES[:2]))
+    fake_tool(bin_dir, "nvidia-smi", f"cat {csv}\n")
+    out = sense(cfg_for([("a0", "h1", 0), ("a1", "h1", 1), ("a5", "h1", 5)]))
+    assert set(out.values) == {"a0", "a1"}
+    assert [(f.source, f.fault) for f in out.faults] == [("a5", "invalid")]
+    assert "no GPU with index 5 (2 rows)" in out.faults[0].detail
+
+
+def test_rocm_smi_cards_by_index(bin_dir, tmp_path):
+    if "rocm-smi__mi100_rocm602.json" not in ROCM_CAPTURES:
+        pytest.skip("the real rocm-smi captures are not here")
+    doc = tmp_path / "rocm.json"
+    doc.write_text(rocm_json("rocm-smi__mi100_rocm602.json"))
+    fake_tool(bin_dir, "rocm-smi", f"cat {doc}\n")
+    out = sense(cfg_for([("m0", "mi", 0), ("m3", "mi", 3)], vendor="amd"))
+    assert out.faults == [] and out.calls == 1
+    # a discrete MI100: its 32 GB of VRAM, not its 126 GB of GTT (issue 12, item 5)
+    assert out.values["m0"]["vram_total_mb"] == pytest.approx(34342961152 / 1048576)
+    assert out.values["m3"]["temp_c"] is not None
