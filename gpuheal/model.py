@@ -178,7 +178,9 @@ class Observation:
     faults: tuple[DataFault, ...] = ()
     warnings: tuple[str, ...] = ()
     unmatched_hosts: tuple[str, ...] = field(default=())
-    source: str = "monitor"  # the GPU data source this poll: "monitor" (gpu-monitor) or "prometheus"
+    # the GPU data source this poll: "monitor" (gpu-monitor), "prometheus" (issue 13) or "smi"
+    # (nvidia-smi / rocm-smi run on each host: neither configured, issue 12)
+    source: str = "monitor"
 
     def faults_for(self, source: str) -> list[DataFault]:
         return [f for f in self.faults if f.source == source]

@@ -155,8 +155,10 @@ LogLevel VERBOSE
 """
 
 
-def start_sshd(workdir: Path, binary: str | None = None, start_timeout_s: float = 10.0) -> SshdServer:
-    """Start sshd on a free 127.0.0.1 port with fresh keys in ``workdir``; raises if it fails."""
+def start_sshd(workdir: Path, binary: str | None = None, start_timeout_s: float = 10.0,
+               extra_config: str = "") -> SshdServer:
+    """Start sshd on a free 127.0.0.1 port with fresh keys in ``workdir``; raises if it fails.
+    ``extra_config``: more sshd_config lines (e.g. ``SetEnv PATH=...`` for a fake remote tool)."""
     binary = binary or find_sshd()
     if binary is None:
         raise RuntimeError(SKIP_REASON)
@@ -180,7 +182,7 @@ def start_sshd(workdir: Path, binary: str | None = None, start_timeout_s: float 
         port = free_port()
         config = workdir / "sshd_config"
         config.write_text(_CONFIG.format(port=port, host=HOST, host_key=host_key,
-                                         workdir=workdir, user=user))
+                                         workdir=workdir, user=user) + extra_config)
         check = subprocess.run([binary, "-t", "-f", str(config)], capture_output=True,
                                text=True, timeout=30)
         if check.returncode != 0:

@@ -69,8 +69,11 @@ def test_minimal_config_of_only_the_contract_keys_runs_on_defaults():
     assert gpu.endpoint == "http://127.0.0.1:1"  # trailing slash dropped
     assert gpu.vendor == "nvidia" and gpu.transport == "ssh"
     assert gpu.vram_total_mb is None and gpu.baseline_tok_s is None  # not known, never zero
-    assert cfg.monitor.timeout_s == 5 and cfg.probe["timeout_s"] == 5
+    assert cfg.probe["timeout_s"] == 5
+    assert cfg.monitor is None  # issue 12: no monitor: = no gpu-monitor, readings from smi
     assert cfg.litellm.url is None
+    with_monitor = load_config_dict({"monitor": {}, "gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:1/"}]})
+    assert with_monitor.monitor.timeout_s == 5 and with_monitor.monitor.url == "http://localhost:9100/gpu-data"
 
 
 # --------------------------------------------------------------------------- one-line errors

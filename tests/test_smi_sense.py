@@ -128,3 +128,42 @@ def test_rocm_smi_cards_by_index(bin_dir, tmp_path):
     # a discrete MI100: its 32 GB of VRAM, not its 126 GB of GTT (issue 12, item 5)
     assert out.values["m0"]["vram_total_mb"] == pytest.approx(34342961152 / 1048576)
     assert out.values["m3"]["temp_c"] is not None
+
+
+def test_check_without_gpu_monitor_reports_smi_readings_and_the_servers_own_telemetry(bin_dir, tmp_path):
+    """``gpuheal check`` on a config with no ``monitor:``: readings from nvidia-smi (one call for
+    the two-GPU host), requests and slots from each llama-server's /metrics and /slots, and the
+    rules that only gpu-monitor could feed listed once as off — not as faults."""
+    import json
+    import subprocess
+    import sys
+
+    from servers import HEALTH_OK, LoopbackServer, Reply, json_reply, write_config
+
+    data_dir = Path(__file__).parent / "data" / "llama"
+    csv = tmp_path / "rows.csv"
+    csv.write_text(multi_gpu_csv(NVIDIA_CAPTURES[:2]))
+    fake_tool(bin_dir, "nvidia-smi", f"cat {csv}\n")
+    busy = {"/health": HEALTH_OK, "/metrics": Reply(200, (data_dir / "metrics-busy-deferred.txt").read_text()),
+            "/props": json_reply({"is_sleeping": False}), "/slots": Reply(200, (data_dir / "slots-busy.json").read_text())}
+    plain = {"/health": HEALTH_OK, "/metrics": Reply(501, (data_dir / "metrics-501.json").read_text()),
+             "/props": json_reply({"is_sleeping": False}), "/slots": Reply(200, (data_dir / "slots-fresh.json").read_text())}
+    with LoopbackServer(busy) as a, LoopbackServer(plain) as b:
+        cfg = {"gpus": [
+            {"alias": "gpu-0", "host": "box", "endpoint": a.url, "gpu_index": 0, "transport": "local"},
+            {"alias": "gpu-1", "host": "box", "endpoint": b.url, "gpu_index": 1, "transport": "local"},
+        ], "probe": {"timeout_s": 3}}
+        path = write_config(tmp_path / "gpuheal.yaml", cfg)
+        proc = subprocess.run([sys.executable, "-m", "gpuheal", "--config", str(path), "--state-dir",
+                               str(tmp_path / "state"), "check", "--json"], capture_output=True, text=True,
+                              timeout=60, env={**os.environ})
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    g0, g1 = doc["gpus"]["gpu-0"], doc["gpus"]["gpu-1"]
+    assert (g0["temp_c"], g0["vram_total_mb"], g1["temp_c"]) == (45, 8192, 38)
+    assert (g0["requests_processing"], g0["requests_deferred"], g0["slots_busy"], g0["slots_total"]) == (2, 1, 2, 2)
+    assert (g1["metrics"], g1["requests_processing"], g1["slots_busy"], g1["slots_total"]) == ("disabled", None, 0, 4)
+    assert doc["faults"] == [] and doc["status"] == "healthy"
+    off = {o["rule"]: o for o in doc["rules_off"]}
+    assert {"circuit-breaker-stuck", "workload-misrouted", "data-source-unreachable", "model-stuck"} <= set(off)
+    assert off["model-stuck"]["gpus"] == ["gpu-1"] and "--metrics" in off["model-stuck"]["fix"]

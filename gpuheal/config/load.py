@@ -161,12 +161,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
     api_key = _litellm_key(lite, path)
     return Config(
         path=path,
-        monitor=MonitorConfig(
-            url=merged["monitor"]["url"],
-            timeout_s=float(merged["monitor"]["timeout_s"]),
-            connect_timeout_s=float(merged["monitor"]["connect_timeout_s"]),
-            max_response_bytes=int(merged["monitor"]["max_response_bytes"]),
-        ),
+        monitor=_monitor(data, merged),
         litellm=LiteLLMConfig(
             url=lite.get("url"),
             api_key=api_key or "",
@@ -247,6 +242,21 @@ def _prometheus(
         trend_step_s=float(merged["trend_step_s"]),
         labels=labels,
         queries=dict(merged.get("queries") or {}),
+    )
+
+
+def _monitor(data: dict[str, Any], merged: dict[str, Any]) -> MonitorConfig | None:
+    """``monitor:`` may be absent (contract "Direct sensing"): then there is no gpu-monitor, and GPU
+    readings come from nvidia-smi / rocm-smi over each GPU's transport. Present, its missing keys
+    take the defaults (``url``: gpu-monitor's usual ``http://localhost:9100/gpu-data``)."""
+    if data.get("monitor") is None:
+        return None
+    mon = merged["monitor"]
+    return MonitorConfig(
+        url=mon["url"],
+        timeout_s=float(mon["timeout_s"]),
+        connect_timeout_s=float(mon["connect_timeout_s"]),
+        max_response_bytes=int(mon["max_response_bytes"]),
     )
 
 

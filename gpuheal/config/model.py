@@ -109,7 +109,7 @@ class Config:
     """The validated configuration. Sections not modelled as classes stay plain dicts."""
 
     path: str | None
-    monitor: MonitorConfig
+    monitor: MonitorConfig | None  # None: no gpu-monitor; GPU readings from nvidia-smi / rocm-smi
     litellm: LiteLLMConfig
     gpus: tuple[GpuConfig, ...]
     probe: dict[str, Any]

@@ -4,7 +4,8 @@ fault, not an issue). gpu ``fleet``.
 
 The sidecar half of Rule 7 is ``host-unreachable`` (one issue per GPU). While firing it inhibits
 the monitor-fed rules: their issues are frozen and hidden — not known, neither healthy nor hot.
-Resolves on the first usable monitor poll.
+Resolves on the first usable monitor poll. Without gpu-monitor (readings from smi, issue 12) it is
+"not known": each host's smi failure is that GPU's fault.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ INHIBITS = "monitor"
 def detect(view, subject, p):
     if view.obs is None:
         return None
+    if view.obs.source == "smi":
+        return None  # no gpu-monitor configured: nothing to restart; smi faults are per GPU
     if view.obs.monitor_ok:
         return False
     source = view.obs.source  # "monitor" (gpu-monitor) or "prometheus" (issue 13): the same rule

@@ -12,6 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from gpuheal.config import Config
 from gpuheal.model import (
@@ -116,30 +117,42 @@ def fetch_litellm(cfg: Config) -> DataFault | None:
     return None
 
 
-def sense(cfg: Config, now: datetime, window_starts: dict[str, float] | None = None) -> Observation:
+def sense(
+    cfg: Config, now: datetime, transports: Any = None, window_starts: dict[str, float] | None = None
+) -> Observation:
     """Poll everything once. ``now`` stamps the observation (the run's single clock reading).
 
     With ``prometheus:`` the GPU readings come from Prometheus instead of gpu-monitor;
     ``window_starts`` (alias → epoch s: a restart plus its grace) lets it start a restarted GPU's
-    trend window there (``sources/prometheus.py``)."""
+    trend window there (``sources/prometheus.py``). With neither (no ``monitor:``) they come from
+    nvidia-smi / rocm-smi, one call per host, over ``transports`` (a
+    :class:`~gpuheal.transport.TransportPool` shared with the rest of the run: one SSH connection
+    per host) or a pool of its own (issue 12)."""
     deadline = float(cfg.probe["timeout_s"])
     workers = max(1, min(int(cfg.probe["max_workers"]), len(cfg.gpus) + 2))
     prom = None
+    readings = None
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
+        monitor_f = smi_f = None
         if cfg.prometheus is not None:
             from gpuheal.sources import prometheus
 
             monitor_f = pool.submit(prometheus.read, cfg, now.timestamp(), window_starts)
-        else:
+        elif cfg.monitor is not None:
             monitor_f = pool.submit(fetch_monitor, cfg)
+        else:
+            smi_f = pool.submit(_sense_smi, cfg, deadline, transports)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
         key = cfg.litellm.api_key or None
         probes = {g.alias: pool.submit(probe_server, g.endpoint, key, deadline) for g in cfg.gpus}
         if cfg.prometheus is not None:
             prom = monitor_f.result()
             doc, faults, warnings = None, list(prom.faults), list(prom.warnings)
-        else:
+        elif monitor_f is not None:
             doc, faults, warnings = monitor_f.result()
+        else:
+            readings = smi_f.result()
+            doc, faults, warnings = None, list(readings.faults), []
         litellm_fault = litellm_f.result() if litellm_f else None
         probe_results = {alias: f.result()[0] for alias, f in probes.items()}
         server = {alias: f.result()[1] for alias, f in probes.items()}
@@ -171,6 +184,8 @@ def sense(cfg: Config, now: datetime, window_starts: dict[str, float] | None = N
             bench = doc.benchmarks.get(gpu.host)
             if bench is not None:
                 values["bench_tok_s"], values["bench_measured_at"] = bench
+        if readings is not None:
+            values.update(readings.values.get(gpu.alias, {}))
         values.update(server[gpu.alias].values(state))
         faults.extend(server[gpu.alias].faults(gpu.alias, state))
         gpus[gpu.alias] = GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
@@ -182,13 +197,25 @@ def sense(cfg: Config, now: datetime, window_starts: dict[str, float] | None = N
     return Observation(
         at=now,
         gpus=gpus,
-        monitor_ok=doc is not None or (prom is not None and prom.ok),
-        source="monitor" if prom is None else "prometheus",
+        monitor_ok=(doc is not None or (prom is not None and prom.ok)) if readings is None else readings.hosts_ok > 0,
+        source="smi" if readings is not None else "monitor" if prom is None else "prometheus",
         litellm_ok=None if not cfg.litellm.url else litellm_fault is None,
         faults=tuple(faults),
         warnings=tuple(warnings),
         unmatched_hosts=unmatched,
     )
+
+
+def _sense_smi(cfg: Config, deadline_s: float, transports: Any):
+    """nvidia-smi / rocm-smi on every host, within the probe deadline (no gpu-monitor)."""
+    from gpuheal.sources.smi_sense import pool_runner, sense_smi
+
+    if transports is not None:
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, transports), int(cfg.probe["max_workers"]))
+    from gpuheal.transport import TransportPool
+
+    with TransportPool.from_config(cfg.heal) as own:
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, own), int(cfg.probe["max_workers"]))
 
 
 @dataclass(frozen=True)

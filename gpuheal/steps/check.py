@@ -72,7 +72,8 @@ def run(
     from gpuheal.sources.sense import sense
 
     if obs is None:
-        obs = sense(cfg, now, window_starts(cfg, store) if cfg.prometheus is not None else None)
+        starts = window_starts(cfg, store) if cfg.prometheus is not None else None
+        obs = sense(cfg, now, window_starts=starts)
     if record is not None:
         record_observation(record, obs)
     # with Prometheus the trends come from PromQL where the data lives: no per-poll history
@@ -84,6 +85,9 @@ def run(
     evaluation = evaluate(cfg, store, obs, history, now)
     health = health_document(obs, evaluation.issues, actions=[])
     _add_decode_progress(health, now.timestamp())
+    from gpuheal.core.coverage import rules_off
+
+    health["rules_off"] = rules_off(obs.source, obs)
     if keep_history:
         save_history(store, cfg, history, now)
     return CheckResult(obs=obs, history=history, issues=evaluation.issues, health=health, evaluation=evaluation)
