@@ -69,7 +69,9 @@ def summarise(tick: int, doc: dict) -> None:
             SEEN_INFO.add((issue["gpu"], issue["issue"]))
         colour = RED if issue["severity"] == "critical" else YELLOW if issue["severity"] == "warning" else DIM
         state = issue["state"]
-        print(f"   {colour}{issue['severity']:8}{RESET} {issue['gpu']:10} {issue['issue']:24} {DIM}{state}{RESET}")
+        source = issue.get("detected", {}).get("source") if issue["issue"] == "model-stuck" else None
+        seen_by = f" {DIM}(seen by {source}){RESET}" if source else ""
+        print(f"   {colour}{issue['severity']:8}{RESET} {issue['gpu']:10} {issue['issue']:24} {DIM}{state}{RESET}{seen_by}")
     for fault in doc.get("faults", []):
         print(f"   {DIM}fault    {fault['source']:10} {fault['fault']}{RESET}")
     for action in doc["actions"]:

@@ -583,3 +583,34 @@ def test_a_damaged_heal_state_is_survived_by_heal_apply(make_lab):
     proc = lab.cli("heal", "--apply", "--json")
     assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, proc.stderr
     assert lab.restarts("gpu-a") == 1
+
+
+def test_a_hung_decode_behind_an_ok_health_is_found_by_metrics_restarted_and_verified(make_lab):
+    """Issue 12: the decode loop wedges with a request in its slot; /health says ok and gpu-monitor
+    sees no failure (its client is still waiting). llama-server's own /metrics shows requests in
+    flight and n_decode_total frozen: model-stuck at the 3rd poll, restarted, verified by a real
+    completion, then resolved."""
+    lab = make_lab(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}, {"alias": "gpu-c", "host": "ct3"}],
+        [{"at": 30, "gpu": "gpu-a", "fault": "decode-hang"}],
+    )
+    first, second = lab.heal(), lab.heal()
+    assert ("gpu-a", "model-stuck") not in issues_of(first)
+    assert issues_of(second)[("gpu-a", "model-stuck")]["state"] == "pending"
+    assert second["gpus"]["gpu-a"]["endpoint"] == "ok" and second["gpus"]["gpu-a"]["requests_processing"] == 1
+    assert lab.restarts("gpu-a") == 0, "never act on one stalled poll"
+    third = lab.heal()
+    issue = next(i for i in lab.audit() if i["gpu"] == "gpu-a")
+    assert lab.restarts("gpu-a") == 1
+    assert issue["issue"] == "model-stuck"
+    detected = issue.get("detected") or {}
+    assert detected.get("source") == "llama-server /metrics" and detected.get("polls_without_decode") == 3
+    outcome = [r for r in lab.audit() if r["gpu"] == "gpu-a" and r["phase"] == "outcome"][0]
+    assert outcome["verification"]["ok"] is True and outcome["verification"]["gen_tok_s"] > 0
+    assert third["gpus"]["gpu-a"]["endpoint"] == "ok"
+    for _ in range(5):
+        health = lab.heal()
+        if ("gpu-a", "model-stuck") not in issues_of(health):
+            break
+    assert ("gpu-a", "model-stuck") not in issues_of(health)
+    assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0

@@ -30,7 +30,9 @@ DEFAULT_COOLING_C_PER_MIN = 2.0
 DEFAULT_IDLE_TEMP_C = 45.0
 RESERVED_ALIASES = {"fleet", "monitor", "litellm", "control"}
 
-GPU_FAULTS = ("none", "dead", "hang", "loading", "failing", "slow", "stuck", "wrong-key")
+# decode-hang: /health ok, the decode loop wedged with a request in its slot; gpu-monitor sees no
+# failure yet (its clients are still waiting), only llama-server's own /metrics shows it (issue 12)
+GPU_FAULTS = ("none", "dead", "hang", "loading", "failing", "slow", "stuck", "wrong-key", "decode-hang")
 MONITOR_MODES = ("ok", "down", "hang", "oversized", "garbage", "invalid", "dribble", "http-500")
 LITELLM_MODES = ("ok", "down", "hang", "http-503")
 

@@ -313,7 +313,7 @@ class LlamaHandler(_Base):
                 )
             return self.send(200, llama.dumps(doc))
         if get and path == "/slots":
-            if fault == "stuck":  # served by the (wedged) inference loop: hangs too
+            if fault in ("stuck", "decode-hang"):  # served by the (wedged) inference loop: hangs too
                 return self.hang(changed)
             with world.lock:
                 busy = min(g.inflight, g.spec.parallel)
@@ -323,7 +323,7 @@ class LlamaHandler(_Base):
                 return self.send(503, llama.NO_SLOT_BODY, close=True)
             return self.send(200, llama.dumps(doc))
         if get and path == "/metrics":
-            return self._metrics(g)
+            return self._metrics(g, wedged=fault == "decode-hang")
         if self.command == "POST" and (path in _COMPLETION or path in _CHAT):
             return self._complete(g, body, chat=path in _CHAT, changed=changed, fault=fault)
         return self.send(404, llama.NOT_FOUND_BODY, close=True)
@@ -337,7 +337,7 @@ class LlamaHandler(_Base):
         xkey = (self.headers.get("X-Api-Key") or "").strip()
         return bool(xkey) and xkey in keys
 
-    def _metrics(self, g: Any) -> None:
+    def _metrics(self, g: Any, wedged: bool = False) -> None:
         with self.world.lock:
             if not g.metrics:
                 return self.send(501, llama.METRICS_DISABLED_BODY, close=True)
@@ -352,6 +352,9 @@ class LlamaHandler(_Base):
             g.window_prompt_tokens = g.window_prompt_seconds = 0.0
             values["requests_processing"] = g.inflight
             values["requests_deferred"] = 0
+            if wedged:  # a request sits in its slot and n_decode_total no longer moves
+                values["requests_processing"] = max(1, g.inflight)
+                values["requests_deferred"] = g.hung_requests
             values["n_busy_slots_per_decode"] = 1 if g.counters["n_decode_total"] else 0
             start_us = g.process_start_us
         self.send(
@@ -379,6 +382,14 @@ class LlamaHandler(_Base):
             )
         if fault == "stuck":  # /health says ok, inference never returns (the lying /health)
             return self.hang(changed)
+        if fault == "decode-hang":  # queued behind the wedged slot: never decoded, never answered
+            with self.world.lock:
+                g.hung_requests += 1
+            try:
+                return self.hang(changed)
+            finally:
+                with self.world.lock:
+                    g.hung_requests = max(0, g.hung_requests - 1)
         if fault == "failing":
             return self.send(
                 500,

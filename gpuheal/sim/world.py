@@ -78,6 +78,7 @@ class GpuState:
         self.process_start_us = int(time.monotonic() * 1e6)
         self.requests_served = 0
         self.inflight = 0
+        self.hung_requests = 0  # completions waiting behind a wedged decode (fault decode-hang)
         self.counters = {
             "prompt_tokens_total": 0,
             "prompt_tokens_cached_total": 0,
@@ -234,7 +235,7 @@ class GpuState:
             return "hang"
         if self.is_loading():
             return "loading"
-        if self.fault in ("stuck", "failing", "slow", "wrong-key"):
+        if self.fault in ("stuck", "failing", "slow", "wrong-key", "decode-hang"):
             return self.fault
         return "ok"
 
