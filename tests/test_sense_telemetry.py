@@ -45,8 +45,9 @@ def poll(url, timeout_s=1.0, key="test-key"):
 def test_metrics_slots_and_props_of_a_busy_server():
     with server() as srv:
         obs = poll(srv.url)
+        assert srv.hits("/props") == 0  # requests processing: awake, /slots is safe to ask
     g = obs.gpus["g"]
-    assert (g.endpoint, g.metrics, g.slots, g.is_sleeping) == ("ok", "ok", "ok", False)
+    assert (g.endpoint, g.metrics, g.slots) == ("ok", "ok", "ok")
     assert (g.n_decode_total, g.requests_processing, g.requests_deferred) == (383, 2, 1)
     assert g.tokens_predicted_total == 4
     assert (g.slots_total, g.slots_busy) == (2, 2)
@@ -74,10 +75,21 @@ def test_wrong_key_is_a_fault_never_zero():
     assert srv.hits("/slots") == 0  # /props already said 401: no second rejected request
 
 
-def test_a_sleeping_server_is_not_woken_by_slots():
-    with server({"/props": json_reply({**PROPS_AWAKE, "is_sleeping": True})}) as srv:
+def test_an_idle_server_is_not_asked_for_slots_it_may_be_sleeping():
+    sleeping = (DATA / "metrics-sleeping.txt").read_text()
+    with server({"/metrics": Reply(200, sleeping), "/props": json_reply({**PROPS_AWAKE, "is_sleeping": True})}) as srv:
         obs = poll(srv.url)
-        assert srv.hits("/slots") == 0
+        assert srv.hits("/slots") == 0 and srv.hits("/props") == 0
+    g = obs.gpus["g"]
+    assert (g.metrics, g.slots, g.requests_processing, g.slots_busy) == ("ok", "idle", 0, 0)
+    assert g.slots_total is None and [f for f in obs.faults if f.source == "g"] == []
+
+
+def test_without_metrics_a_sleeping_server_is_not_woken_by_slots():
+    routes = {"/metrics": Reply(501, NOT_SUPPORTED), "/props": json_reply({**PROPS_AWAKE, "is_sleeping": True})}
+    with server(routes) as srv:
+        obs = poll(srv.url)
+        assert srv.hits("/slots") == 0 and srv.hits("/props") == 1
     g = obs.gpus["g"]
     assert g.is_sleeping is True and g.slots == "sleeping" and g.slots_busy is None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuheal.model import Observation
-from gpuheal.sources.llama_telemetry import HOW_TO_ENABLE
+from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
 
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
 

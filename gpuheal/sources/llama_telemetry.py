@@ -8,7 +8,8 @@ All three need the api key when the server has one (llama-server.md §5: only ``
 Each call is one request under the probe's deadline and byte cap; nothing here raises for what the
 network does. The state words are the contract's endpoint words plus ``disabled`` (HTTP 501: the
 server was started without ``--metrics`` / with ``--no-slots``; "not known", not a fault):
-``ok | disabled | unauthorized | loading | timeout | refused | invalid | http-NNN``.
+``ok | disabled | unauthorized | loading | timeout | refused | invalid | http-NNN``, and for
+``/slots`` also ``idle`` / ``sleeping`` (not asked: nothing in flight / the server sleeps).
 
 ``/slots`` wakes a sleeping server (llama-server.md §5: "GET /slots wakes it"), so it is asked only
 after ``/props`` said the server is awake — a monitor must not keep ``--sleep-idle-seconds`` from
@@ -21,6 +22,7 @@ import json
 from dataclasses import dataclass
 
 from gpuheal.parse.llama_metrics import (
+    HOW_TO_ENABLE,
     InvalidMetrics,
     InvalidSlots,
     ServerMetrics,
@@ -37,13 +39,11 @@ DISABLED = "disabled"
 UNAUTHORIZED = "unauthorized"
 LOADING = "loading"
 SLEEPING = "sleeping"  # /slots not asked: the server sleeps
+IDLE = "idle"  # /slots not asked: /metrics shows nothing in flight (0 busy slots; it may sleep)
+NOT_ASKED = "not-asked"
 # states that are not a fault of this poll: the server said so itself, or /health reports it
-QUIET_STATES = frozenset({OK, DISABLED, LOADING, SLEEPING})
+QUIET_STATES = frozenset({OK, DISABLED, LOADING, SLEEPING, IDLE, NOT_ASKED})
 
-HOW_TO_ENABLE = {
-    "metrics": "start llama-server with --metrics (or LLAMA_ARG_ENDPOINT_METRICS=1)",
-    "slots": "start llama-server without --no-slots (or with --slots)",
-}
 
 
 @dataclass(frozen=True)

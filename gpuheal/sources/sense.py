@@ -238,6 +238,8 @@ class ServerTelemetry:
                        requests_processing=m.requests_processing, requests_deferred=m.requests_deferred)
         if sl is not None:
             out.update(slots_total=sl.total, slots_busy=sl.busy)
+        elif self.slots.state == lt.IDLE:
+            out["slots_busy"] = 0
         return out
 
     def faults(self, alias: str, endpoint_state: str) -> list[DataFault]:
@@ -263,23 +265,31 @@ def probe_server(
     endpoint: str, api_key: str | None, deadline_s: float
 ) -> tuple[tuple[str, float | None, str, str | None], ServerTelemetry]:
     """One llama-server, all within one deadline: ``/health``; then, when it answered 200,
-    ``/metrics``, ``/props`` and — only for an awake server, since it wakes a sleeping one —
-    ``/slots``. A dead or stopped server costs one deadline, not four."""
+    ``/metrics``; then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a
+    sleeping one (llama-server.md §5). A server with requests processing is awake; an idle one
+    (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
+    Without usable ``/metrics``, ``/props`` says whether it sleeps. A dead or stopped server costs
+    one deadline, not four; a busy one three requests (the 1000-GPU benchmark's budget)."""
     started = time.monotonic()
     health = _probe(endpoint, deadline_s)
     if health[0] != ENDPOINT_OK:
         return health, ServerTelemetry(NOT_ASKED, NOT_ASKED, NOT_ASKED)
 
-    def left() -> float:
-        return deadline_s - (time.monotonic() - started)
-
     def ask(fetch, path: str) -> lt.Answer:
-        remaining = left()
+        remaining = deadline_s - (time.monotonic() - started)
         if remaining < 0.05:
             return lt.Answer("timeout", f"GET {path}: no time left in the probe deadline")
         return fetch(endpoint, api_key, remaining)
 
     metrics = ask(lt.fetch_metrics, "/metrics")
+    busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
+    if metrics.state == lt.UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
+        return health, ServerTelemetry(metrics, lt.Answer(lt.UNAUTHORIZED, metrics.detail), NOT_ASKED)
+    if busy == 0:
+        return health, ServerTelemetry(metrics, lt.Answer(lt.IDLE, "GET /slots not asked: nothing in flight"),
+                                       NOT_ASKED)
+    if busy is not None:
+        return health, ServerTelemetry(metrics, ask(lt.fetch_slots, "/slots"), NOT_ASKED)
     props = ask(lt.fetch_sleeping, "/props")
     if props.is_sleeping:
         slots = lt.Answer(lt.SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")

@@ -58,10 +58,14 @@ def long_model(tmp_path_factory):
 
 def test_metrics_slots_and_props_of_a_real_idle_server(llama_server):
     _, obs, g = poll(llama_server.url, llama_server.api_key)
-    assert (g.endpoint, g.metrics, g.slots, g.is_sleeping) == ("ok", "ok", "ok", False)
-    assert g.requests_processing == 0 and g.requests_deferred == 0
+    # idle: /slots is not asked (it would wake a sleeping server); 0 busy slots from /metrics
+    assert (g.endpoint, g.metrics, g.slots) == ("ok", "ok", "idle")
+    assert g.requests_processing == 0 and g.requests_deferred == 0 and g.slots_busy == 0
     assert g.n_decode_total is not None and g.n_decode_total >= 0
-    assert (g.slots_total, g.slots_busy) == (2, 0)
+    slots = lt.fetch_slots(llama_server.url, llama_server.api_key, 5.0)
+    assert (slots.state, slots.slots.total, slots.slots.busy) == ("ok", 2, 0)
+    props = lt.fetch_sleeping(llama_server.url, llama_server.api_key, 5.0)
+    assert (props.state, props.is_sleeping) == ("ok", False)
     assert smi_faults_removed(obs) == []
     assert lt.metrics_enabled(llama_server.url, llama_server.api_key, 5.0) == (True, "")
 
