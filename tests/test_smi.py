@@ -106,3 +106,52 @@ def test_select_row_never_guesses(rows):
     from gpuheal.parse.smi import select_row
 
     assert select_row(rows, 1) is None
+
+
+# --------------------------------------------------------------------------- issue 12: bad smi input
+
+
+def test_issue12_bad_smi_rows_are_not_known_never_zero():
+    from gpuheal.parse.smi import select_row
+
+    text = (
+        "0, NVIDIA GeForce RTX 3090, [N/A], 23358, 24576, [Unknown Error], 118.42, 350.00\n"
+        "1, NVIDIA GeForce RTX 3090, 71 C, 22875 MiB, 24576 MiB, 98 %, 347.91 W, 350.00 W\n"  # units left in
+        "Unable to determine the device handle for GPU 0000:0B:00.0: Unknown Error\n"
+        "3, NVIDIA H100, 40, 10, 81559, 0, 70.1, 700.00\n"  # index 2 is missing
+        "4, extra GPU nobody configured, 40, 10, 81559, 0, 70.1, 700.00\n"
+    )
+    rows = parse_query_gpu(text)
+    zero, one = select_row(rows, 0), select_row(rows, 1)
+    assert zero["temp_c"] is None and zero["util_pct"] is None and zero["vram_used_mb"] == 23358
+    assert (one["temp_c"], one["vram_used_mb"], one["util_pct"], one["power_w"]) == (71, 22875, 98, 347.91)
+    assert select_row(rows, 2) is None  # a missing row is not known, never another GPU's row
+    assert select_row(rows, 3)["name"] == "NVIDIA H100"
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_CELL = st.one_of(
+    st.sampled_from(["[N/A]", "[Not Supported]", "[Unknown Error]", "0", "-1", "1e309", "nan", "71 C", "350.00 W",
+                     "98 %", "22875 MiB", "", "0x0000000000000024"]),
+    st.text(max_size=8),
+    st.floats(allow_nan=True).map(str),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 9), st.lists(_CELL, min_size=6, max_size=9)), max_size=8),
+       st.one_of(st.none(), st.integers(0, 9)))
+def test_fuzz_multi_gpu_rows_and_selection(rows_spec, gpu_index):
+    from gpuheal.parse.smi import select_row
+
+    text = "\n".join(", ".join([str(i), "GPU", *cells]) for i, cells in rows_spec)
+    rows = parse_query_gpu(text)
+    row = select_row(rows, gpu_index)
+    if row is not None and gpu_index is not None:
+        assert row["index"] == gpu_index
+    for r in rows:
+        for key in ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "power_limit_w"):
+            value = r[key]
+            assert value is None or (value == value and value >= 0)
