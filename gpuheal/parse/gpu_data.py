@@ -30,6 +30,7 @@ LIMITS = {
 COUNT_LIMIT = 10**9
 GPU_FIELDS = ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "power_limit_w")
 HOSTNAME_CHARS = 253
+MAX_GPU_INDEX = 1023
 
 
 class InvalidDocument(ValueError):
@@ -42,6 +43,7 @@ class HostReading:
     values: dict[str, float | None] = field(default_factory=dict)
     name: str | None = None
     running: bool | None = None
+    index: int | None = None  # the GPU's index on its host, when gpu-monitor sends one (issue 12)
 
 
 @dataclass
@@ -59,6 +61,12 @@ class MonitorDocument:
     models: dict[str, ModelCounts]
     breakers: dict[str, Breaker]
     problems: list[str]
+    # Several GPUs per host (issue 12; contract "Direct sensing"): readings by (hostname, index),
+    # and model counts / breakers by ``name`` / ``model`` = the GPU's alias.
+    by_index: dict[tuple[str, int], HostReading] = field(default_factory=dict)
+    models_by_name: dict[str, ModelCounts] = field(default_factory=dict)
+    breakers_by_model: dict[str, Breaker] = field(default_factory=dict)
+    host_entries: dict[str, int] = field(default_factory=dict)  # GPU entries per hostname
 
 
 def _host_reading(entry: dict[str, Any], where: str, problems: list[str]) -> HostReading | None:
@@ -71,6 +79,7 @@ def _host_reading(entry: dict[str, Any], where: str, problems: list[str]) -> Hos
     for key in GPU_FIELDS:
         reading.values[key] = f.number(key, hi=LIMITS[key])
     reading.running = f.flag("running")
+    reading.index = f.count("index", hi=MAX_GPU_INDEX)
     return reading
 
 
@@ -92,12 +101,19 @@ def parse_gpu_data(doc: Any) -> MonitorDocument:
     problems: list[str] = []
     top = Fields(doc, "", problems)
     hosts: dict[str, HostReading] = {}
+    by_index: dict[tuple[str, int], HostReading] = {}
+    host_entries: dict[str, int] = {}
     for i, entry in enumerate(gpus or []):
         if not isinstance(entry, dict):
             problems.append(f"gpus[{i}]: not an object")
             continue
         reading = _host_reading(entry, f"gpus[{i}]", problems)
-        if reading is not None and reading.hostname not in hosts:
+        if reading is None:
+            continue
+        host_entries[reading.hostname] = host_entries.get(reading.hostname, 0) + 1
+        if reading.index is not None:
+            by_index.setdefault((reading.hostname, reading.index), reading)
+        if reading.hostname not in hosts:
             hosts[reading.hostname] = reading
     if isinstance(strix, dict):
         reading = _host_reading(strix, "strix", problems)
@@ -110,13 +126,21 @@ def parse_gpu_data(doc: Any) -> MonitorDocument:
     elif strix is not None:
         problems.append("strix: not an object")
     summary = top.mapping("summary") or {}
+    model_entries = Fields(summary, "summary", problems).array("available_models") or []
+    breaker_entries = Fields(summary, "summary", problems).array("circuit_breakers") or []
+    by_name: dict[str, ModelCounts] = {}
+    by_model: dict[str, Breaker] = {}
     return MonitorDocument(
         generated_at=top.time("generated_at"),
         hosts=hosts,
         benchmarks=_benchmarks(top.mapping("benchmarks"), problems),
-        models=_models(Fields(summary, "summary", problems).array("available_models") or [], problems),
-        breakers=_breakers(Fields(summary, "summary", problems).array("circuit_breakers") or [], problems),
+        models=_models(model_entries, problems, by_name),
+        breakers=_breakers(breaker_entries, problems, by_model),
         problems=problems,
+        by_index=by_index,
+        models_by_name=by_name,
+        breakers_by_model=by_model,
+        host_entries=host_entries,
     )
 
 
@@ -133,7 +157,8 @@ def _benchmarks(raw: dict[str, Any] | None, problems: list[str]) -> dict[str, tu
     return out
 
 
-def _models(entries: list[Any], problems: list[str]) -> dict[str, ModelCounts]:
+def _models(entries: list[Any], problems: list[str], by_name: dict[str, ModelCounts]) -> dict[str, ModelCounts]:
+    """Counts per hostname (summed over its models), and per ``name`` (the GPU's alias)."""
     models: dict[str, ModelCounts] = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -158,10 +183,15 @@ def _models(entries: list[Any], problems: list[str]) -> dict[str, ModelCounts]:
             counts = ModelCounts(None, None, counts.consecutive_timeouts)
         prior = models.get(host)
         models[host] = counts if prior is None else _add(prior, counts)
+        name = f.text("name")
+        if name is not None:
+            prior = by_name.get(name)
+            by_name[name] = counts if prior is None else _add(prior, counts)
     return models
 
 
-def _breakers(entries: list[Any], problems: list[str]) -> dict[str, Breaker]:
+def _breakers(entries: list[Any], problems: list[str], by_model: dict[str, Breaker]) -> dict[str, Breaker]:
+    """Breakers per hostname (open wins), and per ``model`` (the GPU's alias)."""
     breakers: dict[str, Breaker] = {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -171,8 +201,12 @@ def _breakers(entries: list[Any], problems: list[str]) -> dict[str, Breaker]:
         is_open = f.flag("open")
         if host is None or is_open is None:
             continue
+        breaker = Breaker(open=is_open, opened_at=f.time("opened_at"))
         if is_open or host not in breakers:
-            breakers[host] = Breaker(open=is_open, opened_at=f.time("opened_at"))
+            breakers[host] = breaker
+        model = f.text("model")
+        if model is not None and (is_open or model not in by_model):
+            by_model[model] = breaker
     return breakers
 
 

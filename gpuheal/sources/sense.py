@@ -158,6 +158,9 @@ def sense(
         server = {alias: f.result()[1] for alias, f in probes.items()}
 
     gpus: dict[str, GpuSample] = {}
+    shared: dict[str, int] = {}
+    for gpu in cfg.gpus:
+        shared[gpu.host] = shared.get(gpu.host, 0) + 1
     for gpu in cfg.gpus:
         state, latency, detail, kind = probe_results[gpu.alias]
         if kind is not None:
@@ -166,24 +169,10 @@ def sense(
         if prom is not None and prom.ok:
             values.update(prom.values[gpu.alias])
         if doc is not None:
-            host = doc.hosts.get(gpu.host)
-            if host is None:
-                faults.append(
-                    DataFault(gpu.alias, "invalid", f"gpu-monitor reports no GPU with hostname {gpu.host!r}")
-                )
-            else:
-                values.update(host.values)
-                values["name"] = host.name
-                values["running"] = host.running
-            counts = doc.models.get(gpu.host)
-            if counts is not None:
-                values["requests_60s"] = counts.requests_60s
-                values["failures_60s"] = counts.failures_60s
-                values["consecutive_timeouts"] = counts.consecutive_timeouts
-            values["breaker"] = doc.breakers.get(gpu.host)
-            bench = doc.benchmarks.get(gpu.host)
-            if bench is not None:
-                values["bench_tok_s"], values["bench_measured_at"] = bench
+            found, problem = monitor_values(doc, gpu, shared[gpu.host] > 1)
+            values.update(found)
+            if problem:
+                faults.append(DataFault(gpu.alias, "invalid", problem))
         if readings is not None:
             values.update(readings.values.get(gpu.alias, {}))
         values.update(server[gpu.alias].values(state))
@@ -204,6 +193,42 @@ def sense(
         warnings=tuple(warnings),
         unmatched_hosts=unmatched,
     )
+
+
+def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[dict, str]:
+    """gpu-monitor's readings of one configured GPU, matched by (host, index) (contract "Direct
+    sensing"): the entry with ``index`` = ``gpu_index`` when the monitor sends indexes, else the
+    host's entry — but on a host several configured GPUs share, never another GPU's entry. Model
+    counts and breakers by ``name`` / ``model`` = the alias, else (one GPU on the host) by hostname;
+    the host's benchmark only for the host's only GPU. → (values, problem or "")."""
+    values: dict = {}
+    problem = ""
+    reading = doc.by_index.get((gpu.host, gpu.gpu_index)) if gpu.gpu_index is not None else None
+    if reading is None:
+        entries = doc.host_entries.get(gpu.host, 0)
+        if gpu.host not in doc.hosts:
+            problem = f"gpu-monitor reports no GPU with hostname {gpu.host!r}"
+        elif gpu.gpu_index is not None and any(h == gpu.host for h, _ in doc.by_index):
+            problem = f"gpu-monitor reports no GPU with index {gpu.gpu_index} on {gpu.host!r}"
+        elif shared_host or entries > 1:
+            problem = (f"gpu-monitor lists {entries} GPU entr{'y' if entries == 1 else 'ies'} for {gpu.host!r} "
+                       "without an index: cannot tell which is this GPU")
+        else:
+            reading = doc.hosts[gpu.host]
+    if reading is not None:
+        values.update(reading.values)
+        values["name"] = reading.name
+        values["running"] = reading.running
+    counts = doc.models_by_name.get(gpu.alias) or (None if shared_host else doc.models.get(gpu.host))
+    if counts is not None:
+        values["requests_60s"] = counts.requests_60s
+        values["failures_60s"] = counts.failures_60s
+        values["consecutive_timeouts"] = counts.consecutive_timeouts
+    values["breaker"] = doc.breakers_by_model.get(gpu.alias) or (None if shared_host else doc.breakers.get(gpu.host))
+    bench = None if shared_host else doc.benchmarks.get(gpu.host)
+    if bench is not None:
+        values["bench_tok_s"], values["bench_measured_at"] = bench
+    return values, problem
 
 
 def _sense_smi(cfg: Config, deadline_s: float, transports: Any):
