@@ -50,9 +50,41 @@ def test_rocm_smi_strings_and_apu_gtt():
     dgpu = '{"card0": {"Temperature (Sensor edge) (C)": "45.0", "Temperature (Sensor junction) (C)": "52.0", "Current Socket Graphics Package Power (W)": "35.0", "GPU use (%)": "5", "VRAM Total Memory (B)": "21458059264", "VRAM Total Used Memory (B)": "27856896"}}'
     row = parse_rocm_smi(dgpu)[0]
     assert row["temp_c"] == 52.0 and row["power_w"] == 35.0 and round(row["vram_total_mb"]) == 20464
-    apu = 'WARNING: something\n{"card0": {"Temperature (Sensor edge) (C)": "38.0", "VRAM Total Memory (B)": "536870912", "VRAM Total Used Memory (B)": "423624704", "GTT Total Memory (B)": "137438953472", "GTT Total Used Memory (B)": "10737418240"}}'
+    # issue 12: an APU is known by what it is (gfx id / product name), never by a GTT/VRAM ratio
+    memory = '"VRAM Total Memory (B)": "536870912", "VRAM Total Used Memory (B)": "423624704", "GTT Total Memory (B)": "137438953472", "GTT Total Used Memory (B)": "10737418240"'
+    apu = 'WARNING: something\n{"card0": {"Temperature (Sensor edge) (C)": "38.0", "Card Series": "AMD Radeon 8060S", "GFX Version": "gfx1151", ' + memory + "}}"
     row = parse_rocm_smi(apu)[0]
-    assert row["vram_total_mb"] == 131072 and row["vram_used_mb"] == 10240
+    assert row["vram_total_mb"] == 131072 and row["vram_used_mb"] == 10240 and row["unified"] is True
+    assert row["carveout_total_mb"] == 512
+    unnamed = '{"card0": {' + memory + "}}"
+    row = parse_rocm_smi(unnamed)[0]  # rocm-smi said nothing of the product: its VRAM, as reported
+    assert row["vram_total_mb"] == 512 and row["unified"] is None
+    assert parse_rocm_smi(unnamed, unified=True)[0]["vram_total_mb"] == 131072  # gpus[].unified_memory
+
+
+@pytest.mark.parametrize(
+    ("product", "gfx", "apu"),
+    [("Radeon 8060S Graphics", None, True), (None, "gfx1151", True), ("Phoenix3", None, True),
+     ("AMD Radeon 780M", None, True), ("Arcturus GL-XL [Instinct MI100]", "gfx908", False),
+     ("Radeon RX 7900 XT", "gfx1100", False), ("Navi 22 [Radeon RX 6700/6700 XT/6750 XT / 6800M]", None, False),
+     (None, None, None)],
+)
+def test_apu_from_what_the_gpu_is(product, gfx, apu):
+    from gpuheal.parse.smi import is_apu
+
+    assert is_apu(product, gfx) is apu
+
+
+def test_a_discrete_mi100_is_not_taken_for_an_apu():
+    """The real MI100 capture reports GTT 3.93x its VRAM — 2 % from the old 4x cut-off."""
+    from tests.smi_captures import ROCM_CAPTURES, rocm_json
+
+    for capture in ("rocm-smi__mi100_rocm571.json", "rocm-smi__mi100_rocm602.json"):
+        if capture not in ROCM_CAPTURES:
+            pytest.skip("the real smi captures are not here")
+        for row in parse_rocm_smi(rocm_json(capture)):
+            assert row["unified"] is False
+            assert round(row["vram_total_mb"]) == 32752 and row["gtt_total_mb"] > 3.9 * row["vram_total_mb"]
 
 
 @pytest.mark.parametrize("junk", ["", "WARNING: No JSON data to report", "[1, 2", '{"card0": "N/A"}', '{"card0": {"GPU use (%)": "N/A"}}', "{" * 5000])

@@ -167,3 +167,21 @@ def test_check_without_gpu_monitor_reports_smi_readings_and_the_servers_own_tele
     off = {o["rule"]: o for o in doc["rules_off"]}
     assert {"circuit-breaker-stuck", "workload-misrouted", "data-source-unreachable", "model-stuck"} <= set(off)
     assert off["model-stuck"]["gpus"] == ["gpu-1"] and "--metrics" in off["model-stuck"]["fix"]
+
+
+def test_an_apu_reads_gtt_from_its_product_and_the_config_overrides(bin_dir, tmp_path):
+    """Strix Halo (gfx1151): its model lives in GTT; the config's unified_memory wins either way."""
+    doc = tmp_path / "apu.json"
+    doc.write_text('{"card0": {"Card Series": "AMD Radeon 8060S", "GFX Version": "gfx1151", '
+                   '"VRAM Total Memory (B)": "536870912", "VRAM Total Used Memory (B)": "423624704", '
+                   '"GTT Total Memory (B)": "137438953472", "GTT Total Used Memory (B)": "10737418240"}}')
+    calls = tmp_path / "calls"
+    fake_tool(bin_dir, "rocm-smi", f'echo "$@" >> {calls}\ncat {doc}\n')
+    out = sense(cfg_for([("strix", "ct15", None)], vendor="amd"))
+    assert (out.values["strix"]["vram_total_mb"], out.values["strix"]["vram_used_mb"]) == (131072, 10240)
+    assert "--showproductname" in calls.read_text()
+    data = cfg_for([("strix", "ct15", None)], vendor="amd")
+    from dataclasses import replace
+
+    told = replace(data, gpus=(replace(data.gpus[0], unified_memory=False),))
+    assert sense(told).values["strix"]["vram_total_mb"] == 512

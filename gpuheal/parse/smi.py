@@ -125,10 +125,36 @@ def _first_json(text: str):
         return None
 
 
-def parse_rocm_smi(text: str) -> list[dict[str, float | str | None]]:
-    """``rocm-smi --showtemp --showmeminfo vram --showuse --showpower --json`` (all values strings,
-    memory in bytes). On APUs (Strix Halo) the model lives in GTT: when GTT figures exist and VRAM
-    is a small carve-out, GTT is reported as the usable memory (formats.md §3.4)."""
+# AMD APUs, whose memory is system RAM handed out as GTT (formats.md §3.4): by gfx id, and by the
+# marketing / code names rocm-smi prints in "Card Series" / "Card Model" / "Device Name".
+APU_GFX = frozenset({"gfx902", "gfx909", "gfx90c", "gfx1033", "gfx1035", "gfx1036", "gfx1037", "gfx1103",
+                     "gfx1150", "gfx1151", "gfx1152", "gfx1153"})
+APU_NAMES = ("8060s", "8050s", "8040s", "890m", "880m", "860m", "840m", "780m", "760m", "740m", "680m", "660m",
+             "610m", "strix", "phoenix", "hawk point", "krackan", "rembrandt", "raphael", "renoir", "cezanne",
+             "lucienne", "barcelo", "picasso", "raven", "van gogh", "mendocino", "radeon graphics",
+             "radeon vega mobile", "vega 8 graphics", "vega 11 graphics")
+PRODUCT_KEYS = ("card series", "card model", "device name", "card sku", "marketing name")
+
+
+def is_apu(product: str | None, gfx: str | None) -> bool | None:
+    """Whether this AMD GPU is an APU (UMA: GTT is its memory), from what it *is* — the gfx id or
+    the product name rocm-smi reports — never from a GTT/VRAM size ratio: a discrete MI100 reports
+    GTT 3.93× its VRAM (issue 12). ``None`` when rocm-smi said neither."""
+    if gfx:
+        return gfx.strip().lower() in APU_GFX
+    if product:
+        name = product.lower()
+        return any(word in name for word in APU_NAMES)
+    return None
+
+
+def parse_rocm_smi(text: str, unified: bool | None = None) -> list[dict[str, float | str | bool | None]]:
+    """``rocm-smi --showproductname --showtemp --showmeminfo vram gtt --showuse --showpower --json``
+    (all values strings, memory in bytes). On an APU (Strix Halo) the model lives in GTT, so GTT is
+    reported as the GPU's memory; whether it is an APU comes from ``unified`` (the config's
+    ``gpus[].unified_memory``) or else from the product (:func:`is_apu`). Each row also keeps
+    ``gtt_total_mb`` / ``gtt_used_mb``, ``product``, ``gfx`` and the ``unified`` decision, so a
+    per-GPU setting can be applied later (:func:`apply_unified`)."""
     doc = _first_json(text)
     if not isinstance(doc, dict):
         return []
@@ -148,26 +174,45 @@ def parse_rocm_smi(text: str) -> list[dict[str, float | str | None]]:
                     return None  # a wrong type is not known, never guessed at
             return None
 
-        vram_total = get("VRAM Total Memory (B)")
-        vram_used = get("VRAM Total Used Memory (B)")
-        gtt_total = get("GTT Total Memory (B)")
-        gtt_used = get("GTT Total Used Memory (B)")
-        temp = get("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)")
-        power = get("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)")
-        util = get("GPU use (%)")
-        if gtt_total and (vram_total is None or vram_total < gtt_total / 4):
-            vram_total, vram_used = gtt_total, gtt_used
-        rows.append(
-            {
-                "card": clean_text(str(card)[:64]),
-                "temp_c": _within(temp, "temp_c"),
-                "power_w": _within(power, "power_w"),
-                "util_pct": _within(util, "util_pct"),
-                "vram_total_mb": _within(vram_total / 1048576 if vram_total is not None else None, "vram_total_mb"),
-                "vram_used_mb": _within(vram_used / 1048576 if vram_used is not None else None, "vram_used_mb"),
-            }
-        )
+        def text(*keys: str, _vals: dict = lowered) -> str | None:
+            found = [v for k in keys if isinstance(v := _vals.get(k), str) and v.strip()]
+            return clean_text(" ".join(found)[:200]) if found else None
+
+        def mb(value: float | None, key: str) -> float | None:
+            return _within(value / 1048576 if value is not None else None, key)
+
+        product, gfx = text(*PRODUCT_KEYS), text("gfx version")
+        row: dict[str, float | str | bool | None] = {
+            "card": clean_text(str(card)[:64]),
+            "temp_c": _within(get("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)"), "temp_c"),
+            "power_w": _within(get("Current Socket Graphics Package Power (W)", "Average Graphics Package Power (W)"),
+                               "power_w"),
+            "util_pct": _within(get("GPU use (%)"), "util_pct"),
+            "vram_total_mb": mb(get("VRAM Total Memory (B)"), "vram_total_mb"),
+            "vram_used_mb": mb(get("VRAM Total Used Memory (B)"), "vram_used_mb"),
+            "gtt_total_mb": mb(get("GTT Total Memory (B)"), "vram_total_mb"),
+            "gtt_used_mb": mb(get("GTT Total Used Memory (B)"), "vram_used_mb"),
+            "product": product,
+            "gfx": gfx,
+            "name": product,
+        }
+        rows.append(apply_unified(row, unified))
     return rows
+
+
+def apply_unified(row: dict[str, float | str | bool | None], unified: bool | None) -> dict[str, float | str | bool | None]:
+    """The row with ``vram_*`` = GTT when the GPU is an APU (``unified``, else :func:`is_apu` of its
+    product); the carve-out VRAM figures are kept as ``carveout_*``."""
+    out = dict(row)
+    product = out.get("product")
+    gfx = out.get("gfx")
+    apu = unified if unified is not None else is_apu(product if isinstance(product, str) else None,
+                                                      gfx if isinstance(gfx, str) else None)
+    out["unified"] = apu
+    if apu and out.get("gtt_total_mb") is not None and "carveout_total_mb" not in out:
+        out["carveout_total_mb"], out["carveout_used_mb"] = out.get("vram_total_mb"), out.get("vram_used_mb")
+        out["vram_total_mb"], out["vram_used_mb"] = out["gtt_total_mb"], out.get("gtt_used_mb")
+    return out
 
 
 def _within(value: float | None, key: str) -> float | None:

@@ -45,10 +45,17 @@ def host_groups(cfg: Config) -> dict[tuple[str, str, str], list[GpuConfig]]:
     return groups
 
 
-def smi_argv(vendor: str) -> tuple[str, ...]:
-    from gpuheal.actions.catalog import QUERY_GPU_ARGV, ROCM_SMI_ARGV
+# rocm-smi with the product name and gfx id: an APU is known by what it is (issue 12, item 5)
+ROCM_SENSE_ARGV = ("rocm-smi", "--showproductname", "--showtemp", "--showmeminfo", "vram", "gtt", "--showuse",
+                   "--showpower", "--json")
 
-    return ROCM_SMI_ARGV if vendor == "amd" else QUERY_GPU_ARGV
+
+def smi_argv(vendor: str) -> tuple[str, ...]:
+    from gpuheal.parse.smi import QUERY_GPU_FIELDS
+
+    if vendor == "amd":
+        return ROCM_SENSE_ARGV
+    return ("nvidia-smi", f"--query-gpu={','.join(QUERY_GPU_FIELDS)}", "--format=csv,noheader,nounits")
 
 
 def sense_smi(cfg: Config, deadline_s: float, runner: Runner, max_workers: int = 64) -> SmiReadings:
@@ -109,11 +116,23 @@ def _read_host(key: tuple[str, str, str], gpus: list[GpuConfig], outcome: Any, o
                 DataFault(gpu.alias, "invalid", f"{tool} on {host}: no GPU with index {gpu.index} ({len(rows)} rows)")
             )
             continue
+        if vendor == "amd" and gpu.unified_memory is not None:
+            row = _with_unified(row, gpu.unified_memory)
         values: dict[str, Any] = {k: row.get(k) for k in READING_KEYS}
         if isinstance(row.get("name"), str):
             values["name"] = row["name"]
         out.values[gpu.alias] = values
     return True
+
+
+def _with_unified(row: dict[str, Any], unified: bool) -> dict[str, Any]:
+    """The config's ``gpus[].unified_memory`` over what the product name said."""
+    from gpuheal.parse.smi import apply_unified
+
+    base = dict(row)
+    if "carveout_total_mb" in base:  # undo the automatic choice first
+        base["vram_total_mb"], base["vram_used_mb"] = base.pop("carveout_total_mb"), base.pop("carveout_used_mb")
+    return apply_unified(base, unified)
 
 
 def _fault_kind(outcome: Any) -> str:
