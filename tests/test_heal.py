@@ -614,3 +614,24 @@ def test_a_hung_decode_behind_an_ok_health_is_found_by_metrics_restarted_and_ver
             break
     assert ("gpu-a", "model-stuck") not in issues_of(health)
     assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0
+
+
+def test_a_two_gpu_host_is_sensed_and_restarted_per_gpu(make_lab):
+    """Issue 12: two llama-servers on one host (gpu_index 0 and 1, as gpu-monitor's ``index``).
+    Each GPU gets its own monitor entry and counts; the hung decode of index 1 restarts index 1's
+    server only — never its neighbour on the same host."""
+    lab = make_lab(
+        [{"alias": "box-0", "host": "ct1", "gpu_index": 0, "temp_c": 51},
+         {"alias": "box-1", "host": "ct1", "gpu_index": 1, "temp_c": 67},
+         {"alias": "gpu-c", "host": "ct3"}],
+        [{"at": 30, "gpu": "box-1", "fault": "decode-hang"}],
+    )
+    assert [g.get("gpu_index") for g in lab.raw["gpus"]] == [0, 1, None]
+    health = None
+    for _ in range(3):
+        health = lab.heal()
+    assert (health["gpus"]["box-0"]["temp_c"], health["gpus"]["box-1"]["temp_c"]) == (51, 67)
+    assert not [f for f in health["faults"] if f["source"] in ("box-0", "box-1") and "gpu-monitor" in f["detail"]]
+    assert lab.restarts("box-1") == 1 and lab.restarts("box-0") == 0
+    restarted = [r for r in lab.audit() if r["action"] == "restart-llama-server" and r["phase"] == "outcome"]
+    assert [r["gpu"] for r in restarted] == ["box-1"]

@@ -280,6 +280,7 @@ class SimFleet:
                     "vram_total_mb": int(g.values["vram_total_mb"]),
                     "baseline_tok_s": g.values["baseline_tok_s"],
                     "transport": "local",
+                    **({"gpu_index": g.gpu_index} if g.gpu_index is not None else {}),
                     "restart_command": [
                         sys.executable,
                         "-m",

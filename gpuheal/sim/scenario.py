@@ -203,6 +203,7 @@ class GpuSpec:
     litellm_group: str = DEFAULT_LITELLM_GROUP  # the deployment's model_name (model group)
     cooling_c_per_min: float = DEFAULT_COOLING_C_PER_MIN  # fall of temp_c while shed
     idle_temp_c: float = DEFAULT_IDLE_TEMP_C  # the floor of that fall
+    gpu_index: int | None = None  # its index on a host of several GPUs (gpu-monitor's "index")
 
     @property
     def model_id(self) -> str:
@@ -232,6 +233,7 @@ class Event:
 GPU_KEYS = {
     "alias",
     "host",
+    "gpu_index",
     "name",
     "vendor",
     "legacy_strix",
@@ -354,7 +356,11 @@ def _parse_gpu(d: Any, path: str) -> GpuSpec:
         opened_at = parse_time(d["breaker_opened_at"], f"{path}.breaker_opened_at")
     fault = _choice(d.get("fault", "none"), f"{path}.fault", GPU_FAULTS)
     slow_s = _number(d.get("slow_s", 5.0), f"{path}.slow_s", minimum=0)
+    gpu_index = d.get("gpu_index")
+    if gpu_index is not None:
+        gpu_index = _number(gpu_index, f"{path}.gpu_index", minimum=0, integer=True)
     return GpuSpec(
+        gpu_index=gpu_index,
         alias=alias,
         host=host,
         name=name,
@@ -646,10 +652,14 @@ class Scenario:
                     f"duplicate alias {spec.alias!r} (also gpus[{seen_alias[spec.alias]}])",
                     f"gpus[{i}].alias",
                 )
-            if spec.host in seen_host:
+            if spec.host in seen_host and (
+                spec.gpu_index is None
+                or gpus[seen_host[spec.host]].gpu_index is None
+                or any(o.host == spec.host and o.gpu_index == spec.gpu_index for o in gpus)
+            ):
                 raise ScenarioError(
                     f"duplicate host {spec.host!r} (also gpus[{seen_host[spec.host]}]); "
-                    "gpu-monitor data is matched by hostname",
+                    "GPUs sharing a host each need their own gpu_index",
                     f"gpus[{i}].host",
                 )
             if spec.legacy_strix:

@@ -491,6 +491,8 @@ class World:
                         "power_limit_w": _rnd(v.get("power_limit_w"), 1),
                     }
                     entry = {k: x for k, x in entry.items() if x is not None}
+                    if g.spec.gpu_index is not None:  # several GPUs on one host (issue 12)
+                        entry["index"] = g.spec.gpu_index
                     if g.spec.legacy_strix:
                         strix = {
                             "running": g.fault != "dead",
