@@ -237,3 +237,63 @@ def test_a_shed_that_litellm_cannot_store_escalates_in_the_same_item():
                  empty_state(), c2, 1e9)[0]
     assert isinstance(item2.steps[0], LiteLLMUpdate)  # shed-load stays built in
     assert run_item(item2, c2, FakeRunner(), ok_verify, (), cannot).result == "failed"
+
+
+
+
+# --------------------------------------------------------------------------- issue 12: per GPU
+
+
+def _two_gpu_host(**heal):
+    gpus = [{"alias": f"gpu-{c}", "host": "ct9", "gpu_index": i, "endpoint": f"http://127.0.0.1:{9 + i}",
+             "vendor": "nvidia", "restart_command": f"systemctl restart llama-server@{i}"}
+            for i, c in enumerate("ab")]
+    return load_config_dict({"heal": heal, "gpus": gpus})
+
+
+def _item(issue_id, c, gpu):
+    issue = {"gpu": gpu, "issue": issue_id, "state": "firing", "since": "2026-07-18T08:00:00Z",
+             "severity": "warning", "detected": {}}
+    return plan([issue], empty_state(), c, 1e9)[0]
+
+
+def test_power_limit_of_the_second_gpu_is_read_and_restored_on_that_gpu():
+    c = _two_gpu_host()
+    runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout="250.00, 350.00, 400.00\n")})
+    run_item(_item("benchmark-regression", c, "gpu-b"), c, runner, ok_verify, ())
+    argvs = [argv for _, argv in runner.calls]
+    assert ["nvidia-smi", "-i", "1", "--query-gpu=power.limit,power.default_limit,power.max_limit",
+            "--format=csv,noheader,nounits"] in argvs
+    assert ["nvidia-smi", "-i", "1", "-pl", "350"] in argvs
+    assert not any(argv[:2] == ["nvidia-smi", "-pl"] for argv in argvs)  # never the host's GPU 0
+
+
+def test_vram_snapshot_and_kill_decision_use_that_gpus_processes_only():
+    """GPU 0 of the host runs an unknown process that holds more VRAM than anything; the leak is on
+    GPU 1, whose own process list says llama-server grows: restart it, kill nothing."""
+    c = _two_gpu_host(kill_unknown_processes=True)
+
+    class PerGpu(FakeRunner):
+        def __call__(self, target, argv, timeout_s):
+            self.calls.append((target, list(argv)))
+            if argv[0] == "nvidia-smi" and "--query-compute-apps=pid,process_name,used_memory" in argv:
+                if argv[1:3] == ["-i", "1"]:
+                    return Outcome(stdout="1106871, /app/llama-server, 21000\n")
+                return Outcome(stdout="4242, python3 miner.py, 23000\n1106871, /app/llama-server, 21000\n")
+            return Outcome()
+
+    runner = PerGpu()
+    ex = run_item(_item("vram-leak", c, "gpu-b"), c, runner, ok_verify, ())
+    argvs = [argv for _, argv in runner.calls]
+    snapshots = [argv for argv in argvs if argv[0] == "nvidia-smi"]
+    assert snapshots and all(argv[1:3] == ["-i", "1"] for argv in snapshots)
+    assert not any(argv[0] == "kill" for argv in argvs)
+    assert ["systemctl", "restart", "llama-server@1"] in argvs
+    assert [p["name"] for p in ex.evidence["gpu_processes"]] == ["/app/llama-server"]
+
+
+def test_a_single_gpu_host_keeps_the_plain_commands():
+    c = _regression_cfg()
+    runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout="250.00, 350.00, 400.00\n")})
+    run_item(item_for("benchmark-regression", c), c, runner, ok_verify, ())
+    assert all("-i" not in argv for _, argv in runner.calls)

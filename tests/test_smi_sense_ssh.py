@@ -87,3 +87,46 @@ def test_an_unknown_host_key_is_a_fault_not_a_reading(smi_host, tmp_path):
     assert {(f.source, f.fault) for f in smi} == {("gpu-0", "refused"), ("gpu-1", "refused")}
     assert "host key" in smi[0].detail
     assert obs.gpus["gpu-0"].temp_c is None and obs.monitor_ok is False
+
+
+def test_heal_shares_one_ssh_connection_per_host_between_sensing_and_acting(smi_host, tmp_path):
+    """No gpu-monitor, two GPUs on one SSH host, the second one's decode hung (its /metrics shows a
+    request in flight and n_decode_total frozen). At the 3rd poll heal restarts it: the smi
+    sensing, the evidence and the restart of that run go through one SSH login."""
+    import json
+    from pathlib import Path
+
+    from servers import HEALTH_OK, LoopbackServer, Reply, json_reply
+
+    from gpuheal.state.store import StateDir
+    from gpuheal.steps.heal import Heal
+
+    server, _ = smi_host
+    data = Path(__file__).parent / "data" / "llama"
+    hung = (data / "metrics-busy-deferred.txt").read_text()
+    completion = {"content": "x", "tokens_predicted": 8,
+                  "timings": {"predicted_n": 8, "predicted_ms": 100.0, "predicted_per_second": 80.0}}
+    routes = {"/health": HEALTH_OK, "/metrics": Reply(200, hung), "/slots": Reply(200, (data / "slots-busy.json").read_text()),
+              "/props": json_reply({"is_sleeping": False}), "/completion": json_reply(completion)}
+    calm = {"/health": HEALTH_OK, "/metrics": Reply(200, (data / "metrics-after.txt").read_text()),
+            "/props": json_reply({"is_sleeping": False})}
+    with LoopbackServer(calm) as gpu0, LoopbackServer(routes) as gpu1:
+        cfg_data = two_gpu_config(server)
+        cfg_data["gpus"][0]["endpoint"] = gpu0.url
+        cfg_data["gpus"][1]["endpoint"] = gpu1.url
+        for g in cfg_data["gpus"]:
+            g["restart_command"] = ["true"]
+        cfg_data["heal"]["reload_wait_s"] = 2
+        cfg = load_config_dict(cfg_data)
+        counts = []
+        health = None
+        for i in range(3):
+            before = logins(server)
+            with StateDir(tmp_path / "state") as store:
+                now = datetime(2026, 7, 18, 8, i, tzinfo=UTC)
+                health = Heal(cfg, store, now, apply=True).run(None, None)
+            counts.append(logins(server) - before)
+    assert ("gpu-1", "model-stuck") in {(i["gpu"], i["issue"]) for i in health["issues"]}
+    acted = [a for a in health["actions"] if a["action"] == "restart-llama-server"]
+    assert [a["gpu"] for a in acted] == ["gpu-1"], json.dumps(health["actions"])[:500]
+    assert counts == [1, 1, 1], "one SSH login per run: sensing, evidence and the restart share it"

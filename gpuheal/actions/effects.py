@@ -28,23 +28,32 @@ class Effects:
         timeout_s = float(self.cfg.heal["command_timeout_s"])
         return perform(step, values_for(alias, self.cfg), self.run, self.litellm, timeout_s, secrets, self.cfg)
 
+    def transports(self):
+        """The run's :class:`~gpuheal.transport.TransportPool`: one SSH connection per host per run,
+        shared by the smi sensing of ``check`` (no gpu-monitor, issue 12) and every action."""
+        from gpuheal.transport import TransportPool
+
+        if self._pool is None:
+            self._pool = TransportPool.from_config(self.cfg.heal)
+        return self._pool
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
 
     def _run(self, target: str, argv: list[str], timeout_s: float):
-        from gpuheal.transport import Target, TransportPool
+        from gpuheal.transport import Target
 
         heal = self.cfg.heal
-        if self._pool is None:
-            self._pool = TransportPool.from_config(heal)
+        pool = self.transports()
+        if self._targets is None:
             self._targets = {g.host: Target.for_gpu(g, heal) for g in self.cfg.gpus if g.transport == "ssh"}
         if target == "local":
             where = Target("local")
         else:
             where = self._targets.get(target) or Target("ssh", target, 22, heal.get("ssh_user"))
-        return self._pool.get(where).run(argv, timeout_s)
+        return pool.get(where).run(argv, timeout_s)
 
     def _litellm(self, update: LiteLLMUpdate, timeout_s: float):
         """One built-in load action through LiteLLM's admin API (issue 11): read the deployment,

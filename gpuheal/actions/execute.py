@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
-from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV
+from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV, gpu_flag
 from gpuheal.core.plan import PlanItem
 from gpuheal.parse.smi import GpuProcess, parse_compute_apps, parse_ps, parse_rocm_smi
 from gpuheal.redact import redact
@@ -243,7 +243,7 @@ def _restore_power_limit(
     if limit_w >= default_w - 1:
         return replace(query, note=f"power limit {limit_w:g} W is already the default {default_w:g} W")
     setter = run_command(
-        RunCommand(step.action, ("nvidia-smi", "-pl", f"{default_w:g}"), step.target),
+        RunCommand(step.action, ("nvidia-smi", *gpu_flag(step.query_argv), "-pl", f"{default_w:g}"), step.target),
         values,
         runner,
         timeout_s,

@@ -190,6 +190,22 @@ def default_smi_argv(vendor: str) -> tuple[str, ...]:
     return ("nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader,nounits")
 
 
+def on_gpu(argv: tuple[str, ...], gpu_index: int | None) -> tuple[str, ...]:
+    """A built-in smi command narrowed to one GPU of a host with several (issue 12): nvidia-smi's
+    ``-i INDEX``, rocm-smi's ``-d INDEX``. The power limit restored, the processes snapshot and so
+    the kill decision are then that GPU's, never the host's first GPU's. Without ``gpu_index`` (the
+    host's only GPU) the command is unchanged."""
+    if gpu_index is None or not argv:
+        return argv
+    flag = {"nvidia-smi": "-i", "rocm-smi": "-d"}.get(argv[0])
+    return argv if flag is None else (argv[0], flag, str(int(gpu_index)), *argv[1:])
+
+
+def gpu_flag(argv: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``-i INDEX`` that :func:`on_gpu` put in ``argv`` (to repeat it on a follow-up command)."""
+    return tuple(argv[1:3]) if len(argv) >= 3 and argv[1] in ("-i", "-d") else ()
+
+
 DEFAULT_PS_ARGV = ("ps", "-eo", "pid,user,rss,args", "--sort=-rss")
 DEFAULT_JOURNAL_ARGV = ("journalctl", "-u", "llama-server", "-n", "20", "--no-pager", "-o", "cat")
 

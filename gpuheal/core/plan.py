@@ -36,6 +36,7 @@ from gpuheal.core.catalog import (
     Catalog,
     Remedy,
     default_smi_argv,
+    on_gpu,
 )
 from gpuheal.core.heal_state import HOUR_S, HealState, empty_state, normalise_state, num
 from gpuheal.core.verify import FAILURES, OPEN
@@ -264,10 +265,11 @@ def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Ac
         note = "no memcap_restart_command configured: plain restart"
     if argv is None and action == "restore-power-limit" and g.vendor == "nvidia":
         return RestorePowerLimit(
-            action, POWER_QUERY_ARGV, target, "built-in: back to the default limit, only if it was lowered"
+            action, on_gpu(POWER_QUERY_ARGV, g.gpu_index), target,
+            "built-in: back to the default limit, only if it was lowered"
         )
     if argv is None and action == "snapshot-processes":
-        argv = default_smi_argv(g.vendor)
+        argv = on_gpu(default_smi_argv(g.vendor), g.gpu_index)
     if argv is None:
         argv = spec.default_argv
     return RunCommand(action, tuple(argv), target, note) if argv is not None else None

@@ -68,12 +68,15 @@ def run(
     now: datetime,
     record: Path | None = None,
     obs: Observation | None = None,
+    transports=None,
 ) -> CheckResult:
+    """``transports``: the run's transport pool (``heal`` shares its SSH connections with the smi
+    sensing of a config without gpu-monitor: one connection per host per run)."""
     from gpuheal.sources.sense import sense
 
     if obs is None:
         starts = window_starts(cfg, store) if cfg.prometheus is not None else None
-        obs = sense(cfg, now, window_starts=starts)
+        obs = sense(cfg, now, transports, window_starts=starts)
     if record is not None:
         record_observation(record, obs)
     # with Prometheus the trends come from PromQL where the data lives: no per-poll history

@@ -53,7 +53,12 @@ class Heal:
             from gpuheal.errors import GpuhealError
 
             raise GpuhealError(f"--gpu {gpu_filter!r}: no such alias (known: {', '.join(self.cfg.aliases)})")
-        result = check.run(self.cfg, self.store, self.now)
+        shared = self.effects.transports() if self.cfg.monitor is None else None  # smi sensing over SSH
+        try:
+            result = check.run(self.cfg, self.store, self.now, transports=shared)
+        except BaseException:
+            self.effects.close()
+            raise
         open_now = {(i["gpu"], i["issue"]): i for i in result.issues}
         # An inhibited issue (model-stuck while gpu-monitor is down) is still open, only hidden:
         # never judged resolved on the absence of data, and a hidden thermal issue keeps the load shed.
