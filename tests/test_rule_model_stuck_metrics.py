@@ -120,3 +120,24 @@ def test_the_same_poll_twice_is_counted_once():
     for o in (obs[0], obs[0], obs[1], obs[1]):
         remember_decode(memory, o, CFG.aliases)
     assert decode_state(memory, G, (START + timedelta(seconds=60)).timestamp())["polls"] == 2
+
+
+def test_a_recorded_trace_replays_rule_3_and_rejects_garbage_telemetry(tmp_path):
+    """``check --record`` keeps the server's counters; ``replay`` fires the same model-stuck, and a
+    hand-edited trace with a string counter is one clear error, never a crash."""
+    import json
+
+    from gpuheal.steps.replay import parse_observation
+
+    obs = fleet_trace(CFG, {G: {"n_decode_total": "100 200 200 200", "requests_processing": "1x3",
+                                **NO_MONITOR_COUNTS}})
+    lines = [json.dumps(o.to_dict()) for o in obs]
+    assert polls(run(CFG, [parse_observation(line) for line in lines]), G, "model-stuck") == [3]
+    bad = json.loads(lines[0])
+    bad["gpus"][G]["requests_processing"] = "1"
+    with pytest.raises(ValueError, match="requests_processing"):
+        parse_observation(json.dumps(bad))
+    bad["gpus"][G]["requests_processing"] = 1
+    bad["gpus"][G]["is_sleeping"] = "no"
+    with pytest.raises(ValueError, match="is_sleeping"):
+        parse_observation(json.dumps(bad))

@@ -39,7 +39,7 @@ def remember_decode(memory: dict[str, Any], obs: Observation, aliases: tuple[str
         sample = obs.gpus.get(alias)
         if sample is None:
             continue
-        n, busy = sample.n_decode_total, sample.requests_processing
+        n, busy = _number(sample.n_decode_total), _number(sample.requests_processing)
         if n is None or busy is None:
             continue
         prev = book.get(alias)
@@ -47,7 +47,8 @@ def remember_decode(memory: dict[str, Any], obs: Observation, aliases: tuple[str
             prev = None
         if prev is not None and now_s <= float(prev.get("at_s", 0)):
             continue  # the same poll again, or a clock step back: never counted twice
-        entry = _next(prev, n, busy, sample.requests_deferred, bool(sample.is_sleeping), now_s)
+        deferred = _number(sample.requests_deferred)
+        entry = _next(prev, n, int(busy), None if deferred is None else int(deferred), bool(sample.is_sleeping), now_s)
         book[alias] = entry
 
 
@@ -70,6 +71,13 @@ def _next(prev: dict[str, Any] | None, n: float, busy: int, deferred: int | None
             growing = int(prev.get("deferred_growing", 0)) + 1
     entry["deferred_growing"] = growing
     return entry
+
+
+def _number(value: object) -> float | None:
+    """A reading the sources already checked; a hand-made trace may hold anything: not known."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value < 0:
+        return None
+    return float(value) if value != int(value) else value
 
 
 def decode_state(memory: dict[str, Any], alias: str, now_s: float) -> dict[str, Any] | None:

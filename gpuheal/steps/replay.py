@@ -48,8 +48,15 @@ NUMBER_FIELDS = (
     "failures_60s",
     "consecutive_timeouts",
     "bench_tok_s",
+    # llama-server's own telemetry (issue 12)
+    "n_decode_total",
+    "tokens_predicted_total",
+    "requests_processing",
+    "requests_deferred",
+    "slots_total",
+    "slots_busy",
 )
-TEXT_FIELDS = ("endpoint", "name", "bench_measured_at")
+TEXT_FIELDS = ("endpoint", "name", "bench_measured_at", "metrics", "slots")
 
 
 @dataclass
@@ -90,9 +97,10 @@ def _check_sample(alias: str, sample: Any) -> None:
     breaker = sample.get("breaker")
     if breaker is not None and (not isinstance(breaker, dict) or not isinstance(breaker.get("open"), bool)):
         raise ValueError(f"gpus.{alias}.breaker: must be {{\"open\": true|false, ...}}")
-    running = sample.get("running")
-    if running is not None and not isinstance(running, bool):
-        raise ValueError(f"gpus.{alias}.running: must be true or false")
+    for key in ("running", "is_sleeping"):
+        flag = sample.get(key)
+        if flag is not None and not isinstance(flag, bool):
+            raise ValueError(f"gpus.{alias}.{key}: must be true or false")
 
 
 def parse_observation(text: str) -> Observation:
