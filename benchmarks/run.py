@@ -485,13 +485,15 @@ def main() -> int:
         rows.append((f"check, 3-GPU loopback fleet (median of {r['runs']})", f"{r['median_s'] * 1000:.0f} ms", "≤ 300 ms", verdict(r["median_s"], r["target_s"])))
     if "check-1000" in results:
         r = results["check-1000"]
-        rows.append((f"check, 1000 GPUs + /metrics, /props, /slots + 6.5 h history (median of {r['runs']})", f"{r['median_s']:.2f} s", "≤ 2 s", verdict(r["median_s"], r["target_s"])))
+        rows.append((f"check, 1000 GPUs + /metrics, /props, /slots + 6.5 h history (median of {r['runs']})",
+                     f"{r['median_s']:.2f} s", "≤ 2 s", verdict(r["median_s"], r["target_s"])))
         rows.append(("  peak RSS of that check", f"{r['peak_rss_mb']:.0f} MB", "≤ 200 MB", verdict(r["peak_rss_mb"], r["target_rss_mb"])))
     if "smi-1000" in results:
         r = results["smi-1000"]
         rows.append((f"check, no gpu-monitor: 250 hosts x 4 GPUs of nvidia-smi + 1000 servers (median of {r['runs']})",
                      f"{r['median_s']:.2f} s", "≤ 2 s", verdict(r["median_s"], r["target_s"])))
-        rows.append(("  peak RSS of that check", f"{r['peak_rss_mb']:.0f} MB", "≤ 200 MB", verdict(r["peak_rss_mb"], r["target_rss_mb"])))
+        rows.append(("  peak RSS of that check", f"{r['peak_rss_mb']:.0f} MB", "≤ 200 MB",
+                     verdict(r["peak_rss_mb"], r["target_rss_mb"])))
     if "dead-200" in results:
         r = results["dead-200"]
         rows.append((f"check, 200 endpoints that never answer (deadline {r['probe_deadline_s']:g} s)", f"{r['wall_s']:.2f} s", f"≤ {r['target_s']:g} s", verdict(r["wall_s"], r["target_s"])))

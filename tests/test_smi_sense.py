@@ -145,9 +145,11 @@ def test_check_without_gpu_monitor_reports_smi_readings_and_the_servers_own_tele
     csv.write_text(multi_gpu_csv(NVIDIA_CAPTURES[:2]))
     fake_tool(bin_dir, "nvidia-smi", f"cat {csv}\n")
     busy = {"/health": HEALTH_OK, "/metrics": Reply(200, (data_dir / "metrics-busy-deferred.txt").read_text()),
-            "/props": json_reply({"is_sleeping": False}), "/slots": Reply(200, (data_dir / "slots-busy.json").read_text())}
+            "/props": json_reply({"is_sleeping": False}),
+            "/slots": Reply(200, (data_dir / "slots-busy.json").read_text())}
     plain = {"/health": HEALTH_OK, "/metrics": Reply(501, (data_dir / "metrics-501.json").read_text()),
-             "/props": json_reply({"is_sleeping": False}), "/slots": Reply(200, (data_dir / "slots-fresh.json").read_text())}
+             "/props": json_reply({"is_sleeping": False}),
+             "/slots": Reply(200, (data_dir / "slots-fresh.json").read_text())}
     with LoopbackServer(busy) as a, LoopbackServer(plain) as b:
         cfg = {"gpus": [
             {"alias": "gpu-0", "host": "box", "endpoint": a.url, "gpu_index": 0, "transport": "local"},

@@ -106,7 +106,8 @@ def test_heal_shares_one_ssh_connection_per_host_between_sensing_and_acting(smi_
     hung = (data / "metrics-busy-deferred.txt").read_text()
     completion = {"content": "x", "tokens_predicted": 8,
                   "timings": {"predicted_n": 8, "predicted_ms": 100.0, "predicted_per_second": 80.0}}
-    routes = {"/health": HEALTH_OK, "/metrics": Reply(200, hung), "/slots": Reply(200, (data / "slots-busy.json").read_text()),
+    routes = {"/health": HEALTH_OK, "/metrics": Reply(200, hung),
+              "/slots": Reply(200, (data / "slots-busy.json").read_text()),
               "/props": json_reply({"is_sleeping": False}), "/completion": json_reply(completion)}
     calm = {"/health": HEALTH_OK, "/metrics": Reply(200, (data / "metrics-after.txt").read_text()),
             "/props": json_reply({"is_sleeping": False})}

@@ -200,7 +200,10 @@ def parse_rocm_smi(text: str, unified: bool | None = None) -> list[dict[str, flo
     return rows
 
 
-def apply_unified(row: dict[str, float | str | bool | None], unified: bool | None) -> dict[str, float | str | bool | None]:
+Row = dict[str, float | str | bool | None]
+
+
+def apply_unified(row: Row, unified: bool | None) -> Row:
     """The row with ``vram_*`` = GTT when the GPU is an APU (``unified``, else :func:`is_apu` of its
     product); the carve-out VRAM figures are kept as ``carveout_*``."""
     out = dict(row)

@@ -135,7 +135,8 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
         print_line(f"FAULT    {clean(fault['source'])} {fault['fault']}: {clean(fault.get('detail'), 200)}", "yellow")
     for off in doc.get("rules_off", []):
         fix = f" — {clean(off['fix'], 160)}" if off.get("fix") else ""
-        print_line(f"OFF      {off['rule']} ({clean(', '.join(off['gpus']), 120)}): {clean(off['why'], 200)}{fix}", "dim")
+        gpus = clean(", ".join(off["gpus"]), 120)
+        print_line(f"OFF      {off['rule']} ({gpus}): {clean(off['why'], 200)}{fix}", "dim")
     for warning in doc.get("warnings", []):
         print_line(f"WARNING  {clean(warning, 300)}", "yellow")
     print_line(f"status: {status}", STATUS_STYLE.get(status))

@@ -66,7 +66,9 @@ def sense_smi(cfg: Config, deadline_s: float, runner: Runner, max_workers: int =
         return out
     workers = max(1, min(max_workers, len(groups)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="smi") as pool:
-        futures = {key: pool.submit(_call, gpus[0], smi_argv(key[2]), deadline_s, runner) for key, gpus in groups.items()}
+        futures = {
+            key: pool.submit(_call, gpus[0], smi_argv(key[2]), deadline_s, runner) for key, gpus in groups.items()
+        }
         for key, gpus in groups.items():
             outcome = futures[key].result()
             out.calls += 1

@@ -197,7 +197,8 @@ def test_a_restart_between_two_polls_resets_counters_without_firing(real_llama_s
     port, binary, LlamaServer = first.port, first.binary, type(first)
     first.stop()
     second = LlamaServer(binary, long_model, port=port, api_key=first.api_key,
-                         args=["-c", "4096", "-np", "1", "-t", "1", "--metrics"], log_path=first.log_path.with_suffix(".2.log"))
+                         args=["-c", "4096", "-np", "1", "-t", "1", "--metrics"],
+                         log_path=first.log_path.with_suffix(".2.log"))
     real_llama_server.servers.append(second)
     second.wait_ready()
     threading.Thread(target=_generate, args=(second.url, second.api_key, 3000, results), daemon=True).start()
