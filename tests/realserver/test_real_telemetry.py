@@ -218,3 +218,51 @@ def _no_restarts():
     from gpuheal.core.view import NO_RESTARTS
 
     return NO_RESTARTS
+
+
+def test_check_without_gpu_monitor_on_real_servers_reports_health_slots_and_requests(
+    real_llama_server, long_model, tmp_path
+):
+    """The issue's first done-when: ``gpuheal check`` (the CLI, as cron runs it) with no
+    ``monitor:`` on two real llama-servers of one host — one busy with a long answer, one idle and
+    started without --metrics — reports each one's health, requests and slots; GPU readings come
+    from a stand-in nvidia-smi printing real captured rows (no GPU on this machine)."""
+    import json
+    import subprocess
+    import sys
+
+    from smi_captures import NVIDIA_CAPTURES, multi_gpu_csv
+
+    busy = real_llama_server(long_model, n_parallel=1, threads=1, ctx_size=4096)
+    plain = real_llama_server(metrics=False)
+    results: list = []
+    threading.Thread(target=_generate, args=(busy.url, busy.api_key, 3000, results), daemon=True).start()
+    _wait_busy(busy.url, busy.api_key)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    rows = tmp_path / "rows.csv"
+    rows.write_text(multi_gpu_csv(NVIDIA_CAPTURES[:2]))
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\ncat {rows}\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    config = tmp_path / "gpuheal.yaml"
+    config.write_text(json.dumps({
+        "litellm": {"api_key": busy.api_key},
+        "gpus": [
+            {"alias": "box-0", "host": "box", "gpu_index": 0, "endpoint": busy.url, "transport": "local"},
+            {"alias": "box-1", "host": "box", "gpu_index": 1, "endpoint": plain.url, "transport": "local"},
+        ],
+    }))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.run([sys.executable, "-m", "gpuheal", "--config", str(config), "--state-dir",
+                           str(tmp_path / "state"), "check", "--json"], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode in (0, 1), proc.stderr
+    doc = json.loads(proc.stdout)
+    b0, b1 = doc["gpus"]["box-0"], doc["gpus"]["box-1"]
+    assert (b0["endpoint"], b0["metrics"], b0["requests_processing"], b0["slots_busy"], b0["slots_total"]) == (
+        "ok", "ok", 1, 1, 1)
+    assert b0["temp_c"] == 45 and b1["temp_c"] == 38  # each GPU its own smi row
+    assert (b1["endpoint"], b1["metrics"], b1["requests_processing"]) == ("ok", "disabled", None)
+    assert {o["rule"] for o in doc["rules_off"]} >= {"circuit-breaker-stuck", "model-stuck"}
+    assert [i for i in doc["issues"] if i["issue"] == "model-stuck"] == []
+    busy.stop()
