@@ -18,18 +18,21 @@ from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
 
 
-def rules_off(monitor_configured: bool, obs: Observation) -> list[dict[str, Any]]:
-    """``[{"rule", "gpus", "why", "fix"}]``; ``gpus`` is ``["fleet"]`` or the aliases concerned."""
+def rules_off(source: str, obs: Observation) -> list[dict[str, Any]]:
+    """``[{"rule", "gpus", "why", "fix"}]`` for a poll whose GPU readings came from ``source``
+    (``monitor`` | ``prometheus`` | ``smi``); ``gpus`` is ``["fleet"]`` or the aliases concerned."""
     off: list[dict[str, Any]] = []
     fix_monitor = "configure monitor.url to read them from gpu-monitor"
+    monitor_configured = source == "monitor"
     if not monitor_configured:
         off.append({"rule": "circuit-breaker-stuck", "gpus": ["fleet"],
                     "why": f"LiteLLM's circuit breakers are read from gpu-monitor; {NO_MONITOR}", "fix": fix_monitor})
         off.append({"rule": "workload-misrouted", "gpus": ["fleet"],
                     "why": f"request shares per GPU come from gpu-monitor; {NO_MONITOR}", "fix": fix_monitor})
-        off.append({"rule": "data-source-unreachable", "gpus": ["fleet"],
-                    "why": f"{NO_MONITOR}: GPU readings come from nvidia-smi / rocm-smi per host (their "
-                           "failures are that GPU's faults)", "fix": ""})
+        if source == "smi":
+            off.append({"rule": "data-source-unreachable", "gpus": ["fleet"],
+                        "why": f"{NO_MONITOR}: GPU readings come from nvidia-smi / rocm-smi per host (their "
+                               "failures are that GPU's faults)", "fix": ""})
     no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
     if no_metrics:
         if monitor_configured:

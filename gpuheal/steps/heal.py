@@ -53,7 +53,8 @@ class Heal:
             from gpuheal.errors import GpuhealError
 
             raise GpuhealError(f"--gpu {gpu_filter!r}: no such alias (known: {', '.join(self.cfg.aliases)})")
-        shared = self.effects.transports() if self.cfg.monitor is None else None  # smi sensing over SSH
+        smi = self.cfg.monitor is None and self.cfg.prometheus is None
+        shared = self.effects.transports() if smi else None  # smi sensing over SSH: one login per host
         try:
             result = check.run(self.cfg, self.store, self.now, transports=shared)
         except BaseException:
