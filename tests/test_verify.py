@@ -254,3 +254,13 @@ def test_any_json_reads_as_a_state(data):
     state = HealState.from_json(data)
     assert HealState.from_json(state.to_json()) == state
     json.dumps(state.to_json(), allow_nan=False)
+
+
+def test_note_restore_keeps_the_value_found_before_the_first_change():
+    state = HealState(active={"gpu-a": Mitigation(("shed-load",), "thermal-critical")})
+    first = {"model_id": "dep-a", "field": "weight", "before": 0.55, "after": 0.275}
+    state = verify.note_restore(state, "gpu-a", [first])
+    assert state.active["gpu-a"].restore == ("dep-a", "weight", 0.55)
+    again = {"model_id": "dep-a", "field": "weight", "before": 0.275, "after": 0.0}
+    assert verify.note_restore(state, "gpu-a", [again]) == state, "a later shed never overwrites it"
+    assert verify.note_restore(HealState(), "gpu-a", [first]) == HealState(), "nothing mitigated: nothing to note"

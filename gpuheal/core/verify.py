@@ -185,6 +185,19 @@ def clear(state: HealState, gpu: str, issue: str, now_s: float) -> tuple[HealSta
     return state, found
 
 
+def note_restore(state: HealState, alias: str, effects: list[dict[str, Any]]) -> HealState:
+    """Remember the value a built-in LiteLLM shed found before its first change, so restore-load
+    puts back exactly that (issue 11); a later shed of the same mitigation never overwrites it."""
+    m = state.active.get(alias)
+    if m is None or m.restore is not None:
+        return state
+    for effect in effects:
+        if effect.get("before") is not None:
+            restore = (str(effect["model_id"]), str(effect["field"]), float(effect["before"]))
+            return state.with_mitigation(alias, replace(m, restore=restore))
+    return state
+
+
 @dataclass(frozen=True)
 class Restore:
     """A GPU whose load-side mitigation is due to be undone."""

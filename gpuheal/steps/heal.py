@@ -207,24 +207,12 @@ class Heal:
         self.rec.step_docs(subject, item.reason, ex)
         if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
             self.state = replace(self.state, litellm_restarts=(*self.state.litellm_restarts[-49:], self.now_s))
-        self._remember_litellm_change(item.gpu, ex)
+        self.state = verify.note_restore(self.state, item.gpu, [s.effect for s in ex.steps if s.ok and s.effect])
         attempt = verify.transition(attempt, verify.EXECUTION_EVENT[ex.result], self.now_s, ex.verification)
         self.state = self.state.with_attempt(attempt)
         self.rec.outcome(run_id, subject, ex, extra)
         if ex.result == "escalated":
             self._escalate(subject, ex.escalate_reason or "remediation escalated", self._tried(subject), run_id)
-
-    def _remember_litellm_change(self, alias: str, ex) -> None:
-        """The value a built-in shed found before its first change, for restore-load (issue 11)."""
-        m = self.state.active.get(alias)
-        if m is None or m.restore is not None:
-            return
-        for s in ex.steps:
-            effect = s.effect
-            if s.ok and effect and effect.get("before") is not None:
-                restore = (str(effect["model_id"]), str(effect["field"]), float(effect["before"]))
-                self.state = self.state.with_mitigation(alias, replace(m, restore=restore))
-                return
 
     def _escalate(
         self, subject: Subject, reason: str, tried: list[str], run_id: str | None = None, hold: bool = True
@@ -233,12 +221,10 @@ class Heal:
         cleared (not for an issue that is already closed, like a failed restore-load)."""
         run_id = run_id or self._run_id()
         if hold:
-            self.state = self.state.with_escalation(
-                f"{subject.gpu}/{subject.issue}", Escalation(self.now_s, reason, subject.since)
-            )
-        self.rec.audit(
-            run_id, subject, "alert", "escalated", "outcome", escalated=True, extra={"reason": reason, "tried": tried}
-        )
+            key = f"{subject.gpu}/{subject.issue}"
+            self.state = self.state.with_escalation(key, Escalation(self.now_s, reason, subject.since))
+        extra = {"reason": reason, "tried": tried}
+        self.rec.audit(run_id, subject, "alert", "escalated", "outcome", escalated=True, extra=extra)
         self._queue(subject, "escalated", reason, run_id, tried)
         self.rec.doc(subject, "alert", reason, "escalated")
 
