@@ -179,6 +179,15 @@ def test_huge_answer_is_oversized(canned):
     assert not got.ok and got.faults[0].fault == "oversized"
 
 
+def test_a_50_mb_answer_is_oversized_at_the_default_cap(canned):
+    body = b'{"status":"success","data":{"resultType":"vector","result":[' + b" " * (50 << 20) + b"]}}"
+    srv = canned(lambda q: (200, body))
+    cfg = _cfg(srv.url)
+    assert cfg.prometheus.max_response_bytes < len(body)
+    got = prometheus.read(cfg, time.time())
+    assert not got.ok and {f.fault for f in got.faults} == {"oversized"}
+
+
 def test_refused_is_a_fault():
     got = prometheus.read(_cfg("http://127.0.0.1:9"), time.time())
     assert not got.ok and got.faults[0].fault == "refused"

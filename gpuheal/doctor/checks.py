@@ -144,7 +144,7 @@ def uses_builtin_shedding(cfg) -> bool:
 def http_probes(ctx: Context) -> Iterable[Probe]:
     cfg = ctx.cfg
     monitor = getattr(cfg, "monitor", None)
-    if monitor is not None and getattr(monitor, "url", None):
+    if getattr(cfg, "prometheus", None) is None and monitor is not None and getattr(monitor, "url", None):
         yield Probe("monitor", "gpu-monitor", float(monitor.timeout_s), lambda: monitor_check(cfg))
     deadline = float(cfg.probe.get("timeout_s", 5))
     for g in cfg.gpus:
@@ -469,7 +469,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             )
         )
     mon = cfg.heal.get("gpu_monitor_restart_command")
-    has_monitor = getattr(getattr(cfg, "monitor", None), "url", None)
+    has_monitor = getattr(cfg, "prometheus", None) is None and getattr(getattr(cfg, "monitor", None), "url", None)
     if mon and has_monitor and cfg.heal.get("gpu_monitor_transport", "local") == "local":
         import shlex
 
@@ -581,3 +581,6 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
                 ]
             return rows + [Check(alias, key, OK, f"{where}; unit {unit} exists")]
     return rows + [Check(alias, key, OK, f"{where} found")]
+
+
+from gpuheal.doctor import prometheus as _prometheus  # noqa: E402, F401  (registers its probe)

@@ -195,6 +195,11 @@ def test_full_cycle_with_only_prometheus_and_gpus(prom_server, tmp_path):
             assert proc.returncode in (0, 1, 2) and "Traceback" not in proc.stderr, proc.stderr
             return json.loads(proc.stdout)
 
+        doctor = _cli(config, state, "doctor", "--json")
+        assert "Traceback" not in doctor.stderr, doctor.stderr
+        rows = {r["check"]: r for r in json.loads(doctor.stdout)["checks"] if r["target"] == "prometheus"}
+        assert rows["query temp_c"]["status"] == "ok" and rows["query vram.slope"]["status"] == "ok", rows
+        assert not [r for r in json.loads(doctor.stdout)["checks"] if r["target"] == "monitor"]
         first = poll()
         assert first["status"] == "healthy" and first["issues"] == [], first
         assert first["gpus"]["gpu-ct1"]["temp_c"] == 50

@@ -1,0 +1,83 @@
+"""``doctor`` with Prometheus as the source (issue 13): each query returns a series for each GPU.
+
+One row per query the poll would run (the readings and the trend queries), all at once under
+``prometheus.timeout_s``: ✘ when Prometheus cannot answer it, or a core reading (temperature, VRAM)
+has no series for some GPU; ⚠ when another reading or a trend has none (a llama-server not
+scraped, a series younger than the window); ✔ with the count otherwise. Reads only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from gpuheal.doctor import FAIL, OK, WARN, Check, Context, Probe, register
+
+TARGET = "prometheus"
+SHOWN = 5
+
+
+@register("network")
+def prometheus_probes(ctx: Context) -> Iterable[Probe]:
+    cfg = ctx.cfg
+    if getattr(cfg, "prometheus", None) is None:
+        return
+    yield Probe(TARGET, "queries", cfg.prometheus.timeout_s, lambda: query_checks(cfg))
+
+
+def query_checks(cfg, now_s: float | None = None) -> list[Check]:
+    from gpuheal.sources import prometheus as source
+
+    matcher = source.Matcher(cfg)
+    queries = source.build_queries(cfg, {}, time.time() if now_s is None else now_s, matcher)
+    workers = max(1, min(cfg.prometheus.max_workers, len(queries)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="doctor-promql") as pool:
+        futures = {
+            name: pool.submit(source.run_query, cfg, name, q, matcher, by_inst, lo, hi)
+            for name, (q, by_inst, lo, hi) in queries.items()
+        }
+        vectors = {name: f.result() for name, f in futures.items()}
+    rows = []
+    for name, vec in vectors.items():
+        core = name in source.CORE
+        check = f"query {name}"
+        if vec.fault is not None:
+            rows.append(
+                Check(
+                    TARGET, check, FAIL if core else WARN,
+                    f"{cfg.prometheus.url}: {vec.fault.fault}: {vec.fault.detail[:160]}",
+                    _fix(vec.fault.fault, cfg),
+                )
+            )
+            continue
+        llama = name in source.LLAMA_READINGS
+        missing = []
+        for g in cfg.gpus:
+            key = matcher.endpoint_key(g) if llama else matcher.gpu_key(g)
+            value, problem = source.lookup(vec, key)
+            if value is None:
+                missing.append(f"{g.alias}" + (f" ({problem})" if problem else ""))
+        if missing:
+            shown = ", ".join(missing[:SHOWN]) + (f" (+{len(missing) - SHOWN} more)" if len(missing) > SHOWN else "")
+            if llama:
+                fix = "scrape each llama-server's /metrics (--metrics, with the api key); its instance label is the endpoint's host:port"
+            elif "." in name:
+                fix = "a trend needs two samples in the rule's window: wait for scrapes, or check the series exists"
+            else:
+                fix = (
+                    f"each GPU needs a series with {matcher.host_label}=gpus[].host and {matcher.index_label}=gpus[].gpu_index "
+                    "(or set prometheus.labels / prometheus.queries / prometheus.selector)"
+                )
+            rows.append(Check(TARGET, check, FAIL if core else WARN, f"no fresh series for {shown}", fix))
+        else:
+            rows.append(Check(TARGET, check, OK, f"a series for each of {len(cfg.gpus)} GPUs"))
+    return rows
+
+
+def _fix(kind: str, cfg) -> str:
+    return {
+        "refused": "is Prometheus running at prometheus.url?",
+        "timeout": "Prometheus is too slow for this query: raise prometheus.timeout_s or use a recording rule",
+        "oversized": f"raise prometheus.max_response_bytes ({cfg.prometheus.max_response_bytes}) or narrow prometheus.selector",
+    }.get(kind, "prometheus.queries must be PromQL that returns an instant vector")

@@ -1,0 +1,59 @@
+"""``doctor`` with Prometheus as the source: each query must return a series for each GPU (issue 13)."""
+
+from __future__ import annotations
+
+import json
+
+from gpuheal.doctor import FAIL, OK, WARN
+from gpuheal.doctor.prometheus import query_checks
+from tests.test_prometheus_source import Canned, _cfg, healthy
+
+
+def _rows(cfg):
+    return {r.check: r for r in query_checks(cfg)}
+
+
+def test_every_query_answers_for_every_gpu():
+    srv = Canned(healthy)
+    try:
+        rows = _rows(_cfg(srv.url))
+    finally:
+        srv.close()
+    assert rows["query temp_c"].status == OK and "each of 2 GPUs" in rows["query temp_c"].detail
+    assert rows["query vram.slope"].status == OK
+    # nothing scrapes llama-server in this Prometheus: a warning naming the fix, not a failure
+    assert rows["query requests_processing"].status == WARN
+    assert "--metrics" in rows["query requests_processing"].fix
+
+
+def test_a_gpu_without_series_fails_the_core_reading_and_names_it():
+    def answer(q):
+        status, body = healthy(q)
+        doc = json.loads(body)
+        doc["data"]["result"] = [r for r in doc["data"]["result"] if r["metric"].get("Hostname") != "h2"]
+        return status, json.dumps(doc).encode()
+
+    srv = Canned(answer)
+    try:
+        rows = _rows(_cfg(srv.url))
+    finally:
+        srv.close()
+    assert rows["query temp_c"].status == FAIL and "b" in rows["query temp_c"].detail
+    assert "Hostname=gpus[].host" in rows["query temp_c"].fix
+    assert rows["query vram.slope"].status == WARN
+
+
+def test_prometheus_down_fails_with_the_fix():
+    rows = _rows(_cfg("http://127.0.0.1:9"))
+    assert rows["query temp_c"].status == FAIL and "refused" in rows["query temp_c"].detail
+    assert rows["query temp_c"].fix == "is Prometheus running at prometheus.url?"
+
+
+def test_doctor_registers_the_prometheus_probe_and_skips_gpu_monitor():
+    from gpuheal.doctor import Context, providers
+    from gpuheal.doctor import checks  # noqa: F401  (registers the built-in probes)
+
+    cfg = _cfg("http://127.0.0.1:9")
+    probes = [p for provider in providers("network") for p in provider(Context(cfg, None))]
+    targets = {p.target for p in probes}
+    assert "prometheus" in targets and "monitor" not in targets
