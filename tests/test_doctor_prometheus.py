@@ -50,8 +50,11 @@ def test_prometheus_down_fails_with_the_fix():
 
 
 def test_doctor_registers_the_prometheus_probe_and_skips_gpu_monitor():
-    from gpuheal.doctor import Context, providers
-    from gpuheal.doctor import checks  # noqa: F401  (registers the built-in probes)
+    from gpuheal.doctor import (
+        Context,
+        checks,  # noqa: F401  (registers the built-in probes)
+        providers,
+    )
 
     cfg = _cfg("http://127.0.0.1:9")
     probes = [p for provider in providers("network") for p in provider(Context(cfg, None))]

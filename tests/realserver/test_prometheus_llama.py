@@ -11,12 +11,12 @@ import pytest
 from gpuheal.config import load_config_dict
 from gpuheal.sim.dcgm import Exporter
 from gpuheal.sources import prometheus
-from tests.prom import prom_server, prometheus_bin  # noqa: F401 - fixtures
+from tests.prom import prom_server, prometheus_bin  # noqa: F401, F811 - fixtures
 
 pytestmark = [pytest.mark.realserver, pytest.mark.prometheus]
 
 
-def test_llamacpp_series_match_the_gpu_by_instance(real_llama_server, prom_server):
+def test_llamacpp_series_match_the_gpu_by_instance(real_llama_server, prom_server):  # noqa: F811
     srv = real_llama_server()
     target = f"127.0.0.1:{srv.port}"
     exporter = Exporter(lambda: [("ct1", 0, {"temp_c": 50, "vram_used_mb": 800, "vram_total_mb": 24576})]).start()
