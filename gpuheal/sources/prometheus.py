@@ -351,7 +351,7 @@ def read(cfg: Config, now_s: float, window_starts: dict[str, float] | None = Non
             for name, (q, by_inst, lo, hi) in queries.items()
         }
         vectors = {name: f.result() for name, f in futures.items()}
-    faults = [v.fault for v in vectors.values() if v.fault is not None]
+    faults = merge_faults([v.fault for v in vectors.values() if v.fault is not None])
     ok = all(k in vectors and vectors[k].fault is None for k in CORE if cfg.prometheus.query(k))
     values: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
@@ -362,6 +362,20 @@ def read(cfg: Config, now_s: float, window_starts: dict[str, float] | None = Non
         more = f" (+{len(problems) - MAX_SHOWN} more)" if len(problems) > MAX_SHOWN else ""
         faults.append(DataFault(SOURCE, "invalid", shown + more))
     return PromReading(values=values, faults=faults, warnings=[], ok=ok)
+
+
+def merge_faults(faults: list[DataFault]) -> list[DataFault]:
+    """One fault per (kind, cause): a Prometheus that is down fails every query the same way, and
+    that is one line ("16 queries: connection refused"), not sixteen."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for f in faults:
+        name, _, cause = f.detail.partition(": ")
+        groups.setdefault((f.fault, cause), []).append(name)
+    out = []
+    for (kind, cause), names in groups.items():
+        who = names[0] if len(names) == 1 else f"{len(names)} queries ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        out.append(DataFault(SOURCE, kind, f"{who}: {cause}"))
+    return out
 
 
 def _gpu_values(cfg, gpu, vectors, matcher, problems, faults) -> dict[str, Any]:
