@@ -40,6 +40,7 @@ from run import (  # noqa: E402
     START,
     clean_env,
     make_history,
+    profile_check,
     run_with_rss,
     stamp,
     write_state_file,
@@ -54,8 +55,9 @@ TARGETS = {"wall_s": 3.0, "rss_mb": 250.0, "state_mb": 5.0}
 class FleetText:
     """The exposition of N GPUs, built fast: label strings once, values per scrape."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, with_up: bool = False):
         self.n = n
+        self.with_up = with_up
         self.labels = [
             f'gpu="0",UUID="{uuid_of(h, 0)}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="{h}"'
             for h in (host(i) for i in range(n))
@@ -79,7 +81,16 @@ class FleetText:
                 out.extend(f"{metric}{{{lb}}} {40 + i % 50}\n" for i, lb in enumerate(self.labels))
             else:
                 out.extend(f"{metric}{{{lb}}} {180 + i % 90}.000000\n" for i, lb in enumerate(self.labels))
+        if self.with_up:
+            # stands in for the `up` of N llama-server scrape targets (N targets cannot be scraped
+            # on this machine): one series per GPU keyed by instance, as Prometheus's own `up`
+            out.append("# TYPE bench_llama_up gauge\n")
+            out.extend(f'bench_llama_up{{instance="{endpoint_netloc(i)}",job="llama"}} 1\n' for i in range(self.n))
         return "".join(out)
+
+
+def endpoint_netloc(i: int) -> str:
+    return f"127.0.0.{1 + i // 50000}:{10000 + i % 50000}"
 
 
 def host(i: int) -> str:
@@ -123,39 +134,63 @@ def timed_checks(base: list[str], runs: int, first_minute: int) -> dict:
     }
 
 
-def bench_prometheus(n: int, runs: int, scrape_s: float, work: Path) -> dict:
-    text = FleetText(n)
+def bench_prometheus(n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False) -> dict:
+    """``probe``: every GPU's llama-server /health probed directly (one port, a path per GPU);
+    else (``probe_endpoints: false``) its liveness is one more instant query of N series."""
+    text = FleetText(n, with_up=not probe)
     from gpuheal.sim.dcgm import Exporter
 
     with Exporter(text) as exporter, health_server() as gpus:
-        srv = PrometheusServer(work / "prom", {"dcgm": [exporter.target]}, interval_s=scrape_s).start()
+        srv = PrometheusServer(
+            work / f"prom-{probe}", {"dcgm": {"targets": [exporter.target], "honor_labels": True}}, interval_s=scrape_s
+        ).start()
         try:
             started = time.monotonic()
             srv.wait_for("count(count_over_time(DCGM_FI_DEV_FB_USED[5m]) >= 4)",
                          lambda r: bool(r) and float(r[0]["value"][1]) >= n, timeout_s=60 + 10 * scrape_s)
             warm_s = time.monotonic() - started
+            prom = {"url": srv.url, "timeout_s": 20, "max_response_bytes": 64 * 1024 * 1024}
+            if probe:
+                endpoints = [f"{gpus.url}/{alias(i)}" for i in range(n)]
+            else:
+                prom.update(probe_endpoints=False, queries={"endpoint_up": "bench_llama_up{selector}"})
+                endpoints = [f"http://{endpoint_netloc(i)}" for i in range(n)]
             cfg = {
-                "prometheus": {"url": srv.url, "timeout_s": 20, "max_response_bytes": 64 * 1024 * 1024},
+                "prometheus": prom,
                 "probe": {"timeout_s": 5},
-                "gpus": [{"alias": alias(i), "host": host(i), "endpoint": f"{gpus.url}/{alias(i)}", "transport": "local"}
+                "gpus": [{"alias": alias(i), "host": host(i), "endpoint": endpoints[i], "transport": "local"}
                          for i in range(n)],
             }
-            config = write_config(work / "prom.yaml", cfg)
-            state = work / "state-prom"
+            config = work / f"prom-{probe}.yaml"
+            config.write_text(json.dumps(cfg))  # generated fleet configs are JSON (valid YAML)
+            state = work / f"state-prom-{probe}"
             base = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "check", "--json"]
+            if profile:
+                run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(1)))  # validates the config once
+                return {"profile_top": profile_check(config, state, stamp(2))}
             out = timed_checks(base, runs, 1)
+            doc = json.loads(run_with_rss_json(base, stamp(runs + 2)))
+            out["gpus_with_temp"] = sum(1 for g in doc["gpus"].values() if g.get("temp_c") is not None)
+            out["gpus_endpoint_ok"] = sum(1 for g in doc["gpus"].values() if g.get("endpoint") == "ok")
             # the state directory after runs spread over 6.5 simulated hours (cron's clock)
             for minute in range(30, 6 * 60 + 31, 60):
-                rc, *_ = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(minute)))
+                run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(minute)))
             out["state_dir_mb_after_6_5h"] = round(dir_size_mb(state), 2)
             out["state_files"] = sorted(p.name for p in state.iterdir())
-            out["series"] = n * len(METRICS)
+            out["series"] = n * len(METRICS) + (0 if probe else n)
             out["scrape_interval_s"] = scrape_s
             out["prometheus_warmup_s"] = round(warm_s, 1)
-            out["samples_per_series_at_start"] = 4
+            out["endpoints"] = "probed /health" if probe else "Prometheus up (probe_endpoints: false)"
         finally:
             srv.stop()
     return out
+
+
+def run_with_rss_json(base: list[str], now: str) -> str:
+    import subprocess
+
+    proc = subprocess.run(base, capture_output=True, text=True, env=clean_env(GPUHEAL_NOW=now), timeout=300)
+    return proc.stdout
 
 
 def bench_monitor(n: int, runs: int, work: Path) -> dict:
@@ -188,6 +223,8 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--monitor-runs", type=int, default=3, help="0 skips the gpu-monitor comparison")
     ap.add_argument("--scrape-s", type=float, default=5.0)
+    ap.add_argument("--profile", action="store_true", help="cProfile one Prometheus check (top 25), nothing else")
+    ap.add_argument("--probe", action="store_true", help="also the Prometheus case with every /health probed")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuheal-bench-prom-") as tmp:
         work = Path(tmp)
@@ -196,8 +233,13 @@ def main() -> int:
             "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
             "gpus": a.gpus,
             "targets": TARGETS,
-            "prometheus": bench_prometheus(a.gpus, a.runs, a.scrape_s, work),
+            "prometheus": bench_prometheus(a.gpus, a.runs, a.scrape_s, work, a.profile),
         }
+        if a.probe and not a.profile:
+            result["prometheus_probed"] = bench_prometheus(a.gpus, a.runs, a.scrape_s, work, probe=True)
+        if a.profile:
+            print("\n".join(result["prometheus"]["profile_top"]))
+            return 0
         if a.monitor_runs:
             result["monitor"] = bench_monitor(a.gpus, a.monitor_runs, work)
             result["ratio_wall_monitor_over_prometheus"] = round(

@@ -58,7 +58,7 @@ class PrometheusServer:
                 "scrape_timeout": f"{interval_s:g}s",
                 "static_configs": [{"targets": spec["targets"], "labels": spec.get("labels", {})}],
             }
-            for key in ("metrics_path", "authorization"):
+            for key in ("metrics_path", "authorization", "honor_labels"):
                 if key in spec:
                     entry[key] = spec[key]
             scrape.append(entry)

@@ -361,3 +361,31 @@ def test_per_gpu_trend_window_is_refused_with_prometheus():
             }
         )
     assert err.value.key_path == "gpus[0].rules.vram-leak.window_h"
+
+
+def test_endpoint_liveness_from_up_instead_of_probes(canned):
+    """``probe_endpoints: false``: no /health probe per GPU; each llama-server's state is the ``up``
+    of its scrape target (instance = the endpoint's host:port)."""
+    from gpuheal.sources.sense import sense
+
+    def answer(q):
+        if q == "up":
+            return 200, _ok([{"metric": {"__name__": "up", "job": "llama", "instance": "127.0.0.1:8081"}, "value": [1, "1"]},
+                             {"metric": {"__name__": "up", "job": "llama", "instance": "127.0.0.1:8082"}, "value": [1, "0"]}])
+        return healthy(q)
+
+    srv = canned(answer)
+    cfg = load_config_dict(
+        {
+            "prometheus": {"url": srv.url, "probe_endpoints": False},
+            "gpus": [
+                {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:8081"},
+                {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:8082"},
+                {"alias": "c", "host": "h3", "endpoint": "http://127.0.0.1:8083"},
+            ],
+        }
+    )
+    obs = sense(cfg, datetime.now(UTC))  # nothing listens on 8081-8083: a probe would say refused
+    assert obs.gpus["a"].endpoint == "ok" and obs.gpus["b"].endpoint == "refused"
+    assert obs.gpus["c"].endpoint is None  # no up series: not known
+    assert [f.source for f in obs.faults if f.fault == "refused"] == ["b"]

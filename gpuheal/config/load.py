@@ -242,6 +242,7 @@ def _prometheus(
         trend_step_s=float(merged["trend_step_s"]),
         labels=labels,
         queries=dict(merged.get("queries") or {}),
+        probe_endpoints=bool(merged.get("probe_endpoints", True)),
     )
 
 
@@ -364,7 +365,7 @@ def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str
     where = f"gpus[{i}].gpu_index" if index is not None else f"gpus[{i}].host"
     clash = seen.get((host, index))
     if clash is None and index is None:
-        clash = next((j for (h, _), j in seen.items() if h == host), None)
+        clash = seen.get((host, "any"))  # any entry on this host (kept below: no scan of the fleet)
     if clash is None and index is not None:
         clash = seen.get((host, None))
     if clash is not None:
@@ -379,6 +380,7 @@ def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str
             )
         raise ConfigError(problem, where)
     seen[(host, index)] = i
+    seen.setdefault((host, "any"), i)  # type: ignore[index]  # the first entry on the host
 
 
 def _check_finite(data: Any) -> None:

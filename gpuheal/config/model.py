@@ -49,6 +49,7 @@ class PrometheusConfig:
     trend_step_s: float
     labels: dict[str, str | None]
     queries: dict[str, str | None]
+    probe_endpoints: bool = True  # False: llama-server liveness from Prometheus's `up` of its target
 
     def query(self, key: str) -> str | None:
         template = self.queries.get(key)

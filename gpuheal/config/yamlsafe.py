@@ -32,7 +32,15 @@ MAX_NUMBER_CHARS = 64  # int() refuses more than 4,300 digits, and is slow well 
 
 
 def load_yaml(text: str, source: str) -> Any:
-    """Parse ``text`` (from ``source``, for messages) into plain data, or raise :class:`ConfigError`."""
+    """Parse ``text`` (from ``source``, for messages) into plain data, or raise :class:`ConfigError`.
+
+    A document that is JSON (YAML's flow style; what a generated fleet config usually is) takes the
+    JSON parser: a 10,000-GPU config parses in ~20 ms instead of ~2.5 s of PyYAML (issue 13's
+    benchmark). JSON has no aliases; a repeated key is refused as in YAML."""
+    if text.lstrip().startswith("{"):
+        data = _load_json(text, source)
+        if data is not _NOT_JSON:
+            return data
     import yaml
 
     loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -58,6 +66,28 @@ def load_yaml(text: str, source: str) -> Any:
         raise ConfigError(f"{source}: a YAML value cannot be read ({detail})") from None
     finally:
         loader.dispose()
+
+
+_NOT_JSON = object()
+
+
+def _load_json(text: str, source: str) -> Any:
+    import json
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise ConfigError(f"{source}: the key {key!r} appears twice in one mapping")
+            out[key] = value
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except ValueError:  # not JSON after all (a YAML flow mapping): PyYAML reads it
+        return _NOT_JSON
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply (more than {MAX_DEPTH} levels)") from None
 
 
 def check_nodes(root: Any) -> None:

@@ -301,6 +301,9 @@ def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, ma
         if q:
             lo, hi = RANGES[key]
             out[key] = (fresh(q, prom.staleness_s), key in LLAMA_READINGS, lo, hi)
+    up = prom.query("endpoint_up")
+    if up and not prom.probe_endpoints:
+        out["endpoint_up"] = (up, True, 0.0, 1.0)
     for kind, series_key, window_s, halves in _trend_windows(cfg):
         series = prom.query(series_key)
         if not series:
@@ -397,6 +400,11 @@ def _gpu_values(cfg, gpu, vectors, matcher, problems, faults) -> dict[str, Any]:
     free = out.pop("vram_free_mb", None)
     if "vram_total_mb" not in out and free is not None and "vram_used_mb" in out:
         out["vram_total_mb"] = out["vram_used_mb"] + free
+    up_vec = vectors.get("endpoint_up")
+    if up_vec is not None and up_vec.fault is None:
+        up, _ = lookup(up_vec, matcher.endpoint_key(gpu))
+        if up is not None:
+            out["endpoint"] = "ok" if up == 1 else "down"
     for name in LLAMA_READINGS:
         vec = vectors.get(name)
         if vec is not None and vec.fault is None:

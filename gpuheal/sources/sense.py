@@ -144,7 +144,10 @@ def sense(
             smi_f = pool.submit(_sense_smi, cfg, deadline, transports)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
         key = cfg.litellm.api_key or None
-        probes = {g.alias: pool.submit(probe_server, g.endpoint, key, deadline) for g in cfg.gpus}
+        probing = cfg.prometheus is None or cfg.prometheus.probe_endpoints
+        probes = (
+            {g.alias: pool.submit(probe_server, g.endpoint, key, deadline) for g in cfg.gpus} if probing else {}
+        )
         if cfg.prometheus is not None:
             prom = monitor_f.result()
             doc, faults, warnings = None, list(prom.faults), list(prom.warnings)
@@ -162,12 +165,16 @@ def sense(
     for gpu in cfg.gpus:
         shared[gpu.host] = shared.get(gpu.host, 0) + 1
     for gpu in cfg.gpus:
-        state, latency, detail, kind = probe_results[gpu.alias]
+        if probing:
+            state, latency, detail, kind = probe_results[gpu.alias]
+        else:  # llama-server's liveness from Prometheus's scrape of it (prometheus.probe_endpoints: false)
+            state, latency, detail, kind = _from_up(prom, gpu.alias)
         if kind is not None:
             faults.append(DataFault(gpu.alias, kind, detail))
         values: dict = {}
         if prom is not None and prom.ok:
             values.update(prom.values[gpu.alias])
+            values.pop("endpoint", None)
         if doc is not None:
             found, problem = monitor_values(doc, gpu, shared[gpu.host] > 1)
             values.update(found)
@@ -175,8 +182,9 @@ def sense(
                 faults.append(DataFault(gpu.alias, "invalid", problem))
         if readings is not None:
             values.update(readings.values.get(gpu.alias, {}))
-        values.update(server[gpu.alias].values(state))
-        faults.extend(server[gpu.alias].faults(gpu.alias, state))
+        if gpu.alias in server:  # probed directly (not with prometheus.probe_endpoints: false)
+            values.update(server[gpu.alias].values(state))
+            faults.extend(server[gpu.alias].faults(gpu.alias, state))
         gpus[gpu.alias] = GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
 
     if litellm_fault is not None:
@@ -195,6 +203,7 @@ def sense(
     )
 
 
+<<<<<<< HEAD
 def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[dict, str]:
     """gpu-monitor's readings of one configured GPU, matched by (host, index) (contract "Direct
     sensing"): the entry with ``index`` = ``gpu_index`` when the monitor sends indexes, else the
@@ -323,6 +332,18 @@ def probe_server(
     else:
         slots = ask(lt.fetch_slots, "/slots")
     return health, ServerTelemetry(metrics=metrics, slots=slots, props=props)
+=======
+def _from_up(prom, alias: str) -> tuple[str | None, None, str, str | None]:
+    """(state, latency, detail, fault kind) from the ``up`` of the GPU's llama-server target: 1 is
+    ``ok``; 0 is ``refused`` (Prometheus's scrape failed; it cannot tell refused, timeout and a
+    model still loading apart); no series is not known."""
+    up = prom.values[alias].get("endpoint") if prom is not None else None
+    if up is None:
+        return None, None, "", None
+    if up == ENDPOINT_OK:
+        return ENDPOINT_OK, None, "", None
+    return ENDPOINT_REFUSED, None, "Prometheus: up == 0 for its llama-server target", ENDPOINT_REFUSED
+>>>>>>> 54945bf (Prometheus at 10,000 GPUs: llama-server liveness from up (prometheus.probe_endpoints: false), a JSON config takes the JSON parser (2.5 s of PyYAML at 10,000 GPUs), the (host, index) duplicate check without a scan of the fleet per GPU (20 s at 10,000); benchmark modes)
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:
