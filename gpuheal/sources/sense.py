@@ -203,7 +203,6 @@ def sense(
     )
 
 
-<<<<<<< HEAD
 def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[dict, str]:
     """gpu-monitor's readings of one configured GPU, matched by (host, index) (contract "Direct
     sensing"): the entry with ``index`` = ``gpu_index`` when the monitor sends indexes, else the
@@ -332,7 +331,8 @@ def probe_server(
     else:
         slots = ask(lt.fetch_slots, "/slots")
     return health, ServerTelemetry(metrics=metrics, slots=slots, props=props)
-=======
+
+
 def _from_up(prom, alias: str) -> tuple[str | None, None, str, str | None]:
     """(state, latency, detail, fault kind) from the ``up`` of the GPU's llama-server target: 1 is
     ``ok``; 0 is ``refused`` (Prometheus's scrape failed; it cannot tell refused, timeout and a
@@ -343,7 +343,6 @@ def _from_up(prom, alias: str) -> tuple[str | None, None, str, str | None]:
     if up == ENDPOINT_OK:
         return ENDPOINT_OK, None, "", None
     return ENDPOINT_REFUSED, None, "Prometheus: up == 0 for its llama-server target", ENDPOINT_REFUSED
->>>>>>> 54945bf (Prometheus at 10,000 GPUs: llama-server liveness from up (prometheus.probe_endpoints: false), a JSON config takes the JSON parser (2.5 s of PyYAML at 10,000 GPUs), the (host, index) duplicate check without a scan of the fleet per GPU (20 s at 10,000); benchmark modes)
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:
