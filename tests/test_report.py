@@ -267,3 +267,12 @@ def test_weekly_flags_a_gpu_running_far_below_its_baseline():
     assert row["below_baseline"] is True and row["current_vs_baseline_pct"] == -25.1
     text = weekly.markdown(doc)
     assert "gpu-dense** runs at 56.0 tok/s, -25.1%" in text
+
+
+def test_alert_queue_summary_survives_damaged_times():
+    from gpuheal.steps.report import _alerts_summary
+
+    queue = {"queue": [{"fingerprint": "a/b", "created_at": 10**400, "delivery": {"not_before": 1e300}},
+                       {"fingerprint": "c/d", "created_at": 1_800_000_000.5}], "clean_cycles": 3}  # fmt: skip
+    out = _alerts_summary(queue, 1_800_000_100.0)
+    assert out["queued"] == 2 and out["oldest_queued_at"] == "2027-01-15T08:00:00Z" and out["not_before"] is None

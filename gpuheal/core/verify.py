@@ -234,3 +234,20 @@ def cooldown(
         state = state.with_mitigation(alias, None)
         due.append(Restore(alias, mitigation))
     return state, due
+
+
+def present_verifying(health: dict[str, Any], obs, state: HealState, cfg, now_s: float) -> dict[str, Any]:
+    """``health`` with the issues whose remediation ran at ``now_s`` and passed its own checks as
+    ``verifying``, and the status following (contract "Issue state after a remediation"; later
+    runs get the same from the engine)."""
+    from gpuheal.core.engine import verifying_issue
+    from gpuheal.core.health import derive_status
+    from gpuheal.core.view import Restarts
+
+    marks = Restarts.from_heal_state(state.to_json(), float(cfg.heal["startup_grace_s"])).verifying
+    issues = []
+    for issue in health["issues"]:
+        v = marks.get((issue["gpu"], issue["issue"]))
+        fresh = v is not None and v.acted_s == now_s and v.since == issue.get("since")
+        issues.append(verifying_issue(issue, v) if fresh and issue.get("state") == "firing" else issue)
+    return {**health, "issues": issues, "status": derive_status(obs, issues)}

@@ -89,27 +89,11 @@ class Heal:
             self.state = self.state.pruned(self.now_s, verify.OPEN)
             self._save()
             self.store.write(files.ALERTS, self.rec.alerts)
-            self._present_verifying(health, result.obs)
+            # what this run fixed and proved reads "verifying" in this run's document already
+            health = verify.present_verifying(health, result.obs, self.state, self.cfg, self.now_s)
         check.save_health(self.store, health_doc(health, self.state, self.rec, self.cfg, self.now_s, self.apply))
         self.warnings = list(result.obs.warnings)
         return health
-
-    def _present_verifying(self, health: dict[str, Any], obs) -> None:
-        """An issue whose remediation ran in this run and passed its own checks reads
-        ``verifying`` in this run's document too, and the status follows (contract "Issue state
-        after a remediation"; later runs get the same from the engine)."""
-        from gpuheal.core.engine import verifying_issue
-        from gpuheal.core.health import derive_status
-        from gpuheal.core.view import Restarts
-
-        marks = Restarts.from_heal_state(self.state.to_json(), float(self.cfg.heal["startup_grace_s"])).verifying
-        issues = []
-        for issue in health["issues"]:
-            v = marks.get((issue["gpu"], issue["issue"]))
-            fresh = v is not None and v.acted_s == self.now_s and v.since == issue.get("since")
-            issues.append(verifying_issue(issue, v) if fresh and issue.get("state") == "firing" else issue)
-        health["issues"] = issues
-        health["status"] = derive_status(obs, issues)
 
     # ------------------------------------------------------------------ 1. judge earlier attempts
     def _judge_attempts(self, still_open: dict, hidden: set) -> None:

@@ -136,61 +136,22 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
     health = _health(store)
     hs = heal_state(store)
     bench = benchdata.normalise(store.read(files.BENCH, None))
-    queue = load_alerts(store)
-    max_restarts = int(cfg.heal["max_restarts_per_hour"])
     fleet_paused = hs["paused"]["fleet"]
-    gpus: dict[str, Any] = {}
     sensed = health.get("gpus") if isinstance(health.get("gpus"), dict) else {}
-    for g in cfg.gpus:
-        row = sensed.get(g.alias) if isinstance(sensed.get(g.alias), dict) else {}
-        ok = [r for r in benchdata.ok_results(bench, g.alias) if r["at"] <= now_s]
-        baseline, source = benchdata.baseline(bench, g.alias, g.baseline_tok_s)
-        restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if now_s - 3600 < t <= now_s)
-        own = hs["paused"]["gpus"].get(g.alias)
-        paused = None
-        if fleet_paused:
-            paused = f"fleet: {fleet_paused.get('reason', 'maintenance')}"
-        elif own:
-            paused = str(own.get("reason", "maintenance"))
-        elif g.paused:
-            paused = "config (paused: true)"
-        gpus[g.alias] = {
-            "endpoint": row.get("endpoint") if isinstance(row.get("endpoint"), str) else None,
-            "temp_c": _num(row.get("temp_c")),
-            "vram_used_mb": _num(row.get("vram_used_mb")),
-            "vram_total_mb": _num(row.get("vram_total_mb")) or g.vram_total_mb,
-            "util_pct": _num(row.get("util_pct")),
-            "power_w": _num(row.get("power_w")),
-            "current_tok_s": round(float(ok[-1]["gen_tok_s"]), 1) if ok else None,
-            "baseline_tok_s": round(baseline, 1) if baseline is not None else None,
-            "baseline_source": source if baseline is not None else None,
-            "restarts_last_hour": restarts,
-            "max_restarts_per_hour": max_restarts,
-            "restart_budget_left": max(0, max_restarts - restarts),
-            "paused": paused,
-        }
+    gpus = {
+        g.alias: _gpu_summary(cfg, g, sensed.get(g.alias) if isinstance(sensed.get(g.alias), dict) else {}, bench, hs,
+                              now_s)  # fmt: skip
+        for g in cfg.gpus
+    }
     issues = []
     for issue in health.get("issues") or []:
         if not isinstance(issue, dict) or "gpu" not in issue or "issue" not in issue:
             continue
-        attempts = [
-            a
-            for a in hs["attempts"]
-            if a.get("gpu") == issue["gpu"]
-            and a.get("issue") == issue["issue"]
-            and a.get("since") == issue.get("since")
-        ]
-        issues.append(
-            {**issue, "attempts": len(attempts), "escalated": f"{issue['gpu']}/{issue['issue']}" in hs["escalated"]}
-        )
+        key = (issue["gpu"], issue["issue"], issue.get("since"))
+        attempts = [a for a in hs["attempts"] if (a.get("gpu"), a.get("issue"), a.get("since")) == key]
+        escalated = f"{issue['gpu']}/{issue['issue']}" in hs["escalated"]
+        issues.append({**issue, "attempts": len(attempts), "escalated": escalated})
     health_at = to_datetime(health.get("generated_at"))
-    errors = [a["delivery"].get("last_error") for a in queue["queue"] if isinstance(a.get("delivery"), dict)]
-    not_before = [
-        a["delivery"]["not_before"]
-        for a in queue["queue"]
-        if isinstance(a.get("delivery"), dict) and isinstance(a["delivery"].get("not_before"), int | float)
-    ]
-    created = [a.get("created_at") for a in queue["queue"] if isinstance(a.get("created_at"), int | float)]
     return {
         "kind": "summary",
         "generated_at": format_iso(now),
@@ -200,15 +161,64 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
         "gpus": gpus,
         "issues": issues,
         "fleet_paused": f"{fleet_paused.get('reason', 'maintenance')}" if fleet_paused else None,
-        "alerts": {
-            "queued": len(queue["queue"]),
-            "oldest_queued_at": format_epoch(min(created)) if created else None,
-            "last_error": next((e for e in reversed(errors) if e), None),
-            "not_before": format_epoch(max(not_before))
-            if not_before and max(not_before) > now_s
-            else None,
-            "clean_cycles": queue["clean_cycles"],
-        },
+        "alerts": _alerts_summary(load_alerts(store), now_s),
+    }
+
+
+def _gpu_summary(cfg, g, row: dict[str, Any], bench, hs: dict[str, Any], now_s: float) -> dict[str, Any]:
+    """One GPU's line of the summary: its last readings, speed against baseline, restart budget."""
+    from gpuheal import benchdata
+
+    ok = [r for r in benchdata.ok_results(bench, g.alias) if r["at"] <= now_s]
+    baseline, source = benchdata.baseline(bench, g.alias, g.baseline_tok_s)
+    max_restarts = int(cfg.heal["max_restarts_per_hour"])
+    restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if now_s - 3600 < t <= now_s)
+    fleet_paused, own = hs["paused"]["fleet"], hs["paused"]["gpus"].get(g.alias)
+    paused = None
+    if fleet_paused:
+        paused = f"fleet: {fleet_paused.get('reason', 'maintenance')}"
+    elif own:
+        paused = str(own.get("reason", "maintenance"))
+    elif g.paused:
+        paused = "config (paused: true)"
+    return {
+        "endpoint": row.get("endpoint") if isinstance(row.get("endpoint"), str) else None,
+        "temp_c": _num(row.get("temp_c")),
+        "vram_used_mb": _num(row.get("vram_used_mb")),
+        "vram_total_mb": _num(row.get("vram_total_mb")) or g.vram_total_mb,
+        "util_pct": _num(row.get("util_pct")),
+        "power_w": _num(row.get("power_w")),
+        "current_tok_s": round(float(ok[-1]["gen_tok_s"]), 1) if ok else None,
+        "baseline_tok_s": round(baseline, 1) if baseline is not None else None,
+        "baseline_source": source if baseline is not None else None,
+        "restarts_last_hour": restarts,
+        "max_restarts_per_hour": max_restarts,
+        "restart_budget_left": max(0, max_restarts - restarts),
+        "paused": paused,
+    }
+
+
+def _alerts_summary(queue: dict[str, Any], now_s: float) -> dict[str, Any]:
+    """The alert queue at a glance; a damaged time in it is left out, never fatal."""
+    from gpuheal.core.alerts import as_time
+
+    def times(key: str) -> list[float]:
+        out = []
+        for a in queue["queue"]:
+            holder = a.get("delivery") if key == "not_before" else a
+            t = as_time(holder.get(key)) if isinstance(holder, dict) else None
+            if t is not None and abs(t) < 2.5e11:  # within the calendar
+                out.append(t)
+        return out
+
+    errors = [a["delivery"].get("last_error") for a in queue["queue"] if isinstance(a.get("delivery"), dict)]
+    created, not_before = times("created_at"), times("not_before")
+    return {
+        "queued": len(queue["queue"]),
+        "oldest_queued_at": format_epoch(min(created)) if created else None,
+        "last_error": next((e for e in reversed(errors) if e), None),
+        "not_before": format_epoch(max(not_before)) if not_before and max(not_before) > now_s else None,
+        "clean_cycles": queue["clean_cycles"],
     }
 
 
