@@ -44,10 +44,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
+from gpuheal.clock import format_epoch
 from gpuheal.core import timing
 from gpuheal.core.view import FleetView, Verifying, epoch_or_none
 
@@ -142,7 +142,7 @@ def load_book(data: Any) -> dict[str, Any]:
 
 
 def iso(epoch_s: float) -> str:
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_epoch(epoch_s)
 
 
 def _minutes(seconds: float) -> str:
