@@ -145,8 +145,11 @@ def sense(
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
         key = cfg.litellm.api_key or None
         probing = cfg.prometheus is None or cfg.prometheus.probe_endpoints
+        tele_pool = ThreadPoolExecutor(max_workers=max(1, min(TELEMETRY_WORKERS, len(cfg.gpus))),
+                                       thread_name_prefix="telemetry")
         probes = (
-            {g.alias: pool.submit(probe_server, g.endpoint, key, deadline) for g in cfg.gpus} if probing else {}
+            {g.alias: pool.submit(probe_server, g.endpoint, key, deadline, tele_pool) for g in cfg.gpus}
+            if probing else {}
         )
         if cfg.prometheus is not None:
             prom = monitor_f.result()
@@ -158,7 +161,8 @@ def sense(
             doc, faults, warnings = None, list(readings.faults), []
         litellm_fault = litellm_f.result() if litellm_f else None
         probe_results = {alias: f.result()[0] for alias, f in probes.items()}
-        server = {alias: f.result()[1] for alias, f in probes.items()}
+        server = {alias: _resolved(f.result()[1]) for alias, f in probes.items()}
+        tele_pool.shutdown(wait=True)
 
     gpus: dict[str, GpuSample] = {}
     shared: dict[str, int] = {}
@@ -294,19 +298,34 @@ class ServerTelemetry:
 NOT_ASKED = lt.Answer("not-asked")
 
 
+# Threads for the telemetry of servers that answered /health: they are CPU work (HTTP parsing,
+# the Prometheus text) and 256 runnable threads cost ~0.9 s more CPU per 1000 GPUs than 64 in GIL
+# hand-offs (issue 12 benchmark); the /health probes keep probe.max_workers, since a dead host only
+# waits and N dead hosts must cost one deadline.
+TELEMETRY_WORKERS = 64
+
+
 def probe_server(
-    endpoint: str, api_key: str | None, deadline_s: float
-) -> tuple[tuple[str, float | None, str, str | None], ServerTelemetry]:
-    """One llama-server, all within one deadline: ``/health``; then, when it answered 200,
-    ``/metrics``; then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a
-    sleeping one (llama-server.md §5). A server with requests processing is awake; an idle one
-    (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
-    Without usable ``/metrics``, ``/props`` says whether it sleeps. A dead or stopped server costs
-    one deadline, not four; a busy one three requests (the 1000-GPU benchmark's budget)."""
+    endpoint: str, api_key: str | None, deadline_s: float, telemetry_pool: Any = None
+) -> tuple[tuple[str, float | None, str, str | None], Any]:
+    """One llama-server, all within one deadline: ``/health``; then, when it answered 200, its
+    telemetry (:func:`read_telemetry`) — on ``telemetry_pool`` when given (→ a future), else here
+    (→ a :class:`ServerTelemetry`). A dead or stopped server costs one request and one deadline."""
     started = time.monotonic()
     health = _probe(endpoint, deadline_s)
     if health[0] != ENDPOINT_OK:
         return health, ServerTelemetry(NOT_ASKED, NOT_ASKED, NOT_ASKED)
+    if telemetry_pool is not None:
+        return health, telemetry_pool.submit(read_telemetry, endpoint, api_key, deadline_s, started)
+    return health, read_telemetry(endpoint, api_key, deadline_s, started)
+
+
+def read_telemetry(endpoint: str, api_key: str | None, deadline_s: float, started: float) -> ServerTelemetry:
+    """``/metrics``; then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a
+    sleeping one (llama-server.md §5). A server with requests processing is awake; an idle one
+    (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
+    Without usable ``/metrics``, ``/props`` says whether it sleeps. All within what is left of the
+    deadline that started at ``started`` (the /health probe); a busy server costs three requests."""
 
     def ask(fetch, path: str) -> lt.Answer:
         remaining = deadline_s - (time.monotonic() - started)
@@ -317,12 +336,11 @@ def probe_server(
     metrics = ask(lt.fetch_metrics, "/metrics")
     busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
     if metrics.state == lt.UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
-        return health, ServerTelemetry(metrics, lt.Answer(lt.UNAUTHORIZED, metrics.detail), NOT_ASKED)
+        return ServerTelemetry(metrics, lt.Answer(lt.UNAUTHORIZED, metrics.detail), NOT_ASKED)
     if busy == 0:
-        return health, ServerTelemetry(metrics, lt.Answer(lt.IDLE, "GET /slots not asked: nothing in flight"),
-                                       NOT_ASKED)
+        return ServerTelemetry(metrics, lt.Answer(lt.IDLE, "GET /slots not asked: nothing in flight"), NOT_ASKED)
     if busy is not None:
-        return health, ServerTelemetry(metrics, ask(lt.fetch_slots, "/slots"), NOT_ASKED)
+        return ServerTelemetry(metrics, ask(lt.fetch_slots, "/slots"), NOT_ASKED)
     props = ask(lt.fetch_sleeping, "/props")
     if props.is_sleeping:
         slots = lt.Answer(lt.SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
@@ -330,7 +348,11 @@ def probe_server(
         slots = lt.Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
     else:
         slots = ask(lt.fetch_slots, "/slots")
-    return health, ServerTelemetry(metrics=metrics, slots=slots, props=props)
+    return ServerTelemetry(metrics=metrics, slots=slots, props=props)
+
+
+def _resolved(telemetry: Any) -> ServerTelemetry:
+    return telemetry.result() if hasattr(telemetry, "result") else telemetry
 
 
 def _from_up(prom, alias: str) -> tuple[str | None, None, str, str | None]:
