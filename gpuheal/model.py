@@ -48,7 +48,8 @@ class SourceTrend:
     ``deriv`` over the rule's window), so gpuheal keeps no per-poll history of the series.
 
     ``slope`` is per ``per_s`` seconds (3600: MB/h for Rule 2, 60: °C/min for Rule 8); ``n`` samples
-    spanning ``span_s`` seconds up to the poll; ``halves``: the slopes of the window's first and
+    spanning at least ``span_s`` seconds up to the poll (the longest of the rule's spans the source
+    proved covered: ``min_span``, ``recover_span``; 0 when none); ``halves``: the slopes of the window's first and
     second half (Rule 2's "sustained"), when the source measured them.
     """
 

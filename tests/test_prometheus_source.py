@@ -83,8 +83,8 @@ def healthy(query: str, temps=None) -> tuple[int, bytes]:
     """Two GPUs (h1, h2), every reading and trend known."""
     temps = temps or {"h1": "50", "h2": "60"}
     m = _metric_of(query)
-    if query.startswith(("deriv", "count_over_time", "clamp_max")):
-        value = {"deriv": "0", "count_over_time": "40", "clamp_max": "21600"}[query.split("(")[0]]
+    if query.startswith(("deriv", "count_over_time")):
+        value = {"deriv": "0", "count_over_time": "40"}[query.split("(")[0]]
         return 200, _ok([_series("", h, value) for h in ("h1", "h2")])
     values = {"GPU_TEMP": temps, "FB_USED": {"h1": "1000", "h2": "2000"}, "FB_FREE": {"h1": "23576", "h2": "22576"},
               "GPU_UTIL": {"h1": "10", "h2": "20"}, "POWER_USAGE": {"h1": "100.500000", "h2": "200"}}.get(m)
@@ -126,7 +126,8 @@ def test_healthy_answer_maps_every_reading_to_its_gpu(canned):
     a = got.values["a"]
     assert a["temp_c"] == 50.0 and a["vram_used_mb"] == 1000.0 and a["vram_total_mb"] == 24576.0
     assert a["power_w"] == 100.5 and a["util_pct"] == 10.0 and a["name"] == "RTX"
-    assert a["vram_trend"].n == 40 and a["vram_trend"].span_s == 21600 and a["vram_trend"].halves == (0.0, 0.0)
+    # covered spans proven: Rule 2's min_span_h (5.75 h) and recover_span_h (2 h)
+    assert a["vram_trend"].n == 40 and a["vram_trend"].span_s == 5.75 * 3600 and a["vram_trend"].halves == (0.0, 0.0)
     assert got.values["b"]["temp_c"] == 60.0
     # one query per signal for the whole fleet, not one per GPU; staleness in every reading query
     assert len(srv.queries) == len(set(srv.queries))
@@ -196,7 +197,7 @@ def test_refused_is_a_fault():
 @pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-5", "1e999", "0x10", "", "٣", "1_0", None, 5, ["1"]])
 def test_a_value_that_is_not_a_reading_is_not_known(canned, bad):
     def answer(q):
-        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count", "clamp")):
+        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count")):
             s = _series("T", "h1", "50")
             s["value"][1] = bad
             return 200, _ok([s, _series("T", "h2", "60")])
@@ -211,7 +212,7 @@ def test_a_value_that_is_not_a_reading_is_not_known(canned, bad):
 
 def test_one_gpu_matched_by_two_series_is_not_known(canned):
     def answer(q):
-        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count", "clamp")):
+        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count")):
             return 200, _ok([_series("T", "h1", "50", DCGM_FI_DRIVER_VERSION="535"),
                              _series("T", "h1", "99", DCGM_FI_DRIVER_VERSION="550"), _series("T", "h2", "60")])
         return healthy(q)
@@ -237,7 +238,7 @@ def test_empty_result_leaves_the_gpu_not_known_with_a_fault_naming_it(canned):
 
 def test_host_with_several_gpus_needs_gpu_index(canned):
     def answer(q):
-        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count", "clamp")):
+        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count")):
             return 200, _ok([_series("T", "h1", "50", gpu="0"), _series("T", "h1", "51", gpu="1"), _series("T", "h2", "6")])
         return healthy(q)
 
@@ -312,11 +313,12 @@ def test_decimal_takes_only_finite_ascii_numbers(text):
 
 
 def test_trend_queries_are_promql_over_the_window():
-    q = trend_queries('X{site="eu1"}', 21600, 60, True)
+    q = trend_queries('X{site="eu1"}', 21600, [7200, 20700], True)
     assert q["slope"] == 'deriv(X{site="eu1"}[21600000ms])'
     assert q["n"] == 'count_over_time(X{site="eu1"}[21600000ms])'
     assert q["h1"] == 'deriv(X{site="eu1"}[10800000ms] offset 10800000ms)'
-    assert "min_over_time(timestamp(" in q["span"] and "[21600000ms:60000ms]" in q["span"]
+    assert q["cover20700000"] == 'count_over_time(X{site="eu1"}[900000ms] offset 20700000ms)'
+    assert q["cover7200000"] == 'count_over_time(X{site="eu1"}[14400000ms] offset 7200000ms)'
 
 
 @pytest.mark.parametrize(

@@ -239,7 +239,6 @@ def _prometheus(
         staleness_s=float(merged["staleness_s"]),
         selector=selector,
         max_workers=int(merged["max_workers"]),
-        trend_step_s=float(merged["trend_step_s"]),
         labels=labels,
         queries=dict(merged.get("queries") or {}),
         probe_endpoints=bool(merged.get("probe_endpoints", True)),

@@ -46,7 +46,6 @@ class PrometheusConfig:
     staleness_s: float
     selector: str
     max_workers: int
-    trend_step_s: float
     labels: dict[str, str | None]
     queries: dict[str, str | None]
     probe_endpoints: bool = True  # False: llama-server liveness from Prometheus's `up` of its target

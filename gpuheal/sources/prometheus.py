@@ -222,17 +222,17 @@ def ms(seconds: float) -> str:
     return f"{max(1, int(round(seconds * 1000)))}ms"
 
 
-def trend_queries(series: str, window_s: float, step_s: float, halves: bool) -> dict[str, str]:
+def trend_queries(series: str, window_s: float, spans: list[float], halves: bool) -> dict[str, str]:
     """PromQL for a least-squares trend of ``series`` over ``window_s``: ``deriv`` (per second), the
-    sample count, the span the samples cover (``step_s`` resolution) and, for Rule 2's "sustained",
+    sample count, for each span in ``spans`` whether the samples cover it (a sample older than that
+    in the window: ``count_over_time`` over the window's early part, offset by the span — a range
+    scan, where a ``timestamp()`` subquery cost 3 s at 10,000 GPUs) and, for Rule 2's "sustained",
     the slopes of the window's two halves."""
     w = ms(window_s)
-    out = {
-        "slope": f"deriv({series}[{w}])",
-        "n": f"count_over_time({series}[{w}])",
-        # the subquery's first step may see a sample just before the window (lookback): clamp
-        "span": f"clamp_max(time() - min_over_time(timestamp({series})[{w}:{ms(step_s)}]), {window_s:g})",
-    }
+    out = {"slope": f"deriv({series}[{w}])", "n": f"count_over_time({series}[{w}])"}
+    for span in spans:
+        if 0 < span < window_s:
+            out[f"cover{int(span * 1000)}"] = f"count_over_time({series}[{ms(window_s - span)}] offset {ms(span)})"
     if halves:
         h = ms(window_s / 2)
         out["h1"] = f"deriv({series}[{h}] offset {h})"
@@ -304,12 +304,11 @@ def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, ma
     up = prom.query("endpoint_up")
     if up and not prom.probe_endpoints:
         out["endpoint_up"] = (up, True, 0.0, 1.0)
-    for kind, series_key, window_s, halves in _trend_windows(cfg):
+    for kind, series_key, window_s, halves, spans in _trend_windows(cfg):
         series = prom.query(series_key)
         if not series:
             continue
-        step = min(prom.trend_step_s, window_s / 20)
-        for part, q in trend_queries(series, window_s, step, halves).items():
+        for part, q in trend_queries(series, window_s, spans, halves).items():
             out[f"{kind}.{part}"] = (q, False, -math.inf, math.inf)
         # a GPU restarted inside the window: its own window after the restart's grace (as Rule 2's
         # history path restarts its fit there)
@@ -322,21 +321,24 @@ def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, ma
             own = with_matchers(series, matcher.gpu_matchers(gpu))
             if own is None or now_s - start <= 0:
                 continue
-            for part, q in trend_queries(own, now_s - start, step, halves).items():
+            for part, q in trend_queries(own, now_s - start, spans, halves).items():
                 out[f"{kind}@{gpu.alias}.{part}"] = (q, False, -math.inf, math.inf)
     return out
 
 
-def _trend_windows(cfg: Config) -> list[tuple[str, str, float, bool]]:
-    """(kind, series query key, window seconds, halves): Rule 2's window and Rule 8's (both tiers
-    share it; config load refuses per-GPU windows and two different Rule 8 windows with Prometheus)."""
+def _trend_windows(cfg: Config) -> list[tuple[str, str, float, bool, list[float]]]:
+    """(kind, series query key, window seconds, halves, spans to prove): Rule 2's window (its
+    ``min_span_h`` and ``recover_span_h``) and Rule 8's (both tiers share it; config load refuses
+    per-GPU windows and two different Rule 8 windows with Prometheus)."""
     vram = cfg.rules.get("vram-leak", {})
     rise = cfg.rules.get("thermal-warning", {})
     out = []
     if vram.get("window_h"):
-        out.append(("vram", "vram_series", float(vram["window_h"]) * 3600, True))
+        spans = sorted({float(vram[k]) * 3600 for k in ("min_span_h", "recover_span_h") if vram.get(k)})
+        out.append(("vram", "vram_series", float(vram["window_h"]) * 3600, True, spans))
     if rise.get("window_s"):
-        out.append(("temp", "temp_series", float(rise["window_s"]), False))
+        spans = sorted({float(r[k]) for r in (rise, cfg.rules.get("thermal-rising", {})) for k in ("min_span_s",) if r.get(k)})
+        out.append(("temp", "temp_series", float(rise["window_s"]), False, spans))
     return out
 
 
@@ -438,9 +440,10 @@ def _describe(key: tuple) -> str:
 
 
 def _trend(vectors, kind: str, key: tuple, matcher) -> tuple | None:
-    """(slope per s, n, span_s, h1, h2) from the trend answers; ``None`` if any is not known."""
+    """(slope per s, n, span_s, h1, h2) from the trend answers; ``None`` if slope or n is not known.
+    ``span_s`` is the longest span proven covered (0 when none is: too young for the rules)."""
     parts = []
-    for part in ("slope", "n", "span"):
+    for part in ("slope", "n"):
         vec = vectors.get(f"{kind}.{part}")
         if vec is None or vec.fault is not None:
             return None
@@ -448,13 +451,18 @@ def _trend(vectors, kind: str, key: tuple, matcher) -> tuple | None:
         if value is None or problem:
             return None
         parts.append(value)
-    slope, n, span = parts
+    slope, n = parts
+    span = 0.0
+    prefix = f"{kind}.cover"
+    for name, vec in vectors.items():
+        if name.startswith(prefix) and vec.fault is None and (lookup(vec, key)[0] or 0) > 0:
+            span = max(span, int(name[len(prefix):]) / 1000)
     halves = []
     for part in ("h1", "h2"):
         vec = vectors.get(f"{kind}.{part}")
         value = None if vec is None or vec.fault is not None else lookup(vec, key)[0]
         halves.append(value)
-    return slope, int(n), max(0.0, span), halves[0], halves[1]
+    return slope, int(n), span, halves[0], halves[1]
 
 
 def _halves(trend: tuple, per_s: float) -> tuple[float, float] | None:

@@ -63,7 +63,7 @@ def test_same_scenario_same_issues_same_polls(prom_server, tmp_path):
         mon_raw = fleet.config_dict()
         mon_raw.pop("litellm")
         mon_raw["rules"] = copy.deepcopy(RULES)
-        prom_raw = {"prometheus": {"url": srv.url, "timeout_s": 5, "trend_step_s": 0.5},
+        prom_raw = {"prometheus": {"url": srv.url, "timeout_s": 5},
                     "gpus": copy.deepcopy(mon_raw["gpus"]), "rules": copy.deepcopy(RULES)}
         (tmp_path / "prom.yaml").write_text(yaml.safe_dump(prom_raw))
         cfgs = {"monitor": load_config_dict(mon_raw), "prometheus": load_config_dict(prom_raw)}

@@ -69,7 +69,7 @@ class Endpoints:
 
 def _config(url, hosts, endpoints="http://127.0.0.1:9", **prom):
     return {
-        "prometheus": {"url": url, "timeout_s": 5, "trend_step_s": 1, **prom},
+        "prometheus": {"url": url, "timeout_s": 5, **prom},
         "rules": {
             "vram-leak": {"window_h": 10 / 3600, "min_span_h": 5 / 3600, "min_samples": 4, "recover_span_h": 5 / 3600},
             "thermal-warning": {"window_s": 10, "min_span_s": 5},
