@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names live in model.py)
     COMMAND_KEYS,
+    ENGINE_PARAMS,
     PLACEHOLDERS,
     Config,
     GpuConfig,
@@ -23,7 +24,7 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     PrometheusConfig,
     split_command,
 )
-from gpuheal.config.params import ENGINE_PARAMS, check_section
+from gpuheal.config.params import check_section
 from gpuheal.config.yamlsafe import load_yaml
 from gpuheal.credentials import env_or_dotenv
 from gpuheal.errors import ConfigError

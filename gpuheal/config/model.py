@@ -10,6 +10,12 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+# Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
+# engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
+# falling back to the remedy's own). These are the values in force when a rule's defaults do not
+# set them, and the defaults that give their types to the strict schema (config/params.py).
+ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1, "verify_within_s": 300}
+
 PLACEHOLDERS = frozenset({"alias", "host", "endpoint"})
 COMMAND_KEYS = (
     "restart_command",

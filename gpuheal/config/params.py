@@ -143,10 +143,6 @@ def spec_for(name: str, default: Any) -> ParamSpec:
     return ParamSpec(kind, 0, None)  # an unknown unit: at least a finite, non-negative number
 
 
-# Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
-# engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
-# falling back to the remedy's own), with those fallbacks as the defaults that give their types.
-ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1, "verify_within_s": 300}
 
 
 def schema_from(

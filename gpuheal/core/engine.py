@@ -48,6 +48,7 @@ from types import ModuleType
 from typing import Any
 
 from gpuheal.clock import format_epoch
+from gpuheal.config.model import ENGINE_PARAMS
 from gpuheal.core import timing
 from gpuheal.core.view import FleetView, Verifying, epoch_or_none
 
@@ -154,7 +155,19 @@ def rule_hold(rule: ModuleType, params: dict[str, Any]) -> tuple[int, float]:
     hold = getattr(rule, "hold", None)
     if hold is not None:
         return hold(params)
-    return int(params.get("hold_polls", 1)), float(params.get("hold_s", 0))
+    return int(engine_param(params, "hold_polls")), float(engine_param(params, "hold_s"))
+
+
+def engine_param(params: dict[str, Any], name: str) -> Any:
+    """A parameter the engine reads for every rule (:data:`ENGINE_PARAMS`), the rule's own value
+    when its defaults or the operator set one."""
+    return params[name] if name in params else ENGINE_PARAMS[name]
+
+
+def severity_rank(severity: str) -> int:
+    """Worst first: critical > warning > info; a severity from an older book that is none of them
+    sorts with ``info`` (it is still shown, never dropped)."""
+    return SEVERITY_RANK[severity] if severity in SEVERITY_RANK else SEVERITY_RANK["info"]
 
 
 def _gate_open(rule: ModuleType, view: FleetView, subject: str) -> bool:
@@ -218,34 +231,190 @@ def evaluate(
     only: Iterable[str] | None = None,
 ) -> Evaluation:
     """Advance every issue of ``rules`` (or only the ids in ``only``) by one poll at
-    ``view.now_s``. Mutates ``book`` (the caller stores it)."""
-    now_s = view.now_s
-    now_iso = iso(now_s)
-    issues: dict[str, dict[str, Any]] = book["issues"]
-    log: list[dict[str, Any]] = book["log"]
-    by_id = {r.ID: r for r in rules}
-    subjects_gpu = view.aliases
-    order = {alias: i for i, alias in enumerate(subjects_gpu)}
-    order[FLEET] = len(order)
-    rule_order = {r.ID: i for i, r in enumerate(rules)}
-    only_set = set(only) if only is not None else None
-    out = Evaluation()
+    ``view.now_s``. Mutates ``book`` (the caller stores it).
 
-    # forget issues of GPUs or rules that no longer exist (config changed): silently
-    for key in [k for k, rec in issues.items() if rec["issue"] not in by_id or rec["gpu"] not in order]:
-        del issues[key]
+    Inhibitors run first, so that what they fire this poll already hides the others' issues."""
+    run = _Pass(rules, view, book, only)
+    run.forget_gone()
+    inhibitors = [r for r in rules if getattr(r, "INHIBITS", None)]
+    for rule in inhibitors:
+        run.run_rule(rule, _Inhibition())
+    inhibition = _Inhibition.of(run.issues, run.by_id)
+    for rule in rules:
+        if rule not in inhibitors:
+            run.run_rule(rule, inhibition)
+    run.report(inhibition)
+    return run.out
 
-    muted = {alias for alias in subjects_gpu if view.muted(alias)}
-    out.muted = [a for a in subjects_gpu if a in muted]
 
-    def transition(rec: dict[str, Any], event: str) -> dict[str, Any]:
+@dataclass
+class _Inhibition:
+    """What the firing inhibitors suppress: ``"host"`` → every other issue of that GPU;
+    ``"monitor"`` → the monitor-fed rules everywhere; a set of ids → those issues of the same GPU.
+    Empty: nothing is inhibited (how the inhibitors themselves run)."""
+
+    hosts_down: dict[str, str] = field(default_factory=dict)
+    targeted: dict[tuple[str, str], str] = field(default_factory=dict)
+    monitor_down: str | None = None
+
+    @classmethod
+    def of(cls, issues: dict[str, dict[str, Any]], by_id: dict[str, ModuleType]) -> _Inhibition:
+        out = cls()
+        for rec in issues.values():
+            if rec["state"] != FIRING or rec["issue"] not in by_id:
+                continue
+            kind = getattr(by_id[rec["issue"]], "INHIBITS", None)
+            if kind == "host":
+                out.hosts_down[rec["gpu"]] = rec["issue"]
+            elif kind == "monitor":
+                out.monitor_down = rec["issue"]
+            elif kind:
+                for target in kind:
+                    out.targeted.setdefault((rec["gpu"], target), rec["issue"])
+        return out
+
+    def by(self, rule: ModuleType, subject: str) -> str | None:
+        """The inhibitor hiding ``rule`` on ``subject``, or ``None``."""
+        if subject in self.hosts_down and getattr(rule, "INHIBITS", None) != "host":
+            return self.hosts_down[subject]
+        if self.monitor_down is not None and NEEDS_MONITOR in rule.NEEDS:
+            return self.monitor_down
+        return self.targeted.get((subject, rule.ID))
+
+
+class _Pass:
+    """One evaluation: the book being advanced, the poll's view, and what changed so far."""
+
+    def __init__(
+        self, rules: Sequence[ModuleType], view: FleetView, book: dict[str, Any], only: Iterable[str] | None
+    ) -> None:
+        self.view = view
+        self.now_s = view.now_s
+        self.now_iso = iso(view.now_s)
+        self.issues: dict[str, dict[str, Any]] = book["issues"]
+        self.log: list[dict[str, Any]] = book["log"]
+        self.by_id = {r.ID: r for r in rules}
+        self.order = {alias: i for i, alias in enumerate(view.aliases)}
+        self.order[FLEET] = len(self.order)
+        self.rule_order = {r.ID: i for i, r in enumerate(rules)}
+        self.only = set(only) if only is not None else None
+        self.out = Evaluation()
+        self.muted = {alias for alias in view.aliases if view.muted(alias)}
+        self.out.muted = [a for a in view.aliases if a in self.muted]
+
+    def forget_gone(self) -> None:
+        """Issues of GPUs or rules that no longer exist (config changed) go, silently."""
+        gone = [k for k, rec in self.issues.items() if rec["issue"] not in self.by_id or rec["gpu"] not in self.order]
+        for key in gone:
+            del self.issues[key]
+
+    def run_rule(self, rule: ModuleType, inhibition: _Inhibition) -> None:
+        if self.only is not None and rule.ID not in self.only:
+            return
+        if rule.SCOPE == FLEET:
+            if inhibition.by(rule, FLEET) is None and _gate_open(rule, self.view, FLEET):
+                self.advance(rule, FLEET)
+            return
+        for alias in self.view.aliases:
+            if alias in self.muted or inhibition.by(rule, alias) is not None:
+                continue
+            if _gate_open(rule, self.view, alias):
+                self.advance(rule, alias)
+
+    def advance(self, rule: ModuleType, subject: str) -> None:
+        params = self.view.params(rule.ID, subject)
+        outcome = rule.detect(self.view, subject, params)
+        if isinstance(outcome, Finding):
+            self.seen(rule, subject, params, outcome)
+            return
+        rec = self.issues.get(f"{subject}|{rule.ID}")
+        if rec is None:
+            return
+        if rec["state"] == PENDING:
+            if outcome is False:
+                self.drop(rec, DROPPED)
+            return
+        self.recovering(rule, subject, params, rec, outcome)
+
+    def seen(self, rule: ModuleType, subject: str, params: dict[str, Any], finding: Finding) -> None:
+        """The rule's finding holds this poll: a new pending issue, a hold advanced, or it fires."""
+        key = f"{subject}|{rule.ID}"
+        rec = self.issues.get(key)
+        new = rec is None
+        if rec is None:
+            rec = self.issues[key] = self.new_record(rule, subject, finding)
+        elif rec["state"] == PENDING and finding.started_at is not None:
+            rec["since_s"] = min(finding.started_at, self.now_s)
+            rec["since"] = iso(rec["since_s"])
+        rec["hits"] += 1
+        rec["clear_hits"] = 0
+        rec["last_s"] = self.now_s
+        detected = dict(finding.detected)
+        detected.setdefault("duration_s", round(self.now_s - rec["since_s"], 1))
+        rec["detected"] = detected
+        rec["summary"] = finding.summary
+        polls, hold_s = rule_hold(rule, params)
+        if rec["state"] == PENDING and rec["hits"] >= polls and (
+            hold_s <= 0 or timing.more_than(self.now_s - rec["since_s"], hold_s, self.view.tolerance_s)
+        ):
+            rec["state"] = FIRING
+            rec["fired_at"] = self.now_iso
+            self.transition(rec, FIRING)
+            self.out.fired.append(_public(rec))
+        elif new:
+            self.transition(rec, PENDING)
+
+    def new_record(self, rule: ModuleType, subject: str, finding: Finding) -> dict[str, Any]:
+        since_s = finding.started_at if finding.started_at is not None else self.now_s
+        since_s = min(since_s, self.now_s)
+        return {
+            "gpu": subject,
+            "issue": rule.ID,
+            "severity": rule.SEVERITY,
+            "state": PENDING,
+            "since": iso(since_s),
+            "since_s": since_s,
+            "fired_at": None,
+            "detected": {},
+            "summary": "",
+            "hits": 0,
+            "clear_hits": 0,
+            "last_s": self.now_s,
+        }
+
+    def recovering(
+        self, rule: ModuleType, subject: str, params: dict[str, Any], rec: dict[str, Any], outcome: Any
+    ) -> None:
+        """A firing issue whose finding did not hold: it resolves after ``clear_polls`` polls of
+        the rule's recovery condition (clear-side hysteresis); ``None`` (not known) changes nothing."""
+        recovered_fn = getattr(rule, "recovered", None)
+        if recovered_fn is not None:
+            recovered = recovered_fn(self.view, subject, params, rec)
+        else:
+            recovered = True if outcome is False else None
+        if recovered is None:
+            return
+        if not recovered:
+            rec["clear_hits"] = 0
+            rec["last_s"] = self.now_s  # seen still broken (a remediation being verified did not work)
+            return
+        rec["clear_hits"] += 1
+        if rec["clear_hits"] >= int(engine_param(params, "clear_polls")):
+            self.drop(rec, RESOLVED)
+            self.out.resolved.append({**_public(rec), "resolved_at": self.now_iso})
+
+    def drop(self, rec: dict[str, Any], event: str) -> None:
+        del self.issues[f"{rec['gpu']}|{rec['issue']}"]
+        self.transition(rec, event)
+
+    def transition(self, rec: dict[str, Any], event: str) -> None:
         summary = rec["summary"]
         if event == RESOLVED:
-            summary = f"resolved after {_minutes(now_s - rec['since_s'])} (was: {summary})"
+            summary = f"resolved after {_minutes(self.now_s - rec['since_s'])} (was: {summary})"
         elif event == DROPPED:
             summary = f"cleared before firing (was: {summary})"
         t = {
-            "at": now_iso,
+            "at": self.now_iso,
             "gpu": rec["gpu"],
             "issue": rec["issue"],
             "severity": rec["severity"],
@@ -254,138 +423,19 @@ def evaluate(
             "summary": summary,
             "detected": rec["detected"],
         }
-        out.transitions.append(t)
-        log.append(t)
-        return t
+        self.out.transitions.append(t)
+        self.log.append(t)
 
-    def advance(rule: ModuleType, subject: str) -> None:
-        params = view.params(rule.ID, subject)
-        key = f"{subject}|{rule.ID}"
-        rec = issues.get(key)
-        outcome = rule.detect(view, subject, params)
-        if isinstance(outcome, Finding):
-            polls, hold_s = rule_hold(rule, params)
-            if rec is None:
-                since_s = outcome.started_at if outcome.started_at is not None else now_s
-                since_s = min(since_s, now_s)
-                rec = {
-                    "gpu": subject,
-                    "issue": rule.ID,
-                    "severity": rule.SEVERITY,
-                    "state": PENDING,
-                    "since": iso(since_s),
-                    "since_s": since_s,
-                    "fired_at": None,
-                    "detected": {},
-                    "summary": "",
-                    "hits": 0,
-                    "clear_hits": 0,
-                    "last_s": now_s,
-                }
-                issues[key] = rec
-                new = True
+    def report(self, inhibition: _Inhibition) -> None:
+        """The open issues, worst first, split into visible and inhibited; the log trimmed."""
+        visible = []
+        for rec in self.issues.values():
+            by = inhibition.by(self.by_id[rec["issue"]], rec["gpu"])
+            if by is not None and by != rec["issue"]:
+                self.out.inhibited.append({**_present(rec, self.view), "inhibited_by": by})
             else:
-                new = False
-                if rec["state"] == PENDING and outcome.started_at is not None:
-                    rec["since_s"] = min(outcome.started_at, now_s)
-                    rec["since"] = iso(rec["since_s"])
-            rec["hits"] += 1
-            rec["clear_hits"] = 0
-            rec["last_s"] = now_s
-            detected = dict(outcome.detected)
-            detected.setdefault("duration_s", round(now_s - rec["since_s"], 1))
-            rec["detected"] = detected
-            rec["summary"] = outcome.summary
-            if rec["state"] == PENDING and rec["hits"] >= polls and (
-                hold_s <= 0 or timing.more_than(now_s - rec["since_s"], hold_s, view.tolerance_s)
-            ):
-                rec["state"] = FIRING
-                rec["fired_at"] = now_iso
-                transition(rec, FIRING)
-                out.fired.append(_public(rec))
-            elif new:
-                transition(rec, PENDING)
-            return
-        if rec is None:
-            return
-        if rec["state"] == PENDING:
-            if outcome is False:
-                del issues[key]
-                transition(rec, DROPPED)
-            return
-        recovered_fn = getattr(rule, "recovered", None)
-        if recovered_fn is not None:
-            recovered = recovered_fn(view, subject, params, rec)
-        else:
-            recovered = True if outcome is False else None
-        if recovered is None:
-            return
-        if not recovered:
-            rec["clear_hits"] = 0
-            rec["last_s"] = now_s  # seen still broken (a remediation being verified did not work)
-            return
-        rec["clear_hits"] += 1
-        if rec["clear_hits"] >= int(params.get("clear_polls", 1)):
-            del issues[key]
-            transition(rec, RESOLVED)
-            out.resolved.append({**_public(rec), "resolved_at": now_iso})
-
-    def run_rule(rule: ModuleType, inhibited_by: Any) -> None:
-        if only_set is not None and rule.ID not in only_set:
-            return
-        if rule.SCOPE == FLEET:
-            if inhibited_by(rule, FLEET) is None and _gate_open(rule, view, FLEET):
-                advance(rule, FLEET)
-            return
-        for alias in subjects_gpu:
-            if alias in muted or inhibited_by(rule, alias) is not None:
-                continue
-            if _gate_open(rule, view, alias):
-                advance(rule, alias)
-
-    inhibitors = [r for r in rules if getattr(r, "INHIBITS", None)]
-    others = [r for r in rules if not getattr(r, "INHIBITS", None)]
-    for rule in inhibitors:
-        run_rule(rule, lambda rule, subject: None)
-
-    # what the firing inhibitors suppress: "host" → every other issue of that GPU; "monitor" → the
-    # monitor-fed rules everywhere; a set of ids → those issues of the same GPU
-    hosts_down: dict[str, str] = {}
-    targeted: dict[tuple[str, str], str] = {}
-    monitor_down: str | None = None
-    for rec in issues.values():
-        if rec["state"] != FIRING or rec["issue"] not in by_id:
-            continue
-        kind = getattr(by_id[rec["issue"]], "INHIBITS", None)
-        if kind == "host":
-            hosts_down[rec["gpu"]] = rec["issue"]
-        elif kind == "monitor":
-            monitor_down = rec["issue"]
-        elif kind:
-            for target in kind:
-                targeted.setdefault((rec["gpu"], target), rec["issue"])
-
-    def inhibited_by(rule: ModuleType, subject: str) -> str | None:
-        if subject in hosts_down and getattr(rule, "INHIBITS", None) != "host":
-            return hosts_down[subject]
-        if monitor_down is not None and NEEDS_MONITOR in rule.NEEDS:
-            return monitor_down
-        return targeted.get((subject, rule.ID))
-
-    for rule in others:
-        run_rule(rule, inhibited_by)
-
-    visible = []
-    for rec in issues.values():
-        by = inhibited_by(by_id[rec["issue"]], rec["gpu"])
-        if by is not None and by != rec["issue"]:
-            out.inhibited.append({**_present(rec, view), "inhibited_by": by})
-        else:
-            visible.append(rec)
-    visible.sort(
-        key=lambda r: (-SEVERITY_RANK.get(r["severity"], 0), order.get(r["gpu"], 0), rule_order[r["issue"]])
-    )
-    out.issues = [_present(r, view) for r in visible]
-    if len(log) > LOG_MAX:
-        del log[: len(log) - LOG_MAX]
-    return out
+                visible.append(rec)
+        visible.sort(key=lambda r: (-severity_rank(r["severity"]), self.order[r["gpu"]], self.rule_order[r["issue"]]))
+        self.out.issues = [_present(r, self.view) for r in visible]
+        if len(self.log) > LOG_MAX:
+            del self.log[: len(self.log) - LOG_MAX]
