@@ -66,62 +66,15 @@ def build(
     alerts_sent: int | None = None,
 ) -> dict[str, Any]:
     """The ``report --weekly --json`` document (shape in the module docstring of steps/report)."""
-    from gpuheal import benchdata
-
     now_s = now.timestamp()
     start_s = now_s - WEEK_DAYS * DAY_S
-    prev_s = start_s - WEEK_DAYS * DAY_S
-    gpus = []
-    regressions = []
-    for alias in aliases:
-        week = [r for r in benchdata.ok_results(bench, alias, start_s) if r["at"] <= now_s]
-        prev = [r for r in benchdata.ok_results(bench, alias, prev_s) if r["at"] < start_s]
-        failed = [
-            r
-            for r in benchdata.results(bench, alias, start_s)
-            if r["at"] <= now_s and not (r.get("ok") and r.get("gen_tok_s"))
-        ]
-        days = []
-        for i in range(WEEK_DAYS):
-            lo, hi = start_s + i * DAY_S, start_s + (i + 1) * DAY_S
-            vals = [float(r["gen_tok_s"]) for r in week if lo <= r["at"] < hi or (i == WEEK_DAYS - 1 and r["at"] == hi)]
-            days.append(
-                {"date": format_epoch(lo)[:10], "mean_tok_s": _mean(vals), "n": len(vals)}
-            )
-        week_vals = [float(r["gen_tok_s"]) for r in week]
-        prev_vals = [float(r["gen_tok_s"]) for r in prev]
-        mean = _mean(week_vals)
-        prev_mean = _mean(prev_vals)
-        change = pct_change(mean, prev_mean)
-        baseline, source = benchdata.baseline(bench, alias, config_baselines.get(alias))
-        latest = benchdata.ok_results(bench, alias)
-        latest = [r for r in latest if r["at"] <= now_s]
-        current = round(float(latest[-1]["gen_tok_s"]), 1) if latest else None
-        regression = change is not None and change < -REGRESSION_PCT
-        row = {
-            "gpu": alias,
-            "days": days,
-            "sparkline": sparkline([d["mean_tok_s"] for d in days]),
-            "n_results": len(week_vals),
-            "failed_runs": len(failed),
-            "mean_tok_s": mean,
-            "min_tok_s": round(min(week_vals), 1) if week_vals else None,
-            "max_tok_s": round(max(week_vals), 1) if week_vals else None,
-            "prev_week_mean_tok_s": prev_mean,
-            "change_pct": change,
-            "regression": regression,
-            "baseline_tok_s": round(baseline, 1) if baseline is not None else None,
-            "baseline_source": source if baseline is not None else None,
-            "current_tok_s": current,
-            "current_vs_baseline_pct": pct_change(current, baseline),
-        }
-        vs = row["current_vs_baseline_pct"]
-        row["below_baseline"] = vs is not None and vs < -BELOW_BASELINE_PCT
-        gpus.append(row)
-        if regression:
-            regressions.append(
-                {"gpu": alias, "prev_week_mean_tok_s": prev_mean, "mean_tok_s": mean, "change_pct": change}
-            )
+    gpus = [_gpu_row(bench, alias, config_baselines.get(alias), start_s, now_s) for alias in aliases]
+    regressions = [
+        {"gpu": g["gpu"], "prev_week_mean_tok_s": g["prev_week_mean_tok_s"], "mean_tok_s": g["mean_tok_s"],
+         "change_pct": g["change_pct"]}
+        for g in gpus
+        if g["regression"]
+    ]
     incidents = incidents_from_audit(audit, start_s, now_s)
     return {
         "kind": "weekly",
@@ -137,6 +90,59 @@ def build(
     }
 
 
+def _gpu_row(
+    bench: dict[str, Any], alias: str, config_baseline: float | None, start_s: float, now_s: float
+) -> dict[str, Any]:
+    """One GPU's week: daily means, the change against the week before, the baseline in force."""
+    from gpuheal import benchdata
+
+    prev_s = start_s - WEEK_DAYS * DAY_S
+    week = [r for r in benchdata.ok_results(bench, alias, start_s) if r["at"] <= now_s]
+    prev = [r for r in benchdata.ok_results(bench, alias, prev_s) if r["at"] < start_s]
+    failed = [
+        r
+        for r in benchdata.results(bench, alias, start_s)
+        if r["at"] <= now_s and not (r.get("ok") and r.get("gen_tok_s"))
+    ]
+    days = _days(week, start_s)
+    week_vals = [float(r["gen_tok_s"]) for r in week]
+    mean = _mean(week_vals)
+    prev_mean = _mean([float(r["gen_tok_s"]) for r in prev])
+    change = pct_change(mean, prev_mean)
+    baseline, source = benchdata.baseline(bench, alias, config_baseline)
+    latest = [r for r in benchdata.ok_results(bench, alias) if r["at"] <= now_s]
+    current = round(float(latest[-1]["gen_tok_s"]), 1) if latest else None
+    vs = pct_change(current, baseline)
+    return {
+        "gpu": alias,
+        "days": days,
+        "sparkline": sparkline([d["mean_tok_s"] for d in days]),
+        "n_results": len(week_vals),
+        "failed_runs": len(failed),
+        "mean_tok_s": mean,
+        "min_tok_s": round(min(week_vals), 1) if week_vals else None,
+        "max_tok_s": round(max(week_vals), 1) if week_vals else None,
+        "prev_week_mean_tok_s": prev_mean,
+        "change_pct": change,
+        "regression": change is not None and change < -REGRESSION_PCT,
+        "baseline_tok_s": round(baseline, 1) if baseline is not None else None,
+        "baseline_source": source if baseline is not None else None,
+        "current_tok_s": current,
+        "current_vs_baseline_pct": vs,
+        "below_baseline": vs is not None and vs < -BELOW_BASELINE_PCT,
+    }
+
+
+def _days(week: list[dict[str, Any]], start_s: float) -> list[dict[str, Any]]:
+    """The week's daily means; the last day includes its closing instant (a result at ``now``)."""
+    days = []
+    for i in range(WEEK_DAYS):
+        lo, hi = start_s + i * DAY_S, start_s + (i + 1) * DAY_S
+        vals = [float(r["gen_tok_s"]) for r in week if lo <= r["at"] < hi or (i == WEEK_DAYS - 1 and r["at"] == hi)]
+        days.append({"date": format_epoch(lo)[:10], "mean_tok_s": _mean(vals), "n": len(vals)})
+    return days
+
+
 def _ts(record: dict[str, Any]) -> float | None:
     dt = to_datetime(record.get("timestamp"))
     return dt.timestamp() if dt else None
@@ -149,8 +155,29 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
     carries (or by its ``detected.duration_s``: how long the condition had held), and closes at
     the first record whose ``result`` is ``resolved``; time to resolve is the difference. A
     remediation is one (run_id, gpu, issue, action) — its result is the last record of that key
-    (intent → outcome → verification; keyed by the record's ``attempt`` number when it has one). Junk records are skipped.
+    (intent → outcome → verification; keyed by the record's ``attempt`` number when it has one).
+    Junk records are skipped.
     """
+    book = _IncidentBook(start_s)
+    for t, rec in _dated(audit, end_s):
+        book.add(t, rec)
+    incidents = [i for i in book.done + list(book.open.values()) if (i["end_s"] or end_s) >= start_s]
+    incidents.sort(key=lambda i: (i["start_s"], i["gpu"], i["issue"]))
+    return {
+        "incidents": {
+            "total": len(incidents),
+            "resolved": sum(1 for i in incidents if i["end_s"] is not None),
+            "open": sum(1 for i in incidents if i["end_s"] is None),
+            "by_issue": _by_issue(incidents),
+            "list": [_incident_row(i) for i in incidents],
+        },
+        "remediations": _remediations(book.final, start_s),
+        "escalations": book.escalations,
+    }
+
+
+def _dated(audit: list[dict[str, Any]], end_s: float) -> list[tuple[float, dict[str, Any]]]:
+    """(time, record) of the well-formed records up to ``end_s``, oldest first."""
     records = []
     for rec in audit:
         if not isinstance(rec, dict) or not isinstance(rec.get("gpu"), str) or not isinstance(rec.get("issue"), str):
@@ -160,57 +187,60 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
             continue
         records.append((t, rec))
     records.sort(key=lambda x: x[0])
+    return records
 
-    open_: dict[tuple[str, str], dict[str, Any]] = {}
-    done: list[dict[str, Any]] = []
-    final: dict[tuple[str, str, str, str], tuple[float, dict[str, Any]]] = {}
-    escalations = []
-    for t, rec in records:
+
+class _IncidentBook:
+    """Audit records folded, oldest first, into incidents (open and done), each remediation's last
+    record (``final``), and the escalations from ``start_s`` on."""
+
+    def __init__(self, start_s: float) -> None:
+        self.start_s = start_s
+        self.open: dict[tuple[str, str], dict[str, Any]] = {}
+        self.done: list[dict[str, Any]] = []
+        self.final: dict[tuple[str, str, str, str], tuple[float, dict[str, Any]]] = {}
+        self.escalations: list[dict[str, Any]] = []
+
+    def add(self, t: float, rec: dict[str, Any]) -> None:
         key = (rec["gpu"], rec["issue"])
-        inc = open_.get(key)
+        inc = self.open.get(key)
         if inc is None:
-            start = t
-            detected = rec.get("detected") if isinstance(rec.get("detected"), dict) else {}
-            since = to_datetime(detected.get("since"))
-            held = detected.get("duration_s")
-            if since is not None and since.timestamp() < t:
-                start = since.timestamp()
-            elif isinstance(held, int | float) and not isinstance(held, bool) and 0 < held < 30 * DAY_S:
-                start = t - float(held)
-            inc = {
-                "gpu": rec["gpu"],
-                "issue": rec["issue"],
-                "start_s": start,
-                "end_s": None,
-                "escalated": False,
-                "actions": [],
-            }
-            open_[key] = inc
+            inc = self.open[key] = _new_incident(t, rec)
         action = rec.get("action")
         if isinstance(action, str) and action != "alert" and action not in inc["actions"]:
             inc["actions"].append(action)
         escalated = rec.get("escalated") is True or rec.get("result") == "escalated"
         if escalated and not inc["escalated"]:  # once per incident (outcome + alert records)
             inc["escalated"] = True
-            if t >= start_s:
-                escalations.append(
-                    {
-                        "gpu": rec["gpu"],
-                        "issue": rec["issue"],
-                        "at": format_epoch(t),
-                        "run_id": rec.get("run_id"),
-                    }
+            if t >= self.start_s:
+                self.escalations.append(
+                    {"gpu": rec["gpu"], "issue": rec["issue"], "at": format_epoch(t), "run_id": rec.get("run_id")}
                 )
         if isinstance(action, str) and action != "alert" and rec.get("result") != "planned":
             attempt = rec.get("attempt")
             which = str(attempt) if isinstance(attempt, int) and not isinstance(attempt, bool) else action
-            final[(str(rec.get("run_id")), rec["gpu"], rec["issue"], which)] = (t, rec)
+            self.final[(str(rec.get("run_id")), rec["gpu"], rec["issue"], which)] = (t, rec)
         if rec.get("result") == "resolved":
             inc["end_s"] = t
-            done.append(open_.pop(key))
-    incidents = [i for i in done + list(open_.values()) if (i["end_s"] or end_s) >= start_s]
-    incidents.sort(key=lambda i: (i["start_s"], i["gpu"], i["issue"]))
+            self.done.append(self.open.pop(key))
 
+
+def _new_incident(t: float, rec: dict[str, Any]) -> dict[str, Any]:
+    """An incident opened by ``rec`` at ``t``, backdated to when its condition began."""
+    start = t
+    detected = rec.get("detected") if isinstance(rec.get("detected"), dict) else {}
+    since = to_datetime(detected.get("since"))
+    held = detected.get("duration_s")
+    if since is not None and since.timestamp() < t:
+        start = since.timestamp()
+    elif isinstance(held, int | float) and not isinstance(held, bool) and 0 < held < 30 * DAY_S:
+        start = t - float(held)
+    return {"gpu": rec["gpu"], "issue": rec["issue"], "start_s": start, "end_s": None, "escalated": False,
+            "actions": []}
+
+
+def _by_issue(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per issue: counts and the median / max time to resolve, most frequent first."""
     by_issue: dict[str, dict[str, Any]] = {}
     for inc in incidents:
         row = by_issue.setdefault(
@@ -230,7 +260,13 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
         row["median_resolve_s"] = round(statistics.median(times)) if times else None
         row["max_resolve_s"] = round(max(times)) if times else None
         issue_rows.append(row)
+    return issue_rows
 
+
+def _remediations(
+    final: dict[tuple[str, str, str, str], tuple[float, dict[str, Any]]], start_s: float
+) -> list[dict[str, Any]]:
+    """Per action, the outcomes of the remediations that ended in the week, most frequent first."""
     rem: dict[str, dict[str, Any]] = {}
     for t, rec in final.values():
         if t < start_s:
@@ -246,29 +282,18 @@ def incidents_from_audit(audit: list[dict[str, Any]], start_s: float, end_s: flo
             row["failed"] += 1
         else:
             row["other"] += 1
-    remediations = sorted(rem.values(), key=lambda r: (-r["count"], r["action"]))
+    return sorted(rem.values(), key=lambda r: (-r["count"], r["action"]))
 
+
+def _incident_row(i: dict[str, Any]) -> dict[str, Any]:
     return {
-        "incidents": {
-            "total": len(incidents),
-            "resolved": sum(1 for i in incidents if i["end_s"] is not None),
-            "open": sum(1 for i in incidents if i["end_s"] is None),
-            "by_issue": issue_rows,
-            "list": [
-                {
-                    "gpu": i["gpu"],
-                    "issue": i["issue"],
-                    "start": format_epoch(i["start_s"]),
-                    "end": format_epoch(i["end_s"]) if i["end_s"] is not None else None,
-                    "resolve_s": round(i["end_s"] - i["start_s"]) if i["end_s"] is not None else None,
-                    "escalated": i["escalated"],
-                    "actions": i["actions"],
-                }
-                for i in incidents
-            ],
-        },
-        "remediations": remediations,
-        "escalations": escalations,
+        "gpu": i["gpu"],
+        "issue": i["issue"],
+        "start": format_epoch(i["start_s"]),
+        "end": format_epoch(i["end_s"]) if i["end_s"] is not None else None,
+        "resolve_s": round(i["end_s"] - i["start_s"]) if i["end_s"] is not None else None,
+        "escalated": i["escalated"],
+        "actions": i["actions"],
     }
 
 
@@ -289,17 +314,39 @@ def markdown(doc: dict[str, Any]) -> str:
         "**📊 GPU Fleet — Weekly Benchmark Report**",
         f"{fmt_time(period['start'])} → {fmt_time(period['end'])}",
         "",
+        *_gpu_table(doc["gpus"]),
+        "",
+        *_findings(doc),
+        "",
+        *_incident_lines(doc["incidents"]),
+        "",
+        *_remediation_lines(doc["remediations"]),
+        "",
+        *_escalation_lines(doc["escalations"]),
+    ]
+    if doc.get("alerts_sent") is not None:
+        lines += ["", f"_Zulip alerts sent this week: {doc['alerts_sent']}._"]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _gpu_table(gpus: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "| GPU | tok/s, 7 days | avg | prev. week | change | baseline | current | vs. baseline |",
         "|:--|:--|--:|--:|--:|--:|--:|--:|",
     ]
-    for g in doc["gpus"]:
+    for g in gpus:
         flag = " ⚠" if g["regression"] else ""
         lines.append(
             f"| {md(g['gpu'], 64)}{flag} | `{g['sparkline']}` | {_n(g['mean_tok_s'])} "
             f"| {_n(g['prev_week_mean_tok_s'])} | {_pct(g['change_pct'])} | {_n(g['baseline_tok_s'])} "
             f"| {_n(g['current_tok_s'])} | {_pct(g['current_vs_baseline_pct'])} |"
         )
-    lines.append("")
+    return lines
+
+
+def _findings(doc: dict[str, Any]) -> list[str]:
+    """Regressions (or their absence), GPUs below their baseline, failed runs, baseline sources."""
+    lines = []
     threshold = doc.get("regression_threshold_pct", REGRESSION_PCT)
     if doc["regressions"]:
         for r in doc["regressions"]:
@@ -321,64 +368,64 @@ def markdown(doc: dict[str, Any]) -> str:
     ]
     if notes:
         lines.append("Failed runs: " + "; ".join(notes) + ".")
+    return lines + _baseline_lines(doc["gpus"])
+
+
+def _baseline_lines(gpus: list[dict[str, Any]]) -> list[str]:
     by_source: dict[str, list[str]] = {}
-    for g in doc["gpus"]:
+    for g in gpus:
         if g.get("baseline_source"):
             by_source.setdefault(g["baseline_source"], []).append(md(g["gpu"], 64))
-    if by_source:
-        label = {"config": "seeded from the config", "rolling-30d": "rolling 30-day average"}
-        parts = [
-            f"{', '.join(names)} {label.get(src, md(src, 40))}"
-            for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")
-        ]
-        lines.append("Baselines: " + "; ".join(parts) + ".")
+    if not by_source:
+        return []
+    label = {"config": "seeded from the config", "rolling-30d": "rolling 30-day average"}
+    parts = [
+        f"{', '.join(names)} {label.get(src, md(src, 40))}"
+        for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")
+    ]
+    return ["Baselines: " + "; ".join(parts) + "."]
 
-    inc = doc["incidents"]
-    lines.append("")
-    if inc["total"]:
-        lines += [
-            f"**Incidents** — {inc['total']} ({inc['resolved']} resolved, {inc['open']} open)",
-            "",
-            "| issue | count | resolved | escalated | time to resolve (median / max) |",
-            "|:--|--:|--:|--:|--:|",
-        ]
-        for row in inc["by_issue"]:
-            ttr = (
-                f"{fmt_duration(row['median_resolve_s'])} / {fmt_duration(row['max_resolve_s'])}"
-                if row["median_resolve_s"] is not None
-                else "–"
-            )
-            lines.append(
-                f"| {md(row['issue'], 64)} | {row['count']} | {row['resolved']} | {row['escalated']} | {ttr} |"
-            )
-    else:
-        lines.append("**Incidents:** none this week.")
 
-    rem = doc["remediations"]
-    lines.append("")
-    if rem:
-        lines += [
-            f"**Remediations** — {sum(r['count'] for r in rem)}",
-            "",
-            "| action | runs | resolved | failed | other |",
-            "|:--|--:|--:|--:|--:|",
-        ]
-        for row in rem:
-            lines.append(
-                f"| {md(row['action'], 80)} | {row['count']} | {row['resolved']} | {row['failed']} | {row['other']} |"
-            )
-    else:
-        lines.append("**Remediations:** none this week.")
+def _incident_lines(inc: dict[str, Any]) -> list[str]:
+    if not inc["total"]:
+        return ["**Incidents:** none this week."]
+    lines = [
+        f"**Incidents** — {inc['total']} ({inc['resolved']} resolved, {inc['open']} open)",
+        "",
+        "| issue | count | resolved | escalated | time to resolve (median / max) |",
+        "|:--|--:|--:|--:|--:|",
+    ]
+    for row in inc["by_issue"]:
+        ttr = (
+            f"{fmt_duration(row['median_resolve_s'])} / {fmt_duration(row['max_resolve_s'])}"
+            if row["median_resolve_s"] is not None
+            else "–"
+        )
+        lines.append(f"| {md(row['issue'], 64)} | {row['count']} | {row['resolved']} | {row['escalated']} | {ttr} |")
+    return lines
 
-    esc = doc["escalations"]
-    lines.append("")
-    if esc:
-        lines.append(f"**Escalations** — {len(esc)}")
-        for e in esc:
-            run = f" (run `{md(e['run_id'], 64)}`)" if e.get("run_id") else ""
-            lines.append(f"- {fmt_time(e['at'])} · {md(e['gpu'], 64)} · {md(e['issue'], 64)}{run}")
-    else:
-        lines.append("**Escalations:** none this week.")
-    if doc.get("alerts_sent") is not None:
-        lines += ["", f"_Zulip alerts sent this week: {doc['alerts_sent']}._"]
-    return "\n".join(lines).rstrip() + "\n"
+
+def _remediation_lines(rem: list[dict[str, Any]]) -> list[str]:
+    if not rem:
+        return ["**Remediations:** none this week."]
+    lines = [
+        f"**Remediations** — {sum(r['count'] for r in rem)}",
+        "",
+        "| action | runs | resolved | failed | other |",
+        "|:--|--:|--:|--:|--:|",
+    ]
+    for row in rem:
+        lines.append(
+            f"| {md(row['action'], 80)} | {row['count']} | {row['resolved']} | {row['failed']} | {row['other']} |"
+        )
+    return lines
+
+
+def _escalation_lines(esc: list[dict[str, Any]]) -> list[str]:
+    if not esc:
+        return ["**Escalations:** none this week."]
+    lines = [f"**Escalations** — {len(esc)}"]
+    for e in esc:
+        run = f" (run `{md(e['run_id'], 64)}`)" if e.get("run_id") else ""
+        lines.append(f"- {fmt_time(e['at'])} · {md(e['gpu'], 64)} · {md(e['issue'], 64)}{run}")
+    return lines
