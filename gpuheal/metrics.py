@@ -32,13 +32,15 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from gpuheal.ids import ISSUE_IDS
 
 log = logging.getLogger("gpuheal")
 
 STATUS_CODE = {"healthy": 0, "degraded": 1, "down": 2}
-from gpuheal.ids import ISSUE_IDS  # noqa: E402
 
 MB = 1024 * 1024
 
@@ -99,25 +101,37 @@ def _num(value: Any) -> float | None:
 
 
 def render(rt, store) -> str:
+    """The whole exposition: gpuheal itself, the fleet status, the issues, the GPUs, the alerts."""
     from gpuheal import benchdata
     from gpuheal.state import files
     from gpuheal.steps.report import build_summary
 
-    cfg = rt.cfg
-    summary = build_summary(cfg, store, rt.now)
+    summary = build_summary(rt.cfg, store, rt.now)
     health = store.read_raw(files.GPU_HEALTH) or {}
     bench = benchdata.normalise(store.read(files.BENCH, None))
     ex = Exposition()
+    _add_run(ex, rt.now.timestamp(), health)
+    _add_status(ex, summary["status"])
+    _add_issues(ex, summary["issues"])
+    _add_gpus(ex, summary["gpus"], bench)
+    ex.add("gpuheal_alerts_queued", "Alerts waiting in the queue for escalate.", summary["alerts"]["queued"])
+    ex.add(
+        "gpuheal_clean_cycles",
+        "Consecutive clean heal cycles (All Clear every zulip.all_clear_every).",
+        summary["alerts"]["clean_cycles"],
+    )
+    return ex.text()
+
+
+def _add_run(ex: Exposition, now_s: float, health: dict[str, Any]) -> None:
+    from gpuheal.render.report import to_datetime
+
     ex.add(
         "gpuheal_up", "Whether gpuheal wrote this file (always 1; use node_textfile_mtime_seconds for staleness).", 1
     )
     ex.add(
-        "gpuheal_last_run_timestamp_seconds",
-        "Unix time of the gpuheal command that wrote this file.",
-        round(rt.now.timestamp(), 3),
+        "gpuheal_last_run_timestamp_seconds", "Unix time of the gpuheal command that wrote this file.", round(now_s, 3)
     )
-    from gpuheal.render.report import to_datetime
-
     health_at = to_datetime(health.get("generated_at"))
     if health_at is not None:
         ex.add(
@@ -125,22 +139,27 @@ def render(rt, store) -> str:
             "Unix time of the last check or heal (gpu-health.json).",
             round(health_at.timestamp(), 3),
         )
-    status = summary["status"]
-    ex.declare("gpuheal_fleet_status", "Fleet status from the last check: 1 for the current status, 0 for the others.")
-    if status in STATUS_CODE:
-        for name in STATUS_CODE:
-            ex.add("gpuheal_fleet_status", "", 1 if name == status else 0, {"status": name})
-        ex.add(
-            "gpuheal_fleet_status_code",
-            "Fleet status from the last check: 0 healthy, 1 degraded, 2 down.",
-            STATUS_CODE[status],
-        )
 
-    issues = summary["issues"]
-    counts = dict.fromkeys(ISSUE_IDS, 0)
+
+def _add_status(ex: Exposition, status: str) -> None:
+    ex.declare("gpuheal_fleet_status", "Fleet status from the last check: 1 for the current status, 0 for the others.")
+    if status not in STATUS_CODE:
+        return
+    for name in STATUS_CODE:
+        ex.add("gpuheal_fleet_status", "", 1 if name == status else 0, {"status": name})
+    ex.add(
+        "gpuheal_fleet_status_code",
+        "Fleet status from the last check: 0 healthy, 1 degraded, 2 down.",
+        STATUS_CODE[status],
+    )
+
+
+def _add_issues(ex: Exposition, issues: list[dict[str, Any]]) -> None:
+    """Firing issues counted per id (every known id, 0 included), then one sample per open issue."""
+    counts = Counter(dict.fromkeys(ISSUE_IDS, 0))
     for issue in issues:
         if issue.get("state", "firing") == "firing":
-            counts[str(issue["issue"])] = counts.get(str(issue["issue"]), 0) + 1
+            counts[str(issue["issue"])] += 1
     ex.declare("gpuheal_issues_open", "Open (firing) issues per issue id.")
     for issue_id, n in counts.items():
         ex.add("gpuheal_issues_open", "", n, {"issue": issue_id})
@@ -156,24 +175,32 @@ def render(rt, store) -> str:
         )
         ex.add("gpuheal_remediation_attempts", "", int(issue.get("attempts") or 0), labels)
 
-    for name, help_text in (
-        ("gpuheal_restarts_last_hour", "llama-server restarts by gpuheal in the last 60 minutes."),
-        ("gpuheal_restart_budget_remaining", "Restarts left in the sliding 60-minute budget."),
-        ("gpuheal_gpu_paused", "1 while healing is paused for this GPU (or the fleet)."),
-        ("gpuheal_gpu_endpoint_up", "1 when the GPU's llama-server answered its last /health probe with ok."),
-        ("gpuheal_gpu_temperature_celsius", "GPU temperature at the last check."),
-        ("gpuheal_gpu_vram_used_bytes", "VRAM in use at the last check."),
-        ("gpuheal_gpu_vram_total_bytes", "VRAM size."),
-        ("gpuheal_gpu_utilization_ratio", "GPU utilisation at the last check (0-1)."),
-        ("gpuheal_gpu_power_watts", "GPU power draw at the last check."),
-        ("gpuheal_gpu_tokens_per_second", "Generation speed of the latest successful benchmark."),
-        (
-            "gpuheal_gpu_baseline_tokens_per_second",
-            "The benchmark baseline in force (rolling 30-day average or config seed).",
-        ),
-    ):
+
+GPU_FAMILIES = (
+    ("gpuheal_restarts_last_hour", "llama-server restarts by gpuheal in the last 60 minutes."),
+    ("gpuheal_restart_budget_remaining", "Restarts left in the sliding 60-minute budget."),
+    ("gpuheal_gpu_paused", "1 while healing is paused for this GPU (or the fleet)."),
+    ("gpuheal_gpu_endpoint_up", "1 when the GPU's llama-server answered its last /health probe with ok."),
+    ("gpuheal_gpu_temperature_celsius", "GPU temperature at the last check."),
+    ("gpuheal_gpu_vram_used_bytes", "VRAM in use at the last check."),
+    ("gpuheal_gpu_vram_total_bytes", "VRAM size."),
+    ("gpuheal_gpu_utilization_ratio", "GPU utilisation at the last check (0-1)."),
+    ("gpuheal_gpu_power_watts", "GPU power draw at the last check."),
+    ("gpuheal_gpu_tokens_per_second", "Generation speed of the latest successful benchmark."),
+    (
+        "gpuheal_gpu_baseline_tokens_per_second",
+        "The benchmark baseline in force (rolling 30-day average or config seed).",
+    ),
+)
+
+
+def _add_gpus(ex: Exposition, gpus: dict[str, dict[str, Any]], bench: dict[str, Any]) -> None:
+    """The per-GPU families, declared even with no GPU so that their HELP is always there."""
+    from gpuheal import benchdata
+
+    for name, help_text in GPU_FAMILIES:
         ex.declare(name, help_text)
-    for alias, g in summary["gpus"].items():
+    for alias, g in gpus.items():
         lab = {"gpu": alias}
         ex.add("gpuheal_restarts_last_hour", "", g["restarts_last_hour"], lab)
         ex.add("gpuheal_restart_budget_remaining", "", g["restart_budget_left"], lab)
@@ -190,13 +217,6 @@ def render(rt, store) -> str:
         ok = benchdata.ok_results(bench, alias)
         ex.add("gpuheal_gpu_tokens_per_second", "", _num(ok[-1]["gen_tok_s"]) if ok else None, lab)
         ex.add("gpuheal_gpu_baseline_tokens_per_second", "", _num(g["baseline_tok_s"]), lab)
-    ex.add("gpuheal_alerts_queued", "Alerts waiting in the queue for escalate.", summary["alerts"]["queued"])
-    ex.add(
-        "gpuheal_clean_cycles",
-        "Consecutive clean heal cycles (All Clear every zulip.all_clear_every).",
-        summary["alerts"]["clean_cycles"],
-    )
-    return ex.text()
 
 
 def write_atomic(path: Path, text: str) -> None:
