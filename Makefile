@@ -18,10 +18,10 @@ demo: $(STAMP)
 # The whole suite, including the tiers against a real llama.cpp llama-server (built once per
 # machine into ~/.cache/gpuheal; set GPUHEAL_SKIP_REALSERVER=1 to leave that tier out) and the
 # real LiteLLM proxy (installed once per machine, ~2 min, ~750 MB; GPUHEAL_SKIP_REALLITELLM=1).
-test: $(STAMP) realserver reallitellm
+test: $(STAMP) lint realserver reallitellm
 	$(PY) -m pytest -q
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) lint
 	GPUHEAL_SKIP_REALSERVER=1 GPUHEAL_SKIP_REALLITELLM=1 $(PY) -m pytest -q -m "not realserver and not reallitellm"
 
 realserver:
@@ -32,6 +32,7 @@ reallitellm:
 	@if [ "$${GPUHEAL_SKIP_REALLITELLM:-0}" = "1" ]; then echo "skipping the real LiteLLM install (GPUHEAL_SKIP_REALLITELLM=1)"; \
 	else scripts/install-litellm.sh >/dev/null; fi
 
+# Part of `make test` (and so of .ci/run): ruff is in the test extras; lines <= 120 in gpuheal/.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gpuheal tests
 

@@ -43,11 +43,21 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    config: Annotated[str | None, typer.Option("--config", "-c", help="Config file [env GPUHEAL_CONFIG; default ./gpuheal.yaml].")] = None,
-    state_dir: Annotated[str | None, typer.Option("--state-dir", help="State directory [env GPUHEAL_STATE_DIR; default ./state].")] = None,
-    metrics_file: Annotated[str | None, typer.Option("--metrics-file", help="Write the Prometheus textfile here after the command.")] = None,
-    verbose: Annotated[int, typer.Option("--verbose", "-v", count=True, help="More logging on stderr (-vv for debug).")] = 0,
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+    config: Annotated[
+        str | None, typer.Option("--config", "-c", help="Config file [env GPUHEAL_CONFIG; default ./gpuheal.yaml].")
+    ] = None,
+    state_dir: Annotated[
+        str | None, typer.Option("--state-dir", help="State directory [env GPUHEAL_STATE_DIR; default ./state].")
+    ] = None,
+    metrics_file: Annotated[
+        str | None, typer.Option("--metrics-file", help="Write the Prometheus textfile here after the command.")
+    ] = None,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="More logging on stderr (-vv for debug).")
+    ] = 0,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     from gpuheal.runtime import setup_logging
 
@@ -93,7 +103,9 @@ def _run_step(json_out: bool, step, **options) -> None:
 @app.command()
 def check(
     json_out: JsonOpt = False,
-    record: Annotated[Path | None, typer.Option("--record", help="Append this poll's observation to a JSON-lines trace (for replay).")] = None,
+    record: Annotated[
+        Path | None, typer.Option("--record", help="Append this poll's observation to a JSON-lines trace (for replay).")
+    ] = None,
 ) -> None:
     """Poll every source once, evaluate the rules and print the fleet's health. Changes nothing.
 
@@ -109,7 +121,9 @@ def heal(
     apply: Annotated[bool, typer.Option("--apply", help="Execute the plan (default: dry-run, print it).")] = False,
     gpu: GpuOpt = None,
     issue: Annotated[str | None, typer.Option("--issue", help="Only this issue id.")] = None,
-    clear: Annotated[str | None, typer.Option("--clear", metavar="ALIAS/ISSUE", help="Lift an escalation so healing may try again.")] = None,
+    clear: Annotated[
+        str | None, typer.Option("--clear", metavar="ALIAS/ISSUE", help="Lift an escalation so healing may try again.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check, then plan remediations; with --apply execute, verify, log and queue escalations.
@@ -204,9 +218,15 @@ def pause(
 @app.command()
 def sim(
     scenario: Annotated[Path, typer.Option("--scenario", help="Scenario YAML (see examples/scenarios/).")],
-    write_config: Annotated[Path | None, typer.Option("--write-config", help="Write a gpuheal config pointing at the simulated fleet.")] = None,
-    ephemeral: Annotated[bool, typer.Option("--ephemeral-ports", help="Bind free ports instead of the scenario's.")] = False,
-    speed: Annotated[float | None, typer.Option("--speed", help="Advance the virtual clock this many seconds per real second.")] = None,
+    write_config: Annotated[
+        Path | None, typer.Option("--write-config", help="Write a gpuheal config pointing at the simulated fleet.")
+    ] = None,
+    ephemeral: Annotated[
+        bool, typer.Option("--ephemeral-ports", help="Bind free ports instead of the scenario's.")
+    ] = False,
+    speed: Annotated[
+        float | None, typer.Option("--speed", help="Advance the virtual clock this many seconds per real second.")
+    ] = None,
 ) -> None:
     """Serve a simulated fleet (gpu-monitor, llama-servers, LiteLLM) on 127.0.0.1 until Ctrl-C."""
     from gpuheal.sim import ScenarioError, SimError, run_sim
@@ -254,7 +274,9 @@ def config_validate(
     if json_out:
         sys.stdout.write(json.dumps({"valid": True, "path": str(target), "gpus": list(cfg.aliases)}) + "\n")
     else:
-        sys.stdout.write(f"{target}: valid ({len(cfg.gpus)} GPU{'s' if len(cfg.gpus) != 1 else ''}: {', '.join(cfg.aliases)})\n")
+        sys.stdout.write(
+            f"{target}: valid ({len(cfg.gpus)} GPU{'s' if len(cfg.gpus) != 1 else ''}: {', '.join(cfg.aliases)})\n"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,6 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from gpuheal.config.model import SSH_PORT
 from gpuheal.errors import GpuhealError
 
 log = logging.getLogger(__name__)
@@ -357,7 +358,7 @@ class SshTransport:
     def __init__(
         self,
         host: str,
-        port: int = 22,
+        port: int = SSH_PORT,
         user: str | None = None,
         known_hosts: str | os.PathLike | None = None,
         key_filename: str | os.PathLike | None = None,
@@ -648,7 +649,7 @@ class Target:
 
     kind: str
     host: str | None = None
-    port: int = 22
+    port: int = SSH_PORT
     user: str | None = None
 
     @classmethod
@@ -658,7 +659,7 @@ class Target:
         if gpu.transport == "local":
             return cls("local")
         user = getattr(gpu, "ssh_user", None) or (heal or {}).get("ssh_user")
-        return cls("ssh", gpu.host, int(getattr(gpu, "ssh_port", 22) or 22), user)
+        return cls("ssh", gpu.host, int(getattr(gpu, "ssh_port", None) or SSH_PORT), user)
 
 
 class TransportPool:
@@ -687,7 +688,7 @@ class TransportPool:
         return cls(
             known_hosts=heal.get("known_hosts"),
             key_filename=heal.get("ssh_key"),
-            connect_timeout_s=float(heal.get("ssh_connect_timeout_s", 10)),
+            connect_timeout_s=float(heal["ssh_connect_timeout_s"]),  # defaults.yaml heal.ssh_connect_timeout_s
             system_known_hosts=bool(heal.get("system_known_hosts", False)),
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuheal.config.model import SSH_PORT
 from gpuheal.core.actions import LiteLLMUpdate
 
 
@@ -52,7 +53,7 @@ class Effects:
         if target == "local":
             where = Target("local")
         else:
-            where = self._targets.get(target) or Target("ssh", target, 22, heal.get("ssh_user"))
+            where = self._targets.get(target) or Target("ssh", target, SSH_PORT, heal.get("ssh_user"))
         return pool.get(where).run(argv, timeout_s)
 
     def _litellm(self, update: LiteLLMUpdate, timeout_s: float):

@@ -82,6 +82,18 @@ class Recorder:
                 entry[key] = value
         self.actions.append(redact(entry, self.secrets))
 
+    def intent(self, run_id: str, subject: Subject, actions, extra: dict[str, Any], commands: list) -> None:
+        """Audited before an attempt's commands run: a kill mid-command still leaves its trace."""
+        self.audit(run_id, subject, primary_action(actions), "pending", "intent", None, False,
+                   {**extra, "commands": commands})  # fmt: skip
+
+    def escalated(self, run_id: str, subject: Subject, reason: str, tried: list[str], attempts: int) -> None:
+        """The humans are told: audited, queued as an "escalated" alert, shown."""
+        extra = {"reason": reason, "tried": tried}
+        self.audit(run_id, subject, "alert", "escalated", "outcome", escalated=True, extra=extra)
+        self.queue(subject, "escalated", reason, run_id, tried, attempts)
+        self.doc(subject, "alert", reason, "escalated")
+
     def outcome(self, run_id: str, subject: Subject, ex, extra: dict[str, Any]) -> None:
         """The audit line of an executed attempt: every step, its verification and evidence."""
         done = [s.action for s in ex.steps] or extra["actions"]
@@ -106,6 +118,27 @@ class Recorder:
                 result = "resolved" if ACTIONS[step.action].evidence else "pending"
             error = step.error or (ex.verification.get("error") if result == "failed" and ex.verification else None)
             self.doc(subject, step.action, step.note or why, result, step.command, step.target, error=error)
+
+    def verified(self, run_id: str, subject: Subject, attempt, attempts: int) -> None:
+        """An attempt whose issue cleared: audited, announced (a "resolved" alert), shown."""
+        primary, extra = primary_action(attempt.actions), {"attempt": attempt.n, "actions": list(attempt.actions)}
+        self.audit(run_id, subject, primary, "resolved", "verification", attempt.verification, extra=extra)
+        summary = f"resolved after {'+'.join(attempt.actions)} (attempt {attempt.n})"
+        self.queue(subject, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)], attempts)
+        self.doc(subject, primary, "verified: the issue cleared", "resolved")
+
+    def not_verified(self, run_id: str, subject: Subject, attempt, why: dict[str, Any], text: str) -> None:
+        """An attempt judged failed from fresh data: audited with what was still seen, shown."""
+        primary, extra = primary_action(attempt.actions), {"attempt": attempt.n, "actions": list(attempt.actions)}
+        self.audit(run_id, subject, primary, "failed", "verification", why, extra=extra)
+        self.doc(subject, primary, text, "failed")
+
+    def restored(self, run_id: str, subject: Subject, why: str, target: str, res) -> None:
+        """The outcome of one ``restore-load`` (the intent was audited before it ran)."""
+        result = "resolved" if res.ok else "failed"
+        extra = {"command": res.argv or res.command, "error": res.error}
+        self.audit(run_id, subject, "restore-load", result, "outcome", extra=extra)
+        self.doc(subject, "restore-load", why, result, res.command, target, error=res.error)
 
     def probes(self, probes) -> None:
         """Rule 7.3's direct smi probes, as ``snapshot-processes`` entries."""

@@ -17,6 +17,7 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     COMMAND_KEYS,
     ENGINE_PARAMS,
     PLACEHOLDERS,
+    SSH_PORT,
     Config,
     GpuConfig,
     LiteLLMConfig,
@@ -91,9 +92,7 @@ def read_config_text(path: Path) -> str:
         with open(path, "rb") as fh:
             raw = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
-        raise ConfigError(
-            f"config file not found: {path} (pass --config PATH or set GPUHEAL_CONFIG)"
-        ) from None
+        raise ConfigError(f"config file not found: {path} (pass --config PATH or set GPUHEAL_CONFIG)") from None
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
     if len(raw) > MAX_CONFIG_BYTES:
@@ -274,7 +273,8 @@ def _litellm_key(lite: dict[str, Any], path: str | None) -> str | None:
     import logging
 
     logging.getLogger("gpuheal").warning(
-        "litellm.api_key_env: %s is set neither in the environment nor in a .env file; using litellm.api_key (Lesson L4)",
+        "litellm.api_key_env: %s is set neither in the environment nor in a .env file; "
+        "using litellm.api_key (Lesson L4)",
         name,
     )
     return lite.get("api_key")
@@ -292,7 +292,7 @@ def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]
         rules.setdefault(rule_id, {}).update(params)
     if "vram_leak_mb_per_hour" in raw:
         rules.setdefault("vram-leak", {})["mb_per_hour"] = raw["vram_leak_mb_per_hour"]
-    leak = float(rules.get("vram-leak", {}).get("mb_per_hour", 300))
+    leak = float(rules["vram-leak"]["mb_per_hour"])  # defaults.yaml always has it (merged at load)
     commands = {k: split_command(raw[k]) for k in COMMAND_KEYS if k in raw}
     return GpuConfig(
         alias=raw["alias"],
@@ -305,7 +305,7 @@ def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]
         transport=raw.get("transport", "ssh"),
         name=raw.get("name"),
         ssh_user=raw.get("ssh_user"),
-        ssh_port=raw.get("ssh_port", 22),
+        ssh_port=raw.get("ssh_port", SSH_PORT),
         role=raw.get("role"),
         weight=raw.get("weight"),
         n_ctx=raw.get("n_ctx"),
@@ -335,9 +335,7 @@ def _validate_semantics(data: dict[str, Any]) -> None:
     for i, gpu in enumerate(data["gpus"]):
         alias = gpu["alias"]
         if alias in seen_alias:
-            raise ConfigError(
-                f"duplicate alias {alias!r} (also gpus[{seen_alias[alias]}])", f"gpus[{i}].alias"
-            )
+            raise ConfigError(f"duplicate alias {alias!r} (also gpus[{seen_alias[alias]}])", f"gpus[{i}].alias")
         if alias == "fleet":
             raise ConfigError("'fleet' is reserved for fleet-wide issues", f"gpus[{i}].alias")
         _check_gpu_slot(seen_gpu, data["gpus"], i)
@@ -353,8 +351,14 @@ def _validate_semantics(data: dict[str, Any]) -> None:
     defaults = _defaults()["rules"]
     check_section(data.get("rules"), defaults, "rules", common=ENGINE_PARAMS)
     for i, gpu in enumerate(data["gpus"]):
-        check_section(gpu.get("rules"), defaults, f"gpus[{i}].rules", common=ENGINE_PARAMS,
-                      inherited=data.get("rules") or {}, inherited_where="rules")
+        check_section(
+            gpu.get("rules"),
+            defaults,
+            f"gpus[{i}].rules",
+            common=ENGINE_PARAMS,
+            inherited=data.get("rules") or {},
+            inherited_where="rules",
+        )
 
 
 def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str, Any]], i: int) -> None:
@@ -419,10 +423,8 @@ def _check_placeholders(value: str | list[str], key_path: str) -> None:
         allowed = PLACEHOLDERS | ({"pid"} if key_path.endswith("kill_command") else set())
         unknown = names - allowed
         if unknown:
-            raise ConfigError(
-                f"unknown placeholder {{{sorted(unknown)[0]}}} (allowed: {' '.join('{' + n + '}' for n in sorted(allowed))})",
-                key_path,
-            )
+            shown = " ".join("{" + n + "}" for n in sorted(allowed))
+            raise ConfigError(f"unknown placeholder {{{sorted(unknown)[0]}}} (allowed: {shown})", key_path)
 
 
 # --------------------------------------------------------------------------- schema errors

@@ -16,6 +16,8 @@ from typing import Any
 # set them, and the defaults that give their types to the strict schema (config/params.py).
 ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1, "verify_within_s": 300}
 
+SSH_PORT = 22  # the SSH well-known port (RFC 4253): a protocol fact, not operator tuning
+
 PLACEHOLDERS = frozenset({"alias", "host", "endpoint"})
 COMMAND_KEYS = (
     "restart_command",
@@ -87,7 +89,7 @@ class GpuConfig:
     transport: str
     name: str | None = None
     ssh_user: str | None = None
-    ssh_port: int = 22
+    ssh_port: int = SSH_PORT
     role: str | None = None
     weight: float | None = None
     n_ctx: int | None = None

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 HOUR_S = 3600.0
+# LiteLLM restart times kept: circuit-breaker-status.json reads only the last ("last_reset")
+LITELLM_RESTARTS_KEPT = 50
 DAY_S = 86400.0
 ATTEMPT_KEEP_S = 8 * DAY_S  # settled attempts are kept this long (the weekly report reads them) ...
 MAX_ATTEMPTS_KEPT = 500  # ... and at most this many; open attempts are never dropped
@@ -290,6 +292,10 @@ class HealState:
         if escalation is not None:
             escalated[key] = escalation
         return replace(self, escalated=escalated)
+
+    def with_litellm_restart(self, at_s: float) -> HealState:
+        """One more LiteLLM restart; only the last :data:`LITELLM_RESTARTS_KEPT` are kept."""
+        return replace(self, litellm_restarts=(*self.litellm_restarts[-(LITELLM_RESTARTS_KEPT - 1) :], at_s))
 
     def with_mitigation(self, alias: str, mitigation: Mitigation | None) -> HealState:
         active = {k: v for k, v in self.active.items() if k != alias}

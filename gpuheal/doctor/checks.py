@@ -146,7 +146,7 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
     monitor = getattr(cfg, "monitor", None)
     if getattr(cfg, "prometheus", None) is None and monitor is not None and getattr(monitor, "url", None):
         yield Probe("monitor", "gpu-monitor", float(monitor.timeout_s), lambda: monitor_check(cfg))
-    deadline = float(cfg.probe.get("timeout_s", 5))
+    deadline = float(cfg.probe["timeout_s"])
     for g in cfg.gpus:
         yield Probe(g.alias, "llama-server /health", deadline, lambda g=g: health_check(g, deadline))
         yield Probe(g.alias, "llama-server /props", deadline, lambda g=g: props_check(cfg, g, deadline))
@@ -164,7 +164,7 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
             ),
         )
     if cfg.zulip.get("site"):
-        t = float(cfg.zulip.get("timeout_s", 10))
+        t = float(cfg.zulip["timeout_s"])
         yield Probe("zulip", "bot", t * 2, lambda: zulip_checks(ctx, t))
 
 
@@ -331,7 +331,7 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
         ]
     rows.append(Check("litellm", "admin key accepted", OK, f"/v1/model/info lists {len(deps)} deployments"))
     db = la.database_state(url, t)
-    ratio = float(cfg.heal.get("shed_rpm_ratio", 0.5))
+    ratio = float(cfg.heal["shed_rpm_ratio"])
     for g in builtin:
         rows.append(shedding_check(g, deps, db, ratio))
     return rows
@@ -477,7 +477,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
         places.setdefault(Target("local"), []).append(
             ("monitor", "heal.gpu_monitor_restart_command", argv, {"alias": "monitor", "host": "", "endpoint": ""})
         )
-    connect_s = float(cfg.heal.get("ssh_connect_timeout_s", 10))
+    connect_s = float(cfg.heal["ssh_connect_timeout_s"])
     for where, commands in places.items():
         aliases = sorted({a for g in cfg.gpus if Target.for_gpu(g, cfg.heal) == where for a in [g.alias]})
         label = aliases[0] if aliases else (commands[0][0] if commands else "local")

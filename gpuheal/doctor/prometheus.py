@@ -61,12 +61,16 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
         if missing:
             shown = ", ".join(missing[:SHOWN]) + (f" (+{len(missing) - SHOWN} more)" if len(missing) > SHOWN else "")
             if llama:
-                fix = "scrape each llama-server's /metrics (--metrics, with the api key); its instance label is the endpoint's host:port"
+                fix = (
+                    "scrape each llama-server's /metrics (--metrics, with the api key); "
+                    "its instance label is the endpoint's host:port"
+                )
             elif "." in name:
                 fix = "a trend needs two samples in the rule's window: wait for scrapes, or check the series exists"
             else:
                 fix = (
-                    f"each GPU needs a series with {matcher.host_label}=gpus[].host and {matcher.index_label}=gpus[].gpu_index "
+                    f"each GPU needs a series with {matcher.host_label}=gpus[].host and "
+                    f"{matcher.index_label}=gpus[].gpu_index "
                     "(or set prometheus.labels / prometheus.queries / prometheus.selector)"
                 )
             rows.append(Check(TARGET, check, FAIL if core else WARN, f"no fresh series for {shown}", fix))
@@ -79,5 +83,8 @@ def _fix(kind: str, cfg) -> str:
     return {
         "refused": "is Prometheus running at prometheus.url?",
         "timeout": "Prometheus is too slow for this query: raise prometheus.timeout_s or use a recording rule",
-        "oversized": f"raise prometheus.max_response_bytes ({cfg.prometheus.max_response_bytes}) or narrow prometheus.selector",
+        "oversized": (
+            f"raise prometheus.max_response_bytes ({cfg.prometheus.max_response_bytes}) "
+            "or narrow prometheus.selector"
+        ),
     }.get(kind, "prometheus.queries must be PromQL that returns an instant vector")

@@ -55,7 +55,8 @@ def render_bench(doc: dict[str, Any]) -> None:
         print_line(f"SKIPPED  {clean(s['gpu'])}: {clean(s['reason'])}", "dim")
     for issue in doc.get("issues", []):
         state = issue.get("state", "firing")
-        text = f"{str(issue.get('severity', '?')).upper():8} {clean(issue.get('gpu'))} {clean(issue.get('issue'))} ({state})"
+        severity = str(issue.get("severity", "?")).upper()
+        text = f"{severity:8} {clean(issue.get('gpu'))} {clean(issue.get('issue'))} ({state})"
         if issue.get("summary"):
             text += f": {clean(issue['summary'], 200)}"
         print_line(text, SEVERITY_STYLE.get(issue.get("severity")) if state == "firing" else "dim")

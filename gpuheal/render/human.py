@@ -115,7 +115,8 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
     )
     for issue in doc.get("issues", []):
         state = issue.get("state", "firing")
-        text = f"{issue['severity'].upper():8} {clean(issue['gpu'])} {issue['issue']} ({state}, since {issue.get('since', '?')})"
+        since = issue.get("since", "?")
+        text = f"{issue['severity'].upper():8} {clean(issue['gpu'])} {issue['issue']} ({state}, since {since})"
         summary = issue.get("summary")
         if summary:
             text += f": {clean(summary, 200)}"
@@ -140,6 +141,18 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
     for warning in doc.get("warnings", []):
         print_line(f"WARNING  {clean(warning, 300)}", "yellow")
     print_line(f"status: {status}", STATUS_STYLE.get(status))
+
+
+def render_heal(health: dict[str, Any], config_gpus: list[dict[str, Any]], apply: bool) -> None:
+    """``gpuheal heal`` for people: the health table and actions, then what dry-run and pauses mean."""
+    render_health(health, config_gpus)
+    if not apply and any(a["result"] == "planned" for a in health["actions"]):
+        print_line("dry-run: nothing was changed; run `gpuheal heal --apply` to act", "dim")
+    p = health.get("paused") or {}
+    if p.get("fleet"):
+        print_line(f"healing PAUSED for the fleet: {p['fleet'].get('reason')}", "yellow")
+    for alias, info in (p.get("gpus") or {}).items():
+        print_line(f"healing PAUSED for {alias}: {info.get('reason')}", "yellow")
 
 
 def fmt_requests(g: dict[str, Any]) -> str:

@@ -149,7 +149,8 @@ def _body(alert: dict[str, Any], now: datetime, folded: list[dict[str, Any]] | N
     else:
         lines += _escalated_body(alert, now, repeat_interval_h)
         if folded:
-            lines += ["", f"**Also open on {md(alert.get('gpu'), 64)} (folded into this alert while it is unreachable):**"]
+            gpu = md(alert.get("gpu"), 64)
+            lines += ["", f"**Also open on {gpu} (folded into this alert while it is unreachable):**"]
             for other in folded:
                 lines.append(_folded_line(other, now))
     return "\n".join(lines).rstrip() + "\n"
@@ -174,7 +175,8 @@ def _escalated_body(alert: dict[str, Any], now: datetime, repeat_interval_h: flo
         reminder = 0
     if reminder:
         out.append(
-            f"🔁 _Reminder {reminder}: still not resolved; repeated every {fmt_duration(repeat_interval_h * 3600)} while it stays so._"
+            f"🔁 _Reminder {reminder}: still not resolved; "
+            f"repeated every {fmt_duration(repeat_interval_h * 3600)} while it stays so._"
         )
         out.append("")
     out.append(_issue_line(alert, now, "open"))
@@ -200,7 +202,8 @@ def _resolved_body(alert: dict[str, Any], now: datetime) -> list[str]:
         at = now
     issue = md(alert.get("issue") or "-", 64)
     if since is not None:
-        out.append(f"**{issue}** resolved after {fmt_duration((at - since).total_seconds())} (open since {fmt_time(since)}).")
+        took = fmt_duration((at - since).total_seconds())
+        out.append(f"**{issue}** resolved after {took} (open since {fmt_time(since)}).")
     else:
         out.append(f"**{issue}** resolved at {fmt_time(at)}.")
     if alert.get("summary"):
@@ -320,7 +323,8 @@ def summary_markdown(doc: dict[str, Any]) -> str:
     for issue in issues:
         line = (
             f"- {md(issue.get('severity', '?'), 16)} · **{md(issue.get('gpu'), 64)}** "
-            f"{md(issue.get('issue'), 64)} ({md(issue.get('state', 'firing'), 16)}, since {fmt_time(issue.get('since'))})"
+            f"{md(issue.get('issue'), 64)} ({md(issue.get('state', 'firing'), 16)}, "
+            f"since {fmt_time(issue.get('since'))})"
         )
         if issue.get("attempts"):
             line += f" — {issue['attempts']} attempt(s)"
@@ -331,7 +335,8 @@ def summary_markdown(doc: dict[str, Any]) -> str:
         lines.append(f"\n⏸ Healing paused fleet-wide: {md(doc['fleet_paused'], 160)}")
     alerts = doc.get("alerts") or {}
     lines.append("")
-    lines.append(f"**Alerts queued:** {alerts.get('queued', 0)}" + (f" (last delivery error: {md(alerts['last_error'], 160)})" if alerts.get("last_error") else ""))
+    error = f" (last delivery error: {md(alerts['last_error'], 160)})" if alerts.get("last_error") else ""
+    lines.append(f"**Alerts queued:** {alerts.get('queued', 0)}{error}")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -367,7 +372,11 @@ def render_summary(doc: dict[str, Any]) -> None:
         rows,
     )
     for issue in doc.get("issues") or []:
-        text = f"{str(issue.get('severity', '?')).upper():8} {clean(issue.get('gpu'))} {clean(issue.get('issue'))} ({clean(issue.get('state', 'firing'))}, since {clean(issue.get('since'))})"
+        severity, state = str(issue.get("severity", "?")).upper(), clean(issue.get("state", "firing"))
+        text = (
+            f"{severity:8} {clean(issue.get('gpu'))} {clean(issue.get('issue'))} "
+            f"({state}, since {clean(issue.get('since'))})"
+        )
         if issue.get("attempts"):
             text += f", {issue['attempts']} attempt(s)"
         if issue.get("escalated"):

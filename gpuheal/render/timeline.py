@@ -31,11 +31,11 @@ def timeline_lines(doc: dict[str, Any]) -> list[tuple[str, str | None]]:
                 style,
             )
         )
-    lines.append((f"fired: {doc['fired']} · resolved: {doc['resolved']} · open at end: {len(doc['open_at_end'])}", "bold"))
+    totals = f"fired: {doc['fired']} · resolved: {doc['resolved']} · open at end: {len(doc['open_at_end'])}"
+    lines.append((totals, "bold"))
     for issue in doc["open_at_end"]:
-        lines.append(
-            (f"  open: {issue['severity']:8} {clean(issue['gpu'])} {issue['issue']} ({issue['state']} since {issue['since']})", None)
-        )
+        where = f"{clean(issue['gpu'])} {issue['issue']}"
+        lines.append((f"  open: {issue['severity']:8} {where} ({issue['state']} since {issue['since']})", None))
     return lines
 
 

@@ -35,7 +35,10 @@ def render_trend(doc: dict[str, Any], history, now_s: float, cfg) -> None:
                 (vram_spark or "-", None),
                 (fmt_num(trend["current_mb"], " MB"), None),
                 (f"{fmt_num(rate, '', 1)} / {threshold:g}", "bold red" if leak else None),
-                (fmt_num(full, " h", 1) if full is not None else "-", "yellow" if full is not None and full < 24 else None),
+                (
+                    fmt_num(full, " h", 1) if full is not None else "-",
+                    "yellow" if full is not None and full < 24 else None,
+                ),
                 (f"{trend['samples']} / {trend['span_h']:g} h", None),
                 (fmt_num(doc["temp_c"][alias], "°C"), None),
                 (fmt_num(rise, "", 2), "yellow" if rise is not None and rise > 2 else None),

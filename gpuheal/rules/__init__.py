@@ -89,7 +89,9 @@ def build_registry(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
             or inhibits in INHIBIT_KINDS
             or (isinstance(inhibits, frozenset) and inhibits and inhibits <= set(KNOWN_IDS) and rule_id not in inhibits)
         ):
-            raise RuleRegistryError(f"{name}: INHIBITS must be one of {INHIBIT_KINDS} or a frozenset of other issue ids")
+            raise RuleRegistryError(
+                f"{name}: INHIBITS must be one of {INHIBIT_KINDS} or a frozenset of other issue ids"
+            )
         if not callable(getattr(module, "detect", None)):
             raise RuleRegistryError(f"{name}: no detect(view, subject, params)")
         seen[rule_id] = module

@@ -1,6 +1,6 @@
-"""Rule 7: GPU data source unreachable — gpu-monitor (or Prometheus, when it is the source) unusable (refused, timeout, oversized per
-L5, invalid, HTTP error) for more than 2 consecutive polls (fires on the 3rd; one bad poll is a
-fault, not an issue). gpu ``fleet``.
+"""Rule 7: GPU data source unreachable — gpu-monitor (or Prometheus, when it is the source)
+unusable (refused, timeout, oversized per L5, invalid, HTTP error) for more than 2 consecutive polls
+(fires on the 3rd; one bad poll is a fault, not an issue). gpu ``fleet``.
 
 The sidecar half of Rule 7 is ``host-unreachable`` (one issue per GPU). While firing it inhibits
 the monitor-fed rules: their issues are frozen and hidden — not known, neither healthy nor hot.

@@ -234,7 +234,9 @@ def _chat(base: str, api_key: str | None, prompt: str, n_predict: int, deadline_
     return _measured_request(base, "/v1/chat/completions", API_CHAT, api_key, payload, deadline_s)
 
 
-def _measured_request(base: str, path: str, api: str, api_key: str | None, payload: dict[str, Any], deadline_s: float) -> BenchOutcome:
+def _measured_request(
+    base: str, path: str, api: str, api_key: str | None, payload: dict[str, Any], deadline_s: float
+) -> BenchOutcome:
     """POST one measured request and read its ``timings`` (formats.md §1.7). The token count
     falls back to ``tokens_predicted`` (/completion) or ``usage.completion_tokens`` (chat); a chat
     answer's ``model`` only echoes what the client sent, so it is not evidence."""

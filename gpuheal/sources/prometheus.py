@@ -118,7 +118,8 @@ def parse_vector(status: int, body: bytes) -> tuple[list[tuple[dict[str, str], A
         return None, "invalid", "the answer is not a JSON object"
     if doc.get("status") != "success":
         what = f"{_printable(str(doc.get('errorType')))[:40]}: {_printable(str(doc.get('error')))[:160]}"
-        return None, (f"http-{status:03d}" if status != 200 else "invalid"), f"status {_printable(str(doc.get('status')))[:20]}, {what}"
+        fault = f"http-{status:03d}" if status != 200 else "invalid"
+        return None, fault, f"status {_printable(str(doc.get('status')))[:20]}, {what}"
     if status != 200:
         return None, f"http-{status:03d}", "status success on a non-200 answer"
     data = doc.get("data")
@@ -337,7 +338,8 @@ def _trend_windows(cfg: Config) -> list[tuple[str, str, float, bool, list[float]
         spans = sorted({float(vram[k]) * 3600 for k in ("min_span_h", "recover_span_h") if vram.get(k)})
         out.append(("vram", "vram_series", float(vram["window_h"]) * 3600, True, spans))
     if rise.get("window_s"):
-        spans = sorted({float(r[k]) for r in (rise, cfg.rules.get("thermal-rising", {})) for k in ("min_span_s",) if r.get(k)})
+        rules = (rise, cfg.rules.get("thermal-rising", {}))
+        spans = sorted({float(r[k]) for r in rules for k in ("min_span_s",) if r.get(k)})
         out.append(("temp", "temp_series", float(rise["window_s"]), False, spans))
     return out
 
@@ -378,7 +380,8 @@ def merge_faults(faults: list[DataFault]) -> list[DataFault]:
         groups.setdefault((f.fault, cause), []).append(name)
     out = []
     for (kind, cause), names in groups.items():
-        who = names[0] if len(names) == 1 else f"{len(names)} queries ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        more = ", ..." if len(names) > 3 else ""
+        who = names[0] if len(names) == 1 else f"{len(names)} queries ({', '.join(names[:3])}{more})"
         out.append(DataFault(SOURCE, kind, f"{who}: {cause}"))
     return out
 

@@ -138,7 +138,9 @@ class History:
             target["endpoint"].append(bad[-1] if bad else states[-1])
 
     # ------------------------------------------------------------------ queries
-    def series(self, alias: str, metric: str, since_s: float | None = None, coarse: bool = False) -> list[tuple[float, float]]:
+    def series(
+        self, alias: str, metric: str, since_s: float | None = None, coarse: bool = False
+    ) -> list[tuple[float, float]]:
         """(t, value) pairs with known values, oldest first; ``coarse`` prepends the old buckets."""
         out: list[tuple[float, float]] = []
         blocks = [self.coarse.get(alias), self.raw.get(alias)] if coarse else [self.raw.get(alias)]
@@ -158,9 +160,7 @@ def _valid_columns(cols: Any) -> bool:
     if not isinstance(cols, dict) or not all(isinstance(cols.get(c), list) for c in COLUMNS):
         return False
     n = len(cols["t"])
-    return all(len(cols[c]) == n for c in COLUMNS) and all(
-        _number_or_none(t) is not None for t in cols["t"]
-    )
+    return all(len(cols[c]) == n for c in COLUMNS) and all(_number_or_none(t) is not None for t in cols["t"])
 
 
 # --------------------------------------------------------------------------- packed columns

@@ -274,9 +274,9 @@ def regression_document(cfg: Config, data: dict[str, Any], now_s: float) -> dict
             data,
             g.alias,
             base,
-            drop_ratio=float(params.get("drop_ratio", 0.2)),
-            min_results=int(params.get("min_results", 3)),
-            recovered_within_ratio=float(params.get("recovered_within_ratio", 0.1)),
+            drop_ratio=float(params["drop_ratio"]),
+            min_results=int(params["min_results"]),
+            recovered_within_ratio=float(params["recovered_within_ratio"]),
             since_s=now_s - float(params["max_age_h"]) * 3600 if params.get("max_age_h") else None,
         )
         alerts: list[dict[str, Any]] = []

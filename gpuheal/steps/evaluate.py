@@ -78,7 +78,7 @@ def evaluate_poll(
     Mutates ``book`` (and nothing else)."""
     if obs is not None:
         weighted = frozenset(g.alias for g in cfg.gpus if g.weight is not None)
-        keep_s = float(cfg.rules.get("workload-misrouted", {}).get("window_s", 3600))
+        keep_s = float(cfg.rules["workload-misrouted"]["window_s"])
         remember(book.setdefault("memory", {}), obs, cfg.aliases, weighted, keep_s)
         remember_decode(book["memory"], obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
     view = FleetView(cfg, now_s, obs, history, bench, book.setdefault("memory", {}), restarts)

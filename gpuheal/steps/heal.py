@@ -2,14 +2,15 @@
 
 Dry-run by default: without ``--apply`` the plan is printed (what, where, why, the exact command)
 and the heal state, the audit trail and the alert queue are not touched. With ``--apply`` each
-run, in order:
+run, in order (:meth:`Heal.run`, and the methods below it in the same order):
 
 1. judges the open attempts of earlier runs from this run's fresh data (:mod:`gpuheal.core.verify`:
    resolved when the issue cleared, failed when its window passed, superseded by a new occurrence);
 2. plans the firing issues with every guard (:mod:`gpuheal.core.plan`);
 3. executes each ``act`` item (:mod:`gpuheal.actions.execute`), escalates the rest;
 4. undoes load-side mitigations of GPUs that stayed cool (``restore-load``);
-5. queues "resolved" alerts, and the All Clear on every Nth clean cycle.
+5. probes GPUs directly while gpu-monitor is down (Rule 7.3);
+6. counts the clean cycle (the All Clear on every Nth) and saves.
 
 The decisions are the pure core's; this module loads, calls the core, performs what it returns,
 records it (:mod:`gpuheal.actions.record`) and saves.
@@ -31,6 +32,10 @@ from gpuheal.core.plan import PlanItem, plan, resolve_action
 from gpuheal.state import files
 
 DSU = ("fleet", "data-source-unreachable")
+FAILED_VERIFICATION = {
+    verify.WINDOW_PASSED: "verification window passed, issue still open",
+    verify.STILL_BROKEN: "still broken at the first poll that could judge it (past the startup grace)",
+}
 
 
 class Heal:
@@ -49,24 +54,13 @@ class Heal:
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
 
-        if gpu_filter and gpu_filter not in self.cfg.aliases and gpu_filter != "fleet":
-            from gpuheal.errors import GpuhealError
-
-            raise GpuhealError(f"--gpu {gpu_filter!r}: no such alias (known: {', '.join(self.cfg.aliases)})")
-        smi = self.cfg.monitor is None and self.cfg.prometheus is None
-        shared = self.effects.transports() if smi else None  # smi sensing over SSH: one login per host
-        try:
-            result = check.run(self.cfg, self.store, self.now, transports=shared)
-        except BaseException:
-            self.effects.close()
-            raise
+        result = self._check(gpu_filter)
         open_now = {(i["gpu"], i["issue"]): i for i in result.issues}
         # An inhibited issue (model-stuck while gpu-monitor is down) is still open, only hidden:
         # never judged resolved on the absence of data, and a hidden thermal issue keeps the load shed.
         hidden = {(i["gpu"], i["issue"]): i for i in result.evaluation.inhibited}
         still_open = {**hidden, **open_now}
-        health = dict(result.health)
-        acted = False
+        health, acted = dict(result.health), False
         try:
             if self.apply:
                 self._judge_attempts(still_open, set(hidden))
@@ -76,12 +70,7 @@ class Heal:
             if self.apply:
                 acted |= self._undo_mitigations(set(still_open), gpu_filter)
                 if DSU in open_now:  # Rule 7.3: not blind while gpu-monitor is down
-                    from gpuheal.actions.smi_probe import fill, probe_all
-
-                    probes = probe_all(self.cfg, self.effects.run, self.secrets, gpu_filter)
-                    for p in probes:
-                        fill(health, p)
-                    self.rec.probes(probes)
+                    self._probe_directly(health, gpu_filter)
         finally:
             self.effects.close()
         if self.apply:
@@ -95,6 +84,20 @@ class Heal:
         self.warnings = list(result.obs.warnings)
         return health
 
+    def _check(self, gpu_filter: str | None):
+        """This run's fresh data: ``check``'s poll (smi sensing over SSH shares the run's logins)."""
+        from gpuheal.errors import GpuhealError
+        from gpuheal.steps import check
+
+        if gpu_filter and gpu_filter not in self.cfg.aliases and gpu_filter != "fleet":
+            raise GpuhealError(f"--gpu {gpu_filter!r}: no such alias (known: {', '.join(self.cfg.aliases)})")
+        smi = self.cfg.monitor is None and self.cfg.prometheus is None
+        try:
+            return check.run(self.cfg, self.store, self.now, transports=self.effects.transports() if smi else None)
+        except BaseException:
+            self.effects.close()
+            raise
+
     # ------------------------------------------------------------------ 1. judge earlier attempts
     def _judge_attempts(self, still_open: dict, hidden: set) -> None:
         for attempt in list(self.state.attempts.values()):
@@ -102,27 +105,15 @@ class Heal:
             event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, self.now_s)
             if event is None:
                 continue
+            found = verify.resolution(attempt, self.now_s) if event == verify.ISSUE_CLEARED else None
+            attempt = verify.transition(attempt, event, self.now_s, found)
             subject = Subject(attempt.gpu, attempt.issue, attempt.since, (issue or {}).get("detected") or {})
-            primary, extra = primary_action(attempt.actions), {"attempt": attempt.n, "actions": list(attempt.actions)}
             if event == verify.ISSUE_CLEARED:
-                attempt = verify.transition(attempt, event, self.now_s, verify.resolution(attempt, self.now_s))
-                run_id = attempt.run_id or self._run_id()
-                self.rec.audit(run_id, subject, primary, "resolved", "verification", attempt.verification, extra=extra)
-                summary = f"resolved after {'+'.join(attempt.actions)} (attempt {attempt.n})"
-                self._queue(subject, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)])
-                self.rec.doc(subject, primary, "verified: the issue cleared", "resolved")
-            elif event in (verify.WINDOW_PASSED, verify.STILL_BROKEN):
-                attempt = verify.transition(attempt, event, self.now_s)
+                self.rec.verified(attempt.run_id or self._run_id(), subject, attempt, self._attempts(subject))
+            elif event in FAILED_VERIFICATION:  # (superseded: the new occurrence gets attempts of its own)
                 why = {"still_open_after_s": verify.open_for_s(attempt, self.now_s), "detected": issue.get("detected")}
-                self.rec.audit(
-                    attempt.run_id or self._run_id(), subject, primary, "failed", "verification", why, extra=extra
-                )
-                text = "verification window passed, issue still open"
-                if event == verify.STILL_BROKEN:
-                    text = "still broken at the first poll that could judge it (past the startup grace)"
-                self.rec.doc(subject, primary, text, "failed")
-            else:
-                attempt = verify.transition(attempt, event, self.now_s)
+                text = FAILED_VERIFICATION[event]
+                self.rec.not_verified(attempt.run_id or self._run_id(), subject, attempt, why, text)
             self.state = self.state.with_attempt(attempt)
 
     def _settle_escalations(self, still_open: set) -> None:
@@ -175,22 +166,19 @@ class Heal:
             return
         run_id = self._run_id()
         params = self.cfg.rule_params(item.issue, item.gpu if item.gpu in self.cfg.aliases else None)
-        attempt = verify.reserve(
-            item, now_s=self.now_s, verify_within_s=float(params["verify_within_s"]), run_id=run_id
-        )
+        within_s = float(params["verify_within_s"])
+        attempt = verify.reserve(item, now_s=self.now_s, verify_within_s=within_s, run_id=run_id)
         # Reserved and saved before anything runs: a kill after this line never repeats it.
         self.state = verify.book(self.state, attempt, item.restarts, self.now_s)
         self._save()
         extra = {"attempt": item.attempt_no, "actions": item.actions}
-        commands = [describe(s, item.gpu, self.cfg) for s in item.steps]
-        self.rec.audit(run_id, subject, primary_action(item.actions), "pending", "intent", None, False,
-                       {**extra, "commands": commands})  # fmt: skip
+        self.rec.intent(run_id, subject, item.actions, extra, [describe(s, item.gpu, self.cfg) for s in item.steps])
         if item.alert_now:
             self._queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
         ex = run_item(item, self.cfg, self.effects.run, self.effects.verify, self.secrets, self.effects.litellm)
         self.rec.step_docs(subject, item.reason, ex)
         if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
-            self.state = replace(self.state, litellm_restarts=(*self.state.litellm_restarts[-49:], self.now_s))
+            self.state = self.state.with_litellm_restart(self.now_s)
         self.state = verify.note_restore(self.state, item.gpu, [s.effect for s in ex.steps if s.ok and s.effect])
         attempt = verify.transition(attempt, verify.EXECUTION_EVENT[ex.result], self.now_s, ex.verification)
         self.state = self.state.with_attempt(attempt)
@@ -207,10 +195,7 @@ class Heal:
         if hold:
             key = f"{subject.gpu}/{subject.issue}"
             self.state = self.state.with_escalation(key, Escalation(self.now_s, reason, subject.since))
-        extra = {"reason": reason, "tried": tried}
-        self.rec.audit(run_id, subject, "alert", "escalated", "outcome", escalated=True, extra=extra)
-        self._queue(subject, "escalated", reason, run_id, tried)
-        self.rec.doc(subject, "alert", reason, "escalated")
+        self.rec.escalated(run_id, subject, reason, tried, self._attempts(subject))
 
     # ------------------------------------------------------------------ 4. undo mitigations
     def _undo_mitigations(self, still_open: set, gpu_filter: str | None) -> bool:
@@ -220,40 +205,57 @@ class Heal:
         acted = False
         for r in due:
             subject, m = Subject(r.alias, r.mitigation.issue), r.mitigation
-            step = resolve_action("restore-load", r.alias, self.cfg)
+            step = self._restore_step(subject, m)
             if step is None:
-                self.rec.doc(subject, "restore-load", "GPU cooled down; no restore_load_command configured", "planned")
                 continue
-            if isinstance(step, LiteLLMUpdate):
-                if m.restore is None:  # the built-in shed never changed LiteLLM: nothing to put back
-                    self.rec.doc(subject, "restore-load", "GPU cooled down; LiteLLM was never changed", "resolved")
-                    continue
-                step = replace(step, model_id=m.restore[0], field=m.restore[1], value=m.restore[2])
             why, run_id, acted = f"GPU cooled down: undo {', '.join(m.actions)}", self._run_id(), True
             self.rec.audit(run_id, subject, "restore-load", "pending", "intent")
             res = self.effects.perform(step, r.alias, self.secrets)
-            result = "resolved" if res.ok else "failed"
-            extra = {"command": res.argv or res.command, "error": res.error}
-            self.rec.audit(run_id, subject, "restore-load", result, "outcome", extra=extra)
-            self.rec.doc(subject, "restore-load", why, result, res.command, step.target, error=res.error)
-            if res.ok:
-                continue
-            # A GPU left at reduced load quietly costs capacity: retry next run, and after
-            # max_failed_verifications failures tell the humans instead.
-            failures = m.restore_failures + 1
-            if failures < int(self.cfg.heal["max_failed_verifications"]):
-                self.state = self.state.with_mitigation(r.alias, replace(m, restore_failures=failures))
-                continue
-            reason = f"could not restore the load on {r.alias} after {failures} tries ({res.error}); it still runs shed"
-            self._escalate(subject, reason, [f"restore-load × {failures}"], run_id, hold=False)
+            self.rec.restored(run_id, subject, why, step.target, res)
+            if not res.ok:
+                self._restore_failed(subject, m, res.error, run_id)
         return acted
+
+    def _restore_step(self, subject: Subject, m):
+        """The action that puts the load back, or ``None`` (and why, shown) when there is none."""
+        step = resolve_action("restore-load", subject.gpu, self.cfg)
+        if step is None:
+            self.rec.doc(subject, "restore-load", "GPU cooled down; no restore_load_command configured", "planned")
+            return None
+        if not isinstance(step, LiteLLMUpdate):
+            return step
+        if m.restore is None:  # the built-in shed never changed LiteLLM: nothing to put back
+            self.rec.doc(subject, "restore-load", "GPU cooled down; LiteLLM was never changed", "resolved")
+            return None
+        return replace(step, model_id=m.restore[0], field=m.restore[1], value=m.restore[2])
+
+    def _restore_failed(self, subject: Subject, m, error: str | None, run_id: str) -> None:
+        """A GPU left at reduced load quietly costs capacity: retry next run, and after
+        ``max_failed_verifications`` failures tell the humans instead."""
+        failures = m.restore_failures + 1
+        if failures < int(self.cfg.heal["max_failed_verifications"]):
+            self.state = self.state.with_mitigation(subject.gpu, replace(m, restore_failures=failures))
+            return
+        reason = f"could not restore the load on {subject.gpu} after {failures} tries ({error}); it still runs shed"
+        self._escalate(subject, reason, [f"restore-load × {failures}"], run_id, hold=False)
+
+    # ------------------------------------------------------------------ 5. probe while blind
+    def _probe_directly(self, health: dict[str, Any], gpu_filter: str | None) -> None:
+        from gpuheal.actions.smi_probe import fill, probe_all
+
+        probes = probe_all(self.cfg, self.effects.run, self.secrets, gpu_filter)
+        for p in probes:
+            fill(health, p)
+        self.rec.probes(probes)
 
     # ------------------------------------------------------------------ helpers
     def _queue(
         self, subject: Subject, kind: str, summary: str, run_id: str | None, tried: list[str] | None = None
     ) -> None:
-        attempts = len(self.state.attempts_for(subject.gpu, subject.issue, subject.since))
-        self.rec.queue(subject, kind, summary, run_id, tried or [], attempts)
+        self.rec.queue(subject, kind, summary, run_id, tried or [], self._attempts(subject))
+
+    def _attempts(self, subject: Subject) -> int:
+        return len(self.state.attempts_for(subject.gpu, subject.issue, subject.since))
 
     def _tried(self, subject: Subject) -> list[str]:
         return self.state.tried(subject.gpu, subject.issue, subject.since)
@@ -268,27 +270,20 @@ class Heal:
 
 def command(rt, store, apply: bool = False, gpu: str | None = None, issue: str | None = None, clear: str | None = None):
     from gpuheal import exit_codes
+    from gpuheal.render.human import render_heal
     from gpuheal.runtime import CommandResult
+    from gpuheal.steps.check import config_rows
 
     heal = Heal(rt.cfg, store, rt.now, apply)
     if clear:
         _clear(heal, clear)
     health = heal.run(gpu, issue)
-
-    def render() -> None:
-        from gpuheal.render.human import print_line, render_health
-        from gpuheal.steps.check import config_rows
-
-        render_health(health, config_rows(rt.cfg))
-        if not apply and any(a["result"] == "planned" for a in health["actions"]):
-            print_line("dry-run: nothing was changed; run `gpuheal heal --apply` to act", "dim")
-        p = health.get("paused") or {}
-        if p.get("fleet"):
-            print_line(f"healing PAUSED for the fleet: {p['fleet'].get('reason')}", "yellow")
-        for alias, info in (p.get("gpus") or {}).items():
-            print_line(f"healing PAUSED for {alias}: {info.get('reason')}", "yellow")
-
-    return CommandResult(health, exit_codes.BY_STATUS[health["status"]], render, warnings=heal.warnings)
+    return CommandResult(
+        health,
+        exit_codes.BY_STATUS[health["status"]],
+        lambda: render_heal(health, config_rows(rt.cfg), apply),
+        warnings=heal.warnings,
+    )
 
 
 def _clear(heal: Heal, target: str) -> None:
