@@ -42,59 +42,16 @@ import logging
 import time
 from typing import Any
 
-from gpuheal.clock import format_epoch
 from gpuheal.core import alerts as core
 from gpuheal.core.alerts import HOST_UNREACHABLE, Message
+from gpuheal.render.escalate import epoch_text, message_entry, queued_entries
 from gpuheal.state import files
 
 log = logging.getLogger("gpuheal")
 
 SHORT_RETRY_S = 2.0  # a 429 asking for at most this long is waited out once inside the run
+RETRY_WITHOUT_HINT_S = 60.0  # a 429 without retry-after: hold the queue a minute (Zulip's usual window)
 _sleep = time.sleep  # tests replace it
-
-
-# --------------------------------------------------------------------------- the command
-
-
-def _msg_doc(msg: Message, title: str, message_id: int | None = None) -> dict[str, Any]:
-    a = msg.alert
-    return {
-        "fingerprint": a["fingerprint"],
-        "gpu": a.get("gpu"),
-        "issue": a.get("issue"),
-        "kind": a.get("kind"),
-        "reminder": core.as_int(a.get("reminder")),
-        "title": title,
-        "message_id": message_id,
-        "folded": [f["fingerprint"] for f in msg.folded],
-    }
-
-
-def _queued_doc(data: dict[str, Any]) -> list[dict[str, Any]]:
-    out = []
-    for a in data["queue"]:
-        d = a.get("delivery") if isinstance(a.get("delivery"), dict) else {}
-        nb = d.get("not_before")
-        out.append(
-            {
-                "fingerprint": a["fingerprint"],
-                "gpu": a.get("gpu"),
-                "issue": a.get("issue"),
-                "kind": a.get("kind"),
-                "reminder": core.as_int(a.get("reminder")),
-                "tries": core.as_int(d.get("tries")),
-                "last_error": d.get("last_error"),
-                "not_before": _iso(core.as_time(nb)) if core.as_time(nb) is not None else None,
-            }
-        )
-    return out
-
-
-def _iso(epoch: float) -> str:
-    try:
-        return format_epoch(epoch)
-    except (OverflowError, OSError, ValueError):  # a year beyond 9999 in a damaged queue
-        return "?"
 
 
 def load_alerts(store) -> dict[str, Any]:
@@ -102,81 +59,97 @@ def load_alerts(store) -> dict[str, Any]:
 
 
 def command(rt, store, dry_run: bool = False, post=None):
-    """CLI adapter. ``post`` replaces the HTTP transport in unit tests."""
+    """CLI adapter: the run in the module docstring's order. ``post`` replaces the HTTP transport
+    in unit tests."""
     from gpuheal import exit_codes, zulip
-    from gpuheal.redact import redact, redact_text
-    from gpuheal.render.report import alert_content, alert_title
     from gpuheal.runtime import CommandResult
 
-    cfg = rt.cfg
     now_s = rt.now.timestamp()
-    zcfg = cfg.zulip
-    secrets = zulip.secrets_for(cfg)
+    secrets = zulip.secrets_for(rt.cfg)
     doc: dict[str, Any] = dict(dry_run=dry_run, sent=[], would_send=[], absorbed=[], dropped=[], queued=[],
                                error=None, knowledge_graph=None)  # fmt: skip
-    warnings: list[str] = []
-    if not dry_run:
-        from gpuheal import kg
-
-        kg_summary = kg.sync(cfg, store, rt.now, secrets)
-        warnings += kg_summary.pop("warnings")
-        doc["knowledge_graph"] = kg_summary
-
+    warnings = [] if dry_run else _sync_knowledge_graph(rt, store, secrets, doc)
     data = load_alerts(store)
     before = json.dumps(data, sort_keys=True, default=str)
     if dry_run:
         data = copy.deepcopy(data)
-    health = store.read_raw(files.GPU_HEALTH)
-    open_keys = core.open_issue_keys(health)
-    interval_s = float(zcfg["repeat_interval_h"]) * 3600.0
-    data["queue"].extend(core.due_reminders(data, open_keys, now_s, interval_s))
+    open_keys = core.open_issue_keys(store.read_raw(files.GPU_HEALTH))
+    out = _Outbox(rt, secrets)
+    data["queue"].extend(core.due_reminders(data, open_keys, now_s, out.interval_s))
     messages, absorbed, duplicates = core.fold(data, open_keys)
-    stream = str(zcfg["stream"])
-    topic = zulip.fit_topic(str(zcfg["topic"]))
-
     _settle(doc, data, duplicates, absorbed, now_s, secrets, dry_run)
-    host_aliases = {g.host: g.alias for g in cfg.gpus}
-
-    def render_msg(msg: Message) -> tuple[str, str]:
-        title = redact_text(alert_title(msg.alert), secrets)
-        content = alert_content(
-            msg.alert,
-            rt.now,
-            folded=msg.folded + msg.mentioned,
-            repeat_interval_h=interval_s / 3600.0,
-            host_aliases=host_aliases,
-        )
-        return title, zulip.fit_content(redact_text(content, secrets))
-
     error: dict[str, Any] | None = None
     if dry_run:
-        _preview(doc, messages, render_msg, stream, topic, now_s)
+        _preview(doc, messages, out, now_s)
     elif messages:
-        creds, error = _credentials(cfg)
-        if error is not None:
-            core.note_failure([a for m in messages for a in m.members], now_s, error["detail"])
-        else:
-            where = (zcfg["site"], creds, stream, topic)
-            error = _deliver(rt, store, data, messages, open_keys, where, render_msg, doc, post, secrets)
-
+        error = _send(rt, store, data, messages, open_keys, out, doc, post)
     if not dry_run:
         core.prune_sent(data, open_keys, now_s)
         if json.dumps(data, sort_keys=True, default=str) != before:  # cron runs this every minute
-            store.write(files.ALERTS, redact(data, secrets))
-    doc["queued"] = _queued_doc(data)
+            store.write(files.ALERTS, out.redacted(data))
+    doc["queued"] = queued_entries(data)
     if error is not None:
-        n = len(data["queue"])
-        error["detail"] = redact_text(error["detail"], secrets)
-        doc["error"] = error
-        log.error("escalate: %s; %d alert(s) stay queued", error["detail"], n)
+        _report_error(doc, error, len(data["queue"]), secrets)
     code = exit_codes.OK if dry_run or not data["queue"] else exit_codes.ATTENTION
 
     def render() -> None:
         from gpuheal.render.escalate import render_escalate
 
-        render_escalate(doc, stream, topic)
+        render_escalate(doc, out.stream, out.topic)
 
     return CommandResult(document=doc, exit_code=code, render=render, warnings=warnings)
+
+
+def _sync_knowledge_graph(rt, store, secrets, doc: dict[str, Any]) -> list[str]:
+    """Step 1: the knowledge graph catches up with the audit trail; its warnings are the run's."""
+    from gpuheal import kg
+
+    summary = kg.sync(rt.cfg, store, rt.now, secrets)
+    warnings = summary.pop("warnings")
+    doc["knowledge_graph"] = summary
+    return warnings
+
+
+class _Outbox:
+    """Where and how messages go: the stream and topic, each alert rendered and redacted."""
+
+    def __init__(self, rt, secrets) -> None:
+        from gpuheal import zulip
+
+        self.now, self.cfg, self.secrets = rt.now, rt.cfg, secrets
+        self.interval_s = float(rt.cfg.zulip["repeat_interval_h"]) * 3600.0
+        self.stream = str(rt.cfg.zulip["stream"])
+        self.topic = zulip.fit_topic(str(rt.cfg.zulip["topic"]))
+        self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
+
+    def render(self, msg: Message) -> tuple[str, str]:
+        """(title, content) of one message, secrets redacted, content fitted to Zulip's limit."""
+        from gpuheal import zulip
+        from gpuheal.redact import redact_text
+        from gpuheal.render.report import alert_content, alert_title
+
+        title = redact_text(alert_title(msg.alert), self.secrets)
+        content = alert_content(
+            msg.alert,
+            self.now,
+            folded=msg.folded + msg.mentioned,
+            repeat_interval_h=self.interval_s / 3600.0,
+            host_aliases=self.host_aliases,
+        )
+        return title, zulip.fit_content(redact_text(content, self.secrets))
+
+    def redacted(self, value: Any) -> Any:
+        from gpuheal.redact import redact
+
+        return redact(value, self.secrets)
+
+
+def _report_error(doc: dict[str, Any], error: dict[str, Any], queued: int, secrets) -> None:
+    from gpuheal.redact import redact_text
+
+    error["detail"] = redact_text(error["detail"], secrets)
+    doc["error"] = error
+    log.error("escalate: %s; %d alert(s) stay queued", error["detail"], queued)
 
 
 def _settle(doc, data, duplicates, absorbed, now_s: float, secrets, dry_run: bool) -> None:
@@ -195,14 +168,14 @@ def _settle(doc, data, duplicates, absorbed, now_s: float, secrets, dry_run: boo
     core.remove_from_queue(data, [a for a, _ in absorbed])
 
 
-def _preview(doc, messages, render_msg, stream: str, topic: str, now_s: float) -> None:
+def _preview(doc, messages, out: _Outbox, now_s: float) -> None:
     """``--dry-run``: each message as it would be sent, and when."""
     for msg in messages:
-        title, content = render_msg(msg)
-        entry = _msg_doc(msg, title)
-        entry.update(topic=msg.alert.get("topic") or topic, stream=stream, content=content)
+        title, content = out.render(msg)
+        entry = message_entry(msg, title)
+        entry.update(topic=msg.alert.get("topic") or out.topic, stream=out.stream, content=content)
         nb = core.not_before(msg.alert)
-        entry["not_before"] = _iso(nb) if nb > now_s else None
+        entry["not_before"] = epoch_text(nb) if nb > now_s else None
         doc["would_send"].append(entry)
 
 
@@ -218,14 +191,16 @@ def _credentials(cfg) -> tuple[Any, dict[str, Any] | None]:
         return None, {"kind": "no-credentials", "detail": str(exc)}
 
 
-def _deliver(rt, store, data, messages, open_keys, where, render_msg, doc, post, secrets) -> dict[str, Any] | None:
-    """Send in order; stop at the first failure. Returns the error (or None)."""
-    from gpuheal import zulip
-    from gpuheal.redact import redact
+def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict[str, Any] | None:
+    """Send in order; stop at the first failure. Returns the error (or None).
 
-    site, creds, stream, topic = where
+    Each delivery is saved at once (a crash after it repeats nothing sent); a host's resolution
+    queues, behind it, the escalations it had absorbed that are still open."""
     now_s = rt.now.timestamp()
-    timeout_s = float(rt.cfg.zulip["timeout_s"])
+    creds, error = _credentials(rt.cfg)
+    if error is not None:
+        core.note_failure([a for m in messages for a in m.members], now_s, error["detail"])
+        return error
     queue = list(messages)
     i = 0
     while i < len(queue):
@@ -233,46 +208,49 @@ def _deliver(rt, store, data, messages, open_keys, where, render_msg, doc, post,
         i += 1
         nb = max(core.not_before(a) for a in msg.members)
         if nb > now_s:
-            until = _iso(nb)
-            return {"kind": "rate-limited", "detail": f"Zulip asked to wait until {until} (HTTP 429)"}
-        title, content = render_msg(msg)
-        msg_topic = zulip.fit_topic(str(msg.alert.get("topic") or topic))
-        outcome = zulip.send_message(site, creds, stream, msg_topic, content, timeout_s, post=post)
-        if outcome.kind == "rate-limited" and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
-            _sleep(outcome.retry_after_s or 0)
-            outcome = zulip.send_message(site, creds, stream, msg_topic, content, timeout_s, post=post)
-        if outcome.ok:
-            primary = msg.alert
-            core.record_sent(data, redact(primary, secrets), now_s, outcome.message_id)
-            for other in msg.folded:
-                into = primary["fingerprint"]
-                core.record_sent(data, redact(other, secrets), now_s, outcome.message_id, folded_into=into)
-            core.remove_from_queue(data, msg.members)
-            doc["sent"].append(_msg_doc(msg, title, outcome.message_id))
-            if primary.get("kind") == "resolved" and primary.get("issue") == HOST_UNREACHABLE:
-                for standalone in core.unfold(data, str(primary.get("gpu")), open_keys):
-                    queue.append(Message(standalone))
-            store.write(files.ALERTS, redact(data, secrets))  # a crash now repeats nothing sent
-            continue
-        if outcome.kind == "rate-limited":
-            retry = outcome.retry_after_s or 60.0
-            until = now_s + retry
-            for a in data["queue"]:
-                core.delivery(a)["not_before"] = max(until, core.not_before(a))
-            core.note_failure(msg.members, now_s, outcome.detail)
-            iso = _iso(until)
-            return {
-                "kind": "rate-limited",
-                "detail": f"Zulip rate limit ({outcome.detail}); retry after {retry:g} s, not before {iso}",
-            }
-        core.note_failure(msg.members, now_s, outcome.detail)
-        if outcome.kind == "unauthorized":
-            names = (
-                f"{rt.cfg.zulip.get('email_env') or 'ZULIP_EMAIL'}/{rt.cfg.zulip.get('api_key_env') or 'ZULIP_API_KEY'}"
-            )
-            return {
-                "kind": "unauthorized",
-                "detail": f"Zulip rejected the bot credentials ({outcome.detail}); check {names}",
-            }
-        return {"kind": outcome.kind, "detail": f"Zulip delivery failed: {outcome.detail}"}
+            return {"kind": "rate-limited", "detail": f"Zulip asked to wait until {epoch_text(nb)} (HTTP 429)"}
+        title, content = out.render(msg)
+        outcome = _post(rt.cfg.zulip, creds, out.stream, str(msg.alert.get("topic") or out.topic), content, post)
+        if not outcome.ok:
+            return _failed(rt.cfg, data, msg, outcome, now_s)
+        primary = msg.alert
+        core.record_sent(data, out.redacted(primary), now_s, outcome.message_id)
+        for other in msg.folded:
+            core.record_sent(data, out.redacted(other), now_s, outcome.message_id, folded_into=primary["fingerprint"])
+        core.remove_from_queue(data, msg.members)
+        doc["sent"].append(message_entry(msg, title, outcome.message_id))
+        if primary.get("kind") == "resolved" and primary.get("issue") == HOST_UNREACHABLE:
+            queue += [Message(a) for a in core.unfold(data, str(primary.get("gpu")), open_keys)]
+        store.write(files.ALERTS, out.redacted(data))
     return None
+
+
+def _post(zcfg, creds, stream: str, topic: str, content: str, post):
+    """One message; a 429 asking for at most ``SHORT_RETRY_S`` is waited out once."""
+    from gpuheal import zulip
+
+    topic, timeout_s = zulip.fit_topic(topic), float(zcfg["timeout_s"])
+    outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
+    if outcome.kind == "rate-limited" and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
+        _sleep(outcome.retry_after_s or 0)
+        outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
+    return outcome
+
+
+def _failed(cfg, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
+    """A delivery failed: the message's alerts note it (they stay queued); the run's error.
+    A longer 429 holds the whole queue until Zulip's "not before"."""
+    if outcome.kind == "rate-limited":
+        retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S
+        until = now_s + retry
+        for a in data["queue"]:
+            core.delivery(a)["not_before"] = max(until, core.not_before(a))
+    core.note_failure(msg.members, now_s, outcome.detail)
+    if outcome.kind == "rate-limited":
+        detail = f"Zulip rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
+        return {"kind": "rate-limited", "detail": detail}
+    if outcome.kind == "unauthorized":
+        names = f"{cfg.zulip.get('email_env') or 'ZULIP_EMAIL'}/{cfg.zulip.get('api_key_env') or 'ZULIP_API_KEY'}"
+        detail = f"Zulip rejected the bot credentials ({outcome.detail}); check {names}"
+        return {"kind": "unauthorized", "detail": detail}
+    return {"kind": outcome.kind, "detail": f"Zulip delivery failed: {outcome.detail}"}
