@@ -64,9 +64,7 @@ def model_names() -> set[str]:
 
 # Known exceptions being removed by work in flight elsewhere (issue 10, item 3). Each must still
 # exist — test_exceptions_are_still_needed fails once one is fixed, so this list only shrinks.
-KNOWN_UPWARD = {
-    "gpuheal/core/view.py: gpuheal.state.history ['History']",  # History is pure; to move below state/
-}
+KNOWN_UPWARD: set[str] = set()
 KNOWN_PRIVATE: set[str] = set()
 KNOWN_CYCLES: set[str] = set()
 

@@ -13,14 +13,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gpuheal import benchdata
 from gpuheal.config import Config, GpuConfig
 from gpuheal.core import timing
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
-from gpuheal.state.history import History
+
+
+class History(Protocol):
+    """What a view reads of the recorded past: the per-poll samples, as columns per alias
+    (``{"t": [...], "vram_used_mb": [...], ...}``). :class:`gpuheal.state.history.History` is one;
+    declared here so that the pure core does not import the state layer (issue 10, item 3)."""
+
+    raw: dict[str, dict[str, list[Any]]]
+
 
 REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
 
