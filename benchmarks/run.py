@@ -185,7 +185,7 @@ def bench_check_1000(n: int, work: Path, profile: bool) -> dict:
     with (
         LoopbackServer({"/gpu-data": Reply(200, body, {"Content-Type": "application/json"})}, record=False) as monitor,
         LoopbackServer({"/health/liveliness": Reply(200, '"ok"')}, record=False) as litellm,
-        LoopbackServer(default=health, record=False, backlog=4096) as gpus,
+        LoopbackServer(default=health, record=False, backlog=4096, keep_alive=True) as gpus,
     ):
         cfg = fleet_config(
             monitor.url + "/gpu-data",
@@ -275,7 +275,7 @@ def bench_smi_1000(n: int, work: Path) -> dict:
     def server(req):
         return telemetry.get("/" + req.path.rsplit("/", 1)[-1], Reply(404, ""))
 
-    with LoopbackServer(default=server, record=False, backlog=4096) as llama:
+    with LoopbackServer(default=server, record=False, backlog=4096, keep_alive=True) as llama:
         cfg = {
             "litellm": {"api_key": "bench-key"},
             "probe": {"timeout_s": 5},

@@ -98,13 +98,18 @@ class Reply:
     content_length: bool = True  # False: no Content-Length, the body ends when the socket closes
     reason: str | None = None
 
-    async def run(self, reader, writer, req: Request | None) -> None:
+    async def run(self, reader, writer, req: Request | None, keep_alive: bool = False) -> None:
+        """``keep_alive``: announced as llama-server b11312 (cpp-httplib) does, and the connection
+        stays open for the next request (only with a Content-Length)."""
         body = _as_bytes(self.body)
         headers = {"Content-Type": "application/json" if not isinstance(self.body, bytes | str) else "text/plain"}
         headers.update(self.headers or {})
         if self.content_length:
             headers["Content-Length"] = str(len(body))
-        headers["Connection"] = "close"
+        if keep_alive:
+            headers["Keep-Alive"] = "timeout=5, max=100"
+        else:
+            headers["Connection"] = "close"
         writer.write(_head(self.status, headers, self.reason) + body)
         await writer.drain()
 
@@ -245,12 +250,14 @@ class LoopbackServer:
         ports: int = 1,
         backlog: int = 1024,
         record: bool = True,
+        keep_alive: bool = False,
     ) -> None:
         self.routes: dict[Any, Any] = dict(routes or {})
         self.default = default
         self.n_ports = ports
         self.backlog = backlog
         self.record = record
+        self.keep_alive = keep_alive  # HTTP/1.1 keep-alive after a Reply, as a real llama-server
         self.requests: list[Request] = []
         self.ports: list[int] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -367,22 +374,34 @@ class LoopbackServer:
             if pre is not None and getattr(pre, "read_request", True) is False:
                 await pre.run(reader, writer, None)
                 return
-            req = await _read_request(reader, port)
-            if req is None:
-                return
-            if self.record:
-                with self._lock:
-                    self.requests.append(req)
-            try:
-                behaviour = self._pick(req)
-            except Exception as exc:  # a bug in a test's handler: answer 500 and say which
-                behaviour = Reply(500, f"test handler failed: {type(exc).__name__}: {exc}")
-            await behaviour.run(reader, writer, req)
+            while await self._answer(reader, writer, port):
+                pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             pass
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
+
+
+    async def _answer(self, reader, writer, port: int) -> bool:
+        """One request and its answer; True when the connection stays open for another."""
+        req = await _read_request(reader, port)
+        if req is None:
+            return False
+        if self.record:
+            with self._lock:
+                self.requests.append(req)
+        try:
+            behaviour = self._pick(req)
+        except Exception as exc:  # a bug in a test's handler: answer 500 and say which
+            behaviour = Reply(500, f"test handler failed: {type(exc).__name__}: {exc}")
+        keep = (self.keep_alive and isinstance(behaviour, Reply) and behaviour.content_length
+                and req.headers.get("connection", "").lower() != "close")
+        if keep:
+            await behaviour.run(reader, writer, req, keep_alive=True)
+        else:
+            await behaviour.run(reader, writer, req)
+        return bool(keep)
 
 
 async def _read_request(reader, port: int) -> Request | None:

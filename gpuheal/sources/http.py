@@ -102,7 +102,7 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
-def _is_ip_literal(host: str) -> bool:
+def is_ip_literal(host: str) -> bool:
     import ipaddress
 
     try:
@@ -110,6 +110,11 @@ def _is_ip_literal(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """The peer's bytes never reach a terminal raw: non-printable characters become spaces."""
+    return "".join(ch if ch.isprintable() else " " for ch in text).strip()[:limit]
 
 
 def _resolve(host: str, port: int, wait_s: float) -> tuple:
@@ -151,10 +156,10 @@ def request(
     """Perform one request; the whole exchange ends within ``deadline_s`` seconds.
 
     Non-2xx answers are returned as :class:`HttpResult` (callers decide what a 503 means); only
-    transport failures and the size cap become :class:`HttpFault`.
+    transport failures and the size cap become :class:`HttpFault`. (Many llama-servers at once:
+    :mod:`gpuheal.sources.http_loop`, one thread and a kept-alive connection each.)
     """
     started = time.monotonic()
-    stop_at = started + deadline_s
     try:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -162,104 +167,113 @@ def request(
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         return HttpFault("invalid", f"bad URL: {exc}")
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     connect_s = min(connect_timeout_s or deadline_s, deadline_s)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    kwargs = {}
-    if parts.scheme == "https":
-        import ssl  # only https pays for it
+    conn = _connection(parts.scheme, parts.hostname, port, connect_s)
+    exchange = _Exchange(conn, started + deadline_s)
+    watchdog = _WATCHDOG.schedule(exchange.stop_at, exchange.expire)
+    try:
+        send_headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        send_headers.update(headers or {})
+        if not is_ip_literal(parts.hostname):
+            address = _resolve(parts.hostname, port, min(connect_s, exchange.stop_at - time.monotonic()))
+            create = conn._create_connection  # connect to the resolved address; Host/SNI unchanged
+            conn._create_connection = lambda _addr, *args: create(address, *args)
+        return exchange.run(method, path, send_headers, body, max_bytes, started)
+    except Exception as exc:  # noqa: BLE001 - every failure of the exchange is a fault (issue 2)
+        return _fault(exc, deadline_s, time.monotonic() - started, exchange.fired.is_set())
+    finally:
+        _WATCHDOG.cancel(watchdog)
+        conn.close()
 
-        kwargs["context"] = ssl.create_default_context()
-    conn = conn_cls(parts.hostname, port, timeout=connect_s, **kwargs)
-    fired = threading.Event()
-    # http.client drops ``conn.sock`` once a ``Connection: close`` response is read (the response
-    # owns the socket then), so the socket is kept here for the watchdog and the read timeouts.
-    held: list[socket.socket] = []
 
-    def _expire() -> None:
-        fired.set()
-        for sock in held:
+def _connection(scheme: str, host: str, port: int, connect_s: float) -> http.client.HTTPConnection:
+    if scheme != "https":
+        return http.client.HTTPConnection(host, port, timeout=connect_s)
+    import ssl  # only https pays for it
+
+    return http.client.HTTPSConnection(host, port, timeout=connect_s, context=ssl.create_default_context())
+
+
+class _Exchange:
+    """One request on ``conn`` whose socket the watchdog shuts at ``stop_at``.
+
+    http.client drops ``conn.sock`` once a ``Connection: close`` response is read (the response
+    owns the socket then), so the socket is kept here for the watchdog and the read timeouts."""
+
+    def __init__(self, conn: http.client.HTTPConnection, stop_at: float) -> None:
+        self.conn = conn
+        self.stop_at = stop_at
+        self.fired = threading.Event()
+        self.held: list[socket.socket] = []
+
+    def expire(self) -> None:
+        self.fired.set()
+        for sock in self.held:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
 
-    watchdog = _WATCHDOG.schedule(stop_at, _expire)
-    try:
-        send_headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-        send_headers.update(headers or {})
-        if not _is_ip_literal(parts.hostname):
-            address = _resolve(parts.hostname, port, min(connect_s, stop_at - time.monotonic()))
-            create = conn._create_connection  # connect to the resolved address; Host/SNI unchanged
-            conn._create_connection = lambda _addr, *args: create(address, *args)
-        conn.connect()
-        sock = conn.sock
-        held.append(sock)
-        if fired.is_set():
+    def run(self, method: str, path: str, headers: dict, body: bytes | None, max_bytes: int,
+            started: float) -> HttpResult | HttpFault:
+        self.conn.connect()
+        sock = self.conn.sock
+        self.held.append(sock)
+        if self.fired.is_set():
             raise _Deadline
-        sock.settimeout(max(0.01, stop_at - time.monotonic()))
-        conn.request(method, path, body=body, headers=send_headers)
-        resp = conn.getresponse()
+        sock.settimeout(max(0.01, self.stop_at - time.monotonic()))
+        self.conn.request(method, path, body=body, headers=headers)
+        resp = self.conn.getresponse()
         length = resp.getheader("Content-Length")
         if length and length.isdigit() and int(length) > max_bytes:
-            return HttpFault(
-                "oversized",
-                f"Content-Length {int(length)} exceeds max_response_bytes {max_bytes}",
-                time.monotonic() - started,
-                status=resp.status,
-            )
+            return HttpFault("oversized", f"Content-Length {int(length)} exceeds max_response_bytes {max_bytes}",
+                             time.monotonic() - started, status=resp.status)
+        chunks = self._read(resp, sock, max_bytes)
+        if chunks is None:
+            return HttpFault("oversized", f"body exceeds max_response_bytes {max_bytes}",
+                             time.monotonic() - started, status=resp.status)
+        if self.fired.is_set():
+            raise _Deadline
+        if resp.length:  # the peer closed before the Content-Length it announced
+            return HttpFault("invalid", f"truncated body: {resp.length} of the announced bytes never came",
+                             time.monotonic() - started, status=resp.status)
+        return HttpResult(status=resp.status, body=b"".join(chunks), elapsed_s=time.monotonic() - started,
+                          headers={k.lower(): v for k, v in resp.getheaders()})
+
+    def _read(self, resp: http.client.HTTPResponse, sock: socket.socket, max_bytes: int) -> list[bytes] | None:
+        """The body, read in chunks under what is left of the deadline; None past ``max_bytes``."""
         chunks: list[bytes] = []
         size = 0
         while True:
-            remaining = stop_at - time.monotonic()
+            remaining = self.stop_at - time.monotonic()
             if remaining <= 0:
                 raise _Deadline
             sock.settimeout(remaining)
             chunk = resp.read1(_CHUNK)
             if not chunk:
-                break
+                return chunks
             size += len(chunk)
             if size > max_bytes:
-                return HttpFault(
-                    "oversized",
-                    f"body exceeds max_response_bytes {max_bytes}",
-                    time.monotonic() - started,
-                    status=resp.status,
-                )
+                return None
             chunks.append(chunk)
-        if fired.is_set():
-            raise _Deadline
-        if resp.length:  # the peer closed before the Content-Length it announced
-            return HttpFault(
-                "invalid",
-                f"truncated body: {resp.length} of the announced bytes never came",
-                time.monotonic() - started,
-                status=resp.status,
-            )
-        return HttpResult(
-            status=resp.status,
-            body=b"".join(chunks),
-            elapsed_s=time.monotonic() - started,
-            headers={k.lower(): v for k, v in resp.getheaders()},
-        )
-    except ConnectionRefusedError:
-        return HttpFault("refused", "connection refused", time.monotonic() - started)
-    except (TimeoutError, _Deadline):
-        return HttpFault("timeout", f"no complete answer within {deadline_s:g} s", time.monotonic() - started)
-    except socket.gaierror as exc:
-        return HttpFault("refused", f"cannot resolve host: {exc.strerror or exc}", time.monotonic() - started)
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        elapsed = time.monotonic() - started
-        if fired.is_set() or elapsed >= deadline_s:
-            return HttpFault("timeout", f"no complete answer within {deadline_s:g} s", elapsed)
-        if isinstance(exc, ConnectionResetError | BrokenPipeError):
-            return HttpFault("refused", f"connection reset: {exc}", elapsed)
-        if isinstance(exc, OSError) and exc.errno in (101, 113, 111):  # unreachable / refused
-            return HttpFault("refused", str(exc), elapsed)
-        text = "".join(ch if ch.isprintable() else " " for ch in f"{type(exc).__name__}: {exc}")
-        return HttpFault("invalid", text.strip()[:200], elapsed)  # the peer's bytes: printable only
-    finally:
-        _WATCHDOG.cancel(watchdog)
-        conn.close()
+
+
+def _fault(exc: Exception, deadline_s: float, elapsed: float, fired: bool) -> HttpFault:
+    """A failed exchange as the contract's fault kinds: refused | timeout | invalid."""
+    timeout = HttpFault("timeout", f"no complete answer within {deadline_s:g} s", elapsed)
+    if isinstance(exc, ConnectionRefusedError):
+        return HttpFault("refused", "connection refused", elapsed)
+    if isinstance(exc, TimeoutError | _Deadline):
+        return timeout
+    if isinstance(exc, socket.gaierror):
+        return HttpFault("refused", f"cannot resolve host: {exc.strerror or exc}", elapsed)
+    if not isinstance(exc, OSError | http.client.HTTPException | ValueError):
+        raise exc
+    if fired or elapsed >= deadline_s:
+        return timeout
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return HttpFault("refused", f"connection reset: {exc}", elapsed)
+    if isinstance(exc, OSError) and exc.errno in (101, 113, 111):  # unreachable / refused
+        return HttpFault("refused", str(exc), elapsed)
+    return HttpFault("invalid", printable(f"{type(exc).__name__}: {exc}"), elapsed)

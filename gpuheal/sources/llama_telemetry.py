@@ -59,7 +59,21 @@ class Answer:
 
 def fetch_metrics(endpoint: str, api_key: str | None, deadline_s: float) -> Answer:
     """``GET {endpoint}/metrics`` → :class:`Answer` with ``metrics`` when the body parsed."""
-    result = _get(endpoint, "/metrics", api_key, deadline_s)
+    return metrics_answer(_get(endpoint, "/metrics", api_key, deadline_s))
+
+
+def fetch_slots(endpoint: str, api_key: str | None, deadline_s: float) -> Answer:
+    """``GET {endpoint}/slots`` → :class:`Answer` with ``slots`` when the body parsed."""
+    return slots_answer(_get(endpoint, "/slots", api_key, deadline_s))
+
+
+def fetch_sleeping(endpoint: str, api_key: str | None, deadline_s: float) -> Answer:
+    """``GET {endpoint}/props`` → ``is_sleeping`` (``None`` when the build does not say)."""
+    return sleeping_answer(_get(endpoint, "/props", api_key, deadline_s))
+
+
+def metrics_answer(result: HttpResult | Answer) -> Answer:
+    """What one ``/metrics`` reply says (:func:`answer` of it first)."""
     if not isinstance(result, HttpResult):
         return result
     try:
@@ -71,9 +85,7 @@ def fetch_metrics(endpoint: str, api_key: str | None, deadline_s: float) -> Answ
     return Answer(OK, detail, metrics=metrics)
 
 
-def fetch_slots(endpoint: str, api_key: str | None, deadline_s: float) -> Answer:
-    """``GET {endpoint}/slots`` → :class:`Answer` with ``slots`` when the body parsed."""
-    result = _get(endpoint, "/slots", api_key, deadline_s)
+def slots_answer(result: HttpResult | Answer) -> Answer:
     if not isinstance(result, HttpResult):
         return result
     try:
@@ -85,9 +97,7 @@ def fetch_slots(endpoint: str, api_key: str | None, deadline_s: float) -> Answer
     return Answer(OK, detail, slots=slots)
 
 
-def fetch_sleeping(endpoint: str, api_key: str | None, deadline_s: float) -> Answer:
-    """``GET {endpoint}/props`` → ``is_sleeping`` (``None`` when the build does not say)."""
-    result = _get(endpoint, "/props", api_key, deadline_s)
+def sleeping_answer(result: HttpResult | Answer) -> Answer:
     if not isinstance(result, HttpResult):
         return result
     try:
@@ -103,20 +113,29 @@ def fetch_sleeping(endpoint: str, api_key: str | None, deadline_s: float) -> Ans
 def metrics_enabled(endpoint: str, api_key: str | None, deadline_s: float) -> tuple[bool | None, str]:
     """For ``doctor`` and ``check``: is ``/metrics`` served to this key? ``(True, "")``,
     ``(False, how to enable it)`` on 501, ``(None, why not known)`` otherwise."""
-    answer = fetch_metrics(endpoint, api_key, deadline_s)
-    if answer.state == OK:
+    got = fetch_metrics(endpoint, api_key, deadline_s)
+    if got.state == OK:
         return True, ""
-    if answer.state == DISABLED:
+    if got.state == DISABLED:
         return False, HOW_TO_ENABLE["metrics"]
-    if answer.state == UNAUTHORIZED:
+    if got.state == UNAUTHORIZED:
         return None, "GET /metrics answered 401: the server does not accept litellm.api_key (Lesson L1)"
-    return None, answer.detail or answer.state
+    return None, got.detail or got.state
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def _get(endpoint: str, path: str, api_key: str | None, deadline_s: float) -> HttpResult | Answer:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     result = request("GET", endpoint.rstrip("/") + path, deadline_s=deadline_s, max_bytes=PROBE_MAX_BYTES,
-                     headers=headers)
+                     headers=auth_headers(api_key))
+    return answer(path, result)
+
+
+def answer(path: str, result: HttpResult | HttpFault) -> HttpResult | Answer:
+    """A 200 reply as it came (for the body's parser); anything else as the :class:`Answer` it
+    means: 501 / 404 / 405 ``disabled``, 401 ``unauthorized``, 503 ``loading``, faults by kind."""
     if isinstance(result, HttpFault):
         kind = result.kind if result.kind in ("timeout", "refused") else "invalid"
         return Answer(kind, f"GET {path}: {result.detail}")

@@ -27,7 +27,8 @@ from gpuheal.model import (
 )
 from gpuheal.parse.gpu_data import InvalidDocument, MonitorDocument, parse_gpu_data
 from gpuheal.sources import llama_telemetry as lt
-from gpuheal.sources.http import HttpFault, request
+from gpuheal.sources.http import HttpFault, HttpResult, request
+from gpuheal.sources.http_loop import Ask, Exchange, run_exchanges
 from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
 
 HEALTH_MAX_BYTES = PROBE_MAX_BYTES  # one byte cap for /health, /metrics, /slots, /props
@@ -45,12 +46,16 @@ def probe_health(endpoint: str, deadline_s: float) -> tuple[str, float | None, s
 
 
 def _probe(endpoint: str, deadline_s: float) -> tuple[str, float | None, str, str | None]:
-    """:func:`probe_health` plus the contract's fault kind for this poll (``None``: no fault).
+    """:func:`probe_health` plus the contract's fault kind for this poll (``None``: no fault)."""
+    return health_state(request("GET", endpoint + "/health", deadline_s=deadline_s, max_bytes=HEALTH_MAX_BYTES))
+
+
+def health_state(result: HttpResult | HttpFault) -> tuple[str, float | None, str, str | None]:
+    """One ``/health`` reply → (state, latency_s, detail, fault kind or ``None``).
 
     A reply larger than :data:`HEALTH_MAX_BYTES` is an ``oversized`` fault (issue 9, point 8: it was
     labelled by its status, ``http-200``, as if the status were the problem); its endpoint state
     stays the HTTP status it answered with."""
-    result = request("GET", endpoint + "/health", deadline_s=deadline_s, max_bytes=HEALTH_MAX_BYTES)
     if isinstance(result, HttpFault):
         if result.kind == "timeout":
             return ENDPOINT_TIMEOUT, None, result.detail, ENDPOINT_TIMEOUT
@@ -128,71 +133,17 @@ def sense(
     nvidia-smi / rocm-smi, one call per host, over ``transports`` (a
     :class:`~gpuheal.transport.TransportPool` shared with the rest of the run: one SSH connection
     per host) or a pool of its own (issue 12)."""
-    deadline = float(cfg.probe["timeout_s"])
-    workers = max(1, min(int(cfg.probe["max_workers"]), len(cfg.gpus) + 2))
-    prom = None
-    readings = None
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="probe") as pool:
-        monitor_f = smi_f = None
-        if cfg.prometheus is not None:
-            from gpuheal.sources import prometheus
-
-            monitor_f = pool.submit(prometheus.read, cfg, now.timestamp(), window_starts)
-        elif cfg.monitor is not None:
-            monitor_f = pool.submit(fetch_monitor, cfg)
-        else:
-            smi_f = pool.submit(_sense_smi, cfg, deadline, transports)
-        litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
-        key = cfg.litellm.api_key or None
-        probing = cfg.prometheus is None or cfg.prometheus.probe_endpoints
-        tele_pool = ThreadPoolExecutor(max_workers=max(1, min(TELEMETRY_WORKERS, len(cfg.gpus))),
-                                       thread_name_prefix="telemetry")
-        probes = (
-            {g.alias: pool.submit(probe_server, g.endpoint, key, deadline, tele_pool) for g in cfg.gpus}
-            if probing else {}
-        )
-        if cfg.prometheus is not None:
-            prom = monitor_f.result()
-            doc, faults, warnings = None, list(prom.faults), list(prom.warnings)
-        elif monitor_f is not None:
-            doc, faults, warnings = monitor_f.result()
-        else:
-            readings = smi_f.result()
-            doc, faults, warnings = None, list(readings.faults), []
-        litellm_fault = litellm_f.result() if litellm_f else None
-        probe_results = {alias: f.result()[0] for alias, f in probes.items()}
-        server = {alias: _resolved(f.result()[1]) for alias, f in probes.items()}
-        tele_pool.shutdown(wait=True)
-
-    gpus: dict[str, GpuSample] = {}
+    polled = _poll(cfg, now, transports, window_starts)
+    faults = list(polled.faults)
     shared: dict[str, int] = {}
     for gpu in cfg.gpus:
         shared[gpu.host] = shared.get(gpu.host, 0) + 1
+    gpus: dict[str, GpuSample] = {}
     for gpu in cfg.gpus:
-        if probing:
-            state, latency, detail, kind = probe_results[gpu.alias]
-        else:  # llama-server's liveness from Prometheus's scrape of it (prometheus.probe_endpoints: false)
-            state, latency, detail, kind = _from_up(prom, gpu.alias)
-        if kind is not None:
-            faults.append(DataFault(gpu.alias, kind, detail))
-        values: dict = {}
-        if prom is not None and prom.ok:
-            values.update(prom.values[gpu.alias])
-            values.pop("endpoint", None)
-        if doc is not None:
-            found, problem = monitor_values(doc, gpu, shared[gpu.host] > 1)
-            values.update(found)
-            if problem:
-                faults.append(DataFault(gpu.alias, "invalid", problem))
-        if readings is not None:
-            values.update(readings.values.get(gpu.alias, {}))
-        if gpu.alias in server:  # probed directly (not with prometheus.probe_endpoints: false)
-            values.update(server[gpu.alias].values(state))
-            faults.extend(server[gpu.alias].faults(gpu.alias, state))
-        gpus[gpu.alias] = GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
-
-    if litellm_fault is not None:
-        faults.append(litellm_fault)
+        gpus[gpu.alias] = _sample(gpu, polled, shared[gpu.host] > 1, faults)
+    if polled.litellm_fault is not None:
+        faults.append(polled.litellm_fault)
+    doc, prom, readings = polled.doc, polled.prom, polled.readings
     configured = {g.host for g in cfg.gpus}
     unmatched = tuple(sorted(h for h in (doc.hosts if doc else {}) if h not in configured))
     return Observation(
@@ -200,11 +151,83 @@ def sense(
         gpus=gpus,
         monitor_ok=(doc is not None or (prom is not None and prom.ok)) if readings is None else readings.hosts_ok > 0,
         source="smi" if readings is not None else "monitor" if prom is None else "prometheus",
-        litellm_ok=None if not cfg.litellm.url else litellm_fault is None,
+        litellm_ok=None if not cfg.litellm.url else polled.litellm_fault is None,
         faults=tuple(faults),
-        warnings=tuple(warnings),
+        warnings=tuple(polled.warnings),
         unmatched_hosts=unmatched,
     )
+
+
+@dataclass(frozen=True)
+class _Polled:
+    """Every source's answer of one poll, before they are matched to the configured GPUs."""
+
+    doc: MonitorDocument | None
+    prom: Any  # prometheus.PromReadings | None
+    readings: Any  # smi_sense readings | None (no gpu-monitor)
+    faults: tuple[DataFault, ...]
+    warnings: tuple[str, ...]
+    litellm_fault: DataFault | None
+    servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
+
+
+def _poll(cfg: Config, now: datetime, transports: Any, window_starts: dict[str, float] | None) -> _Polled:
+    """The GPU source and LiteLLM on threads, every llama-server at once on this one
+    (:func:`~gpuheal.sources.http_loop.run_exchanges`, at most ``probe.max_workers`` open)."""
+    deadline = float(cfg.probe["timeout_s"])
+    probing = cfg.prometheus is None or cfg.prometheus.probe_endpoints
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
+        if cfg.prometheus is not None:
+            from gpuheal.sources import prometheus
+
+            source_f = pool.submit(prometheus.read, cfg, now.timestamp(), window_starts)
+        elif cfg.monitor is not None:
+            source_f = pool.submit(fetch_monitor, cfg)
+        else:
+            source_f = pool.submit(_sense_smi, cfg, deadline, transports)
+        litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
+        key = cfg.litellm.api_key or None
+        servers = run_exchanges(
+            ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
+            deadline_s=deadline, max_open=int(cfg.probe["max_workers"]),
+        ) if probing else {}
+        source = source_f.result()
+        litellm_fault = litellm_f.result() if litellm_f else None
+    doc = prom = readings = None
+    if cfg.prometheus is not None:
+        prom = source
+        faults, warnings = prom.faults, prom.warnings
+    elif cfg.monitor is not None:
+        doc, faults, warnings = source
+    else:
+        readings = source
+        faults, warnings = readings.faults, ()
+    return _Polled(doc, prom, readings, tuple(faults), tuple(warnings), litellm_fault, servers)
+
+
+def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault]) -> GpuSample:
+    """One configured GPU's reading of this poll from every source; its data faults go to ``faults``."""
+    if gpu.alias in polled.servers:
+        (state, latency, detail, kind), server = polled.servers[gpu.alias]
+    else:  # llama-server's liveness from Prometheus's scrape of it (prometheus.probe_endpoints: false)
+        (state, latency, detail, kind), server = _from_up(polled.prom, gpu.alias), None
+    if kind is not None:
+        faults.append(DataFault(gpu.alias, kind, detail))
+    values: dict = {}
+    if polled.prom is not None and polled.prom.ok:
+        values.update(polled.prom.values[gpu.alias])
+        values.pop("endpoint", None)
+    if polled.doc is not None:
+        found, problem = monitor_values(polled.doc, gpu, shared_host)
+        values.update(found)
+        if problem:
+            faults.append(DataFault(gpu.alias, "invalid", problem))
+    if polled.readings is not None:
+        values.update(polled.readings.values.get(gpu.alias, {}))
+    if server is not None:
+        values.update(server.values(state))
+        faults.extend(server.faults(gpu.alias, state))
+    return GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
 
 
 def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[dict, str]:
@@ -298,61 +321,49 @@ class ServerTelemetry:
 NOT_ASKED = lt.Answer("not-asked")
 
 
-# Threads for the telemetry of servers that answered /health: they are CPU work (HTTP parsing,
-# the Prometheus text) and 256 runnable threads cost ~0.9 s more CPU per 1000 GPUs than 64 in GIL
-# hand-offs (issue 12 benchmark); the /health probes keep probe.max_workers, since a dead host only
-# waits and N dead hosts must cost one deadline.
-TELEMETRY_WORKERS = 64
-
-
-def probe_server(
-    endpoint: str, api_key: str | None, deadline_s: float, telemetry_pool: Any = None
-) -> tuple[tuple[str, float | None, str, str | None], Any]:
-    """One llama-server, all within one deadline: ``/health``; then, when it answered 200, its
-    telemetry (:func:`read_telemetry`) — on ``telemetry_pool`` when given (→ a future), else here
-    (→ a :class:`ServerTelemetry`). A dead or stopped server costs one request and one deadline."""
+def server_exchange(api_key: str | None, deadline_s: float) -> Exchange:
+    """One llama-server's poll as an exchange (:mod:`~gpuheal.sources.http_loop`: one kept-alive
+    connection, one deadline): ``/health``; then, when it answered 200, its telemetry
+    (:func:`telemetry_exchange`). A dead or stopped server costs one request and one deadline.
+    Returns ((state, latency_s, detail, fault kind), :class:`ServerTelemetry`)."""
     started = time.monotonic()
-    health = _probe(endpoint, deadline_s)
+    health = health_state((yield Ask("/health", max_bytes=HEALTH_MAX_BYTES)))
     if health[0] != ENDPOINT_OK:
         return health, ServerTelemetry(NOT_ASKED, NOT_ASKED, NOT_ASKED)
-    if telemetry_pool is not None:
-        return health, telemetry_pool.submit(read_telemetry, endpoint, api_key, deadline_s, started)
-    return health, read_telemetry(endpoint, api_key, deadline_s, started)
+    return health, (yield from telemetry_exchange(api_key, deadline_s, started))
 
 
-def read_telemetry(endpoint: str, api_key: str | None, deadline_s: float, started: float) -> ServerTelemetry:
+def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -> Exchange:
     """``/metrics``; then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a
     sleeping one (llama-server.md §5). A server with requests processing is awake; an idle one
     (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
     Without usable ``/metrics``, ``/props`` says whether it sleeps. All within what is left of the
     deadline that started at ``started`` (the /health probe); a busy server costs three requests."""
-
-    def ask(fetch, path: str) -> lt.Answer:
-        remaining = deadline_s - (time.monotonic() - started)
-        if remaining < 0.05:
-            return lt.Answer("timeout", f"GET {path}: no time left in the probe deadline")
-        return fetch(endpoint, api_key, remaining)
-
-    metrics = ask(lt.fetch_metrics, "/metrics")
+    auth = tuple(lt.auth_headers(api_key).items())
+    metrics = lt.metrics_answer((yield from _ask("/metrics", auth, deadline_s, started)))
     busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
     if metrics.state == lt.UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
         return ServerTelemetry(metrics, lt.Answer(lt.UNAUTHORIZED, metrics.detail), NOT_ASKED)
     if busy == 0:
         return ServerTelemetry(metrics, lt.Answer(lt.IDLE, "GET /slots not asked: nothing in flight"), NOT_ASKED)
     if busy is not None:
-        return ServerTelemetry(metrics, ask(lt.fetch_slots, "/slots"), NOT_ASKED)
-    props = ask(lt.fetch_sleeping, "/props")
+        return ServerTelemetry(metrics, lt.slots_answer((yield from _ask("/slots", auth, deadline_s, started))),
+                               NOT_ASKED)
+    props = lt.sleeping_answer((yield from _ask("/props", auth, deadline_s, started)))
     if props.is_sleeping:
         slots = lt.Answer(lt.SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
     elif props.state in (lt.UNAUTHORIZED, lt.LOADING, "refused", "timeout"):
         slots = lt.Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
     else:
-        slots = ask(lt.fetch_slots, "/slots")
+        slots = lt.slots_answer((yield from _ask("/slots", auth, deadline_s, started)))
     return ServerTelemetry(metrics=metrics, slots=slots, props=props)
 
 
-def _resolved(telemetry: Any) -> ServerTelemetry:
-    return telemetry.result() if hasattr(telemetry, "result") else telemetry
+def _ask(path: str, auth: tuple, deadline_s: float, started: float) -> Exchange:
+    """One keyed request of the telemetry → the 200 reply, or the :class:`lt.Answer` it means."""
+    if deadline_s - (time.monotonic() - started) < 0.05:
+        return lt.Answer("timeout", f"GET {path}: no time left in the probe deadline")
+    return lt.answer(path, (yield Ask(path, auth, PROBE_MAX_BYTES)))
 
 
 def _from_up(prom, alias: str) -> tuple[str | None, None, str, str | None]:

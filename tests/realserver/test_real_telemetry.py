@@ -266,3 +266,35 @@ def test_check_without_gpu_monitor_on_real_servers_reports_health_slots_and_requ
     assert {o["rule"] for o in doc["rules_off"]} >= {"circuit-breaker-stuck", "model-stuck"}
     assert [i for i in doc["issues"] if i["issue"] == "model-stuck"] == []
     busy.stop()
+
+
+def test_one_kept_alive_connection_serves_a_whole_poll_of_the_real_server(llama_server, monkeypatch):
+    """The poll's /health, /metrics and /slots go over one connection: the real server (cpp-httplib)
+    keeps HTTP/1.1 connections alive (issue 12 benchmark: a new connection per request cost CPU on
+    both sides). Counted at the client: the sockets gpuheal's loop opens."""
+    import socket
+
+    from gpuheal.sources.http_loop import Ask, run_exchanges
+
+    opened = []
+    real_socket = socket.socket
+
+    def counting(*args, **kwargs):
+        sock = real_socket(*args, **kwargs)
+        opened.append(sock)
+        return sock
+
+    auth = (("Authorization", f"Bearer {llama_server.api_key}"),) if llama_server.api_key else ()
+
+    def three():
+        answers = []
+        for path in ("/health", "/metrics", "/slots"):
+            answers.append((yield Ask(path, auth)))
+        return answers
+
+    monkeypatch.setattr(socket, "socket", counting)
+    answers = run_exchanges([("real", llama_server.url, three)], deadline_s=5.0, max_open=1)["real"]
+    monkeypatch.undo()
+    assert [a.status for a in answers] == [200, 200, 200], answers
+    assert answers[0].headers.get("connection", "keep-alive").lower() != "close", answers[0].headers
+    assert len(opened) == 1
