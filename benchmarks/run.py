@@ -250,7 +250,8 @@ def llama_routes() -> dict:
 
 FAKE_SMI = """#!/bin/sh
 # nvidia-smi stand-in for the benchmark: the 4 rows of one host, real captured values
-cat {rows}
+# (exec: one process a call, not a shell and its child: 250 "hosts" all run on this machine)
+exec cat {rows}
 """
 
 

@@ -89,9 +89,9 @@ class _Response:
         self.buf += data
         while self.headers is None:
             end = self.buf.find(b"\r\n\r\n")
+            if end > MAX_HEAD_BYTES or (end < 0 and len(self.buf) > MAX_HEAD_BYTES):
+                raise _Invalid(f"response headers longer than {MAX_HEAD_BYTES} bytes")
             if end < 0:
-                if len(self.buf) > MAX_HEAD_BYTES:
-                    raise _Invalid(f"response headers longer than {MAX_HEAD_BYTES} bytes")
                 return False
             self._head(bytes(self.buf[:end]))
             del self.buf[: end + 4]
