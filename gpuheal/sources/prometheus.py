@@ -63,23 +63,19 @@ MAX_SHOWN = 3
 @dataclass
 class Vector:
     """One query's answer keyed by the matching key: ``values`` (finite, in range), ``dup`` (keys
-    matched by more than one series), ``bad`` (keys whose value was not a reading), ``fault``."""
+    matched by more than one series), ``bad`` (keys whose value was not a reading), ``fault``;
+    ``hosts``: host → its keys, filled while parsing (a GPU configured without ``gpu_index`` takes
+    its host's only series: a fleet of 10,000 looks up 10,000 times per answer)."""
 
     values: dict[tuple, float] = field(default_factory=dict)
     names: dict[tuple, str] = field(default_factory=dict)
     dup: set[tuple] = field(default_factory=set)
     bad: dict[tuple, str] = field(default_factory=dict)
     fault: DataFault | None = None
-    _hosts: dict[str, list[tuple]] | None = None
+    hosts: dict[str, list[tuple]] = field(default_factory=dict)
 
     def keys_of_host(self, host: str) -> list[tuple]:
-        """Every key of ``host`` (built once per answer: a fleet of 10,000 looks up 10,000 times)."""
-        if self._hosts is None:
-            self._hosts = {}
-            for k in (*self.values, *self.dup, *self.bad):
-                if k[0] == "g":
-                    self._hosts.setdefault(k[1], []).append(k)
-        return self._hosts.get(host, [])
+        return self.hosts.get(host, [])
 
 
 @dataclass(frozen=True)
@@ -198,17 +194,18 @@ def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
     """(value, problem) of one GPU in one answer. A GPU configured without ``gpu_index`` takes the
     host's only series; a host with several (or a key with two series) is ambiguous: not known."""
     if key[0] == "g" and key[2] is None:
-        hits = vec.keys_of_host(key[1])
-        if len(hits) > 1:
-            return None, f"{len(hits)} series for host {key[1]!r}; set gpus[].gpu_index"
+        hits = vec.hosts.get(key[1])
         if not hits:
             return None, None
+        if len(hits) > 1:
+            return None, f"{len(hits)} series for host {key[1]!r}; set gpus[].gpu_index"
         key = hits[0]
+    value = vec.values.get(key)
+    if value is not None:
+        return value, None
     if key in vec.dup:
         return None, "matched by more than one series"
-    if key in vec.bad:
-        return None, vec.bad[key]
-    return vec.values.get(key), None
+    return None, vec.bad.get(key)
 
 
 # --------------------------------------------------------------------------- queries
@@ -268,29 +265,51 @@ def run_query(cfg: Config, name: str, promql: str, matcher: Matcher, by_instance
     if entries is None:
         vec.fault = DataFault(SOURCE, kind, f"{name}: {detail}")
         return vec
-    malformed = 0
-    for metric, raw in entries:
-        key = matcher.instance_key(metric) if by_instance else matcher.key(metric)
-        if key is None:
-            malformed += 1 if not metric else 0
-            continue
-        if key in vec.values or key in vec.bad or key in vec.dup:
-            vec.dup.add(key)
-            vec.values.pop(key, None)
-            vec.bad.pop(key, None)
-            continue
-        value = decimal(raw)
-        if value is None or not lo <= value <= hi:
-            vec.bad[key] = f"{name} = {_printable(str(raw))[:24]!r} is not a reading"
-            continue
-        vec.values[key] = value
-        if matcher.name_label and not by_instance:
-            label = metric.get(matcher.name_label)
-            if isinstance(label, str):
-                vec.names[key] = _printable(label)[:100]
+    malformed = _fill(vec, entries, name, matcher, by_instance, lo, hi)
     if malformed:
         vec.fault = DataFault(SOURCE, "invalid", f"{name}: {malformed} malformed result entries")
     return vec
+
+
+def _fill(vec: Vector, entries: list, name: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> int:
+    """Key every series of one answer into ``vec``; the number of malformed entries. Per series
+    this is a few dict operations (10,000 series an answer, 17 answers a poll: issue 13's
+    benchmark): a sample value or a name label is read once per distinct text."""
+    key_of = matcher.instance_key if by_instance else matcher.key
+    name_label = None if by_instance or name not in GPU_READINGS else matcher.name_label
+    values, bad, dup, hosts = vec.values, vec.bad, vec.dup, vec.hosts
+    numbers: dict[Any, float | None] = {}
+    names: dict[Any, str] = {}
+    malformed = 0
+    for metric, raw in entries:
+        key = key_of(metric)
+        if key is None:
+            malformed += 1 if not metric else 0
+            continue
+        if key in values or key in bad or key in dup:
+            dup.add(key)
+            values.pop(key, None)
+            bad.pop(key, None)
+            continue
+        if key[0] == "g":
+            hosts.setdefault(key[1], []).append(key)
+        try:
+            value = numbers[raw]
+        except KeyError:
+            value = numbers[raw] = decimal(raw)
+        except TypeError:  # not hashable: not a sample value
+            value = None
+        if value is None or not lo <= value <= hi:
+            bad[key] = f"{name} = {_printable(str(raw))[:24]!r} is not a reading"
+            continue
+        values[key] = value
+        if name_label:
+            label = metric.get(name_label)
+            if isinstance(label, str):
+                if label not in names:
+                    names[label] = _printable(label)[:100]
+                vec.names[key] = names[label]
+    return malformed
 
 
 def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, matcher: Matcher) -> dict[str, tuple]:
@@ -360,10 +379,11 @@ def read(cfg: Config, now_s: float, window_starts: dict[str, float] | None = Non
         vectors = {name: f.result() for name, f in futures.items()}
     faults = merge_faults([v.fault for v in vectors.values() if v.fault is not None])
     ok = all(k in vectors and vectors[k].fault is None for k in CORE if cfg.prometheus.query(k))
+    answers = Answers.of(vectors)
     values: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     for gpu in cfg.gpus:
-        values[gpu.alias] = _gpu_values(cfg, gpu, vectors, matcher, problems, faults if ok else None)
+        values[gpu.alias] = _gpu_values(gpu, answers, matcher, problems, faults if ok else None)
     if problems:
         shown = "; ".join(problems[:MAX_SHOWN])
         more = f" (+{len(problems) - MAX_SHOWN} more)" if len(problems) > MAX_SHOWN else ""
@@ -386,13 +406,33 @@ def merge_faults(faults: list[DataFault]) -> list[DataFault]:
     return out
 
 
-def _gpu_values(cfg, gpu, vectors, matcher, problems, faults) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Answers:
+    """This poll's usable answers (those without a fault), with each trend kind's ``cover`` answers
+    listed once as (span_s, answer) — not searched for again for each of 10,000 GPUs."""
+
+    vectors: dict[str, Vector]
+    covers: dict[str, list[tuple[float, Vector]]]
+
+    @classmethod
+    def of(cls, vectors: dict[str, Vector]) -> Answers:
+        usable = {name: vec for name, vec in vectors.items() if vec.fault is None}
+        covers: dict[str, list[tuple[float, Vector]]] = {}
+        for name, vec in usable.items():
+            kind, _, part = name.rpartition(".")
+            if kind and part.startswith("cover") and part[5:].isdigit():
+                covers.setdefault(kind, []).append((int(part[5:]) / 1000, vec))
+        return cls(usable, covers)
+
+
+def _gpu_values(gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults) -> dict[str, Any]:
     key = matcher.gpu_key(gpu)
+    vectors = answers.vectors
     out: dict[str, Any] = {}
     seen = False
     for name in GPU_READINGS:
         vec = vectors.get(name)
-        if vec is None or vec.fault is not None:
+        if vec is None:
             continue
         value, problem = lookup(vec, key)
         if problem:
@@ -400,33 +440,40 @@ def _gpu_values(cfg, gpu, vectors, matcher, problems, faults) -> dict[str, Any]:
         if value is not None:
             out[name] = value
             seen = True
-            if "name" not in out and vec.names.get(key if key in vec.names else _host_key(vec, key)):
-                out["name"] = vec.names.get(key if key in vec.names else _host_key(vec, key))
+            if "name" not in out and vec.names:
+                label = vec.names.get(key if key in vec.names else _host_key(vec, key))
+                if label:
+                    out["name"] = label
     free = out.pop("vram_free_mb", None)
     if "vram_total_mb" not in out and free is not None and "vram_used_mb" in out:
         out["vram_total_mb"] = out["vram_used_mb"] + free
+    _endpoint_values(out, vectors, matcher.endpoint_key(gpu))
+    if faults is not None and not seen:
+        faults.append(DataFault(gpu.alias, "invalid", f"Prometheus has no fresh series for {_describe(key)}"))
+    if "vram_used_mb" in out:
+        trend = _trend(answers, f"vram@{gpu.alias}", key) or _trend(answers, "vram", key)
+        if trend is not None:
+            out["vram_trend"] = SourceTrend(trend[0] * 3600, trend[1], trend[2], 3600.0, _halves(trend, 3600))
+    if "temp_c" in out:
+        trend = _trend(answers, "temp", key)
+        if trend is not None:
+            out["temp_trend"] = SourceTrend(trend[0] * 60, trend[1], trend[2], 60.0)
+    return out
+
+
+def _endpoint_values(out: dict[str, Any], vectors: dict[str, Vector], endpoint_key: tuple) -> None:
+    """The GPU's llama-server readings, matched by its endpoint's ``host:port``."""
     up_vec = vectors.get("endpoint_up")
-    if up_vec is not None and up_vec.fault is None:
-        up, _ = lookup(up_vec, matcher.endpoint_key(gpu))
+    if up_vec is not None:
+        up, _ = lookup(up_vec, endpoint_key)
         if up is not None:
             out["endpoint"] = "ok" if up == 1 else "down"
     for name in LLAMA_READINGS:
         vec = vectors.get(name)
-        if vec is not None and vec.fault is None:
-            value, _ = lookup(vec, matcher.endpoint_key(gpu))
+        if vec is not None:
+            value, _ = lookup(vec, endpoint_key)
             if value is not None:
                 out[name] = value
-    if faults is not None and not seen:
-        faults.append(DataFault(gpu.alias, "invalid", f"Prometheus has no fresh series for {_describe(key)}"))
-    if "vram_used_mb" in out:
-        trend = _trend(vectors, f"vram@{gpu.alias}", key, matcher) or _trend(vectors, "vram", key, matcher)
-        if trend is not None:
-            out["vram_trend"] = SourceTrend(trend[0] * 3600, trend[1], trend[2], 3600.0, _halves(trend, 3600))
-    if "temp_c" in out:
-        trend = _trend(vectors, "temp", key, matcher)
-        if trend is not None:
-            out["temp_trend"] = SourceTrend(trend[0] * 60, trend[1], trend[2], 60.0)
-    return out
 
 
 def _host_key(vec: Vector, key: tuple) -> tuple | None:
@@ -442,29 +489,27 @@ def _describe(key: tuple) -> str:
     return f"host {key[1]!r}" + (f" gpu {key[2]!r}" if key[2] is not None else "")
 
 
-def _trend(vectors, kind: str, key: tuple, matcher) -> tuple | None:
+def _trend(answers: Answers, kind: str, key: tuple) -> tuple | None:
     """(slope per s, n, span_s, h1, h2) from the trend answers; ``None`` if slope or n is not known.
     ``span_s`` is the longest span proven covered (0 when none is: too young for the rules)."""
-    parts = []
-    for part in ("slope", "n"):
-        vec = vectors.get(f"{kind}.{part}")
-        if vec is None or vec.fault is not None:
-            return None
-        value, problem = lookup(vec, key)
-        if value is None or problem:
-            return None
-        parts.append(value)
-    slope, n = parts
+    vectors = answers.vectors
+    slope_vec, n_vec = vectors.get(f"{kind}.slope"), vectors.get(f"{kind}.n")
+    if slope_vec is None or n_vec is None:
+        return None
+    slope, problem = lookup(slope_vec, key)
+    if slope is None or problem:
+        return None
+    n, problem = lookup(n_vec, key)
+    if n is None or problem:
+        return None
     span = 0.0
-    prefix = f"{kind}.cover"
-    for name, vec in vectors.items():
-        if name.startswith(prefix) and vec.fault is None and (lookup(vec, key)[0] or 0) > 0:
-            span = max(span, int(name[len(prefix):]) / 1000)
+    for cover_s, vec in answers.covers.get(kind, ()):
+        if (lookup(vec, key)[0] or 0) > 0:
+            span = max(span, cover_s)
     halves = []
     for part in ("h1", "h2"):
         vec = vectors.get(f"{kind}.{part}")
-        value = None if vec is None or vec.fault is not None else lookup(vec, key)[0]
-        halves.append(value)
+        halves.append(None if vec is None else lookup(vec, key)[0])
     return slope, int(n), span, halves[0], halves[1]
 
 
