@@ -8,7 +8,6 @@ for humans, and exits with the step's code. Keeping this shape in one place keep
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -61,9 +60,11 @@ def emit(result: CommandResult, json_out: bool) -> None:
         log.warning("%s", warning)
     if json_out:
         from gpuheal.parse.values import clean_text
+        from gpuheal.render.jsontext import dumps
 
-        # valid UTF-8 whatever a source sent (a lone surrogate would raise UnicodeEncodeError here)
-        text = json.dumps(result.document, indent=2, ensure_ascii=False, allow_nan=False)
+        # valid UTF-8 whatever a source sent (a lone surrogate would raise UnicodeEncodeError here);
+        # json.dumps(indent=2)'s text through the C encoder (10,000 GPUs: ~0.45 s less, issue 13)
+        text = dumps(result.document, indent=2)
         sys.stdout.write(clean_text(text) + "\n")
     elif result.render is not None:
         result.render()
