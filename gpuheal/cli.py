@@ -8,6 +8,7 @@ modules are imported inside the command that needs them: cron starts gpuheal eve
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -279,12 +280,19 @@ def config_validate(
         )
 
 
+# A run is short and what it allocates mostly lives to its end (a 10,000-GPU config, one poll's
+# answers): with Python's default 700-object young generation the collector re-scanned that heap
+# ~1,000 times a run — 0.6 s of 2.7 s CPU in issue 13's 10,000-GPU check — and freed almost nothing.
+GC_THRESHOLDS = (50_000, 10, 10)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one place where errors become one line and an exit code."""
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort, Exit
 
     args = sys.argv[1:] if argv is None else argv
+    gc.set_threshold(*GC_THRESHOLDS)
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="gpuheal", standalone_mode=False)
