@@ -129,8 +129,25 @@ def _add_decode_progress(health: dict[str, Any], now_s: float) -> None:
         row["deferred_growing_polls"] = None if state is None else state.get("deferred_growing", 0)
 
 
+# the contract's "gpus" readings: always in the file, null = not known
+SENSED_ALWAYS = frozenset({"temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "endpoint"})
+
+
 def save_health(store: StateDir, health: dict[str, Any]) -> None:
-    store.write_raw(HEALTH_FILE, {"schema_version": 1, **health})
+    """``gpu-health.json``: the printed document, but a GPU row's other fields (its name, llama-server's
+    telemetry of issue 12) only when known — absent reads as null. Their nulls were 2.3 MB of the
+    3.7 MB file at 10,000 GPUs behind Prometheus (issue 13: the state directory ≤ 5 MB)."""
+    gpus = health.get("gpus")
+    doc = {"schema_version": 1, **health}
+    if isinstance(gpus, dict):
+        doc["gpus"] = {alias: _known(row) for alias, row in gpus.items()}
+    store.write_raw(HEALTH_FILE, doc)
+
+
+def _known(row: Any) -> Any:
+    if not isinstance(row, dict):
+        return row
+    return {k: v for k, v in row.items() if v is not None or k in SENSED_ALWAYS}
 
 
 def command(rt, store: StateDir, record: Path | None = None):
