@@ -160,6 +160,14 @@ def test_healthy_fleet_exits_0(fleet):
     assert proc.stderr == ""
     saved = json.loads((fleet.state / "gpu-health.json").read_text())
     assert saved["status"] == "healthy"
+    # the file keeps the contract's six readings (null = not known) and drops other unknown fields
+    # (issue 13: the state directory of 10,000 GPUs); the printed document keeps them all
+    for alias, row in doc["gpus"].items():
+        kept = saved["gpus"][alias]
+        assert {"temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "endpoint"} <= set(kept)
+        assert kept == {k: v for k, v in row.items() if v is not None or k in kept}
+        assert any(v is None for v in row.values()) and all(v is not None for k, v in kept.items() if k not in {
+            "temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "endpoint"})
 
 
 def test_a_fault_is_degraded_exit_1(fleet):
