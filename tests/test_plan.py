@@ -217,7 +217,8 @@ def test_a_litellm_attempt_past_its_window_does_not_hold_back_other_gpus():
     # gpu-0's attempt stays open while its issue is hidden (e.g. by api-key-mismatch): once its
     # verification window has passed it must not block gpu-1's breaker fix (nor its escalation)
     state = empty_state()
-    state["attempts"]["k"] = {"gpu": "gpu-0", "issue": "circuit-breaker-stuck", "since": "2026-07-18T07:00:00Z", "n": 1, "status": "pending", "verify_by": NOW - 1, "actions": ["restart-litellm"]}
+    # (a poll past it: one within the jitter tolerance of verify_by stands for the poll at it, core/timing)
+    state["attempts"]["k"] = {"gpu": "gpu-0", "issue": "circuit-breaker-stuck", "since": "2026-07-18T07:00:00Z", "n": 1, "status": "pending", "verify_by": NOW - 60, "actions": ["restart-litellm"]}
     item = only(plan([issue(gpu="gpu-1", issue_id="circuit-breaker-stuck", severity="warning")], state, cfg(), NOW))
     assert item.decision == "act"
 

@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuheal.core import timing
+
 FILE = "alerts.json"
 HOST_UNREACHABLE = "host-unreachable"
 SENT_KEEP_S = 30 * 86400  # settled entries of the dedup memory are forgotten after this
@@ -204,10 +206,15 @@ def _sent_at(sent: dict[str, Any]) -> float | None:
 
 
 def due_reminders(
-    data: dict[str, Any], open_keys: set[tuple[str, str]] | None, now_s: float, interval_s: float
+    data: dict[str, Any],
+    open_keys: set[tuple[str, str]] | None,
+    now_s: float,
+    interval_s: float,
+    tol: float = timing.TOLERANCE_S,
 ) -> list[dict[str, Any]]:
     """Reminders for sent escalations still open after ``interval_s``. Needs a health document:
-    without one nothing is known to be still broken, so nothing is repeated."""
+    without one nothing is known to be still broken, so nothing is repeated. The interval is
+    counted in polls (core/timing, issue 9): a run a second early sends the reminder it stands for."""
     if open_keys is None:
         return []
     queued = {a["fingerprint"] for a in data["queue"]}
@@ -218,7 +225,7 @@ def due_reminders(
             continue
         if (str(alert.get("gpu")), str(alert.get("issue"))) not in open_keys:
             continue
-        if now_s - (_sent_at(sent) or 0.0) < interval_s:
+        if timing.less_than(now_s - (_sent_at(sent) or 0.0), interval_s, tol):
             continue
         reminder = {k: v for k, v in alert.items() if k != "delivery"}
         reminder["reminder"] = as_int(sent.get("reminders")) + 1

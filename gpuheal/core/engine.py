@@ -89,7 +89,8 @@ class Evaluation:
     ``fired``/``resolved``: what changed state this run (``resolved`` carry ``resolved_at``);
     ``transitions``: every change (``pending``, ``firing``, ``resolved``, ``dropped``), for the
     replay timeline; ``inhibited``: open issues hidden by an inhibitor (with ``inhibited_by``);
-    ``muted``: GPUs inside a startup grace.
+    ``muted``: GPUs inside a startup grace; ``tolerance_s``: the poll jitter tolerance this
+    evaluation counted time with (core/timing), for ``heal`` to judge its attempts by the same.
     """
 
     issues: list[dict[str, Any]] = field(default_factory=list)
@@ -98,6 +99,7 @@ class Evaluation:
     transitions: list[dict[str, Any]] = field(default_factory=list)
     inhibited: list[dict[str, Any]] = field(default_factory=list)
     muted: list[str] = field(default_factory=list)
+    tolerance_s: float = timing.TOLERANCE_S
 
 
 # --------------------------------------------------------------------------- the book
@@ -298,7 +300,7 @@ class _Pass:
         self.order[FLEET] = len(self.order)
         self.rule_order = {r.ID: i for i, r in enumerate(rules)}
         self.only = set(only) if only is not None else None
-        self.out = Evaluation()
+        self.out = Evaluation(tolerance_s=view.tolerance_s)
         self.muted = {alias for alias in view.aliases if view.muted(alias)}
         self.out.muted = [a for a in view.aliases if a in self.muted]
 

@@ -25,6 +25,8 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuheal.core import timing
+
 HOUR_S = 3600.0
 # LiteLLM restart times kept: circuit-breaker-status.json reads only the last ("last_reset")
 LITELLM_RESTARTS_KEPT = 50
@@ -260,8 +262,12 @@ class HealState:
         }
 
     # ------------------------------------------------------------------ queries
-    def restarts_in_window(self, alias: str, now_s: float, window_s: float = HOUR_S) -> int:
-        return sum(1 for t in self.restarts.get(alias, ()) if now_s - window_s < t <= now_s)
+    def restarts_in_window(
+        self, alias: str, now_s: float, window_s: float = HOUR_S, tol: float = timing.TOLERANCE_S
+    ) -> int:
+        """Restarts of ``alias`` in the trailing window (the restarts-per-hour budget), counted in
+        polls (core/timing): one made an hour of polls ago frees its slot at the same poll at any clock."""
+        return sum(1 for t in self.restarts.get(alias, ()) if timing.within_last(now_s, t, window_s, tol))
 
     def last_restart(self, alias: str) -> float | None:
         times = self.restarts.get(alias) or ()

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuheal.core import timing
 from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
 from gpuheal.core.catalog import (
     CATALOG,
@@ -77,8 +78,12 @@ def plan(
     gpu_filter: str | None = None,
     issue_filter: str | None = None,
     catalog: Catalog = CATALOG,
+    tol: float = timing.TOLERANCE_S,
 ) -> list[PlanItem]:
-    """One :class:`PlanItem` per firing issue (after the filters), guards applied."""
+    """One :class:`PlanItem` per firing issue (after the filters), guards applied. Every guard's
+    time (verification windows, the restarts-per-hour budgets, the startup grace) is counted in
+    polls with the tolerance ``tol`` (core/timing; issue 9): a poll a second early or late decides
+    the same as one on the second."""
     if not isinstance(state, HealState):
         state = HealState.from_json(state)
     firing = [i for i in issues if i.get("state", "firing") == "firing"]
@@ -96,7 +101,7 @@ def plan(
     for issue in firing:
         if (gpu_filter and issue["gpu"] != gpu_filter) or (issue_filter and issue["issue"] != issue_filter):
             continue
-        item = _plan_one(issue, state, cfg, now_s, guard, catalog)
+        item = _plan_one(issue, state, cfg, now_s, guard, catalog, tol)
         if item.decision == "act":
             # Two issues of one GPU (model-stuck + vram-leak), or stuck breakers of two GPUs, must
             # not restart the same thing twice in one run: the guards above saw the state before
@@ -117,7 +122,9 @@ class _FleetGuard:
     n_gpus: int
 
 
-def _plan_one(issue, state: HealState, cfg, now_s: float, guard: _FleetGuard, catalog: Catalog) -> PlanItem:
+def _plan_one(
+    issue, state: HealState, cfg, now_s: float, guard: _FleetGuard, catalog: Catalog, tol: float
+) -> PlanItem:
     gpu, issue_id = issue["gpu"], issue["issue"]
     since = issue.get("since")
     remedy: Remedy = catalog.remedies.get(issue_id) or Remedy(issue_id, automatic=False, why_escalate="no remedy known")
@@ -172,8 +179,8 @@ def _plan_one(issue, state: HealState, cfg, now_s: float, guard: _FleetGuard, ca
         restart_targets=frozenset(services | ({gpu} if restarts else set())),
         **base,
     )
-    why = _service_guard(services, state, cfg, now_s, remedy) or (
-        _restart_guard(gpu, state, cfg, now_s, guard) if restarts else None
+    why = _service_guard(services, state, cfg, now_s, remedy, tol) or (
+        _restart_guard(gpu, state, cfg, now_s, guard, tol) if restarts else None
     )
     return item if why is None else held(*why)
 
@@ -191,7 +198,9 @@ def _steps(remedy: Remedy, gpu: str, cfg, catalog: Catalog) -> tuple[Action, ...
     return tuple(out)
 
 
-def _service_guard(services: set[str], state: HealState, cfg, now_s: float, remedy: Remedy) -> tuple[str, str] | None:
+def _service_guard(
+    services: set[str], state: HealState, cfg, now_s: float, remedy: Remedy, tol: float
+) -> tuple[str, str] | None:
     for service in sorted(services):
         # (only inside its window: an attempt left open because its issue is hidden must not
         # hold back every other GPU's use of the service)
@@ -199,7 +208,7 @@ def _service_guard(services: set[str], state: HealState, cfg, now_s: float, reme
             a
             for a in state.attempts.values()
             if a.status in OPEN
-            and now_s <= (a.verify_by or 0.0)
+            and not timing.past(now_s, a.verify_by or 0.0, tol)
             and any(SERVICE_OF.get(x) == service for x in a.actions)
         ]
         if busy:
@@ -207,7 +216,7 @@ def _service_guard(services: set[str], state: HealState, cfg, now_s: float, reme
             return "blocked", (
                 f"a restart of {service} ({b.gpu} {b.issue}, attempt {b.n}) is being verified until {_iso(b.verify_by)}"
             )
-        used = sum(1 for t in state.service_restarts.get(service, ()) if now_s - HOUR_S < t <= now_s)
+        used = sum(1 for t in state.service_restarts.get(service, ()) if timing.within_last(now_s, t, HOUR_S, tol))
         if used >= int(cfg.heal["max_restarts_per_hour"]):
             return (
                 "escalate",
@@ -216,20 +225,22 @@ def _service_guard(services: set[str], state: HealState, cfg, now_s: float, reme
     return None
 
 
-def _restart_guard(gpu: str, state: HealState, cfg, now_s: float, guard: _FleetGuard) -> tuple[str, str] | None:
+def _restart_guard(
+    gpu: str, state: HealState, cfg, now_s: float, guard: _FleetGuard, tol: float
+) -> tuple[str, str] | None:
     if guard.tripped:
         return "escalate", (
             f"fleet guard: {guard.n_failing} of {guard.n_gpus} GPUs cannot serve at once — shared cause suspected"
             " (network, monitor, LiteLLM); not restarting them all"
         )
-    used = state.restarts_in_window(gpu, now_s)
+    used = state.restarts_in_window(gpu, now_s, tol=tol)
     if used >= int(cfg.heal["max_restarts_per_hour"]):
         return (
             "escalate",
             f"restart budget spent: {used} restarts of {gpu} in the last hour — GPU hardware check (Rule 3)",
         )
     last = state.last_restart(gpu)
-    if last is not None and now_s - last < float(cfg.heal["startup_grace_s"]):
+    if last is not None and timing.less_than(now_s - last, float(cfg.heal["startup_grace_s"]), tol):
         return "blocked", f"startup grace: restarted {now_s - last:.0f} s ago"
     return None
 

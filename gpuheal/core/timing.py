@@ -58,6 +58,19 @@ def less_than(elapsed_s: float, threshold_s: float, tol: float = TOLERANCE_S) ->
     return snap(elapsed_s, threshold_s, tol) < threshold_s
 
 
+def past(now_s: float, deadline_s: float, tol: float = TOLERANCE_S) -> bool:
+    """``now > deadline``, counted in polls: a poll within the tolerance of a deadline (an attempt's
+    ``verify_by``) stands for the poll at it, so it is not past it yet (issue 9, heal side)."""
+    return more_than(now_s - deadline_s, 0.0, tol)
+
+
+def within_last(now_s: float, t_s: float, window_s: float, tol: float = TOLERANCE_S) -> bool:
+    """Whether ``t_s`` lies in the trailing ``window_s`` before ``now_s`` — "less than ``window_s``
+    ago", and not after ``now_s`` — counted in polls: a restart an hour of polls ago has left the
+    restarts-per-hour budget whether the later poll came a second early or late."""
+    return t_s <= now_s + tol and less_than(now_s - t_s, window_s, tol)
+
+
 def window(now_s: float, window_s: float, tol: float = TOLERANCE_S) -> tuple[float, float]:
     """``[start, end]`` of the trailing ``window_s`` ending at the poll ``now_s``, both bounds widened by
     the tolerance: the current poll is always in it (whatever rounding its stored time had) and the

@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from gpuheal.core import timing
 from gpuheal.core.catalog import MITIGATIONS, SERVICE_OF
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation
 
@@ -125,12 +126,15 @@ def transition(attempt: Attempt, event: str, now_s: float, verification: dict[st
     return replace(attempt, **changes)
 
 
-def judge(attempt: Attempt, issue: dict[str, Any] | None, hidden: bool, now_s: float) -> str | None:
+def judge(
+    attempt: Attempt, issue: dict[str, Any] | None, hidden: bool, now_s: float, tol: float = timing.TOLERANCE_S
+) -> str | None:
     """The event this run's fresh data gives an open attempt; ``None``: nothing new is known.
 
     ``issue`` is the attempt's (gpu, issue) as open now (``None`` when it cleared); ``hidden``: it
     is inhibited (its data source is down) — still open, only not visible, so it is judged when
-    the data is back, never "resolved" on the absence of data.
+    the data is back, never "resolved" on the absence of data. ``verify_by`` is passed in polls
+    (core/timing, ``tol``): a poll a second early or late judges the attempt at the same poll.
     """
     if attempt.status not in OPEN or hidden:
         return None
@@ -144,7 +148,7 @@ def judge(attempt: Attempt, issue: dict[str, Any] | None, hidden: bool, now_s: f
         # saw it still broken; ``firing`` means that poll came (contract "Issue state after a
         # remediation": firing again, and the attempt failed).
         return STILL_BROKEN
-    if now_s > (attempt.verify_by if attempt.verify_by is not None else 0.0):
+    if timing.past(now_s, attempt.verify_by if attempt.verify_by is not None else 0.0, tol):
         return WINDOW_PASSED
     return None
 
@@ -213,10 +217,12 @@ def cooldown(
     now_s: float,
     restore_after_s: float,
     gpu_filter: str | None = None,
+    tol: float = timing.TOLERANCE_S,
 ) -> tuple[HealState, list[Restore]]:
     """Hysteresis on the undo: a mitigated GPU gets its load back only after it stayed cool for
     ``restore_after_s`` (or the restored load heats it straight back and the issue flaps). A hot
-    GPU starts its cool-down over; a paused or unknown GPU waits. The due ones leave ``active``."""
+    GPU starts its cool-down over; a paused or unknown GPU waits. The due ones leave ``active``.
+    "Cool for ``restore_after_s``" is counted in polls (core/timing, ``tol``), as the rules' holds are."""
     due: list[Restore] = []
     for alias, mitigation in state.active.items():
         if gpu_filter and alias != gpu_filter:
@@ -229,7 +235,7 @@ def cooldown(
         if mitigation.cool_since is None:
             mitigation = replace(mitigation, cool_since=now_s)
             state = state.with_mitigation(alias, mitigation)
-        if now_s - mitigation.cool_since < restore_after_s:
+        if timing.less_than(now_s - mitigation.cool_since, restore_after_s, tol):
             continue
         state = state.with_mitigation(alias, None)
         due.append(Restore(alias, mitigation))

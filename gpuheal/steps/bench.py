@@ -28,6 +28,7 @@ from typing import Any
 from gpuheal import benchdata
 from gpuheal.clock import format_epoch, format_iso
 from gpuheal.config import Config, GpuConfig
+from gpuheal.core import timing
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.errors import GpuhealError
 from gpuheal.sources.llama_server import ERR_UNAUTHORIZED, BenchOutcome, benchmark_inference
@@ -213,7 +214,7 @@ def exclusion_reason(
         gpu = issue.get("gpu")
         if gpu == alias or (gpu == "fleet" and issue["issue"] in FLEET_INCIDENTS):
             return f"incident: {issue['issue']}"
-    recent = [t for t in restarts if 0 <= now_s - t < grace_s]
+    recent = [t for t in restarts if timing.within_last(now_s, t, grace_s)]  # counted in polls (issue 9)
     if recent:
         return f"startup-grace: restarted {now_s - max(recent):.0f} s ago"
     return None

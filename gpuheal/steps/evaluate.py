@@ -30,7 +30,7 @@ from typing import Any
 
 from gpuheal import benchdata
 from gpuheal.config import Config
-from gpuheal.core import engine
+from gpuheal.core import engine, timing
 from gpuheal.core.decode import remember_decode
 from gpuheal.core.engine import Evaluation, iso, load_book
 from gpuheal.core.heal_state import normalise_state
@@ -108,7 +108,7 @@ def ingest_monitor_bench(
             continue
         reason = None
         last = restarts.last.get(alias)
-        if last is not None and 0 <= at - last < restarts.grace_s:
+        if last is not None and timing.within_last(at, last, restarts.grace_s):  # counted in polls (issue 9)
             reason = "startup grace"
         elif any(
             rec["gpu"] == alias and rec["state"] == engine.FIRING and rec["severity"] != "info"

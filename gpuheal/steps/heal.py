@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
-from gpuheal.core import alerts, verify
+from gpuheal.core import alerts, timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
 from gpuheal.core.catalog import REMEDIES, THERMAL, primary_action
 from gpuheal.core.heal_state import Escalation, HealState
@@ -50,6 +50,7 @@ class Heal:
         self.rec = Recorder(store, now, self.secrets, alerts.normalise(store.read(files.ALERTS, {})))
         self.effects = Effects(cfg, runner, verify)
         self.warnings: list[str] = []
+        self.tol = timing.TOLERANCE_S  # until this run's evaluation says the history's own
 
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
@@ -61,11 +62,12 @@ class Heal:
         hidden = {(i["gpu"], i["issue"]): i for i in result.evaluation.inhibited}
         still_open = {**hidden, **open_now}
         health, acted = dict(result.health), False
+        self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
         try:
             if self.apply:
                 self._judge_attempts(still_open, set(hidden))
                 self._settle_escalations(set(still_open))
-            for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter):
+            for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter, tol=self.tol):
                 acted |= self._handle(item)
             if self.apply:
                 acted |= self._undo_mitigations(set(still_open), gpu_filter)
@@ -102,7 +104,7 @@ class Heal:
     def _judge_attempts(self, still_open: dict, hidden: set) -> None:
         for attempt in list(self.state.attempts.values()):
             issue = still_open.get((attempt.gpu, attempt.issue))
-            event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, self.now_s)
+            event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, self.now_s, self.tol)
             if event is None:
                 continue
             found = verify.resolution(attempt, self.now_s) if event == verify.ISSUE_CLEARED else None
@@ -201,7 +203,9 @@ class Heal:
     def _undo_mitigations(self, still_open: set, gpu_filter: str | None) -> bool:
         hot = {alias for alias, issue in still_open if issue in THERMAL}
         after_s = float(self.cfg.heal["restore_after_s"])
-        self.state, due = verify.cooldown(self.state, hot, set(self.cfg.aliases), self.now_s, after_s, gpu_filter)
+        self.state, due = verify.cooldown(
+            self.state, hot, set(self.cfg.aliases), self.now_s, after_s, gpu_filter, self.tol
+        )
         acted = False
         for r in due:
             subject, m = Subject(r.alias, r.mitigation.issue), r.mitigation

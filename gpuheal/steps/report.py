@@ -38,7 +38,8 @@ from datetime import datetime
 from typing import Any
 
 from gpuheal.clock import format_epoch, format_iso
-from gpuheal.core.heal_state import normalise_state
+from gpuheal.core import timing
+from gpuheal.core.heal_state import HOUR_S, normalise_state
 from gpuheal.state import files
 
 log = logging.getLogger("gpuheal")
@@ -172,7 +173,7 @@ def _gpu_summary(cfg, g, row: dict[str, Any], bench, hs: dict[str, Any], now_s: 
     ok = [r for r in benchdata.ok_results(bench, g.alias) if r["at"] <= now_s]
     baseline, source = benchdata.baseline(bench, g.alias, g.baseline_tok_s)
     max_restarts = int(cfg.heal["max_restarts_per_hour"])
-    restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if now_s - 3600 < t <= now_s)
+    restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if timing.within_last(now_s, t, HOUR_S))
     fleet_paused, own = hs["paused"]["fleet"], hs["paused"]["gpus"].get(g.alias)
     paused = None
     if fleet_paused:
