@@ -14,7 +14,7 @@ Families::
     gpuheal_health_timestamp_seconds              when gpu-health.json was last written
     gpuheal_fleet_status{status="healthy|degraded|down"}      1 for the current one, else 0
     gpuheal_fleet_status_code                     0 healthy, 1 degraded, 2 down
-    gpuheal_issues_open{issue=ID}                 open (firing) issues per issue id
+    gpuheal_issues_open{issue=ID}                 open (firing or verifying) issues per issue id
     gpuheal_issue_active{gpu,issue,severity,state}            1 per open or pending issue
     gpuheal_remediation_attempts{gpu,issue}       attempts on the open occurrence of an issue
     gpuheal_restarts_last_hour{gpu}, gpuheal_restart_budget_remaining{gpu}
@@ -36,11 +36,16 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from gpuheal.core.engine import FIRING, VERIFYING
 from gpuheal.ids import ISSUE_IDS
 
 log = logging.getLogger("gpuheal")
 
 STATUS_CODE = {"healthy": 0, "degraded": 1, "down": 2}
+
+# An issue is open from firing until resolved; being verified after a remediation it stays open
+# (contract "Issue state after a remediation"); ``pending`` (its hold not yet run) is not open yet.
+OPEN_STATES = frozenset({FIRING, VERIFYING})
 
 MB = 1024 * 1024
 
@@ -155,12 +160,13 @@ def _add_status(ex: Exposition, status: str) -> None:
 
 
 def _add_issues(ex: Exposition, issues: list[dict[str, Any]]) -> None:
-    """Firing issues counted per id (every known id, 0 included), then one sample per open issue."""
+    """Open (firing or verifying) issues counted per id (every known id, 0 included), then one sample
+    per open or pending issue."""
     counts = Counter(dict.fromkeys(ISSUE_IDS, 0))
     for issue in issues:
-        if issue.get("state", "firing") == "firing":
+        if issue.get("state", FIRING) in OPEN_STATES:
             counts[str(issue["issue"])] += 1
-    ex.declare("gpuheal_issues_open", "Open (firing) issues per issue id.")
+    ex.declare("gpuheal_issues_open", "Open (firing or verifying) issues per issue id.")
     for issue_id, n in counts.items():
         ex.add("gpuheal_issues_open", "", n, {"issue": issue_id})
     ex.declare("gpuheal_issue_active", "1 for each open or pending issue.")

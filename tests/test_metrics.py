@@ -43,6 +43,20 @@ def value(parsed, name, **labels):
     return parsed[(name, tuple(sorted(labels.items())))].value
 
 
+def test_an_issue_being_verified_is_still_open(tmp_path):
+    """Contract "Issue state after a remediation": a ``verifying`` issue stays open (it ends resolved
+    or firing again) — gpuheal_issues_open counts it; a ``pending`` one (its hold not run) is not open yet."""
+    state = tmp_path / "state"
+    doc = health_doc([("gpu-light", "model-stuck"), ("gpu-dense", "model-stuck"), ("gpu-dense", "vram-leak")])
+    doc["issues"][0]["state"], doc["issues"][2]["state"] = "verifying", "pending"
+    seed(state, files.GPU_HEALTH, doc, raw=True)
+    p = samples(write(state, tmp_path / "gpuheal.prom"))
+    assert value(p, "gpuheal_issues_open", issue="model-stuck") == 2
+    assert value(p, "gpuheal_issues_open", issue="vram-leak") == 0
+    assert value(p, "gpuheal_issue_active", gpu="gpu-light", issue="model-stuck", severity="critical",
+                 state="verifying") == 1  # fmt: skip
+
+
 def test_full_state_parses_and_carries_the_numbers(tmp_path):
     state = tmp_path / "state"
     seed(state, files.GPU_HEALTH, health_doc([("gpu-light", "host-unreachable")]), raw=True)
