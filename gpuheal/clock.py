@@ -23,6 +23,14 @@ def format_iso(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def format_iso_exact(value: datetime) -> str:
+    """:func:`format_iso` with the microseconds kept when there are any (``…T08:01:00.412345Z``):
+    a ``check --record`` trace stores each time as the run had it, as the history does, so that
+    ``replay`` of the trace gives what the live run gave under a real, jittered clock (issue 9)."""
+    value = value.astimezone(UTC)
+    return format_iso(value) if not value.microsecond else value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 def format_epoch(epoch_s: float) -> str:
     """:func:`format_iso` of an epoch time (UTC) — the one epoch → ISO conversion."""
     return format_iso(datetime.fromtimestamp(epoch_s, UTC))

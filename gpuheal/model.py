@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from gpuheal.clock import format_iso, parse_iso
+from gpuheal.clock import format_iso_exact, parse_iso
 
 # Endpoint states (contract: gpu-health "endpoint").
 ENDPOINT_OK = "ok"
@@ -141,10 +141,10 @@ class GpuSample:
             if isinstance(value, Breaker):
                 value = {
                     "open": value.open,
-                    "opened_at": format_iso(value.opened_at) if value.opened_at else None,
+                    "opened_at": format_iso_exact(value.opened_at) if value.opened_at else None,
                 }
             elif isinstance(value, datetime):
-                value = format_iso(value)
+                value = format_iso_exact(value)
             elif isinstance(value, SourceTrend):
                 value = value.to_dict()
             out[f.name] = value
@@ -188,7 +188,7 @@ class Observation:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "at": format_iso(self.at),
+            "at": format_iso_exact(self.at),  # the poll's own time, as history stores it (issue 9)
             "monitor_ok": self.monitor_ok,
             "litellm_ok": self.litellm_ok,
             "gpus": {alias: s.to_dict() for alias, s in self.gpus.items()},

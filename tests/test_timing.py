@@ -177,3 +177,22 @@ def test_a_startup_grace_mutes_the_same_polls_at_any_clock(offsets, restart_off)
     assert after == [e for e in _drive(_rule(0), [0.0] * 5, whole) if e[0] >= 2]
     assert [e for e in after if e[1] == "muted"] == [(2, "muted")]
 
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_a_recorded_trace_replays_as_the_live_run_went(seed, tmp_path):
+    """``check --record`` stores each poll's own time (and the monitor's, to the microsecond), as the
+    history does: ``replay`` of the trace gives the live run's transitions — the same polls and the
+    same numbers (a duration, a rise) — under a cron-like clock, not whole-second approximations."""
+    from gpuheal.steps.replay import read_trace, replay
+
+    trace = cron_clock(fleet_trace(CFG, {DENSE: {"temp_c": "64 67 70.5 73.5 79 81.5 84 70 60x3",
+                                                 "failures_60s": "0x2 9x6 0x3"}}), seed)  # fmt: skip
+    recorded, live = tmp_path / "trace.jsonl", []
+    for i, obs in enumerate(trace):
+        with StateDir(tmp_path / "state", 1.0) as store:
+            live += [{"poll": i, **t} for t in check.run(CFG, store, obs.at, record=recorded, obs=obs).evaluation.transitions]
+    observations, warnings = read_trace(recorded)
+    assert warnings == [] and [o.at for o in observations] == [o.at for o in trace]
+    assert {"firing", "resolved"} <= {t["event"] for t in live}
+    assert replay(CFG, observations).timeline == live
