@@ -195,6 +195,21 @@ def _connection(scheme: str, host: str, port: int, connect_s: float) -> http.cli
     return http.client.HTTPSConnection(host, port, timeout=connect_s, context=ssl.create_default_context())
 
 
+def _announced_length_fault(resp: http.client.HTTPResponse, max_bytes: int) -> tuple[str, str] | None:
+    """``(kind, detail)`` when the announced Content-Length refuses the body before it is read: not
+    ASCII digits (``'²'``, ``'-5'``, ``'2, 2'``; ``str.isdigit`` accepts the first) is ``invalid``,
+    more than ``max_bytes`` (or digits past ``int()``'s limit) ``oversized`` (issue 9)."""
+    length = (resp.getheader("Content-Length") or "").strip(" \t")
+    if not length:
+        return None
+    if not (length.isascii() and length.isdigit()):
+        return "invalid", f"Content-Length {length[:40]!r} is not a byte count"
+    if len(length) > 18 or int(length) > max_bytes:  # 18 digits: never near int()'s limit
+        shown = length if len(length) <= 18 else length[:18] + "…"
+        return "oversized", f"Content-Length {shown} exceeds max_response_bytes {max_bytes}"
+    return None
+
+
 class _Exchange:
     """One request on ``conn`` whose socket the watchdog shuts at ``stop_at``.
 
@@ -225,10 +240,10 @@ class _Exchange:
         sock.settimeout(max(0.01, self.stop_at - time.monotonic()))
         self.conn.request(method, path, body=body, headers=headers)
         resp = self.conn.getresponse()
-        length = resp.getheader("Content-Length")
-        if length and length.isdigit() and int(length) > max_bytes:
-            return HttpFault("oversized", f"Content-Length {int(length)} exceeds max_response_bytes {max_bytes}",
-                             time.monotonic() - started, status=resp.status)
+        refused = _announced_length_fault(resp, max_bytes)
+        if refused is not None:
+            kind, detail = refused
+            return HttpFault(kind, detail, time.monotonic() - started, status=resp.status)
         chunks = self._read(resp, sock, max_bytes)
         if chunks is None:
             return HttpFault("oversized", f"body exceeds max_response_bytes {max_bytes}",
