@@ -269,14 +269,16 @@ def config_validate(
     import json
 
     from gpuheal.config import load_config, resolve_config_path
+    from gpuheal.parse.values import escaped_text
 
     target = resolve_config_path(path or _GLOBAL.get("config"))  # type: ignore[arg-type]
     cfg = load_config(target)
+    shown = escaped_text(str(target))  # a non-UTF-8 file name: valid UTF-8 out, its bytes escaped
     if json_out:
-        sys.stdout.write(json.dumps({"valid": True, "path": str(target), "gpus": list(cfg.aliases)}) + "\n")
+        sys.stdout.write(json.dumps({"valid": True, "path": shown, "gpus": list(cfg.aliases)}) + "\n")
     else:
         sys.stdout.write(
-            f"{target}: valid ({len(cfg.gpus)} GPU{'s' if len(cfg.gpus) != 1 else ''}: {', '.join(cfg.aliases)})\n"
+            f"{shown}: valid ({len(cfg.gpus)} GPU{'s' if len(cfg.gpus) != 1 else ''}: {', '.join(cfg.aliases)})\n"
         )
 
 
@@ -299,7 +301,9 @@ def main(argv: list[str] | None = None) -> None:
     except Exit as exc:
         code = exc.exit_code
     except GpuhealError as exc:
-        sys.stderr.write(f"gpuheal: {exc}\n")
+        from gpuheal.parse.values import escaped_text
+
+        sys.stderr.write(f"gpuheal: {escaped_text(str(exc))}\n")  # a file name's undecodable bytes as \xNN
         code = exit_codes.CANNOT_RUN
     except ClickException as exc:  # usage errors, bad option values, unknown command
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpuheal`: the help, nothing else

@@ -403,6 +403,31 @@ def test_config_validate_bad_exits_3_with_one_line(tmp_path, text, expected):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize("locale", ["C.UTF-8", "C"])
+@pytest.mark.parametrize("text", [None, "gpus: [\n", "EXAMPLE"], ids=["missing", "syntax", "valid"])
+def test_config_validate_of_a_non_utf8_file_name_prints_valid_utf8(tmp_path, locale, text):
+    """A file name that is not UTF-8 (byte 0xff): the one line — error or "valid" — is valid UTF-8
+    with the byte escaped as ``\\xff``, under a UTF-8 locale and under C (issue 9)."""
+    import json
+
+    name = os.fsencode(tmp_path) + b"/fleet\xff.yaml"
+    if text is not None:
+        Path(os.fsdecode(name)).write_text(EXAMPLE.read_text() if text == "EXAMPLE" else text)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEAL_", "LC_", "LANG", "PYTHONIOENCODING"))}
+    for json_opt in ([], ["--json"]):
+        argv = [os.fsencode(a) for a in [*GPUHEAL, "config", "validate", *json_opt]] + [name]
+        proc = subprocess.run(argv, capture_output=True, timeout=60, env={**env, "LC_ALL": locale})
+        out, err = proc.stdout.decode("utf-8"), proc.stderr.decode("utf-8")  # strict: raises on raw bytes
+        shown = os.fsdecode(tmp_path) + "/fleet\\xff.yaml"
+        if text != "EXAMPLE":
+            assert proc.returncode == 3 and out == "" and len(err.splitlines()) == 1, err
+            assert err.startswith("gpuheal: ") and shown in err, err
+        elif json_opt:
+            assert proc.returncode == 0 and json.loads(out)["path"] == shown and err == "", (out, err)
+        else:
+            assert proc.returncode == 0 and out.startswith(f"{shown}: valid") and err == "", (out, err)
+
+
 def test_config_validate_defaults_to_gpuheal_yaml_in_the_working_directory(tmp_path):
     proc = run_cli("config", "validate", cwd=tmp_path)
     assert proc.returncode == 3 and "gpuheal.yaml" in proc.stderr
