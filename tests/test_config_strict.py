@@ -240,3 +240,31 @@ def test_fuzz_rule_parameters_load_or_fail_with_one_line(rules):
             assert not isinstance(value, list), (key, value)
     critical = cfg.rule_params("thermal-critical", "a")
     assert 20 <= critical["temp_c"] <= 125 and critical["clear_below_c"] <= critical["temp_c"]
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["monitor.timeout_s", "heal.restore_after_s", "history.raw_hours", "zulip.all_clear_every",
+     "gpus[0].vram_total_mb", "rules.vram-leak.mb_per_hour"],
+)  # fmt: skip
+def test_a_400_digit_integer_in_a_json_config_is_one_line_not_an_overflow(tmp_path, where):
+    """JSON has no bound on digits (YAML's reader refuses numbers longer than a setting): a 400-digit
+    integer anywhere is refused at load naming its key path — never OverflowError from ``float()``
+    at load (``monitor.timeout_s`` was exit 3 "internal error") or later in a run (issue 9)."""
+    import json
+
+    doc = {"monitor": {"url": "http://127.0.0.1:9/gpu-data"}, "gpus": [{"alias": "a", "host": "ct8",
+           "endpoint": "http://127.0.0.1:8080"}]}  # fmt: skip
+    *parents, leaf = where.replace("gpus[0]", "gpus.0").split(".")
+    node = doc
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node.setdefault(key, {})
+    node[leaf] = 10**400
+    path = tmp_path / "gpuheal.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=r"must be a finite number, not an integer too large") as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{where}: ")
+    proc = subprocess.run([sys.executable, "-m", "gpuheal", "config", "validate", str(path)],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 3 and proc.stderr.startswith(f"gpuheal: {where}: ") and len(proc.stderr.splitlines()) == 1

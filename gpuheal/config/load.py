@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import sys
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -387,9 +388,14 @@ def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str
     seen.setdefault((host, "any"), i)  # type: ignore[index]  # the first entry on the host
 
 
+_FLOAT_MAX = sys.float_info.max
+
+
 def _check_finite(data: Any) -> None:
     """YAML has ``.nan`` and ``.inf``; JSON Schema's bounds do not reject them (NaN compares
-    false with everything), so a threshold of NaN would silently never fire."""
+    false with everything), so a threshold of NaN would silently never fire. An integer too large
+    for a float (400 digits) is refused here too: every reader takes numbers with ``float()``, which
+    raised OverflowError at load (``monitor.timeout_s``) or later in a run (issue 9)."""
     import math
 
     stack: list[tuple[Any, tuple]] = [(data, ())]
@@ -398,6 +404,8 @@ def _check_finite(data: Any) -> None:
         value, path = stack.pop()
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"must be a finite number, not {value}", format_key_path(path) or "(top level)")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+            raise ConfigError("must be a finite number, not an integer too large for one", format_key_path(path))
         if isinstance(value, dict | list):
             if id(value) in seen:  # a YAML alias cycle; the schema check reports the shape
                 continue
