@@ -299,3 +299,25 @@ def test_cli_doctor_json_and_exit(lab, tmp_path, monkeypatch):
         timeout=60,
     )
     assert proc.returncode == 3 and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("source", ["monitor", "prometheus", "smi"])
+def test_metrics_not_enabled_says_what_is_lost_and_how_to_enable_it(source):
+    """llama-server without ``--metrics`` answers 501: the line says what that costs with this
+    config — without gpu-monitor a stuck model goes undetected, it does not "fall back to
+    gpu-monitor" — and how to enable it, in the words ``check``'s ``rules_off`` uses (issue 11)."""
+    with LoopbackServer(default=Reply(501, b'{"error": {"code": 501, "message": "This server does not support metrics endpoint."}}')) as srv:  # noqa: E501
+        raw = {"gpus": [{"alias": "gpu-a", "host": "ct1", "endpoint": srv.url}]}
+        if source == "monitor":
+            raw["monitor"] = {"url": "http://127.0.0.1:9/gpu-data"}
+        elif source == "prometheus":
+            raw["prometheus"] = {"url": "http://127.0.0.1:9"}
+        cfg = load_config_dict(raw)
+        check = checks.metrics_check(cfg, cfg.gpus[0], 2.0)
+    assert check.status == "warn" and check.detail.startswith("not enabled (HTTP 501)"), check
+    assert "start llama-server with --metrics" in check.fix
+    if source == "monitor":
+        assert "gpu-monitor counts failures" in check.detail
+    else:
+        assert "no gpu-monitor configured" in check.detail and "a stuck model is not detected" in check.detail
+        assert "falls back to gpu-monitor" not in check.detail

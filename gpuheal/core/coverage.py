@@ -18,6 +18,14 @@ from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
 
 
+def without_metrics(monitor_configured: bool) -> str:
+    """What a GPU whose llama-server serves no ``/metrics`` loses (Rule 3's decode counters), as
+    ``check``'s ``rules_off`` and ``doctor`` both say it: it depends on whether gpu-monitor is there."""
+    if monitor_configured:
+        return ": a hung decode is seen only once gpu-monitor counts failures"
+    return f" and {NO_MONITOR}: a stuck model is not detected"
+
+
 def rules_off(source: str, obs: Observation) -> list[dict[str, Any]]:
     """``[{"rule", "gpus", "why", "fix"}]`` for a poll whose GPU readings came from ``source``
     (``monitor`` | ``prometheus`` | ``smi``); ``gpus`` is ``["fleet"]`` or the aliases concerned."""
@@ -35,10 +43,7 @@ def rules_off(source: str, obs: Observation) -> list[dict[str, Any]]:
                                "failures are that GPU's faults)", "fix": ""})
     no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
     if no_metrics:
-        if monitor_configured:
-            why = "llama-server serves no /metrics: a hung decode is seen only once gpu-monitor counts failures"
-        else:
-            why = f"llama-server serves no /metrics and {NO_MONITOR}: a stuck model is not detected"
+        why = f"llama-server serves no /metrics{without_metrics(monitor_configured)}"
         off.append({"rule": "model-stuck", "gpus": no_metrics, "why": why, "fix": HOW_TO_ENABLE["metrics"]})
     no_slots = sorted(a for a, s in obs.gpus.items() if s.slots == "disabled")
     if no_slots:

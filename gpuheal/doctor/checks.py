@@ -254,6 +254,8 @@ def props_check(cfg, g, deadline: float) -> Check:
 
 
 def metrics_check(cfg, g, deadline: float) -> Check:
+    from gpuheal.core.coverage import without_metrics
+    from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
     from gpuheal.sources.http import HttpFault, request
     from gpuheal.sources.llama_server import auth_headers
 
@@ -269,14 +271,9 @@ def metrics_check(cfg, g, deadline: float) -> Check:
         return Check(g.alias, name, FAIL, f"{res.kind}: {_clip(res.detail)}", "check the llama-server")
     if res.status == 200 and b"llamacpp:" in res.body:
         return Check(g.alias, name, OK, "enabled")
-    if res.status == 501:
-        return Check(
-            g.alias,
-            name,
-            WARN,
-            "not enabled (501): request health falls back to gpu-monitor only",
-            "start llama-server with --metrics",
-        )
+    if res.status == 501:  # what is lost depends on gpu-monitor being there (issue 11: it was always named)
+        why = without_metrics(cfg.monitor is not None)
+        return Check(g.alias, name, WARN, f"not enabled (HTTP 501){why}", HOW_TO_ENABLE["metrics"])
     if res.status in (401, 403):
         return Check(
             g.alias,
@@ -285,7 +282,7 @@ def metrics_check(cfg, g, deadline: float) -> Check:
             f"the api key is rejected (HTTP {res.status})",
             "start llama-server with --api-key equal to litellm.api_key",
         )
-    return Check(g.alias, name, WARN, f"HTTP {res.status}, no llamacpp: series", "start llama-server with --metrics")
+    return Check(g.alias, name, WARN, f"HTTP {res.status}, no llamacpp: series", HOW_TO_ENABLE["metrics"])
 
 
 def litellm_checks(ctx: Context, t: float) -> list[Check]:
