@@ -251,21 +251,16 @@ class LocalTransport:
             return _outcome(argv, start=start, error=CANNOT_RUN, detail=f"{argv[0]}: {exc.strerror}")
         log.debug("local: started %s (pid %d)", argv[0], proc.pid)
         out, err = _Capped(), _Capped()
-        threads = [_reader(proc.stdout, out), _reader(proc.stderr, err)]
         if input is not None:
             _writer(proc.stdin, input.encode("utf-8"))
-        try:
-            rc: int | None = proc.wait(timeout=max(0.0, start + timeout_s - time.monotonic()))
-        except subprocess.TimeoutExpired:
+        rc = _collect(proc, out, err, start + timeout_s)
+        if rc is None:
             _kill_group(proc)
-            for t in threads:
-                t.join(timeout=1.0)  # a grandchild that left the group may hold a pipe
+            _collect(proc, out, err, time.monotonic() + 1.0)  # a grandchild that left the group may hold a pipe
             result = _outcome(argv, start=start, out=out, err=err, timed_out=True, error=TIMEOUT,
                               detail=f"killed after {timeout_s:g}s")
             log.info("local: %s timed out after %.2fs", argv[0], result.elapsed_s)
             return result
-        for t in threads:
-            t.join(timeout=_DRAIN_AFTER_EXIT_S)
         result = _outcome(argv, start=start, rc=rc, out=out, err=err)
         log.debug("local: %s exited rc=%s in %.2fs", argv[0], rc, result.elapsed_s)
         return result
@@ -294,12 +289,38 @@ def _pipe_thread(name: str, work, stream) -> threading.Thread:
     return t
 
 
-def _reader(stream, sink: _Capped) -> threading.Thread:
-    def pump() -> None:
-        while chunk := stream.read1(_READ_CHUNK):
-            sink.add(chunk)
+def _collect(proc: subprocess.Popen, out: _Capped, err: _Capped, stop_at: float) -> int | None:
+    """Read the command's stdout and stderr until both close, in this thread (no reader threads:
+    250 hosts' nvidia-smi at once cost 2 threads each in GIL hand-offs, issue 12 benchmark), and
+    reap it → its exit status; ``None`` when ``stop_at`` came first. After the command exits,
+    output is drained for at most ``_DRAIN_AFTER_EXIT_S`` (a grandchild may hold a pipe open)."""
+    import selectors
 
-    return _pipe_thread("gpuheal-output", pump, stream)
+    with selectors.DefaultSelector() as sel:
+        for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
+            if stream is not None and not stream.closed:
+                sel.register(stream, selectors.EVENT_READ, sink)
+        drain_by = math.inf
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= min(stop_at, drain_by):
+                break
+            if drain_by == math.inf and proc.poll() is not None:
+                drain_by = now + _DRAIN_AFTER_EXIT_S
+            # wake now and then to see the command exit while a grandchild holds a pipe
+            for key, _ in sel.select(min(stop_at, drain_by, now + 0.05) - now):
+                chunk = os.read(key.fileobj.fileno(), _READ_CHUNK)
+                if chunk:
+                    key.data.add(chunk)
+                else:
+                    sel.unregister(key.fileobj)
+                    key.fileobj.close()
+        for key in list(sel.get_map().values()):  # given up on: the command is gone or timed out
+            key.fileobj.close()
+    try:
+        return proc.wait(timeout=max(0.0, stop_at - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _writer(stream, data: bytes) -> threading.Thread:
