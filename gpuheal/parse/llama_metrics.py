@@ -85,8 +85,7 @@ def parse_metrics(text: str) -> ServerMetrics:
         raise InvalidMetrics("JSON-quoted exposition text (llama.cpp ~b7010-b7100): not parseable")
     if "\x00" in text:
         raise InvalidMetrics("binary data, not exposition text")
-    from prometheus_client.parser import text_string_to_metric_families
-
+    text_string_to_metric_families = _text_parser()
     wanted, foreign = _wanted_lines(text)
     if not wanted and foreign:
         raise InvalidMetrics("no llamacpp: series in the answer (not a llama-server /metrics)")
@@ -117,6 +116,34 @@ def parse_metrics(text: str) -> ServerMetrics:
 
 
 _WANTED_NAMES = frozenset(PREFIX + key for key in SERIES)
+_PRIVATE_PACKAGE = "_gpuheal_prometheus_client"
+
+
+def _text_parser() -> Any:
+    """``prometheus_client.parser.text_string_to_metric_families`` — the package's own parser
+    module, loaded without the package's ``__init__``: that imports its HTTP server, exposition
+    and collectors (~60-150 ms on every cron run of a fleet serving /metrics; issue 12 benchmark)
+    while the parser needs three small modules of it. They are loaded under a private package
+    name (a bare package with prometheus_client's ``__path__``), so ``import prometheus_client``
+    anywhere else still gets the whole, untouched package."""
+    import sys
+
+    parser = sys.modules.get(_PRIVATE_PACKAGE + ".parser")
+    if parser is None:
+        import importlib
+        import importlib.util
+        import types
+
+        spec = importlib.util.find_spec("prometheus_client")  # finds it; runs nothing
+        if spec is None or not spec.submodule_search_locations:
+            from prometheus_client.parser import text_string_to_metric_families  # ImportError as before
+
+            return text_string_to_metric_families
+        bare = types.ModuleType(_PRIVATE_PACKAGE)
+        bare.__path__ = list(spec.submodule_search_locations)
+        sys.modules.setdefault(_PRIVATE_PACKAGE, bare)
+        parser = importlib.import_module(_PRIVATE_PACKAGE + ".parser")
+    return parser.text_string_to_metric_families
 
 
 def _wanted_lines(text: str) -> tuple[str, bool]:
