@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -275,7 +276,7 @@ def _tried_lines(tried: Any) -> str:
     """``restart-llama-server → failed ×3; shed-load → resolved`` (first-seen order, counted)."""
     if not isinstance(tried, list) or not tried:
         return ""
-    counts: dict[str, int] = {}
+    counts: Counter[str] = Counter()
     for entry in tried:
         if isinstance(entry, dict):
             action = entry.get("action") or "?"
@@ -284,7 +285,7 @@ def _tried_lines(tried: Any) -> str:
         else:
             text = str(entry)
         text = clean(text, 160)
-        counts[text] = counts.get(text, 0) + 1
+        counts[text] += 1
     parts = [md(t, 160) + (f" ×{n}" if n > 1 else "") for t, n in counts.items()]
     joined = "; ".join(parts)
     return joined if len(joined) <= 1200 else joined[:1199] + "…"

@@ -64,18 +64,18 @@ class Heal:
         health, acted = dict(result.health), False
         self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
         try:
-            if self.apply:
+            if self.apply:  # 1. judge earlier attempts from this run's data
                 self._judge_attempts(still_open, set(hidden))
                 self._settle_escalations(set(still_open))
             for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter, tol=self.tol):
-                acted |= self._handle(item)
-            if self.apply:
+                acted |= self._handle(item)  # 2-3. plan, then show (dry-run) or act
+            if self.apply:  # 4. give cooled GPUs their load back
                 acted |= self._undo_mitigations(set(still_open), gpu_filter)
-                if DSU in open_now:  # Rule 7.3: not blind while gpu-monitor is down
+                if DSU in open_now:  # 5. Rule 7.3: not blind while gpu-monitor is down
                     self._probe_directly(health, gpu_filter)
         finally:
             self.effects.close()
-        if self.apply:
+        if self.apply:  # 6. count the clean cycle, save
             self.rec.count_clean_cycle(not result.issues and not acted, int(self.cfg.zulip["all_clear_every"]))
             self.state = self.state.pruned(self.now_s, verify.OPEN)
             self._save()
