@@ -1,7 +1,10 @@
 """The alert queue's pure logic (core/alerts.py): dedup by fingerprint and state, All Clear
-counting, reminders, folding into a host's alert — values in, values out, ``now`` a parameter."""
+counting, reminders, folding into a host's alert — values in, values out, ``now`` a parameter.
+The queue is typed (issue 10, item 5) and its file format unchanged."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from gpuheal.core import alerts
 
@@ -11,37 +14,37 @@ NOW = 1_800_000_000.437  # real time is not whole seconds
 def escalated(gpu, issue, since="S", **kw):
     a = alerts.issue_alert(gpu, issue, "escalated", since, NOW, f"{issue} on {gpu}", run_id="r", detected={},
                            tried=[], attempts=1)  # fmt: skip
-    return {**a.to_json(), **kw}
+    return replace(a, **kw)
 
 
 def test_one_alert_per_fingerprint_and_state():
-    data = alerts.empty()
-    assert alerts.enqueue(data, escalated("gpu-a", "model-stuck"))
-    assert not alerts.enqueue(data, escalated("gpu-a", "model-stuck")), "same state: a duplicate"
-    assert alerts.enqueue(data, escalated("gpu-a", "model-stuck", since="T")), "new state replaces the queued one"
-    assert [a["state_key"] for a in data["queue"]] == ["escalated:T"]
-    alerts.record_sent(data, data["queue"][0], NOW, 7)
-    data["queue"].clear()
-    assert not alerts.enqueue(data, escalated("gpu-a", "model-stuck", since="T")), "already sent in this state"
+    data = alerts.AlertQueue()
+    assert data.enqueue(escalated("gpu-a", "model-stuck"))
+    assert not data.enqueue(escalated("gpu-a", "model-stuck")), "same state: a duplicate"
+    assert data.enqueue(escalated("gpu-a", "model-stuck", since="T")), "new state replaces the queued one"
+    assert [a.state_key for a in data.queue] == ["escalated:T"]
+    alerts.record_sent(data, data.queue[0], NOW, 7)
+    data.queue.clear()
+    assert not data.enqueue(escalated("gpu-a", "model-stuck", since="T")), "already sent in this state"
 
 
 def test_all_clear_on_every_nth_clean_cycle_and_any_other_cycle_starts_over():
-    data = alerts.empty()
+    data = alerts.AlertQueue()
     for _ in range(2):
         alerts.count_clean_cycle(data, True, 3, NOW)
     alerts.count_clean_cycle(data, False, 3, NOW)
-    assert data["clean_cycles"] == 0 and data["queue"] == []
+    assert data.clean_cycles == 0 and data.queue == []
     for _ in range(3):
         alerts.count_clean_cycle(data, True, 3, NOW)
-    assert [a["kind"] for a in data["queue"]] == ["all-clear"] and data["clean_cycles"] == 0
+    assert [a.kind for a in data.queue] == ["all-clear"] and data.clean_cycles == 0
 
 
 def test_a_hosts_escalations_fold_into_its_host_unreachable_alert():
-    data = alerts.empty()
+    data = alerts.AlertQueue()
     for a in (escalated("gpu-a", "model-stuck"), escalated("gpu-a", "host-unreachable"), escalated("gpu-b", "vram-leak")):
-        alerts.enqueue(data, a)
+        data.enqueue(a)
     messages, absorbed, duplicates = alerts.fold(data, {("gpu-a", "host-unreachable"), ("gpu-a", "model-stuck")})
-    assert [(m.alert["fingerprint"], [f["fingerprint"] for f in m.folded]) for m in messages] == [
+    assert [(m.alert.fingerprint, [f.fingerprint for f in m.folded]) for m in messages] == [
         ("gpu-a/host-unreachable", ["gpu-a/model-stuck"]),
         ("gpu-b/vram-leak", []),
     ]
@@ -49,20 +52,55 @@ def test_a_hosts_escalations_fold_into_its_host_unreachable_alert():
 
 
 def test_reminders_only_for_what_is_still_open_and_old_enough():
-    data = alerts.empty()
+    data = alerts.AlertQueue()
     alerts.record_sent(data, escalated("gpu-a", "model-stuck"), NOW - 4 * 3600 - 0.5, 1)
     alerts.record_sent(data, escalated("gpu-b", "model-stuck"), NOW - 3600, 2)
     open_keys = {("gpu-a", "model-stuck"), ("gpu-b", "model-stuck")}
     due = alerts.due_reminders(data, open_keys, NOW, 4 * 3600)
-    assert [(r["fingerprint"], r["reminder"]) for r in due] == [("gpu-a/model-stuck", 1)]
+    assert [(r.fingerprint, r.reminder) for r in due] == [("gpu-a/model-stuck", 1)]
     assert alerts.due_reminders(data, None, NOW, 4 * 3600) == [], "no health document: nothing known broken"
 
 
 def test_damaged_times_in_the_dedup_memory_are_not_fatal():
-    data = alerts.normalise({"queue": [{"fingerprint": "a/b", "state_key": "k", "delivery": {"not_before": 10**400}}],
-                             "sent": {"x/y": {"kind": "escalated", "sent_at": 10**400, "alert": {"gpu": "x"}}},
-                             "clean_cycles": 10**400})  # fmt: skip
-    assert alerts.not_before(data["queue"][0]) == 0.0
+    data = alerts.AlertQueue.from_json({"queue": [{"fingerprint": "a/b", "state_key": "k", "delivery": {"not_before": 10**400}}],
+                                        "sent": {"x/y": {"kind": "escalated", "sent_at": 10**400, "alert": {"gpu": "x"}}},
+                                        "clean_cycles": 10**400})  # fmt: skip
+    assert data.queue[0].not_before == 0.0
     alerts.due_reminders(data, {("x", "y")}, NOW, 3600)
     alerts.prune_sent(data, set(), NOW)
-    assert "x/y" not in data["sent"] and data["clean_cycles"] == 1 << 31
+    assert "x/y" not in data.sent and data.clean_cycles == 1 << 31
+
+
+def test_the_file_format_round_trips_unchanged():
+    """A queue document as the previous release wrote it (heal's alert, a reminder with its
+    delivery bookkeeping, a queued weekly report, a renderer's extra field) reads into records and
+    writes back the same."""
+    doc = {
+        "queue": [
+            {**escalated("gpu-a", "model-stuck").to_json(), "severity": "critical"},
+            {**escalated("gpu-b", "vram-leak").to_json(), "reminder": 2,
+             "delivery": {"tries": 1, "last_try_at": NOW, "last_error": "HTTP 500", "not_before": NOW + 30}},
+            {"fingerprint": "fleet/weekly-report", "gpu": "fleet", "issue": None, "kind": "report",
+             "state_key": "weekly:x", "created_at": NOW, "run_id": None, "title": "t", "content": "t\nbody\n",
+             "detected": {}, "tried": [], "attempts": 0, "since": None, "summary": "weekly benchmark report"},
+        ],
+        "sent": {"gpu-c/model-stuck": {"kind": "escalated", "sent_at": NOW, "state_key": "escalated:S"}},
+        "clean_cycles": 4,
+    }  # fmt: skip
+    data = alerts.AlertQueue.from_json(doc)
+    assert [a.kind for a in data.queue] == ["escalated", "escalated", "report"]
+    assert data.queue[1].delivery == alerts.Delivery(1, NOW, "HTTP 500", NOW + 30) and data.queue[1].reminder == 2
+    assert data.to_json() == doc
+    assert alerts.normalise({"queue": ["junk", {"no": "fingerprint"}], "clean_cycles": "x"}) == alerts.AlertQueue().to_json()
+
+
+def test_a_failed_try_and_a_hold_are_noted_on_the_queued_record():
+    data = alerts.AlertQueue()
+    data.enqueue(escalated("gpu-a", "model-stuck"))
+    data.enqueue(escalated("gpu-b", "model-stuck"))
+    data.note_failure([data.queue[0]], NOW, "HTTP 500")
+    data.hold(NOW + 60)
+    first, second = data.queue
+    assert (first.delivery.tries, first.delivery.last_error, first.not_before) == (1, "HTTP 500", NOW + 60)
+    assert (second.delivery.tries, second.not_before) == (0, NOW + 60)
+    assert second.to_json()["delivery"] == {"not_before": NOW + 60}

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpuheal.clock import format_iso
 from gpuheal.core import alerts
+from gpuheal.core.alerts import AlertQueue
 from gpuheal.core.catalog import ACTIONS, primary_action
 from gpuheal.redact import redact
 from gpuheal.state import files
@@ -29,7 +30,7 @@ class Subject:
 
 
 class Recorder:
-    def __init__(self, store, now: datetime, secrets: tuple[str, ...], alerts: dict[str, Any]) -> None:
+    def __init__(self, store, now: datetime, secrets: tuple[str, ...], alerts: AlertQueue) -> None:
         self.store = store
         self.now = now
         self.now_s = now.timestamp()
@@ -176,7 +177,7 @@ class Recorder:
             subject.gpu, subject.issue, kind, subject.since, self.now_s, summary,
             run_id=run_id, detected=subject.detected, tried=tried, attempts=attempts,
         )  # fmt: skip
-        alerts.enqueue(self.alerts, redact(alert.to_json(), self.secrets))
+        self.alerts.enqueue(alert.mapped(lambda doc: redact(doc, self.secrets)))
 
     def count_clean_cycle(self, clean: bool, every: int) -> None:
         alerts.count_clean_cycle(self.alerts, clean, every, self.now_s)
@@ -196,5 +197,5 @@ def health_doc(health: dict[str, Any], state, rec: Recorder, cfg, now_s: float, 
         g.alias: {"restarts_last_hour": state.restarts_in_window(g.alias, now_s), "max_restarts_per_hour": limit}
         for g in cfg.gpus
     }
-    health["alerts_queued"] = len(rec.alerts["queue"]) if apply else None
+    health["alerts_queued"] = len(rec.alerts.queue) if apply else None
     return health

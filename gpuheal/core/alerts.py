@@ -1,4 +1,4 @@
-"""The alert queue's logic (issue 10, item 1). Pure: values in, values out; ``now_s`` a parameter.
+"""The alert queue's logic (issue 10, items 1 and 5). Pure: values in, values out; ``now_s`` a parameter.
 
 Contract ("Alerts"): alerts are queued by ``heal`` and sent only by ``escalate``; one per
 (gpu, issue) fingerprint until its state changes; unsent alerts survive to the next run; the All
@@ -10,19 +10,27 @@ Clear on every Nth clean cycle. Stored as ``alerts.json`` (internal)::
                              "folded_into": FINGERPRINT (absorbed into a host-unreachable alert)}},
      "clean_cycles": int}                 # consecutive clean heal cycles
 
-    ALERT = Alert.to_json() + optional {"delivery": {"tries", "last_try_at", "last_error",
-            "not_before"}, "reminder": n, "unfolded": true}
+    ALERT = Alert.to_json(): {"fingerprint", "gpu", "issue", "kind", "state_key", "created_at",
+            "run_id", "detected", "tried", "attempts", "since", "summary"} + when set {"title",
+            "content", "topic"} (a queued report), {"reminder": n, "unfolded": true,
+            "delivery": {"tries", "last_try_at", "last_error", "not_before"}} (escalate's)
 
-Here: fingerprinting and dedup (:func:`enqueue`), All Clear counting (:func:`count_clean_cycle`),
-reminders (:func:`due_reminders`), folding a host's escalations into its ``host-unreachable``
-alert (:func:`fold`, :func:`unfold`) and the dedup memory (:func:`record_sent`,
-:func:`prune_sent`). Queued documents are read tolerantly: a junk field is shown as junk, never a
-crash. :mod:`gpuheal.steps.escalate` loads, calls these, sends, and saves.
+In memory the queue is typed: an :class:`AlertQueue` of :class:`Alert` records (with their
+:class:`Delivery`), read from that document by :meth:`AlertQueue.from_json` and written back by
+:meth:`AlertQueue.to_json` — the file format is unchanged. A queued document is read tolerantly:
+an entry without a fingerprint is dropped, a junk field becomes "not known", never a crash.
+
+Here: fingerprinting and dedup (:meth:`AlertQueue.enqueue`), All Clear counting
+(:func:`count_clean_cycle`), reminders (:func:`due_reminders`), folding a host's escalations into
+its ``host-unreachable`` alert (:func:`fold`, :func:`unfold`) and the dedup memory
+(:func:`record_sent`, :func:`prune_sent`). :mod:`gpuheal.steps.escalate` loads, calls these,
+sends, and saves.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.core import timing
@@ -31,152 +39,10 @@ FILE = "alerts.json"
 HOST_UNREACHABLE = "host-unreachable"
 SENT_KEEP_S = 30 * 86400  # settled entries of the dedup memory are forgotten after this
 OPEN_STATES = ("firing", "pending", "verifying")
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One alert as ``heal`` queues it."""
-
-    gpu: str
-    issue: str | None
-    kind: str  # escalated | resolved | all-clear
-    state_key: str  # changes when the (gpu, issue) state changes: the dedup key
-    created_at: float
-    summary: str
-    run_id: str | None = None
-    detected: dict[str, Any] = field(default_factory=dict)
-    tried: tuple[str, ...] = ()
-    attempts: int = 0
-    since: str | None = None
-
-    @property
-    def fingerprint(self) -> str:
-        return fingerprint(self.gpu, self.issue)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "fingerprint": self.fingerprint,
-            "gpu": self.gpu,
-            "issue": self.issue,
-            "kind": self.kind,
-            "state_key": self.state_key,
-            "created_at": self.created_at,
-            "run_id": self.run_id,
-            "detected": self.detected,
-            "tried": list(self.tried),
-            "attempts": self.attempts,
-            "since": self.since,
-            "summary": self.summary,
-        }
-
-
-def fingerprint(gpu: str, issue: str | None) -> str:
-    return f"{gpu}/{issue or 'all-clear'}"
-
-
-def issue_alert(
-    gpu: str,
-    issue: str,
-    kind: str,
-    since: str | None,
-    now_s: float,
-    summary: str,
-    *,
-    run_id: str | None,
-    detected: dict[str, Any],
-    tried: list[str],
-    attempts: int,
-) -> Alert:
-    """An escalation or a resolution of one occurrence (``since``) of (gpu, issue)."""
-    return Alert(gpu, issue, kind, f"{kind}:{since}", now_s, summary, run_id, detected, tuple(tried), attempts, since)
-
-
-def all_clear(now_s: float, every: int) -> Alert:
-    return Alert("fleet", None, "all-clear", f"all-clear:{now_s:.0f}", now_s, f"{every} clean cycles in a row",
-                 detected={"clean_cycles": every})  # fmt: skip
-
-
-# --------------------------------------------------------------------------- the queue document
-
-
-def empty() -> dict[str, Any]:
-    return {"queue": [], "sent": {}, "clean_cycles": 0}
-
-
-def normalise(data: Any) -> dict[str, Any]:
-    out = empty()
-    if not isinstance(data, dict):
-        return out
-    if isinstance(data.get("queue"), list):
-        out["queue"] = [a for a in data["queue"] if isinstance(a, dict) and "fingerprint" in a]
-    if isinstance(data.get("sent"), dict):
-        out["sent"] = {k: v for k, v in data["sent"].items() if isinstance(v, dict)}
-    if isinstance(data.get("clean_cycles"), int) and not isinstance(data["clean_cycles"], bool):
-        out["clean_cycles"] = max(0, min(data["clean_cycles"], 1 << 31))
-    return out
-
-
-def enqueue(data: dict[str, Any], alert: dict[str, Any] | Alert) -> bool:
-    """Queue ``alert`` unless the same fingerprint in the same state is queued or was sent.
-
-    A newer alert for a fingerprint replaces a queued older one (the state changed before the
-    old one could be delivered: only the current truth is worth sending). Returns True if queued.
-    """
-    if isinstance(alert, Alert):
-        alert = alert.to_json()
-    fp, key = alert["fingerprint"], alert["state_key"]
-    sent = data["sent"].get(fp)
-    if sent is not None and sent.get("state_key") == key:
-        return False
-    for i, queued in enumerate(data["queue"]):
-        if queued["fingerprint"] == fp:
-            if queued.get("state_key") == key:
-                return False
-            data["queue"][i] = alert
-            return True
-    data["queue"].append(alert)
-    return True
-
-
-def count_clean_cycle(data: dict[str, Any], clean: bool, every: int, now_s: float) -> None:
-    """Contract: the All Clear on every Nth clean cycle (no open issue, no action); any other
-    cycle, and each All Clear, starts the count over."""
-    if not clean:
-        data["clean_cycles"] = 0
-        return
-    data["clean_cycles"] += 1
-    if data["clean_cycles"] >= every:
-        data["clean_cycles"] = 0
-        enqueue(data, all_clear(now_s, every))
-
-
-# --------------------------------------------------------------------------- what escalate sends
-
-
-@dataclass
-class Message:
-    alert: dict[str, Any]
-    folded: list[dict[str, Any]] = field(default_factory=list)  # queued alerts sent inside this one
-    mentioned: list[dict[str, Any]] = field(default_factory=list)  # already-absorbed, still open
-
-    @property
-    def members(self) -> list[dict[str, Any]]:
-        return [self.alert, *self.folded]
-
-
-def open_issue_keys(health: Any) -> set[tuple[str, str]] | None:
-    """(gpu, issue) pairs open in ``gpu-health.json``; ``None`` when that is unknown."""
-    if not isinstance(health, dict) or not isinstance(health.get("issues"), list):
-        return None
-    return {
-        (str(i.get("gpu")), str(i.get("issue")))
-        for i in health["issues"]
-        if isinstance(i, dict) and i.get("state", "firing") in OPEN_STATES
-    }
-
-
-def _is_open(keys: set[tuple[str, str]] | None, gpu: Any, issue: Any) -> bool:
-    return keys is None or (str(gpu), str(issue)) in keys
+# Alert.to_json's keys; any other key of a queued document (a renderer's "severity",
+# "verification") is kept in Alert.extra and written back as it came.
+_KEYS = ("fingerprint", "gpu", "issue", "kind", "state_key", "created_at", "run_id", "detected", "tried",
+         "attempts", "since", "summary", "title", "content", "topic", "reminder", "unfolded", "delivery")  # fmt: skip
 
 
 def as_int(value: Any) -> int:
@@ -197,6 +63,266 @@ def as_time(value: Any) -> float | None:
     return out if out == out and abs(out) != float("inf") else None
 
 
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """``escalate``'s bookkeeping of one queued alert: failed tries, and Zulip's "not before"."""
+
+    tries: int = 0
+    last_try_at: float | None = None
+    last_error: str | None = None
+    not_before: float | None = None
+
+    @classmethod
+    def from_json(cls, value: Any) -> Delivery | None:
+        if not isinstance(value, dict):
+            return None
+        error = value.get("last_error")
+        return cls(as_int(value.get("tries")), as_time(value.get("last_try_at")),
+                   None if error is None else str(error), as_time(value.get("not_before")))  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tries": self.tries} if self.tries else {}
+        for key in ("last_try_at", "last_error", "not_before"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One queued alert: what ``heal`` (or ``report``) queued, and ``escalate``'s bookkeeping.
+
+    ``fingerprint`` is the dedup key — ``gpu/issue``, or a report's own (``fleet/weekly-report``);
+    ``state_key`` changes when the (gpu, issue) state changes."""
+
+    fingerprint: str
+    gpu: str | None
+    issue: str | None
+    kind: str | None  # escalated | resolved | all-clear | report
+    state_key: str | None
+    created_at: float | None
+    summary: str
+    run_id: str | None = None
+    detected: dict[str, Any] = field(default_factory=dict)
+    tried: tuple[Any, ...] = ()  # action names, or {"action", "result"} records
+    attempts: int | None = 0
+    since: str | None = None
+    title: str | None = None  # a queued report's own title and content (kind "report")
+    content: str | None = None
+    topic: str | None = None  # a Zulip topic other than zulip.topic
+    reminder: int = 0  # the nth reminder of an escalation still open
+    unfolded: bool = False  # re-sent on its own once the host it was folded into came back
+    delivery: Delivery | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, value: Any) -> Alert | None:
+        """A queued document as a record; ``None`` when it has no fingerprint (not an alert)."""
+        if not isinstance(value, dict) or "fingerprint" not in value:
+            return None
+        v = value.get
+        attempts, tried = v("attempts"), v("tried")
+        return cls(
+            fingerprint=str(v("fingerprint")), gpu=_text(v("gpu")), issue=_text(v("issue")),
+            kind=_text(v("kind")), state_key=_text(v("state_key")), created_at=as_time(v("created_at")),
+            summary=str(v("summary") or ""), run_id=_text(v("run_id") or None),
+            detected=v("detected") if isinstance(v("detected"), dict) else {},
+            tried=tuple(tried) if isinstance(tried, list | tuple) else (),
+            attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else None,
+            since=v("since") if isinstance(v("since"), str) else None, title=_text(v("title")),
+            content=_text(v("content")), topic=_text(v("topic") or None), reminder=as_int(v("reminder")),
+            unfolded=v("unfolded") is True, delivery=Delivery.from_json(v("delivery")),
+            extra={k: x for k, x in value.items() if k not in _KEYS},
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            **self.extra,
+            "fingerprint": self.fingerprint,
+            "gpu": self.gpu,
+            "issue": self.issue,
+            "kind": self.kind,
+            "state_key": self.state_key,
+            "created_at": self.created_at,
+            "run_id": self.run_id,
+            "detected": self.detected,
+            "tried": list(self.tried),
+            "attempts": self.attempts,
+            "since": self.since,
+            "summary": self.summary,
+        }
+        for key in ("title", "content", "topic"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.reminder:
+            out["reminder"] = self.reminder
+        if self.unfolded:
+            out["unfolded"] = True
+        if self.delivery is not None:
+            out["delivery"] = self.delivery.to_json()
+        return out
+
+    def mapped(self, fn: Callable[[dict[str, Any]], dict[str, Any]]) -> Alert:
+        """The alert with ``fn`` applied to its document (redaction: every string, same keys)."""
+        out = Alert.from_json(fn(self.to_json()))
+        if out is None:
+            raise ValueError("the mapped alert lost its fingerprint")
+        return out
+
+    def stored(self) -> Alert:
+        """The alert as the dedup memory keeps it: without ``escalate``'s bookkeeping."""
+        return replace(self, reminder=0, unfolded=False, delivery=None)
+
+    @property
+    def not_before(self) -> float:
+        """Not to be sent before this epoch time (0: any time)."""
+        return (self.delivery.not_before if self.delivery else None) or 0.0
+
+    def failed(self, now_s: float, detail: str) -> Alert:
+        d = self.delivery or Delivery()
+        return replace(self, delivery=replace(d, tries=d.tries + 1, last_try_at=now_s, last_error=detail))
+
+    def held_until(self, until_s: float) -> Alert:
+        d = self.delivery or Delivery()
+        return replace(self, delivery=replace(d, not_before=max(until_s, self.not_before)))
+
+
+def fingerprint(gpu: str, issue: str | None) -> str:
+    return f"{gpu}/{issue or 'all-clear'}"
+
+
+def issue_alert(
+    gpu: str,
+    issue: str,
+    kind: str,
+    since: str | None,
+    now_s: float,
+    summary: str,
+    *,
+    run_id: str | None,
+    detected: dict[str, Any],
+    tried: list[str],
+    attempts: int,
+) -> Alert:
+    """An escalation or a resolution of one occurrence (``since``) of (gpu, issue)."""
+    return Alert(fingerprint(gpu, issue), gpu, issue, kind, f"{kind}:{since}", now_s, summary, run_id, detected,
+                 tuple(tried), attempts, since)  # fmt: skip
+
+
+def all_clear(now_s: float, every: int) -> Alert:
+    return Alert(fingerprint("fleet", None), "fleet", None, "all-clear", f"all-clear:{now_s:.0f}", now_s,
+                 f"{every} clean cycles in a row", detected={"clean_cycles": every})  # fmt: skip
+
+
+# --------------------------------------------------------------------------- the queue document
+
+
+@dataclass
+class AlertQueue:
+    """``alerts.json`` in memory: the queue (typed), the dedup memory, the clean-cycle count."""
+
+    queue: list[Alert] = field(default_factory=list)
+    sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    clean_cycles: int = 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> AlertQueue:
+        out = cls()
+        if not isinstance(data, dict):
+            return out
+        if isinstance(data.get("queue"), list):
+            out.queue = [a for a in map(Alert.from_json, data["queue"]) if a is not None]
+        if isinstance(data.get("sent"), dict):
+            out.sent = {k: v for k, v in data["sent"].items() if isinstance(v, dict)}
+        if isinstance(data.get("clean_cycles"), int) and not isinstance(data["clean_cycles"], bool):
+            out.clean_cycles = max(0, min(data["clean_cycles"], 1 << 31))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"queue": [a.to_json() for a in self.queue], "sent": self.sent, "clean_cycles": self.clean_cycles}
+
+    def enqueue(self, alert: Alert) -> bool:
+        """Queue ``alert`` unless the same fingerprint in the same state is queued or was sent.
+
+        A newer alert for a fingerprint replaces a queued older one (the state changed before the
+        old one could be delivered: only the current truth is worth sending). Returns True if queued.
+        """
+        sent = self.sent.get(alert.fingerprint)
+        if sent is not None and _text(sent.get("state_key")) == alert.state_key:
+            return False
+        for i, queued in enumerate(self.queue):
+            if queued.fingerprint == alert.fingerprint:
+                if queued.state_key == alert.state_key:
+                    return False
+                self.queue[i] = alert
+                return True
+        self.queue.append(alert)
+        return True
+
+    def remove(self, alerts: list[Alert]) -> None:
+        ids = {id(a) for a in alerts}
+        self.queue = [a for a in self.queue if id(a) not in ids]
+
+    def note_failure(self, alerts: list[Alert], now_s: float, detail: str) -> None:
+        """The delivery of ``alerts`` failed: each stays queued with one more try noted."""
+        ids = {id(a) for a in alerts}
+        self.queue = [a.failed(now_s, detail) if id(a) in ids else a for a in self.queue]
+
+    def hold(self, until_s: float) -> None:
+        """Zulip asked to wait (a 429): nothing in the queue goes before ``until_s``."""
+        self.queue = [a.held_until(until_s) for a in self.queue]
+
+
+def normalise(data: Any) -> dict[str, Any]:
+    """A stored ``alerts.json`` document, repaired: what a reader of the file format gets."""
+    return AlertQueue.from_json(data).to_json()
+
+
+def count_clean_cycle(data: AlertQueue, clean: bool, every: int, now_s: float) -> None:
+    """Contract: the All Clear on every Nth clean cycle (no open issue, no action); any other
+    cycle, and each All Clear, starts the count over."""
+    if not clean:
+        data.clean_cycles = 0
+        return
+    data.clean_cycles += 1
+    if data.clean_cycles >= every:
+        data.clean_cycles = 0
+        data.enqueue(all_clear(now_s, every))
+
+
+# --------------------------------------------------------------------------- what escalate sends
+
+
+@dataclass
+class Message:
+    alert: Alert
+    folded: list[Alert] = field(default_factory=list)  # queued alerts sent inside this one
+    mentioned: list[Alert] = field(default_factory=list)  # already-absorbed, still open
+
+    @property
+    def members(self) -> list[Alert]:
+        return [self.alert, *self.folded]
+
+
+def open_issue_keys(health: Any) -> set[tuple[str, str]] | None:
+    """(gpu, issue) pairs open in ``gpu-health.json``; ``None`` when that is unknown."""
+    if not isinstance(health, dict) or not isinstance(health.get("issues"), list):
+        return None
+    return {
+        (str(i.get("gpu")), str(i.get("issue")))
+        for i in health["issues"]
+        if isinstance(i, dict) and i.get("state", "firing") in OPEN_STATES
+    }
+
+
+def _is_open(keys: set[tuple[str, str]] | None, gpu: Any, issue: Any) -> bool:
+    return keys is None or (str(gpu), str(issue)) in keys
+
+
 def _sent_at(sent: dict[str, Any]) -> float | None:
     """When a dedup entry was sent: a missing one is "long ago" (0), junk is ``None``."""
     try:
@@ -205,50 +331,53 @@ def _sent_at(sent: dict[str, Any]) -> float | None:
         return None
 
 
+def _sent_alert(sent: dict[str, Any], fp: str) -> Alert | None:
+    """The alert a dedup entry remembers, under that entry's fingerprint."""
+    alert = Alert.from_json({**sent["alert"], "fingerprint": fp}) if isinstance(sent.get("alert"), dict) else None
+    return alert
+
+
 def due_reminders(
-    data: dict[str, Any],
+    data: AlertQueue,
     open_keys: set[tuple[str, str]] | None,
     now_s: float,
     interval_s: float,
     tol: float = timing.TOLERANCE_S,
-) -> list[dict[str, Any]]:
+) -> list[Alert]:
     """Reminders for sent escalations still open after ``interval_s``. Needs a health document:
     without one nothing is known to be still broken, so nothing is repeated. The interval is
     counted in polls (core/timing, issue 9): a run a second early sends the reminder it stands for."""
     if open_keys is None:
         return []
-    queued = {a["fingerprint"] for a in data["queue"]}
+    queued = {a.fingerprint for a in data.queue}
     out = []
-    for fp, sent in data["sent"].items():
-        alert = sent.get("alert")
-        if sent.get("kind") != "escalated" or fp in queued or sent.get("folded_into") or not isinstance(alert, dict):
+    for fp, sent in data.sent.items():
+        alert = _sent_alert(sent, fp)
+        if sent.get("kind") != "escalated" or fp in queued or sent.get("folded_into") or alert is None:
             continue
-        if (str(alert.get("gpu")), str(alert.get("issue"))) not in open_keys:
+        if (str(alert.gpu), str(alert.issue)) not in open_keys:
             continue
         if timing.less_than(now_s - (_sent_at(sent) or 0.0), interval_s, tol):
             continue
-        reminder = {k: v for k, v in alert.items() if k != "delivery"}
-        reminder["reminder"] = as_int(sent.get("reminders")) + 1
-        reminder["fingerprint"] = fp
-        out.append(reminder)
+        out.append(replace(alert, delivery=None, reminder=as_int(sent.get("reminders")) + 1))
     return out
 
 
 def fold(
-    data: dict[str, Any], open_keys: set[tuple[str, str]] | None
-) -> tuple[list[Message], list[tuple[dict[str, Any], str]], list[dict[str, Any]]]:
+    data: AlertQueue, open_keys: set[tuple[str, str]] | None
+) -> tuple[list[Message], list[tuple[Alert, str]], list[Alert]]:
     """(messages, absorbed (alert, into-fingerprint), duplicates) for the current queue.
 
     A host's other escalations go out inside its ``host-unreachable`` alert (one message that
     lists them); while an escalated ``host-unreachable`` of that host stays open, later
     escalations of the same host are absorbed without a message of their own. An alert whose
     state was already sent is a duplicate."""
-    duplicates = [a for a in data["queue"] if _is_duplicate(data, a)]
-    live = [a for a in data["queue"] if not _is_duplicate(data, a)]
-    hu_resolving = {a.get("gpu") for a in live if a.get("issue") == HOST_UNREACHABLE and a.get("kind") == "resolved"}
+    duplicates = [a for a in data.queue if _is_duplicate(data, a)]
+    live = [a for a in data.queue if not _is_duplicate(data, a)]
+    hu_resolving = {a.gpu for a in live if a.issue == HOST_UNREACHABLE and a.kind == "resolved"}
 
     def hu_sent_open(gpu: Any) -> bool:
-        sent = data["sent"].get(fingerprint(str(gpu), HOST_UNREACHABLE))
+        sent = data.sent.get(fingerprint(str(gpu), HOST_UNREACHABLE))
         return bool(
             sent
             and sent.get("kind") == "escalated"
@@ -256,101 +385,91 @@ def fold(
             and _is_open(open_keys, gpu, HOST_UNREACHABLE)
         )
 
-    hosts = {id(a): Message(a) for a in live if a.get("kind") == "escalated" and a.get("issue") == HOST_UNREACHABLE}
-    by_gpu = {m.alert.get("gpu"): m for m in hosts.values()}  # the host's (last) host-unreachable alert
+    hosts = {id(a): Message(a) for a in live if a.kind == "escalated" and a.issue == HOST_UNREACHABLE}
+    by_gpu = {m.alert.gpu: m for m in hosts.values()}  # the host's (last) host-unreachable alert
     ordered: list[Message] = []
-    absorbed: list[tuple[dict[str, Any], str]] = []
+    absorbed: list[tuple[Alert, str]] = []
     for alert in live:
         if id(alert) in hosts:
             ordered.append(hosts[id(alert)])
             continue
-        gpu = alert.get("gpu")
-        if alert.get("kind") == "escalated" and gpu != "fleet":
-            if gpu in by_gpu:
-                by_gpu[gpu].folded.append(alert)
+        if alert.kind == "escalated" and alert.gpu != "fleet":
+            if alert.gpu in by_gpu:
+                by_gpu[alert.gpu].folded.append(alert)
                 continue
-            if hu_sent_open(gpu):
-                absorbed.append((alert, fingerprint(str(gpu), HOST_UNREACHABLE)))
+            if hu_sent_open(alert.gpu):
+                absorbed.append((alert, fingerprint(str(alert.gpu), HOST_UNREACHABLE)))
                 continue
         ordered.append(Message(alert))
     for msg in ordered:  # a host-unreachable alert also lists what it absorbed earlier
-        if msg.alert.get("issue") == HOST_UNREACHABLE and msg.alert.get("kind") == "escalated":
+        if msg.alert.issue == HOST_UNREACHABLE and msg.alert.kind == "escalated":
             msg.mentioned.extend(_absorbed_open(data, msg, open_keys))
     return ordered, absorbed, duplicates
 
 
-def _is_duplicate(data: dict[str, Any], alert: dict[str, Any]) -> bool:
-    sent = data["sent"].get(alert["fingerprint"])
+def _is_duplicate(data: AlertQueue, alert: Alert) -> bool:
+    sent = data.sent.get(alert.fingerprint)
     return (
         sent is not None
-        and sent.get("state_key") == alert.get("state_key")
-        and not alert.get("reminder")
-        and not alert.get("unfolded")
+        and _text(sent.get("state_key")) == alert.state_key
+        and not alert.reminder
+        and not alert.unfolded
     )
 
 
-def _absorbed_open(data: dict[str, Any], msg: Message, open_keys) -> list[dict[str, Any]]:
-    fp = msg.alert["fingerprint"]
-    taken = {a["fingerprint"] for a in msg.folded}
+def _absorbed_open(data: AlertQueue, msg: Message, open_keys) -> list[Alert]:
+    fp = msg.alert.fingerprint
+    taken = {a.fingerprint for a in msg.folded}
     out = []
-    for ofp, sent in data["sent"].items():
+    for ofp, sent in data.sent.items():
         if sent.get("folded_into") == fp and sent.get("kind") == "escalated" and ofp not in taken:
-            other = sent.get("alert")
-            if isinstance(other, dict) and _is_open(open_keys, other.get("gpu"), other.get("issue")):
+            other = _sent_alert(sent, ofp)
+            if other is not None and _is_open(open_keys, other.gpu, other.issue):
                 out.append(other)
     return out
 
 
-def stored_copy(alert: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in alert.items() if k not in ("delivery", "reminder", "unfolded")}
-
-
 def record_sent(
-    data: dict[str, Any], alert: dict[str, Any], now_s: float, message_id: int | None, folded_into: str | None = None
+    data: AlertQueue, alert: Alert, now_s: float, message_id: int | None, folded_into: str | None = None
 ) -> None:
-    fp = alert["fingerprint"]
-    prev = data["sent"].get(fp) or {}
-    same = prev.get("state_key") == alert.get("state_key")
+    fp = alert.fingerprint
+    prev = data.sent.get(fp) or {}
+    same = _text(prev.get("state_key")) == alert.state_key
     entry = {
-        "kind": alert.get("kind"),
+        "kind": alert.kind,
         "sent_at": now_s,
-        "state_key": alert.get("state_key"),
+        "state_key": alert.state_key,
         "message_id": message_id,
         "first_sent_at": prev.get("first_sent_at", now_s) if same else now_s,
-        "reminders": as_int(alert.get("reminder")),
-        "alert": stored_copy(alert),
+        "reminders": alert.reminder,
+        "alert": alert.stored().to_json(),
     }
     if folded_into:
         entry["folded_into"] = folded_into
-    data["sent"][fp] = entry
+    data.sent[fp] = entry
 
 
-def remove_from_queue(data: dict[str, Any], alerts: list[dict[str, Any]]) -> None:
-    ids = {id(a) for a in alerts}
-    data["queue"] = [a for a in data["queue"] if id(a) not in ids]
-
-
-def unfold(data: dict[str, Any], gpu: str, open_keys: set[tuple[str, str]] | None) -> list[dict[str, Any]]:
+def unfold(data: AlertQueue, gpu: str, open_keys: set[tuple[str, str]] | None) -> list[Alert]:
     """The host is back: its absorbed escalations that are still open go out on their own."""
     hu_fp = fingerprint(gpu, HOST_UNREACHABLE)
-    queued = {a["fingerprint"] for a in data["queue"]}
+    queued = {a.fingerprint for a in data.queue}
     out = []
-    for fp, sent in data["sent"].items():
+    for fp, sent in data.sent.items():
         if sent.get("folded_into") != hu_fp:
             continue
         del sent["folded_into"]
-        alert = sent.get("alert")
-        if sent.get("kind") == "escalated" and isinstance(alert, dict) and fp not in queued:
-            if _is_open(open_keys, alert.get("gpu"), alert.get("issue")):
-                standalone = dict(alert, unfolded=True, fingerprint=fp)
-                data["queue"].append(standalone)
+        alert = _sent_alert(sent, fp)
+        if sent.get("kind") == "escalated" and alert is not None and fp not in queued:
+            if _is_open(open_keys, alert.gpu, alert.issue):
+                standalone = replace(alert, unfolded=True)
+                data.queue.append(standalone)
                 out.append(standalone)
     return out
 
 
-def prune_sent(data: dict[str, Any], open_keys: set[tuple[str, str]] | None, now_s: float) -> None:
-    for fp in list(data["sent"]):
-        sent = data["sent"][fp]
+def prune_sent(data: AlertQueue, open_keys: set[tuple[str, str]] | None, now_s: float) -> None:
+    for fp in list(data.sent):
+        sent = data.sent[fp]
         sent_at = _sent_at(sent)
         age = now_s - sent_at if sent_at is not None else SENT_KEEP_S + 1
         if age <= SENT_KEEP_S:
@@ -358,28 +477,4 @@ def prune_sent(data: dict[str, Any], open_keys: set[tuple[str, str]] | None, now
         alert = sent.get("alert") if isinstance(sent.get("alert"), dict) else {}
         if sent.get("kind") == "escalated" and _is_open(open_keys, alert.get("gpu"), alert.get("issue")):
             continue
-        del data["sent"][fp]
-
-
-# --------------------------------------------------------------------------- delivery bookkeeping
-
-
-def delivery(alert: dict[str, Any]) -> dict[str, Any]:
-    """The alert's delivery bookkeeping ({"tries", "last_try_at", "last_error", "not_before"})."""
-    d = alert.get("delivery")
-    if not isinstance(d, dict):
-        d = alert["delivery"] = {}
-    return d
-
-
-def note_failure(alerts: list[dict[str, Any]], now_s: float, detail: str) -> None:
-    for a in alerts:
-        d = delivery(a)
-        d["tries"] = as_int(d.get("tries")) + 1
-        d["last_try_at"] = now_s
-        d["last_error"] = detail
-
-
-def not_before(alert: dict[str, Any]) -> float:
-    d = alert.get("delivery")
-    return (as_time(d.get("not_before")) if isinstance(d, dict) else None) or 0.0
+        del data.sent[fp]

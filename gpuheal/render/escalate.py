@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuheal.clock import format_epoch
-from gpuheal.core.alerts import Message, as_int, as_time
+from gpuheal.core.alerts import AlertQueue, Delivery, Message
 from gpuheal.render.human import clean, print_line
 
 
@@ -13,33 +13,32 @@ def message_entry(msg: Message, title: str, message_id: int | None = None) -> di
     """One message of the ``--json`` document's ``sent`` / ``would_send``."""
     a = msg.alert
     return {
-        "fingerprint": a["fingerprint"],
-        "gpu": a.get("gpu"),
-        "issue": a.get("issue"),
-        "kind": a.get("kind"),
-        "reminder": as_int(a.get("reminder")),
+        "fingerprint": a.fingerprint,
+        "gpu": a.gpu,
+        "issue": a.issue,
+        "kind": a.kind,
+        "reminder": a.reminder,
         "title": title,
         "message_id": message_id,
-        "folded": [f["fingerprint"] for f in msg.folded],
+        "folded": [f.fingerprint for f in msg.folded],
     }
 
 
-def queued_entries(data: dict[str, Any]) -> list[dict[str, Any]]:
+def queued_entries(data: AlertQueue) -> list[dict[str, Any]]:
     """The ``--json`` document's ``queued``: what stays queued, and why it is not sent yet."""
     out = []
-    for a in data["queue"]:
-        d = a.get("delivery") if isinstance(a.get("delivery"), dict) else {}
-        nb = d.get("not_before")
+    for a in data.queue:
+        d = a.delivery or Delivery()
         out.append(
             {
-                "fingerprint": a["fingerprint"],
-                "gpu": a.get("gpu"),
-                "issue": a.get("issue"),
-                "kind": a.get("kind"),
-                "reminder": as_int(a.get("reminder")),
-                "tries": as_int(d.get("tries")),
-                "last_error": d.get("last_error"),
-                "not_before": epoch_text(as_time(nb)) if as_time(nb) is not None else None,
+                "fingerprint": a.fingerprint,
+                "gpu": a.gpu,
+                "issue": a.issue,
+                "kind": a.kind,
+                "reminder": a.reminder,
+                "tries": d.tries,
+                "last_error": d.last_error,
+                "not_before": epoch_text(d.not_before) if d.not_before is not None else None,
             }
         )
     return out

@@ -43,7 +43,7 @@ import time
 from typing import Any
 
 from gpuheal.core import alerts as core
-from gpuheal.core.alerts import HOST_UNREACHABLE, Message
+from gpuheal.core.alerts import HOST_UNREACHABLE, Alert, Message
 from gpuheal.render.escalate import epoch_text, message_entry, queued_entries
 from gpuheal.state import files
 
@@ -54,8 +54,8 @@ RETRY_WITHOUT_HINT_S = 60.0  # a 429 without retry-after: hold the queue a minut
 _sleep = time.sleep  # tests replace it
 
 
-def load_alerts(store) -> dict[str, Any]:
-    return core.normalise(store.read(files.ALERTS, None))
+def load_alerts(store) -> core.AlertQueue:
+    return core.AlertQueue.from_json(store.read(files.ALERTS, None))
 
 
 def command(rt, store, dry_run: bool = False, post=None):
@@ -70,12 +70,12 @@ def command(rt, store, dry_run: bool = False, post=None):
                                error=None, knowledge_graph=None)  # fmt: skip
     warnings = [] if dry_run else _sync_knowledge_graph(rt, store, secrets, doc)
     data = load_alerts(store)
-    before = json.dumps(data, sort_keys=True, default=str)
+    before = json.dumps(data.to_json(), sort_keys=True, default=str)
     if dry_run:
         data = copy.deepcopy(data)
     open_keys = core.open_issue_keys(store.read_raw(files.GPU_HEALTH))
     out = _Outbox(rt, secrets)
-    data["queue"].extend(core.due_reminders(data, open_keys, now_s, out.interval_s))
+    data.queue.extend(core.due_reminders(data, open_keys, now_s, out.interval_s))
     messages, absorbed, duplicates = core.fold(data, open_keys)
     _settle(doc, data, duplicates, absorbed, now_s, secrets, dry_run)
     error: dict[str, Any] | None = None
@@ -85,12 +85,12 @@ def command(rt, store, dry_run: bool = False, post=None):
         error = _send(rt, store, data, messages, open_keys, out, doc, post)
     if not dry_run:
         core.prune_sent(data, open_keys, now_s)
-        if json.dumps(data, sort_keys=True, default=str) != before:  # cron runs this every minute
-            store.write(files.ALERTS, out.redacted(data))
+        if json.dumps(data.to_json(), sort_keys=True, default=str) != before:  # cron runs this every minute
+            store.write(files.ALERTS, out.redacted(data.to_json()))
     doc["queued"] = queued_entries(data)
     if error is not None:
-        _report_error(doc, error, len(data["queue"]), secrets)
-    code = exit_codes.OK if dry_run or not data["queue"] else exit_codes.ATTENTION
+        _report_error(doc, error, len(data.queue), secrets)
+    code = exit_codes.OK if dry_run or not data.queue else exit_codes.ATTENTION
 
     def render() -> None:
         from gpuheal.render.escalate import render_escalate
@@ -128,11 +128,12 @@ class _Outbox:
         from gpuheal.redact import redact_text
         from gpuheal.render.report import alert_content, alert_title
 
-        title = redact_text(alert_title(msg.alert), self.secrets)
+        alert = msg.alert.to_json()  # the renderer reads documents: a queued one may carry more
+        title = redact_text(alert_title(alert), self.secrets)
         content = alert_content(
-            msg.alert,
+            alert,
             self.now,
-            folded=msg.folded + msg.mentioned,
+            folded=[a.to_json() for a in msg.folded + msg.mentioned],
             repeat_interval_h=self.interval_s / 3600.0,
             host_aliases=self.host_aliases,
         )
@@ -142,6 +143,9 @@ class _Outbox:
         from gpuheal.redact import redact
 
         return redact(value, self.secrets)
+
+    def redacted_alert(self, alert: Alert) -> Alert:
+        return alert.mapped(self.redacted)
 
 
 def _report_error(doc: dict[str, Any], error: dict[str, Any], queued: int, secrets) -> None:
@@ -157,15 +161,15 @@ def _settle(doc, data, duplicates, absorbed, now_s: float, secrets, dry_run: boo
     from gpuheal.redact import redact
 
     for alert in duplicates:
-        doc["dropped"].append({"fingerprint": alert["fingerprint"], "reason": "already sent in this state"})
+        doc["dropped"].append({"fingerprint": alert.fingerprint, "reason": "already sent in this state"})
     for alert, into in absorbed:
-        doc["absorbed"].append({"fingerprint": alert["fingerprint"], "folded_into": into})
+        doc["absorbed"].append({"fingerprint": alert.fingerprint, "folded_into": into})
     if dry_run:
         return
-    core.remove_from_queue(data, duplicates)
+    data.remove(duplicates)
     for alert, into in absorbed:
-        core.record_sent(data, redact(alert, secrets), now_s, None, folded_into=into)
-    core.remove_from_queue(data, [a for a, _ in absorbed])
+        core.record_sent(data, alert.mapped(lambda doc: redact(doc, secrets)), now_s, None, folded_into=into)
+    data.remove([a for a, _ in absorbed])
 
 
 def _preview(doc, messages, out: _Outbox, now_s: float) -> None:
@@ -173,8 +177,8 @@ def _preview(doc, messages, out: _Outbox, now_s: float) -> None:
     for msg in messages:
         title, content = out.render(msg)
         entry = message_entry(msg, title)
-        entry.update(topic=msg.alert.get("topic") or out.topic, stream=out.stream, content=content)
-        nb = core.not_before(msg.alert)
+        entry.update(topic=msg.alert.topic or out.topic, stream=out.stream, content=content)
+        nb = msg.alert.not_before
         entry["not_before"] = epoch_text(nb) if nb > now_s else None
         doc["would_send"].append(entry)
 
@@ -199,29 +203,30 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
     now_s = rt.now.timestamp()
     creds, error = _credentials(rt.cfg)
     if error is not None:
-        core.note_failure([a for m in messages for a in m.members], now_s, error["detail"])
+        data.note_failure([a for m in messages for a in m.members], now_s, error["detail"])
         return error
     queue = list(messages)
     i = 0
     while i < len(queue):
         msg = queue[i]
         i += 1
-        nb = max(core.not_before(a) for a in msg.members)
+        nb = max(a.not_before for a in msg.members)
         if nb > now_s:
             return {"kind": "rate-limited", "detail": f"Zulip asked to wait until {epoch_text(nb)} (HTTP 429)"}
         title, content = out.render(msg)
-        outcome = _post(rt.cfg.zulip, creds, out.stream, str(msg.alert.get("topic") or out.topic), content, post)
+        outcome = _post(rt.cfg.zulip, creds, out.stream, msg.alert.topic or out.topic, content, post)
         if not outcome.ok:
             return _failed(rt.cfg, data, msg, outcome, now_s)
         primary = msg.alert
-        core.record_sent(data, out.redacted(primary), now_s, outcome.message_id)
+        core.record_sent(data, out.redacted_alert(primary), now_s, outcome.message_id)
         for other in msg.folded:
-            core.record_sent(data, out.redacted(other), now_s, outcome.message_id, folded_into=primary["fingerprint"])
-        core.remove_from_queue(data, msg.members)
+            into = primary.fingerprint
+            core.record_sent(data, out.redacted_alert(other), now_s, outcome.message_id, folded_into=into)
+        data.remove(msg.members)
         doc["sent"].append(message_entry(msg, title, outcome.message_id))
-        if primary.get("kind") == "resolved" and primary.get("issue") == HOST_UNREACHABLE:
-            queue += [Message(a) for a in core.unfold(data, str(primary.get("gpu")), open_keys)]
-        store.write(files.ALERTS, out.redacted(data))
+        if primary.kind == "resolved" and primary.issue == HOST_UNREACHABLE:
+            queue += [Message(a) for a in core.unfold(data, str(primary.gpu), open_keys)]
+        store.write(files.ALERTS, out.redacted(data.to_json()))
     return None
 
 
@@ -240,13 +245,11 @@ def _post(zcfg, creds, stream: str, topic: str, content: str, post):
 def _failed(cfg, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
     """A delivery failed: the message's alerts note it (they stay queued); the run's error.
     A longer 429 holds the whole queue until Zulip's "not before"."""
+    data.note_failure(msg.members, now_s, outcome.detail)
     if outcome.kind == "rate-limited":
         retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S
         until = now_s + retry
-        for a in data["queue"]:
-            core.delivery(a)["not_before"] = max(until, core.not_before(a))
-    core.note_failure(msg.members, now_s, outcome.detail)
-    if outcome.kind == "rate-limited":
+        data.hold(until)
         detail = f"Zulip rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
         return {"kind": "rate-limited", "detail": detail}
     if outcome.kind == "unauthorized":

@@ -47,7 +47,7 @@ class Heal:
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
         self.state = HealState.from_json(store.read(files.HEAL, {}))
         self.secrets = secrets_for(cfg)
-        self.rec = Recorder(store, now, self.secrets, alerts.normalise(store.read(files.ALERTS, {})))
+        self.rec = Recorder(store, now, self.secrets, alerts.AlertQueue.from_json(store.read(files.ALERTS, {})))
         self.effects = Effects(cfg, runner, verify)
         self.warnings: list[str] = []
         self.tol = timing.TOLERANCE_S  # until this run's evaluation says the history's own
@@ -79,7 +79,7 @@ class Heal:
             self.rec.count_clean_cycle(not result.issues and not acted, int(self.cfg.zulip["all_clear_every"]))
             self.state = self.state.pruned(self.now_s, verify.OPEN)
             self._save()
-            self.store.write(files.ALERTS, self.rec.alerts)
+            self.store.write(files.ALERTS, self.rec.alerts.to_json())
             # what this run fixed and proved reads "verifying" in this run's document already
             health = verify.present_verifying(health, result.obs, self.state, self.cfg, self.now_s)
         check.save_health(self.store, health_doc(health, self.state, self.rec, self.cfg, self.now_s, self.apply))

@@ -131,7 +131,6 @@ def _num(value: Any) -> float | None:
 def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
     from gpuheal import benchdata
     from gpuheal.render.report import to_datetime
-    from gpuheal.steps.escalate import load_alerts
 
     now_s = now.timestamp()
     health = _health(store)
@@ -162,7 +161,7 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
         "gpus": gpus,
         "issues": issues,
         "fleet_paused": f"{fleet_paused.get('reason', 'maintenance')}" if fleet_paused else None,
-        "alerts": _alerts_summary(load_alerts(store), now_s),
+        "alerts": _alerts_summary(store.read(files.ALERTS, None), now_s),
     }
 
 
@@ -199,27 +198,25 @@ def _gpu_summary(cfg, g, row: dict[str, Any], bench, hs: dict[str, Any], now_s: 
     }
 
 
-def _alerts_summary(queue: dict[str, Any], now_s: float) -> dict[str, Any]:
-    """The alert queue at a glance; a damaged time in it is left out, never fatal."""
-    from gpuheal.core.alerts import as_time
+def _alerts_summary(stored: Any, now_s: float) -> dict[str, Any]:
+    """The alert queue (``alerts.json`` as stored) at a glance; a damaged time in it is left out,
+    never fatal."""
+    from gpuheal.core.alerts import AlertQueue
 
-    def times(key: str) -> list[float]:
-        out = []
-        for a in queue["queue"]:
-            holder = a.get("delivery") if key == "not_before" else a
-            t = as_time(holder.get(key)) if isinstance(holder, dict) else None
-            if t is not None and abs(t) < 2.5e11:  # within the calendar
-                out.append(t)
-        return out
+    queue = AlertQueue.from_json(stored)
 
-    errors = [a["delivery"].get("last_error") for a in queue["queue"] if isinstance(a.get("delivery"), dict)]
-    created, not_before = times("created_at"), times("not_before")
+    def calendar(times) -> list[float]:
+        return [t for t in times if t is not None and abs(t) < 2.5e11]  # within the calendar
+
+    errors = [a.delivery.last_error for a in queue.queue if a.delivery is not None]
+    created = calendar(a.created_at for a in queue.queue)
+    not_before = calendar(a.delivery.not_before for a in queue.queue if a.delivery is not None)
     return {
-        "queued": len(queue["queue"]),
+        "queued": len(queue.queue),
         "oldest_queued_at": format_epoch(min(created)) if created else None,
         "last_error": next((e for e in reversed(errors) if e), None),
         "not_before": format_epoch(max(not_before)) if not_before and max(not_before) > now_s else None,
-        "clean_cycles": queue["clean_cycles"],
+        "clean_cycles": queue.clean_cycles,
     }
 
 
@@ -319,23 +316,17 @@ def _queue_weekly(store, doc: dict[str, Any], text: str, now: datetime) -> None:
     from gpuheal.steps.escalate import load_alerts
 
     data = load_alerts(store)
-    alertq.enqueue(
-        data,
-        {
-            "fingerprint": WEEKLY_FINGERPRINT,
-            "gpu": "fleet",
-            "issue": None,
-            "kind": "report",
-            "state_key": f"weekly:{doc['period']['end']}",
-            "created_at": now.timestamp(),
-            "run_id": None,
-            "title": text.splitlines()[0] if text else "GPU Fleet — Weekly Benchmark Report",
-            "content": text,
-            "detected": {},
-            "tried": [],
-            "attempts": 0,
-            "since": None,
-            "summary": "weekly benchmark report",
-        },
+    data.enqueue(
+        alertq.Alert(
+            WEEKLY_FINGERPRINT,
+            "fleet",
+            None,
+            "report",
+            f"weekly:{doc['period']['end']}",
+            now.timestamp(),
+            "weekly benchmark report",
+            title=text.splitlines()[0] if text else "GPU Fleet — Weekly Benchmark Report",
+            content=text,
+        )
     )
-    store.write(files.ALERTS, data)
+    store.write(files.ALERTS, data.to_json())
