@@ -39,7 +39,7 @@ from gpuheal.core.catalog import (
     default_smi_argv,
     on_gpu,
 )
-from gpuheal.core.heal_state import HOUR_S, HealState, empty_state, normalise_state, num
+from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, normalise_state, num
 from gpuheal.core.verify import FAILURES, OPEN
 
 __all__ = ["PlanItem", "empty_state", "normalise_state", "plan", "resolve_action"]
@@ -243,6 +243,28 @@ def _restart_guard(
     if last is not None and timing.less_than(now_s - last, float(cfg.heal["startup_grace_s"]), tol):
         return "blocked", f"startup grace: restarted {now_s - last:.0f} s ago"
     return None
+
+
+@dataclass(frozen=True)
+class NoRestore:
+    """Why a cooled GPU's load is not put back by an action, and the result that shows it."""
+
+    why: str
+    result: str  # "planned": nothing configured to run; "resolved": nothing to undo
+
+
+def restore_action(alias: str, mitigation: Mitigation, cfg, catalog: Catalog = CATALOG) -> Action | NoRestore:
+    """What gives a GPU that stayed cool its load back (``restore-load``, step 4 of ``heal``): the
+    configured command, or the LiteLLM values the built-in shed changed put back as they were."""
+    step = resolve_action("restore-load", alias, cfg, catalog)
+    if step is None:
+        return NoRestore("GPU cooled down; no restore_load_command configured", "planned")
+    if not isinstance(step, LiteLLMUpdate):
+        return step
+    if mitigation.restore is None:  # the built-in shed never changed LiteLLM: nothing to put back
+        return NoRestore("GPU cooled down; LiteLLM was never changed", "resolved")
+    model_id, field_name, value = mitigation.restore
+    return replace(step, model_id=model_id, field=field_name, value=value)
 
 
 def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Action | None:

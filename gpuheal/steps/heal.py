@@ -28,7 +28,7 @@ from gpuheal.core import alerts, timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
 from gpuheal.core.catalog import REMEDIES, THERMAL, primary_action
 from gpuheal.core.heal_state import Escalation, HealState
-from gpuheal.core.plan import PlanItem, plan, resolve_action
+from gpuheal.core.plan import NoRestore, PlanItem, plan, restore_action
 from gpuheal.state import files
 
 DSU = ("fleet", "data-source-unreachable")
@@ -151,11 +151,9 @@ class Heal:
         if item.decision == "escalate":
             self.rec.doc(subject, "alert", item.reason, "planned")
             return
-        for step in item.steps:
-            note = step.note
-            if isinstance(step, LiteLLMUpdate) and step.field == "auto":
-                note = self.effects.preview(step)  # what LiteLLM would do, or why it cannot (a GET)
-            shown = describe(step, item.gpu, self.cfg)
+        for step in item.steps:  # an "auto" LiteLLM change shows what LiteLLM would do (a GET), or why not
+            auto = isinstance(step, LiteLLMUpdate) and step.field == "auto"
+            note, shown = self.effects.preview(step) if auto else step.note, describe(step, item.gpu, self.cfg)
             self.rec.doc(subject, step.action, item.reason, "planned", shown, step.target, note)
         if item.alert_now:
             self.rec.doc(subject, "alert", "alert on detection", "planned")
@@ -209,8 +207,9 @@ class Heal:
         acted = False
         for r in due:
             subject, m = Subject(r.alias, r.mitigation.issue), r.mitigation
-            step = self._restore_step(subject, m)
-            if step is None:
+            step = restore_action(r.alias, m, self.cfg)
+            if isinstance(step, NoRestore):
+                self.rec.doc(subject, "restore-load", step.why, step.result)
                 continue
             why, run_id, acted = f"GPU cooled down: undo {', '.join(m.actions)}", self._run_id(), True
             self.rec.audit(run_id, subject, "restore-load", "pending", "intent")
@@ -219,19 +218,6 @@ class Heal:
             if not res.ok:
                 self._restore_failed(subject, m, res.error, run_id)
         return acted
-
-    def _restore_step(self, subject: Subject, m):
-        """The action that puts the load back, or ``None`` (and why, shown) when there is none."""
-        step = resolve_action("restore-load", subject.gpu, self.cfg)
-        if step is None:
-            self.rec.doc(subject, "restore-load", "GPU cooled down; no restore_load_command configured", "planned")
-            return None
-        if not isinstance(step, LiteLLMUpdate):
-            return step
-        if m.restore is None:  # the built-in shed never changed LiteLLM: nothing to put back
-            self.rec.doc(subject, "restore-load", "GPU cooled down; LiteLLM was never changed", "resolved")
-            return None
-        return replace(step, model_id=m.restore[0], field=m.restore[1], value=m.restore[2])
 
     def _restore_failed(self, subject: Subject, m, error: str | None, run_id: str) -> None:
         """A GPU left at reduced load quietly costs capacity: retry next run, and after
@@ -282,12 +268,11 @@ def command(rt, store, apply: bool = False, gpu: str | None = None, issue: str |
     if clear:
         _clear(heal, clear)
     health = heal.run(gpu, issue)
-    return CommandResult(
-        health,
-        exit_codes.BY_STATUS[health["status"]],
-        lambda: render_heal(health, config_rows(rt.cfg), apply),
-        warnings=heal.warnings,
-    )
+
+    def render() -> None:
+        render_heal(health, config_rows(rt.cfg), apply)
+
+    return CommandResult(health, exit_codes.BY_STATUS[health["status"]], render, warnings=heal.warnings)
 
 
 def _clear(heal: Heal, target: str) -> None:
