@@ -130,10 +130,10 @@ def test_a_shared_service_is_held_and_budgeted_in_polls(offsets):
 
 
 def _reminded(offsets):
-    data = alerts.empty()
+    data = alerts.AlertQueue()
     a = alerts.issue_alert("gpu-0", "model-stuck", "escalated", "S", poll(0, offsets), "stuck", run_id="r",
                            detected={}, tried=[], attempts=1)  # fmt: skip
-    alerts.record_sent(data, a.to_json(), poll(0, offsets), 1)
+    alerts.record_sent(data, a, poll(0, offsets), 1)
     return [bool(alerts.due_reminders(data, {("gpu-0", "model-stuck")}, poll(i, offsets), 3600)) for i in (59, 60, 61)]
 
 
