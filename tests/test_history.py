@@ -284,3 +284,17 @@ def test_pack_never_fails_on_a_bad_value():
     back = History.from_dict(json.loads(json.dumps(history.to_dict())))
     assert back.raw["g"]["temp_c"] == [None, 1.0]
     assert back.raw["g"]["power_w"] == [None, 3.0]
+
+
+def test_gpus_sharing_their_times_get_their_own_lists_after_loading():
+    """Unpacking shares one decoded ``t`` column among the GPUs polled by the same runs (issue 12
+    benchmark); each GPU must still own its list: the next poll appends to one GPU at a time."""
+    history = History()
+    feed(history, range(30))
+    loaded = History.from_dict(json.loads(json.dumps(history.to_dict())))
+    first, second = (loaded.raw[a]["t"] for a in ALIASES[:2])
+    assert first == second and first is not second
+    late = Observation(at=T0 + timedelta(minutes=31), gpus={ALIASES[0]: GpuSample(temp_c=50)}, monitor_ok=True)
+    loaded.add(late)
+    assert len(loaded.raw[ALIASES[0]]["t"]) == 31 and len(loaded.raw[ALIASES[1]]["t"]) == 30
+    assert loaded.raw[ALIASES[1]] == history.raw[ALIASES[1]]

@@ -50,9 +50,10 @@ class History:
             if not isinstance(block, dict):
                 continue
             target = getattr(hist, attr)
+            times: dict[str, list[float]] = {}  # GPUs polled by the same runs share one t column
             for alias, cols in block.items():
                 if isinstance(cols, dict) and "n" in cols:
-                    unpacked = _unpack_columns(cols)
+                    unpacked = _unpack_columns(cols, times)
                     if unpacked is not None:
                         target[str(alias)] = unpacked
                 elif _valid_columns(cols):  # plain lists (tests, hand-made states)
@@ -214,7 +215,11 @@ def _unpack(text: Any, n: int) -> list[Any] | None:
 
 
 def _pack_columns(cols: dict[str, list[Any]]) -> dict[str, Any]:
-    runs = [[state, len(list(group))] for state, group in groupby(cols["endpoint"])]
+    states = cols["endpoint"]
+    if states and states.count(states[0]) == len(states):  # the usual case: one state all along, counted in C
+        runs = [[states[0], len(states)]]
+    else:
+        runs = [[state, len(list(group))] for state, group in groupby(states)]
     out: dict[str, Any] = {"n": len(cols["t"])}
     for c in ("t", *METRICS):
         out[c] = _pack(cols[c])
@@ -222,18 +227,27 @@ def _pack_columns(cols: dict[str, list[Any]]) -> dict[str, Any]:
     return out
 
 
-def _unpack_columns(block: dict[str, Any]) -> dict[str, list[Any]] | None:
+def _unpack_columns(block: dict[str, Any], times: dict[str, list[float]]) -> dict[str, list[Any]] | None:
+    """``times``: the ``t`` columns unpacked so far, by their packed text. Every GPU of a fleet is
+    sampled by the same cron runs, so most share one; a copy of the list shares its floats (1000
+    GPUs x 390 samples: ~9 MB and ~0.03 s less a run, issue 12 benchmark)."""
     n = block.get("n")
     if not isinstance(n, int) or isinstance(n, bool) or n < 0:
         return None
     cols: dict[str, list[Any]] = {}
+    packed_t = block.get("t")
+    known_t = times.get(packed_t) if isinstance(packed_t, str) else None
+    if known_t is not None and len(known_t) == n:
+        cols["t"] = list(known_t)
     for c in ("t", *METRICS):
-        values = _unpack(block.get(c), n)
+        values = cols.get(c) or _unpack(block.get(c), n)
         if values is None:
             return None
         cols[c] = values
     if None in cols["t"]:
         return None
+    if known_t is None and isinstance(packed_t, str):
+        times[packed_t] = cols["t"]
     endpoint: list[Any] = []
     runs = block.get("endpoint")
     if not isinstance(runs, list):
