@@ -5,6 +5,7 @@ so a parameter added there is checked without a line of code (last tests)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -268,3 +269,29 @@ def test_a_400_digit_integer_in_a_json_config_is_one_line_not_an_overflow(tmp_pa
     proc = subprocess.run([sys.executable, "-m", "gpuheal", "config", "validate", str(path)],
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 3 and proc.stderr.startswith(f"gpuheal: {where}: ") and len(proc.stderr.splitlines()) == 1
+
+
+SECONDS_KEYS = ("monitor.timeout_s", "probe.timeout_s", "litellm.timeout_s", "heal.startup_grace_s",
+                "heal.restore_after_s", "heal.command_timeout_s", "state.lock_wait_s")  # fmt: skip
+
+
+@pytest.mark.parametrize("where", SECONDS_KEYS)
+def test_a_duration_past_a_day_is_refused_and_the_longest_allowed_runs(tmp_path, where):
+    """``probe: {timeout_s: 1e300}`` (five characters of YAML) loaded, then ended every ``check`` in
+    "OverflowError: timestamp out of range" (issue 9: a huge number anywhere in the config). Every
+    duration in seconds is at most a day, named with its key path; at a day a check still runs."""
+    from datetime import UTC, datetime
+
+    from gpuheal.state.store import StateDir
+    from gpuheal.steps import check
+
+    section, key = where.split(".")
+    raw = {"monitor": {"url": "http://127.0.0.1:9/gpu-data"}, "gpus": [{"alias": "a", "host": "ct8",
+           "endpoint": "http://127.0.0.1:9"}]}  # fmt: skip
+    raw.setdefault(section, {})[key] = 1e300
+    with pytest.raises(ConfigError, match=rf"^{re.escape(where)}: must be <= 86400"):
+        load_config_dict(raw)
+    raw[section][key] = 86400
+    cfg = load_config_dict(raw)
+    with StateDir(tmp_path / "state", 1.0) as store:
+        assert check.run(cfg, store, datetime.now(UTC)).health["status"] in ("degraded", "down")
