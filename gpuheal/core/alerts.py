@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.core import timing
+from gpuheal.core.heal_state import num as as_time  # an epoch time as stored; None for junk
 
 FILE = "alerts.json"
 HOST_UNREACHABLE = "host-unreachable"
@@ -50,17 +51,6 @@ def as_int(value: Any) -> int:
         return int(value or 0)
     except (TypeError, ValueError, OverflowError):
         return 0
-
-
-def as_time(value: Any) -> float | None:
-    """An epoch time as stored; ``None`` for a wrong type, NaN, infinity or an int beyond a float."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        out = float(value)
-    except OverflowError:
-        return None
-    return out if out == out and abs(out) != float("inf") else None
 
 
 def _text(value: Any) -> str | None:

@@ -11,13 +11,13 @@ Queries are cached per view: Rule 2 and the ``vram-trend`` file share one fit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from gpuheal import benchdata
 from gpuheal.config import Config, GpuConfig
 from gpuheal.core import timing
+from gpuheal.core.heal_state import num
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
 
@@ -33,15 +33,8 @@ class History(Protocol):
 REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
 
 
-def epoch_or_none(value: Any) -> float | None:
-    """A stored time, or ``None`` for anything that is not a finite number (damaged state)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        value = float(value)
-    except OverflowError:
-        return None
-    return value if math.isfinite(value) else None
+# A stored time, or None for anything that is not a finite number (damaged state).
+epoch_or_none = num
 
 
 @dataclass(frozen=True)
