@@ -6,7 +6,7 @@ import json
 
 from gpuheal.doctor import FAIL, OK, WARN
 from gpuheal.doctor.prometheus import query_checks
-from tests.test_prometheus_source import Canned, _cfg, healthy
+from tests.test_prometheus_source import Canned, _cfg, _ok, healthy
 
 
 def _rows(cfg):
@@ -60,3 +60,22 @@ def test_doctor_registers_the_prometheus_probe_and_skips_gpu_monitor():
     probes = [p for provider in providers("network") for p in provider(Context(cfg, None))]
     targets = {p.target for p in probes}
     assert "prometheus" in targets and "monitor" not in targets
+
+
+def test_liveness_from_up_is_matched_by_the_endpoint_not_the_host():
+    """``probe_endpoints: false``: ``endpoint_up`` answers per instance (host:port), as the poll
+    reads it; doctor once looked its series up by (host, gpu) and warned for every GPU."""
+    up_query = 'up{job="llama"}'
+
+    def answer(q):
+        if q == up_query:
+            return 200, _ok([{"metric": {"__name__": "up", "instance": "127.0.0.1:9", "job": "llama"},
+                              "value": [1700000000.5, "1"]}])
+        return healthy(q)
+
+    srv = Canned(answer)
+    try:
+        rows = _rows(_cfg(srv.url, probe_endpoints=False, queries={"endpoint_up": up_query}))
+    finally:
+        srv.close()
+    assert rows["query endpoint_up"].status == OK, rows["query endpoint_up"].detail

@@ -38,6 +38,8 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
             for name, (q, by_inst, lo, hi) in queries.items()
         }
         vectors = {name: f.result() for name, f in futures.items()}
+    keys = [matcher.gpu_key(g) for g in cfg.gpus]
+    endpoint_keys = [matcher.endpoint_key(g) for g in cfg.gpus]
     rows = []
     for name, vec in vectors.items():
         core = name in source.CORE
@@ -53,8 +55,8 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
             continue
         llama = name in source.LLAMA_READINGS
         missing = []
-        for g in cfg.gpus:
-            key = matcher.endpoint_key(g) if llama else matcher.gpu_key(g)
+        # llama.cpp's series and `up` (probe_endpoints: false) are matched by the endpoint's host:port
+        for g, key in zip(cfg.gpus, endpoint_keys if queries[name][1] else keys, strict=True):
             value, problem = source.lookup(vec, key)
             if value is None:
                 missing.append(f"{g.alias}" + (f" ({problem})" if problem else ""))
