@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -72,8 +73,9 @@ class FleetText:
             if reading == "temp_c":
                 out.extend(f"{metric}{{{lb}}} {55 + i % 10}\n" for i, lb in enumerate(self.labels))
             elif reading == "vram_used_mb":
+                ramp = int(dt * 2)
                 out.extend(
-                    f"{metric}{{{lb}}} {10000 + (int(dt * 2) if i % 100 == 0 else 0)}\n" for i, lb in enumerate(self.labels)
+                    f"{metric}{{{lb}}} {10000 + (ramp if i % 100 == 0 else 0)}\n" for i, lb in enumerate(self.labels)
                 )
             elif reading == "vram_free_mb":
                 out.extend(f"{metric}{{{lb}}} {70000}\n" for lb in self.labels)
@@ -134,7 +136,9 @@ def timed_checks(base: list[str], runs: int, first_minute: int) -> dict:
     }
 
 
-def bench_prometheus(n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False) -> dict:
+def bench_prometheus(
+    n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False
+) -> dict:
     """``probe``: every GPU's llama-server /health probed directly (one port, a path per GPU);
     else (``probe_endpoints: false``) its liveness is one more instant query of N series."""
     text = FleetText(n, with_up=not probe)
@@ -166,8 +170,10 @@ def bench_prometheus(n: int, runs: int, scrape_s: float, work: Path, profile: bo
             state = work / f"state-prom-{probe}"
             base = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "check", "--json"]
             if profile:
-                run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(1)))  # validates the config once
-                return {"profile_top": profile_check(config, state, stamp(2))}
+                # as cron runs it: the 2nd run records the validated config, later ones skip jsonschema
+                for minute in (1, 2):
+                    run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(minute)))
+                return {"profile_top": profile_check(config, state, stamp(3))}
             out = timed_checks(base, runs, 1)
             doc = json.loads(run_with_rss_json(base, stamp(runs + 2)))
             out["gpus_with_temp"] = sum(1 for g in doc["gpus"].values() if g.get("temp_c") is not None)
@@ -196,7 +202,8 @@ def run_with_rss_json(base: list[str], now: str) -> str:
 def bench_monitor(n: int, runs: int, work: Path) -> dict:
     hosts = [host(i) for i in range(n)]
     aliases = [alias(i) for i in range(n)]
-    doc = {"generated_at": stamp(0), "gpus": [gpu_entry(h, temp_c=55 + i % 10, vram_used_mb=10_195) for i, h in enumerate(hosts)]}
+    rows = [gpu_entry(h, temp_c=55 + i % 10, vram_used_mb=10_195) for i, h in enumerate(hosts)]
+    doc = {"generated_at": stamp(0), "gpus": rows}
     body = json.dumps(doc)
     with LoopbackServer({"/gpu-data": json_reply(doc)}, record=False) as monitor, health_server() as gpus:
         cfg = {
@@ -230,9 +237,10 @@ def main() -> int:
         work = Path(tmp)
         result = {
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
             "gpus": a.gpus,
             "targets": TARGETS,
+            "load_avg_before": [round(x, 2) for x in os.getloadavg()],
             "prometheus": bench_prometheus(a.gpus, a.runs, a.scrape_s, work, a.profile),
         }
         if a.probe and not a.profile:
@@ -245,6 +253,7 @@ def main() -> int:
             result["ratio_wall_monitor_over_prometheus"] = round(
                 result["monitor"]["median_s"] / result["prometheus"]["median_s"], 2
             )
+    result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     out = ROOT / "benchmarks" / "results" / "prometheus-latest.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
