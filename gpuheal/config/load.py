@@ -157,7 +157,8 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
     _validate_semantics(data)
     merged = _merge(copy.deepcopy(_defaults()), {k: v for k, v in data.items() if k != "gpus"})
     fleet_rules: dict[str, dict[str, Any]] = merged.get("rules") or {}
-    gpus = tuple(_gpu(i, g, fleet_rules) for i, g in enumerate(data["gpus"]))
+    shared = _fleet_rules_copy(fleet_rules)
+    gpus = tuple(_gpu(i, g, fleet_rules, shared) for i, g in enumerate(data["gpus"]))
     lite = merged["litellm"]
     api_key = _litellm_key(lite, path)
     return Config(
@@ -182,7 +183,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         knowledge_graph=merged.get("knowledge_graph") or {},
         rules=fleet_rules,
         metrics_file=merged.get("metrics_file"),
-        prometheus=_prometheus(merged["prometheus"], data, gpus, fleet_rules),
+        prometheus=_prometheus(merged["prometheus"], data, gpus, fleet_rules, shared),
     )
 
 
@@ -194,7 +195,11 @@ PROMETHEUS_WINDOW_PARAMS = {
 
 
 def _prometheus(
-    merged: dict[str, Any], data: dict[str, Any], gpus: tuple[GpuConfig, ...], fleet_rules: dict[str, dict[str, Any]]
+    merged: dict[str, Any],
+    data: dict[str, Any],
+    gpus: tuple[GpuConfig, ...],
+    fleet_rules: dict[str, dict[str, Any]],
+    shared: dict[str, dict[str, Any]],
 ) -> PrometheusConfig | None:
     """The ``prometheus:`` section when the user wrote one. Its trend windows are PromQL ranges run
     once for the whole fleet (issue 13), so they cannot differ per GPU; ``labels.match`` needs a
@@ -209,6 +214,8 @@ def _prometheus(
             f"must be a label matcher in braces, like '{{site=\"eu1\"}}', not {selector!r}", "prometheus.selector"
         )
     for i, gpu in enumerate(gpus):
+        if gpu.rules is shared:  # the fleet's own parameters
+            continue
         for rule_id, keys in PROMETHEUS_WINDOW_PARAMS.items():
             for key in keys:
                 if gpu.rules.get(rule_id, {}).get(key) != fleet_rules.get(rule_id, {}).get(key):
@@ -285,14 +292,25 @@ def _argv(value: Any) -> tuple[str, ...] | None:
     return None if value is None else split_command(value)
 
 
-def _gpu(index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]]) -> GpuConfig:
+def _fleet_rules_copy(fleet_rules: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     # rule parameters are flat mappings of scalars (schema): a copy per rule is a deep copy
-    rules = {rule_id: dict(params) for rule_id, params in fleet_rules.items()}
+    return {rule_id: dict(params) for rule_id, params in fleet_rules.items()}
+
+
+def _gpu(
+    index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]], shared: dict[str, dict[str, Any]]
+) -> GpuConfig:
+    """``shared``: the fleet's rule parameters, one copy for every GPU that overrides none (nothing
+    writes to a loaded config; a copy per GPU was 130,000 dicts at 10,000 GPUs, issue 13)."""
     own = raw.get("rules") or {}
-    for rule_id, params in own.items():
-        rules.setdefault(rule_id, {}).update(params)
-    if "vram_leak_mb_per_hour" in raw:
-        rules.setdefault("vram-leak", {})["mb_per_hour"] = raw["vram_leak_mb_per_hour"]
+    if not own and "vram_leak_mb_per_hour" not in raw:
+        rules = shared
+    else:
+        rules = _fleet_rules_copy(fleet_rules)
+        for rule_id, params in own.items():
+            rules.setdefault(rule_id, {}).update(params)
+        if "vram_leak_mb_per_hour" in raw:
+            rules.setdefault("vram-leak", {})["mb_per_hour"] = raw["vram_leak_mb_per_hour"]
     leak = float(rules["vram-leak"]["mb_per_hour"])  # defaults.yaml always has it (merged at load)
     commands = {k: split_command(raw[k]) for k in COMMAND_KEYS if k in raw}
     return GpuConfig(
