@@ -221,6 +221,21 @@ def test_fuzz_mutated_example_config_is_a_config_or_one_config_error(tmp_path, c
         str(exc).encode("utf-8", "surrogatepass")
 
 
+@pytest.mark.parametrize(
+    "key", ["T\nhe fleet", "x\x1b[31mred", "tab\there", "\u200bhidden"]
+)  # fmt: skip
+def test_an_unknown_key_holding_a_newline_or_escape_is_named_on_one_escaped_line(tmp_path, key):
+    """Found by the loader fuzz: a mutated top-level comment became a key with a newline in it, and
+    the "unknown key" error named it raw — two lines, and an escape sequence would reach the tty."""
+    path = tmp_path / "fleet.yaml"
+    path.write_text(EXAMPLE_TEXT + f"\n{key!r}: 1\n".replace("'", '"'), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    line = str(caught.value)
+    assert "\n" not in line and "\x1b" not in line and "\t" not in line and "\u200b" not in line
+    assert "unknown key" in line and key.encode("unicode_escape").decode() in line
+
+
 RULE_VALUES = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=6) | st.lists(st.integers(), max_size=2)
 
 
