@@ -186,6 +186,12 @@ class Observation:
     def faults_for(self, source: str) -> list[DataFault]:
         return [f for f in self.faults if f.source == source]
 
+    @property
+    def breakers_known(self) -> bool:
+        """LiteLLM's circuit breakers are known this poll: only gpu-monitor reports them (Rule 5). With
+        Prometheus or smi as the source, a breaker is "not known", never "closed" (issue 13)."""
+        return self.monitor_ok and self.source == "monitor"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "at": format_iso_exact(self.at),  # the poll's own time, as history stores it (issue 9)

@@ -391,3 +391,24 @@ def test_endpoint_liveness_from_up_instead_of_probes(canned):
     assert obs.gpus["a"].endpoint == "ok" and obs.gpus["b"].endpoint == "refused"
     assert obs.gpus["c"].endpoint is None  # no up series: not known
     assert [f.source for f in obs.faults if f.fault == "refused"] == ["b"]
+
+
+@pytest.mark.parametrize(("source", "shown"), [("prometheus", None), ("smi", None), ("monitor", False)])
+def test_breakers_are_not_known_without_gpu_monitor(source, shown):
+    """circuit-breaker-status.json said ``"open": false`` for every GPU behind Prometheus, where nothing
+    is known of LiteLLM's breakers; and such a poll reset a breaker gpu-monitor had seen open."""
+    from gpuheal import benchdata
+    from gpuheal.core.view import FleetView, remember
+    from gpuheal.model import GpuSample
+    from gpuheal.state.history import History
+    from gpuheal.steps.evaluate import breaker_status
+
+    cfg = _cfg("http://127.0.0.1:9")
+    at = datetime(2026, 7, 18, 8, 0, 0, 400000, tzinfo=UTC)
+    obs = Observation(at=at, gpus={"a": GpuSample(temp_c=60.0), "b": GpuSample(temp_c=61.0)}, monitor_ok=True,
+                      source=source)
+    memory = {"breaker_open_since": {"a": at.timestamp() - 600}}
+    remember(memory, obs, ("a", "b"), frozenset(), 3600)
+    view = FleetView(cfg, at.timestamp(), obs, History(), benchdata.empty(), memory)
+    assert breaker_status(view, {})["a"]["open"] is shown
+    assert ("a" in memory["breaker_open_since"]) is (shown is None)

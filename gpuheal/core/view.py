@@ -364,6 +364,8 @@ def remember(
             while buckets and buckets[0][0] < cut:
                 buckets.pop(0)
         breaker = sample.breaker
+        if not obs.breakers_known:
+            continue  # a source without breakers neither starts nor resets one
         if breaker is not None and breaker.open:
             breakers.setdefault(alias, now_s)
         else:

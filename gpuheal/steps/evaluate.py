@@ -134,17 +134,19 @@ def ingest_monitor_bench(
 
 
 def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
-    """The spec's ``circuit-breaker-status`` object per GPU. ``open`` is ``None`` when the monitor was
-    not usable this poll. There is no per-GPU auto-reset (Design Decision 5): a reset is a LiteLLM
-    restart by ``heal``, read from ``heal-state.json`` ``"litellm_restarts": [epoch_s, ...]``."""
+    """The spec's ``circuit-breaker-status`` object per GPU. ``open`` is ``None`` when the breakers are
+    not known this poll (the monitor not usable, or a source without them: Prometheus, smi). There
+    is no per-GPU auto-reset (Design Decision 5): a reset is a LiteLLM restart by ``heal``, read from
+    ``heal-state.json`` ``"litellm_restarts": [epoch_s, ...]``."""
     resets = heal_state.get("litellm_restarts") if isinstance(heal_state, dict) else None
     last_reset = None
     if isinstance(resets, list):
         known = [t for t in resets if isinstance(t, int | float) and not isinstance(t, bool)]
         last_reset = max(known) if known else None
     out: dict[str, Any] = {}
+    known = view.obs is not None and view.obs.breakers_known
     for alias in view.aliases:
-        sample = view.monitor_sample(alias)
+        sample = view.monitor_sample(alias) if known else None
         is_open = None if sample is None else bool(sample.breaker is not None and sample.breaker.open)
         opened = breaker_opened_at(view, alias) if is_open else None
         out[alias] = {
