@@ -7,7 +7,7 @@ Observations serialise to one JSON object (``to_dict``/``from_dict``) so ``check
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -226,3 +226,37 @@ class Observation:
             unmatched_hosts=tuple(str(h) for h in data.get("unmatched_hosts") or []),
             source="prometheus" if data.get("source") == "prometheus" else "monitor",
         )
+
+
+# Benchmark error values (a subset of the contract's endpoint / fault words, plus "empty"). The
+# outcome is measured by sources/llama_server.py and judged by the pure core/bench.py (issue 10).
+ERR_UNAUTHORIZED = "unauthorized"
+ERR_LOADING = "loading"
+ERR_TIMEOUT = "timeout"
+ERR_REFUSED = "refused"
+ERR_INVALID = "invalid"
+ERR_EMPTY = "empty"
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    """One benchmark inference test. ``ok`` means HTTP 200 and at least one token predicted."""
+
+    ok: bool
+    gen_tok_s: float | None = None
+    prompt_tok_s: float | None = None
+    tokens: int | None = None
+    elapsed_s: float = 0.0            # wall time of the measured request (not the warm-up)
+    status: int | None = None         # HTTP status of the last answer, None = no HTTP answer
+    error: str | None = None
+    detail: str = ""
+    model: str | None = None
+    n_ctx: int | None = None
+    slots: int | None = None
+    api: str | None = None            # completion | chat: which endpoint gave the figures
+    rate_source: str | None = None    # timings | wall: how gen_tok_s was obtained
+    requests: int = 0                 # requests sent to the server, all kinds together
+    key_sent: str | None = None       # describe_key() of the key, set on "unauthorized" only
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -21,7 +21,7 @@ from gpuheal.core.engine import new_book
 from gpuheal.core.heal_state import HealState, Mitigation
 from gpuheal.core.plan import empty_state, plan
 from gpuheal.core.view import Restarts
-from gpuheal.steps.bench import exclusion_reason
+from gpuheal.core.bench import exclusion_reason
 from gpuheal.steps.evaluate import ingest_monitor_bench
 
 try:

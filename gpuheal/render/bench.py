@@ -1,4 +1,5 @@
-"""Human output of ``gpuheal bench``: one row per GPU benchmarked, then issues and alerts.
+"""Human output of ``gpuheal bench``: one row per GPU benchmarked, then issues and alerts; while it
+runs, a progress bar on stderr (:class:`ProgressBar`).
 
 Network-sourced text (model names, server error messages) goes through :func:`clean` into plain
 cells, never markup (see :mod:`gpuheal.render.human`).
@@ -6,12 +7,18 @@ cells, never markup (see :mod:`gpuheal.render.human`).
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from typing import Any
 
+from gpuheal.model import BenchOutcome
 from gpuheal.render.human import clean, fmt_num, print_line, print_table
 
 TREND_STYLE = {"stable": "green", "improving": "green", "regressing": "bold red", "unknown": "dim"}
 SEVERITY_STYLE = {"critical": "red", "warning": "yellow"}
+
+# progress callback of ``gpuheal.steps.bench.run``: (alias, index, total, outcome or None when starting)
+Progress = Callable[[str, int, int, BenchOutcome | None], None]
 
 
 def render_bench(doc: dict[str, Any]) -> None:
@@ -60,3 +67,46 @@ def render_bench(doc: dict[str, Any]) -> None:
         if issue.get("summary"):
             text += f": {clean(issue['summary'], 200)}"
         print_line(text, SEVERITY_STYLE.get(issue.get("severity")) if state == "firing" else "dim")
+
+
+class ProgressBar:
+    """A rich progress bar on stderr when stderr is a terminal; otherwise nothing at all.
+
+    stdout stays the document's alone (``--json``) or the table's; the bar is transient.
+    """
+
+    def __init__(self) -> None:
+        self._progress = None
+        self._task = None
+
+    def __enter__(self) -> Progress | None:
+        if not sys.stderr.isatty():
+            return None
+        from rich import progress as rp
+
+        from gpuheal.render.human import console
+
+        self._progress = rp.Progress(
+            rp.TextColumn("bench {task.description}", markup=False),
+            rp.BarColumn(),
+            rp.MofNCompleteColumn(),
+            rp.TimeElapsedColumn(),
+            console=console(stderr=True),
+            transient=True,
+        )
+        self._progress.start()
+        return self._update
+
+    def _update(self, alias: str, index: int, total: int, outcome: BenchOutcome | None) -> None:
+        from gpuheal.render.human import clean
+
+        if self._task is None:
+            self._task = self._progress.add_task(clean(alias), total=total)
+        if outcome is None:
+            self._progress.update(self._task, description=clean(alias))
+        else:
+            self._progress.update(self._task, completed=index + 1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()

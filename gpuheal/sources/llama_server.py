@@ -24,9 +24,18 @@ context from ``GET /props`` first; it is also the cheapest way to meet a 401 or 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from gpuheal.model import (
+    ERR_EMPTY,
+    ERR_INVALID,
+    ERR_LOADING,
+    ERR_REFUSED,
+    ERR_TIMEOUT,
+    ERR_UNAUTHORIZED,
+    BenchOutcome,
+)
 from gpuheal.parse.values import Bad, check_number, check_text, clean_text
 from gpuheal.redact import redact_text
 from gpuheal.sources.http import HttpFault, HttpResult, request
@@ -44,13 +53,6 @@ FALLBACK_STATUSES = frozenset({404, 405, 501})
 API_COMPLETION = "completion"
 API_CHAT = "chat"
 
-# error values (a subset of the contract's endpoint / fault words, plus "empty")
-ERR_UNAUTHORIZED = "unauthorized"
-ERR_LOADING = "loading"
-ERR_TIMEOUT = "timeout"
-ERR_REFUSED = "refused"
-ERR_INVALID = "invalid"
-ERR_EMPTY = "empty"
 FATAL_ERRORS = frozenset({ERR_UNAUTHORIZED, ERR_LOADING, ERR_TIMEOUT, ERR_REFUSED})
 
 
@@ -67,30 +69,6 @@ class Props:
     status: int | None = None
     error: str | None = None
     detail: str = ""
-
-
-@dataclass(frozen=True)
-class BenchOutcome:
-    """One benchmark inference test. ``ok`` means HTTP 200 and at least one token predicted."""
-
-    ok: bool
-    gen_tok_s: float | None = None
-    prompt_tok_s: float | None = None
-    tokens: int | None = None
-    elapsed_s: float = 0.0            # wall time of the measured request (not the warm-up)
-    status: int | None = None         # HTTP status of the last answer, None = no HTTP answer
-    error: str | None = None
-    detail: str = ""
-    model: str | None = None
-    n_ctx: int | None = None
-    slots: int | None = None
-    api: str | None = None            # completion | chat: which endpoint gave the figures
-    rate_source: str | None = None    # timings | wall: how gen_tok_s was obtained
-    requests: int = 0                 # requests sent to the server, all kinds together
-    key_sent: str | None = None       # describe_key() of the key, set on "unauthorized" only
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 # --------------------------------------------------------------------------- public API
