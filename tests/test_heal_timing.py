@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from gpuheal import benchdata
 from gpuheal.core import alerts, verify
+from gpuheal.core.bench import exclusion_reason
 from gpuheal.core.engine import new_book
 from gpuheal.core.heal_state import HealState, Mitigation
 from gpuheal.core.plan import empty_state, plan
 from gpuheal.core.view import Restarts
-from gpuheal.core.bench import exclusion_reason
 from gpuheal.steps.evaluate import ingest_monitor_bench
 
 try:

@@ -270,7 +270,7 @@ def test_weekly_flags_a_gpu_running_far_below_its_baseline():
 
 
 def test_alert_queue_summary_survives_damaged_times():
-    from gpuheal.steps.report import _alerts_summary
+    from gpuheal.core.report import _alerts_summary
 
     queue = {"queue": [{"fingerprint": "a/b", "created_at": 10**400, "delivery": {"not_before": 1e300}},
                        {"fingerprint": "c/d", "created_at": 1_800_000_000.5}], "clean_cycles": 3}  # fmt: skip

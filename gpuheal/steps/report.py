@@ -28,6 +28,8 @@ on Monday morning does not lose the week. Exit status: 0 done, 1 ``--send`` coul
 "current_vs_baseline_pct"}], "regressions": [...], "incidents": {"total", "resolved", "open",
 "by_issue": [...], "list": [...]}, "remediations": [...], "escalations": [...],
 "markdown": str, "sent", "queued_for_escalate"}``.
+
+The summary itself is built by the pure :func:`gpuheal.core.report.summary`; this step reads the files.
 """
 
 from __future__ import annotations
@@ -37,15 +39,13 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from gpuheal.clock import format_epoch, format_iso
-from gpuheal.core import timing
-from gpuheal.core.heal_state import HOUR_S, normalise_state
+from gpuheal.core import report
+from gpuheal.core.heal_state import normalise_state
 from gpuheal.state import files
 
 log = logging.getLogger("gpuheal")
 
 AUDIT_TAIL_BYTES = 16 << 20  # the report reads at most this much of the audit trail's end
-STALE_AFTER_S = 600.0
 WEEKLY_FINGERPRINT = "fleet/weekly-report"
 
 
@@ -121,103 +121,24 @@ def _health(store) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 # --------------------------------------------------------------------------- summary
 
 
 def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
+    """Read what earlier runs left (any of it may be absent or damaged) and summarise it."""
     from gpuheal import benchdata
     from gpuheal.render.report import to_datetime
 
-    now_s = now.timestamp()
     health = _health(store)
-    hs = heal_state(store)
-    bench = benchdata.normalise(store.read(files.BENCH, None))
-    fleet_paused = hs["paused"]["fleet"]
-    sensed = health.get("gpus") if isinstance(health.get("gpus"), dict) else {}
-    gpus = {
-        g.alias: _gpu_summary(cfg, g, sensed.get(g.alias) if isinstance(sensed.get(g.alias), dict) else {}, bench, hs,
-                              now_s)  # fmt: skip
-        for g in cfg.gpus
-    }
-    issues = []
-    for issue in health.get("issues") or []:
-        if not isinstance(issue, dict) or "gpu" not in issue or "issue" not in issue:
-            continue
-        key = (issue["gpu"], issue["issue"], issue.get("since"))
-        attempts = [a for a in hs["attempts"] if (a.get("gpu"), a.get("issue"), a.get("since")) == key]
-        escalated = f"{issue['gpu']}/{issue['issue']}" in hs["escalated"]
-        issues.append({**issue, "attempts": len(attempts), "escalated": escalated})
-    health_at = to_datetime(health.get("generated_at"))
-    return {
-        "kind": "summary",
-        "generated_at": format_iso(now),
-        "status": health.get("status") if health.get("status") in ("healthy", "degraded", "down") else "unknown",
-        "health_at": format_iso(health_at) if health_at else None,
-        "stale": health_at is None or now_s - health_at.timestamp() > STALE_AFTER_S,
-        "gpus": gpus,
-        "issues": issues,
-        "fleet_paused": f"{fleet_paused.get('reason', 'maintenance')}" if fleet_paused else None,
-        "alerts": _alerts_summary(store.read(files.ALERTS, None), now_s),
-    }
-
-
-def _gpu_summary(cfg, g, row: dict[str, Any], bench, hs: dict[str, Any], now_s: float) -> dict[str, Any]:
-    """One GPU's line of the summary: its last readings, speed against baseline, restart budget."""
-    from gpuheal import benchdata
-
-    ok = [r for r in benchdata.ok_results(bench, g.alias) if r["at"] <= now_s]
-    baseline, source = benchdata.baseline(bench, g.alias, g.baseline_tok_s)
-    max_restarts = int(cfg.heal["max_restarts_per_hour"])
-    restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if timing.within_last(now_s, t, HOUR_S))
-    fleet_paused, own = hs["paused"]["fleet"], hs["paused"]["gpus"].get(g.alias)
-    paused = None
-    if fleet_paused:
-        paused = f"fleet: {fleet_paused.get('reason', 'maintenance')}"
-    elif own:
-        paused = str(own.get("reason", "maintenance"))
-    elif g.paused:
-        paused = "config (paused: true)"
-    return {
-        "endpoint": row.get("endpoint") if isinstance(row.get("endpoint"), str) else None,
-        "temp_c": _num(row.get("temp_c")),
-        "vram_used_mb": _num(row.get("vram_used_mb")),
-        "vram_total_mb": _num(row.get("vram_total_mb")) or g.vram_total_mb,
-        "util_pct": _num(row.get("util_pct")),
-        "power_w": _num(row.get("power_w")),
-        "current_tok_s": round(float(ok[-1]["gen_tok_s"]), 1) if ok else None,
-        "baseline_tok_s": round(baseline, 1) if baseline is not None else None,
-        "baseline_source": source if baseline is not None else None,
-        "restarts_last_hour": restarts,
-        "max_restarts_per_hour": max_restarts,
-        "restart_budget_left": max(0, max_restarts - restarts),
-        "paused": paused,
-    }
-
-
-def _alerts_summary(stored: Any, now_s: float) -> dict[str, Any]:
-    """The alert queue (``alerts.json`` as stored) at a glance; a damaged time in it is left out,
-    never fatal."""
-    from gpuheal.core.alerts import AlertQueue
-
-    queue = AlertQueue.from_json(stored)
-
-    def calendar(times) -> list[float]:
-        return [t for t in times if t is not None and abs(t) < 2.5e11]  # within the calendar
-
-    errors = [a.delivery.last_error for a in queue.queue if a.delivery is not None]
-    created = calendar(a.created_at for a in queue.queue)
-    not_before = calendar(a.delivery.not_before for a in queue.queue if a.delivery is not None)
-    return {
-        "queued": len(queue.queue),
-        "oldest_queued_at": format_epoch(min(created)) if created else None,
-        "last_error": next((e for e in reversed(errors) if e), None),
-        "not_before": format_epoch(max(not_before)) if not_before and max(not_before) > now_s else None,
-        "clean_cycles": queue.clean_cycles,
-    }
+    return report.summary(
+        cfg,
+        health,
+        to_datetime(health.get("generated_at")),
+        heal_state(store),
+        benchdata.normalise(store.read(files.BENCH, None)),
+        store.read(files.ALERTS, None),
+        now,
+    )
 
 
 # --------------------------------------------------------------------------- weekly
