@@ -104,3 +104,29 @@ def test_a_failed_try_and_a_hold_are_noted_on_the_queued_record():
     assert (first.delivery.tries, first.delivery.last_error, first.not_before) == (1, "HTTP 500", NOW + 60)
     assert (second.delivery.tries, second.not_before) == (0, NOW + 60)
     assert second.to_json()["delivery"] == {"not_before": NOW + 60}
+
+
+def test_wrong_typed_fields_of_a_queued_alert_and_a_dedup_entry_are_read_as_not_known():
+    """A damaged alerts.json (hand edits, an older writer): every field of the wrong type reads as
+    "not known" and the queue still folds, reminds, prunes and writes back — never a crash."""
+    junk = {"fingerprint": "gpu-a/model-stuck", "gpu": "gpu-a", "issue": "model-stuck", "kind": "escalated",
+            "state_key": "k", "created_at": "yesterday", "tried": "restart", "attempts": "3", "detected": ["x"],
+            "since": 5, "reminder": "junk", "unfolded": "yes", "delivery": "soon", "summary": None}  # fmt: skip
+    data = alerts.AlertQueue.from_json({
+        "queue": [junk, None, 7],
+        "sent": {"gpu-b/model-stuck": {"kind": "escalated", "sent_at": "x", "alert": "junk", "folded_into": 3},
+                 "gpu-c/x": "junk"},
+        "clean_cycles": True,
+    })  # fmt: skip
+    (a,) = data.queue
+    assert (a.created_at, a.tried, a.attempts, a.detected, a.since) == (None, (), None, {}, None)
+    assert (a.reminder, a.unfolded, a.delivery, a.summary, a.not_before) == (0, False, None, "", 0.0)
+    assert list(data.sent) == ["gpu-b/model-stuck"] and data.clean_cycles == 0
+    open_keys = {("gpu-a", "model-stuck"), ("gpu-b", "model-stuck")}
+    assert alerts.due_reminders(data, open_keys, NOW, 3600) == [], "a dedup entry without its alert is not repeated"
+    messages, _, _ = alerts.fold(data, open_keys)
+    assert [m.alert.fingerprint for m in messages] == ["gpu-a/model-stuck"]
+    assert alerts.unfold(data, "gpu-b", open_keys) == []
+    alerts.prune_sent(data, open_keys, NOW)
+    assert data.sent == {}, "a junk time and no alert to say which issue: nothing to keep it for"
+    assert alerts.AlertQueue.from_json(data.to_json()).to_json() == data.to_json()
