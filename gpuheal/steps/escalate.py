@@ -77,7 +77,7 @@ def command(rt, store, dry_run: bool = False, post=None):
     out = _Outbox(rt, secrets)
     data.queue.extend(core.due_reminders(data, open_keys, now_s, out.interval_s))
     messages, absorbed, duplicates = core.fold(data, open_keys)
-    _settle(doc, data, duplicates, absorbed, now_s, secrets, dry_run)
+    _settle(doc, data, duplicates, absorbed, now_s, out, dry_run)
     error: dict[str, Any] | None = None
     if dry_run:
         _preview(doc, messages, out, now_s)
@@ -85,8 +85,9 @@ def command(rt, store, dry_run: bool = False, post=None):
         error = _send(rt, store, data, messages, open_keys, out, doc, post)
     if not dry_run:
         core.prune_sent(data, open_keys, now_s)
-        if json.dumps(data.to_json(), sort_keys=True, default=str) != before:  # cron runs this every minute
-            store.write(files.ALERTS, out.redacted(data.to_json()))
+        after = data.to_json()
+        if json.dumps(after, sort_keys=True, default=str) != before:  # cron runs this every minute
+            store.write(files.ALERTS, out.redacted(after))
     doc["queued"] = queued_entries(data)
     if error is not None:
         _report_error(doc, error, len(data.queue), secrets)
@@ -156,10 +157,8 @@ def _report_error(doc: dict[str, Any], error: dict[str, Any], queued: int, secre
     log.error("escalate: %s; %d alert(s) stay queued", error["detail"], queued)
 
 
-def _settle(doc, data, duplicates, absorbed, now_s: float, secrets, dry_run: bool) -> None:
+def _settle(doc, data, duplicates, absorbed, now_s: float, out: _Outbox, dry_run: bool) -> None:
     """Drop what was already sent in this state; record what a host's open alert absorbs."""
-    from gpuheal.redact import redact
-
     for alert in duplicates:
         doc["dropped"].append({"fingerprint": alert.fingerprint, "reason": "already sent in this state"})
     for alert, into in absorbed:
@@ -168,7 +167,7 @@ def _settle(doc, data, duplicates, absorbed, now_s: float, secrets, dry_run: boo
         return
     data.remove(duplicates)
     for alert, into in absorbed:
-        core.record_sent(data, alert.mapped(lambda doc: redact(doc, secrets)), now_s, None, folded_into=into)
+        core.record_sent(data, out.redacted_alert(alert), now_s, None, folded_into=into)
     data.remove([a for a, _ in absorbed])
 
 
