@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from gpuheal import __version__, exit_codes
-from gpuheal.errors import GpuhealError
+from gpuheal.errors import GpuhealError, one_line
 
 app = typer.Typer(
     name="gpuheal",
@@ -269,11 +269,10 @@ def config_validate(
     import json
 
     from gpuheal.config import load_config, resolve_config_path
-    from gpuheal.parse.values import escaped_text
 
     target = resolve_config_path(path or _GLOBAL.get("config"))  # type: ignore[arg-type]
     cfg = load_config(target)
-    shown = escaped_text(str(target))  # a non-UTF-8 file name: valid UTF-8 out, its bytes escaped
+    shown = one_line(str(target))  # a non-UTF-8 file name: valid UTF-8 out, its bytes escaped
     if json_out:
         sys.stdout.write(json.dumps({"valid": True, "path": shown, "gpus": list(cfg.aliases)}) + "\n")
     else:
@@ -301,9 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exit as exc:
         code = exc.exit_code
     except GpuhealError as exc:
-        from gpuheal.parse.values import escaped_text
-
-        sys.stderr.write(f"gpuheal: {escaped_text(str(exc))}\n")  # a file name's undecodable bytes as \xNN
+        sys.stderr.write(f"gpuheal: {exc}\n")  # one line already: GpuhealError runs errors.one_line
         code = exit_codes.CANNOT_RUN
     except ClickException as exc:  # usage errors, bad option values, unknown command
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpuheal`: the help, nothing else

@@ -155,21 +155,6 @@ def clean_text(value: str) -> str:
         return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value)
 
 
-def escaped_text(value: str) -> str:
-    """``value`` as valid UTF-8 that still says what it held, for a file name in a line of output: a
-    byte the name carried undecodable (Python's ``surrogateescape``, U+DC80–U+DCFF) shows as
-    ``\\xNN``, any other lone surrogate as ``\\uXXXX`` (issue 9: ``config validate`` printed raw bytes)."""
-    if not any("\ud800" <= ch <= "\udfff" for ch in value):
-        return value
-    return "".join(_escaped_char(ch) for ch in value)
-
-
-def _escaped_char(ch: str) -> str:
-    if "\udc80" <= ch <= "\udcff":  # surrogateescape: the byte itself
-        return f"\\x{ord(ch) - 0xDC00:02x}"
-    return f"\\u{ord(ch):04x}" if "\ud800" <= ch <= "\udfff" else ch
-
-
 def check_text(raw: Any, max_len: int = MAX_TEXT_CHARS) -> str | Bad | None:
     """A non-blank JSON string, bounded and valid UTF-8; absent or blank → ``None``."""
     if raw is None:
