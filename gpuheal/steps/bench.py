@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
@@ -41,10 +41,12 @@ from gpuheal.core.bench import (
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.errors import GpuhealError
 from gpuheal.model import ERR_UNAUTHORIZED
-from gpuheal.render.bench import Progress
 from gpuheal.sources.llama_server import benchmark_inference
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
+
+if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
+    from gpuheal.render.bench import Progress
 
 
 @dataclass
