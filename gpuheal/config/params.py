@@ -143,8 +143,6 @@ def spec_for(name: str, default: Any) -> ParamSpec:
     return ParamSpec(kind, 0, None)  # an unknown unit: at least a finite, non-negative number
 
 
-
-
 def schema_from(
     defaults: Mapping[str, Mapping[str, Any]], common: Mapping[str, Any] | None = None
 ) -> dict[str, dict[str, ParamSpec]]:

@@ -144,9 +144,9 @@ def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
         known = [t for t in resets if isinstance(t, int | float) and not isinstance(t, bool)]
         last_reset = max(known) if known else None
     out: dict[str, Any] = {}
-    known = view.obs is not None and view.obs.breakers_known
+    breakers_known = view.obs is not None and view.obs.breakers_known
     for alias in view.aliases:
-        sample = view.monitor_sample(alias) if known else None
+        sample = view.monitor_sample(alias) if breakers_known else None
         is_open = None if sample is None else bool(sample.breaker is not None and sample.breaker.open)
         opened = breaker_opened_at(view, alias) if is_open else None
         out[alias] = {
