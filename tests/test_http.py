@@ -263,17 +263,17 @@ def test_a_finished_request_is_not_cut_later_by_its_watchdog(client):
 
 
 @pytest.mark.parametrize("declared", ["²", "1²", "³0", "-5", "12abc", "2, 2"])
-def test_a_content_length_that_is_not_a_byte_count_is_invalid(declared):
+def test_a_content_length_that_is_not_a_byte_count_is_invalid(client, declared):
     """Digits that ``str.isdigit`` accepts but HTTP does not ('²', '³'), signs, lists: an
     explicit "invalid" fault naming the header (issue 9), never a ValueError caught by luck."""
     with LoopbackServer(default=Reply(200, b"{}", headers={"Content-Length": declared}, content_length=False)) as srv:
-        result = request("GET", srv.url, deadline_s=2, max_bytes=1000)
+        result = client("GET", srv.url, deadline_s=2, max_bytes=1000)
     assert isinstance(result, HttpFault) and result.kind == "invalid", result
     assert result.detail.startswith("Content-Length ") and "not a byte count" in result.detail
 
 
-def test_a_content_length_of_5000_digits_is_oversized_not_an_int_error():
+def test_a_content_length_of_5000_digits_is_oversized_not_an_int_error(client):
     with LoopbackServer(default=Reply(200, b"{}", headers={"Content-Length": "1" * 5000}, content_length=False)) as srv:
-        result = request("GET", srv.url, deadline_s=2, max_bytes=1000)
+        result = client("GET", srv.url, deadline_s=2, max_bytes=1000)
     assert isinstance(result, HttpFault) and result.kind == "oversized", result
     assert len(result.detail) < 100

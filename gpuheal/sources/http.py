@@ -195,11 +195,12 @@ def _connection(scheme: str, host: str, port: int, connect_s: float) -> http.cli
     return http.client.HTTPSConnection(host, port, timeout=connect_s, context=ssl.create_default_context())
 
 
-def _announced_length_fault(resp: http.client.HTTPResponse, max_bytes: int) -> tuple[str, str] | None:
+def announced_length_fault(declared: str | None, max_bytes: int) -> tuple[str, str] | None:
     """``(kind, detail)`` when the announced Content-Length refuses the body before it is read: not
     ASCII digits (``'²'``, ``'-5'``, ``'2, 2'``; ``str.isdigit`` accepts the first) is ``invalid``,
-    more than ``max_bytes`` (or digits past ``int()``'s limit) ``oversized`` (issue 9)."""
-    length = (resp.getheader("Content-Length") or "").strip(" \t")
+    more than ``max_bytes`` (or digits past ``int()``'s limit) ``oversized`` (issue 9). Both clients
+    (this module and :mod:`~gpuheal.sources.http_loop`) refuse by it."""
+    length = (declared or "").strip(" \t")
     if not length:
         return None
     if not (length.isascii() and length.isdigit()):
@@ -240,7 +241,7 @@ class _Exchange:
         sock.settimeout(max(0.01, self.stop_at - time.monotonic()))
         self.conn.request(method, path, body=body, headers=headers)
         resp = self.conn.getresponse()
-        refused = _announced_length_fault(resp, max_bytes)
+        refused = announced_length_fault(resp.getheader("Content-Length"), max_bytes)
         if refused is not None:
             kind, detail = refused
             return HttpFault(kind, detail, time.monotonic() - started, status=resp.status)

@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuheal.sources.http import USER_AGENT, HttpFault, HttpResult, is_ip_literal, printable, request
+from gpuheal.sources.http import (
+    USER_AGENT,
+    HttpFault,
+    HttpResult,
+    announced_length_fault,
+    is_ip_literal,
+    printable,
+    request,
+)
 
 MAX_HEAD_BYTES = 65536  # status line + headers (http.client: 64 KiB lines, 100 headers)
 _RECV = 65536
@@ -128,13 +136,15 @@ class _Response:
             return
         self.status, self.headers = status, headers
         self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        declared = headers.get("content-length", "")
+        declared = headers.get("content-length")
         if status in _NO_BODY:
             self.length = 0
-        elif not self.chunked and declared.isdigit() and declared.isascii():
+        elif not self.chunked and declared:
+            refused = announced_length_fault(declared, self.max_bytes)
+            if refused is not None:
+                kind, detail = refused
+                raise _Oversized(detail, status) if kind == "oversized" else _Invalid(detail)
             self.length = int(declared)
-            if self.length > self.max_bytes:
-                raise _Oversized(f"Content-Length {self.length} exceeds max_response_bytes {self.max_bytes}", status)
         framed = self.chunked or self.length is not None
         self.keep_alive = framed and parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
 
