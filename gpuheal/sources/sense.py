@@ -27,7 +27,7 @@ from gpuheal.model import (
 )
 from gpuheal.parse.gpu_data import InvalidDocument, MonitorDocument, parse_gpu_data
 from gpuheal.sources import llama_telemetry as lt
-from gpuheal.sources.http import HttpFault, HttpResult, request
+from gpuheal.sources.http import HttpFault, HttpResult, printable, request
 from gpuheal.sources.http_loop import Ask, Exchange, run_exchanges
 from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
 
@@ -379,5 +379,4 @@ def _from_up(prom, alias: str) -> tuple[str | None, None, str, str | None]:
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:
-    text = body[:limit].decode("utf-8", "replace")
-    return "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    return printable(body[:limit].decode("utf-8", "replace"), limit)
