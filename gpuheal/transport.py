@@ -256,7 +256,7 @@ class LocalTransport:
         rc = _collect(proc, out, err, start + timeout_s)
         if rc is None:
             _kill_group(proc)
-            _collect(proc, out, err, time.monotonic() + 1.0)  # a grandchild that left the group may hold a pipe
+            _collect(proc, out, err, time.monotonic() + 1.0, last=True)  # what it wrote as it died
             result = _outcome(argv, start=start, out=out, err=err, timed_out=True, error=TIMEOUT,
                               detail=f"killed after {timeout_s:g}s")
             log.info("local: %s timed out after %.2fs", argv[0], result.elapsed_s)
@@ -289,11 +289,13 @@ def _pipe_thread(name: str, work, stream) -> threading.Thread:
     return t
 
 
-def _collect(proc: subprocess.Popen, out: _Capped, err: _Capped, stop_at: float) -> int | None:
+def _collect(proc: subprocess.Popen, out: _Capped, err: _Capped, stop_at: float, last: bool = False) -> int | None:
     """Read the command's stdout and stderr until both close, in this thread (no reader threads:
     250 hosts' nvidia-smi at once cost 2 threads each in GIL hand-offs, issue 12 benchmark), and
     reap it → its exit status; ``None`` when ``stop_at`` came first. After the command exits,
-    output is drained for at most ``_DRAIN_AFTER_EXIT_S`` (a grandchild may hold a pipe open)."""
+    output is drained for at most ``_DRAIN_AFTER_EXIT_S`` (a grandchild may hold a pipe open). The
+    pipes of a command still running at ``stop_at`` stay open unless ``last``: its SIGTERM handler's
+    last words are read by the call after the kill."""
     import selectors
 
     with selectors.DefaultSelector() as sel:
@@ -315,8 +317,9 @@ def _collect(proc: subprocess.Popen, out: _Capped, err: _Capped, stop_at: float)
                 else:
                     sel.unregister(key.fileobj)
                     key.fileobj.close()
-        for key in list(sel.get_map().values()):  # given up on: the command is gone or timed out
-            key.fileobj.close()
+        if last or proc.poll() is not None:  # else the caller kills it and collects what it writes as it dies
+            for key in list(sel.get_map().values()):  # given up on: the command is gone or killed
+                key.fileobj.close()
     try:
         return proc.wait(timeout=max(0.0, stop_at - time.monotonic()))
     except subprocess.TimeoutExpired:

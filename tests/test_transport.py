@@ -267,3 +267,12 @@ def test_importing_transport_loads_neither_fabric_nor_paramiko():
     proc = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def test_local_timeout_keeps_what_the_command_wrote_as_it_was_killed():
+    """The output of a timed-out command is evidence: its SIGTERM handler's last words are read
+    after the kill (as the reader threads did before the one-thread ``_collect``)."""
+    script = 'trap "echo bye; exit 1" TERM; echo hi; sleep 5 & wait'
+    out = LocalTransport().run(["sh", "-c", script], timeout_s=0.5)
+    assert out.timed_out and out.error == TIMEOUT
+    assert out.stdout == "hi\nbye\n"
