@@ -106,10 +106,12 @@ class _Response:
         if self.chunked:
             return self._chunks()
         if self.length is not None:
+            if len(self.buf) < self.length:
+                return False  # the body is cut out once, when it is all here
             if len(self.buf) > self.length:
                 self.keep_alive = False  # bytes beyond the body: do not trust this connection again
             self.body = self.buf[: self.length]
-            return len(self.buf) >= self.length
+            return True
         if len(self.buf) > self.max_bytes:
             raise _Oversized(f"body exceeds max_response_bytes {self.max_bytes}", self.status)
         self.body = self.buf
