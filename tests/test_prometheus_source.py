@@ -21,7 +21,7 @@ from gpuheal.config import load_config_dict
 from gpuheal.errors import ConfigError
 from gpuheal.model import Observation
 from gpuheal.sources import prometheus
-from gpuheal.sources.prometheus import decimal, parse_vector, trend_queries, with_matchers
+from gpuheal.sources.prometheus import Matcher, decimal, fresh, trend_queries, vector_of, with_matchers
 
 
 def _series(metric: str, host: str, value: str, gpu: str = "0", **extra: str) -> dict:
@@ -131,8 +131,8 @@ def test_healthy_answer_maps_every_reading_to_its_gpu(canned):
     assert got.values["b"]["temp_c"] == 60.0
     # one query per signal for the whole fleet, not one per GPU; staleness in every reading query
     assert len(srv.queries) == len(set(srv.queries))
-    temp_q = [q for q in srv.queries if q.startswith("(DCGM_FI_DEV_GPU_TEMP")]
-    assert temp_q == ["(DCGM_FI_DEV_GPU_TEMP) and ((time() - timestamp(DCGM_FI_DEV_GPU_TEMP)) <= 120)"]
+    temp_q = [q for q in srv.queries if q.startswith("DCGM_FI_DEV_GPU_TEMP")]
+    assert temp_q == ["DCGM_FI_DEV_GPU_TEMP and last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])"]
 
 
 def test_selector_goes_into_every_query(canned):
@@ -284,11 +284,19 @@ def test_sense_with_prometheus_down_is_rule7_input_never_a_crash():
 # --------------------------------------------------------------------------- pure parts
 
 
-@given(st.binary(max_size=300))
+_MATCHER = Matcher(_cfg("http://127.0.0.1:9"))
+
+
+def _vector(body: bytes, status: int = 200):
+    return vector_of(status, body, "temp_c", _MATCHER, False, 0.0, 200.0)
+
+
+@given(st.binary(max_size=300), st.sampled_from([200, 400, 422, 503]))
 @settings(max_examples=200, deadline=None)
-def test_parse_vector_never_raises_on_bytes(body):
-    entries, kind, detail = parse_vector(200, body)
-    assert entries is not None or kind
+def test_an_answer_of_any_bytes_is_a_vector_or_a_fault(body, status):
+    vec = _vector(body, status)
+    assert vec.fault is not None or status == 200
+    assert vec.fault is None or vec.fault.detail.isprintable()
 
 
 json_values = st.recursive(
@@ -300,10 +308,33 @@ json_values = st.recursive(
 
 @given(json_values)
 @settings(max_examples=300, deadline=None)
-def test_parse_vector_never_raises_on_any_json(doc):
-    body = json.dumps({"status": "success", "data": {"resultType": "vector", "result": doc}}).encode()
-    parse_vector(200, body)
-    parse_vector(200, json.dumps(doc).encode())
+def test_any_json_in_the_envelope_never_raises_and_keeps_only_readings(doc):
+    vec = _vector(json.dumps({"status": "success", "data": {"resultType": "vector", "result": doc}}).encode())
+    assert all(isinstance(v, float) and 0 <= v <= 200 for v in vec.values.values())
+    _vector(json.dumps(doc).encode())
+
+
+@pytest.mark.parametrize(
+    "entries, malformed",
+    [
+        ([{"metric": {"Hostname": "h1"}, "value": [1, "50"]}], 0),
+        ([{"metric": {}, "value": [1, "50"]}], 1),  # an aggregate without labels: the query is wrong
+        ([{"metric": {"job": "x"}, "value": [1, "50"]}], 0),  # not a GPU series: not ours, no fault
+        ([{"metric": {"Hostname": "h1"}, "value": [1]}, {"metric": "h1", "value": [1, "2"]}], 2),
+        ([{"metric": {"Hostname": "h1"}}, {"value": [1, "2"]}, 5, None], 2),  # a non-object entry is skipped
+    ],
+)
+def test_malformed_entries_are_counted_in_one_fault(entries, malformed):
+    vec = _vector(_ok(entries))
+    assert (vec.fault is None) == (malformed == 0)
+    if malformed:
+        assert vec.fault.fault == "invalid" and f"{malformed} malformed result entries" in vec.fault.detail
+
+
+def test_a_key_seen_twice_is_dropped_whatever_the_values():
+    vec = _vector(_ok([_series("T", "h1", "50"), _series("T", "h1", "NaN", job="b"), _series("T", "h2", "60")]))
+    assert ("g", "h1", "0") in vec.dup and ("g", "h1", "0") not in vec.values and ("g", "h1", "0") not in vec.bad
+    assert vec.values == {("g", "h2", "0"): 60.0}
 
 
 @given(st.text(max_size=80))
@@ -327,11 +358,29 @@ def test_trend_queries_are_promql_over_the_window():
         ("X", 'X{Hostname="h"}'),
         ('X{site="eu1"}', 'X{site="eu1",Hostname="h"}'),
         ("X{}", 'X{Hostname="h"}'),
+        ('{__name__="X"}', '{__name__="X",Hostname="h"}'),
+        ('X{a="}{"}', 'X{a="}{",Hostname="h"}'),
         ("rate(X[5m])", None),
+        ('X{a="1"} or Y{b="2"}', None),
+        ("X[5m]", None),
+        ("X offset 5m", None),
+        ("", None),
     ],
 )
 def test_with_matchers(series, out):
     assert with_matchers(series, 'Hostname="h"') == out
+
+
+@pytest.mark.parametrize(
+    "query, promql",
+    [
+        ('X{site="eu1"}', 'X{site="eu1"} and last_over_time(X{site="eu1"}[120000ms])'),
+        ("rate(X[5m])", "(rate(X[5m])) and ((time() - timestamp(rate(X[5m]))) <= 120)"),
+        ('X{a="1"} or Y', '(X{a="1"} or Y) and ((time() - timestamp(X{a="1"} or Y)) <= 120)'),
+    ],
+)
+def test_freshness_is_a_cheap_range_for_a_selector_and_timestamp_for_any_expression(query, promql):
+    assert fresh(query, 120) == promql
 
 
 @pytest.mark.parametrize(

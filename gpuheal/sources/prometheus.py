@@ -56,7 +56,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "requests_deferred": (0.0, 1e9),
     "n_decode_total": (0.0, 1e18),
 }
-_SELECTOR = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", re.ASCII | re.DOTALL)
+# a plain series selector: a metric name and/or ``{...}`` label matchers (quoted values may hold braces),
+# nothing after it — ``a{x="1"} or b{y="2"}`` is not one
+_SELECTOR = re.compile(
+    r"""(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)?\s*(?P<matchers>\{(?:[^{}"'`]|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)*\})?""",
+    re.ASCII | re.DOTALL,
+)
 MAX_SHOWN = 3
 
 
@@ -98,12 +103,12 @@ def decimal(text: Any) -> float | None:
     return parse_decimal(text)
 
 
-def parse_vector(status: int, body: bytes) -> tuple[list[tuple[dict[str, str], Any]] | None, str, str]:
-    """An ``/api/v1/query`` answer → ([(labels, raw value string)], fault kind, detail).
+def parse_answer(status: int, body: bytes) -> tuple[list | None, str, str]:
+    """An ``/api/v1/query`` answer's envelope → (its ``data.result`` list, fault kind, detail).
 
     The list is ``None`` on a fault: ``http-NNN`` (Prometheus's 400/422/503 carry ``errorType`` and
     ``error``, shown), ``invalid`` (not JSON, not the envelope, ``status`` not ``success``, a
-    ``resultType`` other than ``vector``)."""
+    ``resultType`` other than ``vector``). Its entries are checked one by one in :func:`_fill`."""
     try:
         doc = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -123,16 +128,20 @@ def parse_vector(status: int, body: bytes) -> tuple[list[tuple[dict[str, str], A
         return None, "invalid", "no data.result list"
     if data.get("resultType") != "vector":
         return None, "invalid", f"resultType {_printable(str(data.get('resultType')))[:20]!r}, expected 'vector'"
-    out = []
-    for entry in data["result"]:
-        if not isinstance(entry, dict):
-            continue
-        metric, value = entry.get("metric"), entry.get("value")
-        if not isinstance(metric, dict) or not isinstance(value, list) or len(value) != 2:
-            out.append(({}, None))  # counted as a malformed entry by the caller
-            continue
-        out.append((metric, value[1]))
-    return out, "", ""
+    return data["result"], "", ""
+
+
+def vector_of(status: int, body: bytes, name: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> Vector:
+    """One query's answer, keyed for matching: a fault, or every series' value (see :class:`Vector`)."""
+    vec = Vector()
+    result, kind, detail = parse_answer(status, body)
+    if result is None:
+        vec.fault = DataFault(SOURCE, kind, f"{name}: {detail}")
+        return vec
+    malformed = _fill(vec, result, name, matcher, by_instance, lo, hi)
+    if malformed:
+        vec.fault = DataFault(SOURCE, "invalid", f"{name}: {malformed} malformed result entries")
+    return vec
 
 
 def _printable(text: str) -> str:
@@ -153,6 +162,8 @@ class Matcher:
         self.instance_label = prom.labels.get("instance") or "instance"
         self.match_label = prom.labels.get("match")
         self.gpus = cfg.gpus
+        # a GPU configured without gpu_index takes its host's only series: answers index series by host
+        self.by_host = not self.match_label and any(getattr(g, "gpu_index", None) is None for g in cfg.gpus)
 
     def key(self, metric: dict[str, Any]) -> tuple | None:
         if self.match_label:
@@ -212,8 +223,18 @@ def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
 
 
 def fresh(query: str, staleness_s: float) -> str:
-    """``query`` limited to series whose newest sample is at most ``staleness_s`` old."""
+    """``query`` limited to series whose newest sample is at most ``staleness_s`` old. Its current
+    value must still be there (a series Prometheus marked stale, gone from its target, is absent at
+    once). A plain selector is checked with ``last_over_time`` (a fifth of the engine's CPU for
+    10,000 series than ``timestamp()``, which any other expression needs)."""
+    if is_selector(query):
+        return f"{query} and last_over_time({query}[{ms(staleness_s)}])"
     return f"({query}) and ((time() - timestamp({query})) <= {staleness_s:g})"
+
+
+def is_selector(query: str) -> bool:
+    m = _SELECTOR.fullmatch(query.strip())
+    return m is not None and bool(m.group("name") or m.group("matchers"))
 
 
 def ms(seconds: float) -> str:
@@ -241,10 +262,9 @@ def trend_queries(series: str, window_s: float, spans: list[float], halves: bool
 def with_matchers(series: str, matchers: str) -> str | None:
     """``series`` (a selector) with extra label matchers; ``None`` when it is not a plain selector."""
     series = series.strip()
-    m = _SELECTOR.fullmatch(series)
-    if m is None:
+    if not is_selector(series):
         return None
-    if m.group(1) is None:
+    if "{" not in series:
         return f"{series}{{{matchers}}}"
     inner = series[series.index("{") + 1 : -1].strip().rstrip(",")
     return f"{series[: series.index('{')]}{{{inner + ',' if inner else ''}{matchers}}}"
@@ -257,42 +277,44 @@ def run_query(cfg: Config, name: str, promql: str, matcher: Matcher, by_instance
         "GET", url, deadline_s=prom.timeout_s, connect_timeout_s=prom.connect_timeout_s,
         max_bytes=prom.max_response_bytes,
     )
-    vec = Vector()
     if isinstance(result, HttpFault):
-        vec.fault = DataFault(SOURCE, result.kind, f"{name}: {result.detail}")
-        return vec
-    entries, kind, detail = parse_vector(result.status, result.body)
-    if entries is None:
-        vec.fault = DataFault(SOURCE, kind, f"{name}: {detail}")
-        return vec
-    malformed = _fill(vec, entries, name, matcher, by_instance, lo, hi)
-    if malformed:
-        vec.fault = DataFault(SOURCE, "invalid", f"{name}: {malformed} malformed result entries")
-    return vec
+        return Vector(fault=DataFault(SOURCE, result.kind, f"{name}: {result.detail}"))
+    return vector_of(result.status, result.body, name, matcher, by_instance, lo, hi)
 
 
-def _fill(vec: Vector, entries: list, name: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> int:
-    """Key every series of one answer into ``vec``; the number of malformed entries. Per series
-    this is a few dict operations (10,000 series an answer, 17 answers a poll: issue 13's
-    benchmark): a sample value or a name label is read once per distinct text."""
+def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> int:
+    """Key every series of one answer's ``result`` into ``vec``; the number of malformed entries
+    (an entry without a ``metric`` object and a ``[time, value]`` pair; one that is not an object
+    at all is skipped). One pass of a few dict operations per series: 10,000 series an answer and
+    16 answers a poll are issue 13's benchmark, where this loop was a quarter of gpuheal's CPU. A
+    sample value or a name label is read once per distinct text."""
     key_of = matcher.instance_key if by_instance else matcher.key
     name_label = None if by_instance or name not in GPU_READINGS else matcher.name_label
-    values, bad, dup, hosts = vec.values, vec.bad, vec.dup, vec.hosts
+    hosts = vec.hosts if matcher.by_host and not by_instance else None
+    values, bad, dup, seen = vec.values, vec.bad, vec.dup, set()
     numbers: dict[Any, float | None] = {}
     names: dict[Any, str] = {}
     malformed = 0
-    for metric, raw in entries:
+    for entry in result:
+        if type(entry) is not dict:
+            continue
+        metric, pair = entry.get("metric"), entry.get("value")
+        if type(metric) is not dict or type(pair) is not list or len(pair) != 2:
+            malformed += 1
+            continue
         key = key_of(metric)
         if key is None:
-            malformed += 1 if not metric else 0
+            malformed += not metric  # no labels at all (an aggregate) is a query mistake; no host label: not ours
             continue
-        if key in values or key in bad or key in dup:
+        if key in seen:
             dup.add(key)
             values.pop(key, None)
             bad.pop(key, None)
             continue
-        if key[0] == "g":
+        seen.add(key)
+        if hosts is not None:
             hosts.setdefault(key[1], []).append(key)
+        raw = pair[1]
         try:
             value = numbers[raw]
         except KeyError:
@@ -305,7 +327,7 @@ def _fill(vec: Vector, entries: list, name: str, matcher: Matcher, by_instance: 
         values[key] = value
         if name_label:
             label = metric.get(name_label)
-            if isinstance(label, str):
+            if type(label) is str:
                 if label not in names:
                     names[label] = _printable(label)[:100]
                 vec.names[key] = names[label]
