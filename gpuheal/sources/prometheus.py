@@ -165,19 +165,15 @@ class Matcher:
         # a GPU configured without gpu_index takes its host's only series: answers index series by host
         self.by_host = not self.match_label and any(getattr(g, "gpu_index", None) is None for g in cfg.gpus)
 
-    def key(self, metric: dict[str, Any]) -> tuple | None:
+    def key_labels(self, by_instance: bool) -> tuple[str, str, str | None]:
+        """(tag, label, second label) of a series' matching key: ``(tag, value, second value)``, or
+        ``(tag, value)`` without a second label — as :meth:`gpu_key` and :meth:`endpoint_key` build
+        it for a configured GPU."""
+        if by_instance:
+            return "i", self.instance_label, None
         if self.match_label:
-            value = metric.get(self.match_label)
-            return ("m", value) if isinstance(value, str) else None
-        host = metric.get(self.host_label)
-        if not isinstance(host, str):
-            return None
-        index = metric.get(self.index_label)
-        return ("g", host, index if isinstance(index, str) else None)
-
-    def instance_key(self, metric: dict[str, Any]) -> tuple | None:
-        value = metric.get(self.instance_label)
-        return ("i", value) if isinstance(value, str) else None
+            return "m", self.match_label, None
+        return "g", self.host_label, self.index_label
 
     def gpu_key(self, gpu: GpuConfig) -> tuple:
         if self.match_label:
@@ -288,7 +284,7 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
     at all is skipped). One pass of a few dict operations per series: 10,000 series an answer and
     16 answers a poll are issue 13's benchmark, where this loop was a quarter of gpuheal's CPU. A
     sample value or a name label is read once per distinct text."""
-    key_of = matcher.instance_key if by_instance else matcher.key
+    tag, label, second = matcher.key_labels(by_instance)
     name_label = None if by_instance or name not in GPU_READINGS else matcher.name_label
     hosts = vec.hosts if matcher.by_host and not by_instance else None
     values, bad, dup, seen = vec.values, vec.bad, vec.dup, set()
@@ -302,10 +298,15 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
         if type(metric) is not dict or type(pair) is not list or len(pair) != 2:
             malformed += 1
             continue
-        key = key_of(metric)
-        if key is None:
-            malformed += not metric  # no labels at all (an aggregate) is a query mistake; no host label: not ours
+        first = metric.get(label)
+        if type(first) is not str:
+            malformed += not metric  # no labels (an aggregate): the query is wrong; no key label: not ours
             continue
+        if second is None:
+            key: tuple = (tag, first)
+        else:
+            index = metric.get(second)
+            key = (tag, first, index if type(index) is str else None)
         if key in seen:
             dup.add(key)
             values.pop(key, None)
@@ -326,11 +327,11 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
             continue
         values[key] = value
         if name_label:
-            label = metric.get(name_label)
-            if type(label) is str:
-                if label not in names:
-                    names[label] = _printable(label)[:100]
-                vec.names[key] = names[label]
+            shown = metric.get(name_label)
+            if type(shown) is str:
+                if shown not in names:
+                    names[shown] = _printable(shown)[:100]
+                vec.names[key] = names[shown]
     return malformed
 
 
