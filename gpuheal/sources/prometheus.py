@@ -221,8 +221,8 @@ def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
 def fresh(query: str, staleness_s: float) -> str:
     """``query`` limited to series whose newest sample is at most ``staleness_s`` old. Its current
     value must still be there (a series Prometheus marked stale, gone from its target, is absent at
-    once). A plain selector is checked with ``last_over_time`` (a fifth of the engine's CPU for
-    10,000 series than ``timestamp()``, which any other expression needs)."""
+    once). A plain selector is checked with ``last_over_time``: at 10,000 series Prometheus spends
+    about half the CPU it spends on ``timestamp()``, which any other expression needs."""
     if is_selector(query):
         return f"{query} and last_over_time({query}[{ms(staleness_s)}])"
     return f"({query}) and ((time() - timestamp({query})) <= {staleness_s:g})"
