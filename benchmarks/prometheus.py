@@ -9,12 +9,17 @@ cron would (a fresh process, ``GPUHEAL_NOW`` moving on):
 
   prometheus-N     wall time and peak RSS, median of 5 after one warm-up run
   state-6.5h       the state directory's size after runs spread over 6.5 simulated hours
+  --history-h H    Prometheus first holds H hours of the trend series (VRAM used, temperature),
+                   written with ``promtool tsdb create-blocks-from openmetrics`` one sample every
+                   ``--history-step-s``: what Rule 2's 6-hour ``deriv`` reads once the fleet has run
+                   that long (without it Prometheus holds the minute of the warm-up)
   monitor-N        the same fleet through gpu-monitor (one document of N GPUs, 6.5 h of
                    per-minute history in the state directory, as benchmarks/run.py builds it),
                    median of ``--monitor-runs``, for the ratio
 
     .venv/bin/python benchmarks/prometheus.py                 # 10,000 GPUs
     .venv/bin/python benchmarks/prometheus.py --gpus 1000 --monitor-runs 3
+    .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --monitor-runs 0   # ~1.3 GB of text, ~2 min
 
 Prints JSON and writes ``benchmarks/results/prometheus-latest.json``.
 """
@@ -136,21 +141,53 @@ def timed_checks(base: list[str], runs: int, first_minute: int) -> dict:
     }
 
 
+def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: float) -> dict:
+    """``hours`` of the trend series up to now, as the exporter's scrape labels them (its ``instance``,
+    job ``dcgm``), so the live scrape continues the same series: VRAM used flat, temperature flat."""
+    import subprocess
+
+    end = int(time.time() - 2 * step_s)
+    times = range(end - int(hours * 3600), end, max(1, int(step_s)))
+    source = tsdb.parent / "history.om"
+    started = time.monotonic()
+    with open(source, "w") as out:
+        for reading, metric, _, _ in METRICS:
+            if reading not in ("vram_used_mb", "temp_c"):
+                continue
+            out.write(f"# TYPE {metric} gauge\n")
+            for i, lb in enumerate(text.labels):
+                value = 10000 if reading == "vram_used_mb" else 55 + i % 10
+                head = f'{metric}{{{lb},instance="{target}",job="dcgm"}} {value} '
+                out.write("".join(f"{head}{t}\n" for t in times))
+        out.write("# EOF\n")
+    size_mb = source.stat().st_size / 1e6
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)],
+                   check=True, capture_output=True, timeout=1800)
+    source.unlink()
+    return {"hours": hours, "step_s": step_s, "samples": 2 * len(text.labels) * len(times),
+            "openmetrics_mb": round(size_mb), "backfill_s": round(time.monotonic() - started, 1)}
+
+
 def bench_prometheus(
-    n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False
+    n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False,
+    history: tuple[float, float] = (0.0, 0.0),
 ) -> dict:
     """``probe``: every GPU's llama-server /health probed directly (one port, a path per GPU);
-    else (``probe_endpoints: false``) its liveness is one more instant query of N series."""
+    else (``probe_endpoints: false``) its liveness is one more instant query of N series.
+    ``history``: (hours, step_s) of trend series Prometheus holds before the first scrape."""
     text = FleetText(n, with_up=not probe)
     from gpuheal.sim.dcgm import Exporter
 
     with Exporter(text) as exporter, health_server() as gpus:
         srv = PrometheusServer(
             work / f"prom-{probe}", {"dcgm": {"targets": [exporter.target], "honor_labels": True}}, interval_s=scrape_s
-        ).start()
+        )
+        filled = backfill(text, srv.workdir / "tsdb", exporter.target, *history) if history[0] > 0 else None
+        srv.start(timeout_s=120)
         try:
             started = time.monotonic()
-            srv.wait_for("count(count_over_time(DCGM_FI_DEV_FB_USED[5m]) >= 4)",
+            # four live scrapes of every GPU (a backfilled history has at most one sample that recent)
+            srv.wait_for(f"count(count_over_time(DCGM_FI_DEV_FB_USED[{4 * scrape_s + 1:g}s]) >= 4)",
                          lambda r: bool(r) and float(r[0]["value"][1]) >= n, timeout_s=60 + 10 * scrape_s)
             warm_s = time.monotonic() - started
             prom = {"url": srv.url, "timeout_s": 20, "max_response_bytes": 64 * 1024 * 1024}
@@ -186,6 +223,9 @@ def bench_prometheus(
             out["series"] = n * len(METRICS) + (0 if probe else n)
             out["scrape_interval_s"] = scrape_s
             out["prometheus_warmup_s"] = round(warm_s, 1)
+            out["history_before_first_scrape"] = filled
+            window = srv.query("quantile(0.5, count_over_time(DCGM_FI_DEV_FB_USED[6h]))")
+            out["rule2_window_samples_median"] = round(float(window[0]["value"][1])) if window else 0
             out["endpoints"] = "probed /health" if probe else "Prometheus up (probe_endpoints: false)"
         finally:
             srv.stop()
@@ -232,6 +272,8 @@ def main() -> int:
     ap.add_argument("--scrape-s", type=float, default=5.0)
     ap.add_argument("--profile", action="store_true", help="cProfile one Prometheus check (top 25), nothing else")
     ap.add_argument("--probe", action="store_true", help="also the Prometheus case with every /health probed")
+    ap.add_argument("--history-h", type=float, default=0.0, help="hours of trend series backfilled first (promtool)")
+    ap.add_argument("--history-step-s", type=float, default=30.0, help="their sample interval (dcgm-exporter: 30 s)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuheal-bench-prom-") as tmp:
         work = Path(tmp)
@@ -241,7 +283,9 @@ def main() -> int:
             "gpus": a.gpus,
             "targets": TARGETS,
             "load_avg_before": [round(x, 2) for x in os.getloadavg()],
-            "prometheus": bench_prometheus(a.gpus, a.runs, a.scrape_s, work, a.profile),
+            "prometheus": bench_prometheus(
+                a.gpus, a.runs, a.scrape_s, work, a.profile, history=(a.history_h, a.history_step_s)
+            ),
         }
         if a.probe and not a.profile:
             result["prometheus_probed"] = bench_prometheus(a.gpus, a.runs, a.scrape_s, work, probe=True)
