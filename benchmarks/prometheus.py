@@ -13,13 +13,17 @@ cron would (a fresh process, ``GPUHEAL_NOW`` moving on):
                    written with ``promtool tsdb create-blocks-from openmetrics`` one sample every
                    ``--history-step-s``: what Rule 2's 6-hour ``deriv`` reads once the fleet has run
                    that long (without it Prometheus holds the minute of the warm-up)
+  --recorded-vram  with --history-h: Rule 2's trend over the recording rule the README gives for
+                   large fleets (a 5-minute average of VRAM used, recorded every 5 minutes;
+                   ``prometheus.queries.vram_series``) instead of every raw sample
   monitor-N        the same fleet through gpu-monitor (one document of N GPUs, 6.5 h of
                    per-minute history in the state directory, as benchmarks/run.py builds it),
                    median of ``--monitor-runs``, for the ratio
 
     .venv/bin/python benchmarks/prometheus.py                 # 10,000 GPUs
     .venv/bin/python benchmarks/prometheus.py --gpus 1000 --monitor-runs 3
-    .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --monitor-runs 0   # ~1.3 GB of text, ~2 min
+    .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --monitor-runs 0   # 3.2 GB of text, ~2 min
+    .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --recorded-vram --monitor-runs 0
 
 Prints JSON and writes ``benchmarks/results/prometheus-latest.json``.
 """
@@ -56,6 +60,8 @@ from servers import HEALTH_OK, LoopbackServer, Reply, gpu_entry, gpuheal_argv, j
 from gpuheal.sim.dcgm import METRICS, uuid_of  # noqa: E402
 
 TARGETS = {"wall_s": 3.0, "rss_mb": 250.0, "state_mb": 5.0}
+# the README's recording rule for large fleets: Rule 2's deriv reads one point per 5 minutes
+RECORDED_VRAM = ("gpuheal:vram_used_mb:avg5m", "avg_over_time(DCGM_FI_DEV_FB_USED[5m])", 300.0)
 
 
 class FleetText:
@@ -141,9 +147,10 @@ def timed_checks(base: list[str], runs: int, first_minute: int) -> dict:
     }
 
 
-def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: float) -> dict:
+def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: float, recorded: bool = False) -> dict:
     """``hours`` of the trend series up to now, as the exporter's scrape labels them (its ``instance``,
-    job ``dcgm``), so the live scrape continues the same series: VRAM used flat, temperature flat."""
+    job ``dcgm``), so the live scrape continues the same series: VRAM used flat, temperature flat;
+    with ``recorded``, also the recording rule's series, one point per its interval."""
     import subprocess
 
     end = int(time.time() - 2 * step_s)
@@ -159,6 +166,12 @@ def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: flo
                 value = 10000 if reading == "vram_used_mb" else 55 + i % 10
                 head = f'{metric}{{{lb},instance="{target}",job="dcgm"}} {value} '
                 out.write("".join(f"{head}{t}\n" for t in times))
+        if recorded:
+            record, _, every_s = RECORDED_VRAM
+            out.write(f"# TYPE {record.replace(':', '_')} gauge\n")
+            for lb in text.labels:
+                head = f'{record}{{{lb},instance="{target}",job="dcgm"}} 10000 '
+                out.write("".join(f"{head}{t}\n" for t in range(times.start, end, int(every_s))))
         out.write("# EOF\n")
     size_mb = source.stat().st_size / 1e6
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(tsdb)],
@@ -170,7 +183,7 @@ def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: flo
 
 def bench_prometheus(
     n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False,
-    history: tuple[float, float] = (0.0, 0.0),
+    history: tuple[float, float] = (0.0, 0.0), recorded: bool = False,
 ) -> dict:
     """``probe``: every GPU's llama-server /health probed directly (one port, a path per GPU);
     else (``probe_endpoints: false``) its liveness is one more instant query of N series.
@@ -179,10 +192,14 @@ def bench_prometheus(
     from gpuheal.sim.dcgm import Exporter
 
     with Exporter(text) as exporter, health_server() as gpus:
+        record, expr, every_s = RECORDED_VRAM
         srv = PrometheusServer(
-            work / f"prom-{probe}", {"dcgm": {"targets": [exporter.target], "honor_labels": True}}, interval_s=scrape_s
+            work / f"prom-{probe}", {"dcgm": {"targets": [exporter.target], "honor_labels": True}}, interval_s=scrape_s,
+            rules={record: expr} if recorded else None, rule_interval_s=every_s,
         )
-        filled = backfill(text, srv.workdir / "tsdb", exporter.target, *history) if history[0] > 0 else None
+        filled = None
+        if history[0] > 0:
+            filled = backfill(text, srv.workdir / "tsdb", exporter.target, *history, recorded=recorded)
         srv.start(timeout_s=120)
         try:
             started = time.monotonic()
@@ -191,10 +208,13 @@ def bench_prometheus(
                          lambda r: bool(r) and float(r[0]["value"][1]) >= n, timeout_s=60 + 10 * scrape_s)
             warm_s = time.monotonic() - started
             prom = {"url": srv.url, "timeout_s": 20, "max_response_bytes": 64 * 1024 * 1024}
+            if recorded:
+                prom["queries"] = {"vram_series": record + "{selector}"}
             if probe:
                 endpoints = [f"{gpus.url}/{alias(i)}" for i in range(n)]
             else:
-                prom.update(probe_endpoints=False, queries={"endpoint_up": "bench_llama_up{selector}"})
+                prom.update(probe_endpoints=False)
+                prom.setdefault("queries", {})["endpoint_up"] = "bench_llama_up{selector}"
                 endpoints = [f"http://{endpoint_netloc(i)}" for i in range(n)]
             cfg = {
                 "prometheus": prom,
@@ -215,6 +235,11 @@ def bench_prometheus(
             doc = json.loads(run_with_rss_json(base, stamp(runs + 2)))
             out["gpus_with_temp"] = sum(1 for g in doc["gpus"].values() if g.get("temp_c") is not None)
             out["gpus_endpoint_ok"] = sum(1 for g in doc["gpus"].values() if g.get("endpoint") == "ok")
+            # Rule 2 had its data: a fit of min_samples over min_span_h (defaults.yaml: 30, 5.75 h)
+            trend = json.loads((state / "vram-trend.json").read_text())
+            out["gpus_rule2_fit_known"] = sum(
+                1 for v in trend.values() if isinstance(v, dict) and v["samples"] >= 30 and v["span_h"] >= 5.75
+            )
             # the state directory after runs spread over 6.5 simulated hours (cron's clock)
             for minute in range(30, 6 * 60 + 31, 60):
                 run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(minute)))
@@ -224,7 +249,9 @@ def bench_prometheus(
             out["scrape_interval_s"] = scrape_s
             out["prometheus_warmup_s"] = round(warm_s, 1)
             out["history_before_first_scrape"] = filled
-            window = srv.query("quantile(0.5, count_over_time(DCGM_FI_DEV_FB_USED[6h]))")
+            series = record if recorded else "DCGM_FI_DEV_FB_USED"
+            window = srv.query(f"quantile(0.5, count_over_time({series}[6h]))")
+            out["rule2_series"] = series
             out["rule2_window_samples_median"] = round(float(window[0]["value"][1])) if window else 0
             out["endpoints"] = "probed /health" if probe else "Prometheus up (probe_endpoints: false)"
         finally:
@@ -274,6 +301,7 @@ def main() -> int:
     ap.add_argument("--probe", action="store_true", help="also the Prometheus case with every /health probed")
     ap.add_argument("--history-h", type=float, default=0.0, help="hours of trend series backfilled first (promtool)")
     ap.add_argument("--history-step-s", type=float, default=30.0, help="their sample interval (dcgm-exporter: 30 s)")
+    ap.add_argument("--recorded-vram", action="store_true", help="Rule 2 over the README's recording rule")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuheal-bench-prom-") as tmp:
         work = Path(tmp)
@@ -284,7 +312,8 @@ def main() -> int:
             "targets": TARGETS,
             "load_avg_before": [round(x, 2) for x in os.getloadavg()],
             "prometheus": bench_prometheus(
-                a.gpus, a.runs, a.scrape_s, work, a.profile, history=(a.history_h, a.history_step_s)
+                a.gpus, a.runs, a.scrape_s, work, a.profile, history=(a.history_h, a.history_step_s),
+                recorded=a.recorded_vram,
             ),
         }
         if a.probe and not a.profile:

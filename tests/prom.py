@@ -39,9 +39,18 @@ def free_port() -> int:
 
 class PrometheusServer:
     """``prometheus`` scraping ``jobs`` ({job: [host:port, ...]} or {job: {"targets": [...],
-    "labels": {...}, "metrics_path": ..., "authorization": ...}}) every ``interval_s``."""
+    "labels": {...}, "metrics_path": ..., "authorization": ...}}) every ``interval_s``; ``rules``:
+    recording rules ({record: expr}) evaluated every ``rule_interval_s`` (default ``interval_s``)."""
 
-    def __init__(self, workdir: Path, jobs: dict, interval_s: float = 1.0, binary: str | None = None):
+    def __init__(
+        self,
+        workdir: Path,
+        jobs: dict,
+        interval_s: float = 1.0,
+        binary: str | None = None,
+        rules: dict[str, str] | None = None,
+        rule_interval_s: float | None = None,
+    ):
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.binary = binary or prometheus_binary()
@@ -66,6 +75,12 @@ class PrometheusServer:
             "global": {"scrape_interval": f"{interval_s:g}s", "evaluation_interval": f"{interval_s:g}s"},
             "scrape_configs": scrape,
         }
+        if rules:
+            group = {"name": "gpuheal", "interval": f"{rule_interval_s or interval_s:g}s",
+                     "rules": [{"record": record, "expr": expr} for record, expr in rules.items()]}
+            rules_path = self.workdir / "rules.yml"
+            rules_path.write_text(yaml.safe_dump({"groups": [group]}))
+            config["rule_files"] = [str(rules_path)]
         self.config_path = self.workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config))
         self.log_path = self.workdir / "prometheus.log"
@@ -170,8 +185,8 @@ def prom_server(tmp_path, prometheus_bin):
     """A factory: ``prom_server(jobs)`` → a started :class:`PrometheusServer`."""
     started = []
 
-    def make(jobs, interval_s: float = 1.0):
-        srv = PrometheusServer(tmp_path / f"prom{len(started)}", jobs, interval_s, prometheus_bin).start()
+    def make(jobs, interval_s: float = 1.0, rules: dict[str, str] | None = None):
+        srv = PrometheusServer(tmp_path / f"prom{len(started)}", jobs, interval_s, prometheus_bin, rules).start()
         started.append(srv)
         return srv
 

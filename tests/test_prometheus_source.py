@@ -83,6 +83,8 @@ def healthy(query: str, temps=None) -> tuple[int, bytes]:
     """Two GPUs (h1, h2), every reading and trend known."""
     temps = temps or {"h1": "50", "h2": "60"}
     m = _metric_of(query)
+    if " unless count_over_time(" in query:  # the series too young for a span: none
+        return 200, _ok([])
     if query.startswith(("deriv", "count_over_time")):
         value = {"deriv": "0", "count_over_time": "40"}[query.split("(")[0]]
         return 200, _ok([_series("", h, value) for h in ("h1", "h2")])
@@ -131,7 +133,7 @@ def test_healthy_answer_maps_every_reading_to_its_gpu(canned):
     assert got.values["b"]["temp_c"] == 60.0
     # one query per signal for the whole fleet, not one per GPU; staleness in every reading query
     assert len(srv.queries) == len(set(srv.queries))
-    temp_q = [q for q in srv.queries if q.startswith("DCGM_FI_DEV_GPU_TEMP")]
+    temp_q = [q for q in srv.queries if q.startswith("DCGM_FI_DEV_GPU_TEMP and")]
     assert temp_q == ["DCGM_FI_DEV_GPU_TEMP and last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])"]
 
 
@@ -344,12 +346,75 @@ def test_decimal_takes_only_finite_ascii_numbers(text):
 
 
 def test_trend_queries_are_promql_over_the_window():
-    q = trend_queries('X{site="eu1"}', 21600, [7200, 20700], True)
+    q = trend_queries('X{site="eu1"}', 21600, [7200, 20700], 0.02)
     assert q["slope"] == 'deriv(X{site="eu1"}[21600000ms])'
     assert q["n"] == 'count_over_time(X{site="eu1"}[21600000ms])'
-    assert q["h1"] == 'deriv(X{site="eu1"}[10800000ms] offset 10800000ms)'
-    assert q["cover20700000"] == 'count_over_time(X{site="eu1"}[900000ms] offset 20700000ms)'
-    assert q["cover7200000"] == 'count_over_time(X{site="eu1"}[14400000ms] offset 7200000ms)'
+    assert q["h1"] == 'deriv(X{site="eu1"}[10800000ms] offset 10800000ms) >= 0.02'
+    assert q["h2"] == 'deriv(X{site="eu1"}[10800000ms]) >= 0.02'
+    assert q["young20700000"] == 'X{site="eu1"} unless count_over_time(X{site="eu1"}[900000ms] offset 20700000ms)'
+    assert q["young7200000"] == 'X{site="eu1"} unless count_over_time(X{site="eu1"}[14400000ms] offset 7200000ms)'
+    assert "h1" not in trend_queries("X", 300, [120], None)
+
+
+def test_halves_are_asked_from_half_the_lowest_sustained_rate_of_the_fleet():
+    cfg = load_config_dict(
+        {
+            "prometheus": {"url": "http://x:1"},
+            "gpus": [
+                {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"},  # 300 MB/h × 0.5
+                {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:9", "rules": {"vram-leak": {"mb_per_hour": 200}}},
+            ],
+        }
+    )
+    queries = prometheus.build_queries(cfg, {}, time.time(), Matcher(cfg))
+    assert queries["vram.h2"][0].endswith(f" >= {200 * 0.5 / 3600 / 2:g}")
+
+
+def _young_answer(query: str, young: dict[str, list[str]]) -> tuple[int, bytes] | None:
+    """The ``young`` answers of a scenario: span in ms → the hosts too young for it."""
+    if " unless count_over_time(" not in query:
+        return None
+    for span_ms, hosts in young.items():
+        if f"offset {span_ms}ms" in query:
+            return 200, _ok([_series("DCGM", h, "1000") for h in hosts])
+    return 200, _ok([])
+
+
+@pytest.mark.parametrize(
+    "young, span_a, span_b",
+    [
+        ({}, 5.75 * 3600, 5.75 * 3600),  # every GPU covers both spans
+        ({"20700000": ["h1"]}, 2 * 3600, 5.75 * 3600),  # a: 2 h proven, not 5.75 h
+        ({"20700000": ["h1", "h2"], "7200000": ["h1"]}, 0.0, 2 * 3600),
+    ],
+)
+def test_the_span_proven_is_the_longest_the_gpu_is_not_too_young_for(canned, young, span_a, span_b):
+    srv = canned(lambda q: _young_answer(q, young) or healthy(q))
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert got.values["a"]["vram_trend"].span_s == span_a and got.values["b"]["vram_trend"].span_s == span_b
+
+
+def test_a_failed_young_query_proves_no_span(canned):
+    def answer(q):
+        if " unless count_over_time(" in q and "offset 7200000ms" in q:
+            return 503, json.dumps({"status": "error", "errorType": "unavailable", "error": "busy"}).encode()
+        return healthy(q)
+
+    got = prometheus.read(_cfg(canned(answer).url), time.time())
+    # 5.75 h is proven (its own query answered): a failure proves nothing, never "covered"
+    assert got.values["a"]["vram_trend"].span_s == 5.75 * 3600
+    assert any(f.source == "prometheus" and "young7200000" in f.detail for f in got.faults)
+
+
+def test_a_half_below_where_halves_are_asked_for_is_not_measured(canned):
+    def answer(q):
+        if q.startswith("deriv(") and "[10800000ms])" in q and "offset" not in q:  # h2: only h2's GPU b
+            return 200, _ok([_series("", "h2", "0.5")])
+        return healthy(q)
+
+    got = prometheus.read(_cfg(canned(answer).url), time.time())
+    assert got.values["a"]["vram_trend"].halves is None  # Rule 2: not shown to be sustained
+    assert got.values["b"]["vram_trend"].halves == (0.0, 0.5 * 3600)
 
 
 @pytest.mark.parametrize(

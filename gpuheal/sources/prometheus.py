@@ -237,21 +237,26 @@ def ms(seconds: float) -> str:
     return f"{max(1, int(round(seconds * 1000)))}ms"
 
 
-def trend_queries(series: str, window_s: float, spans: list[float], halves: bool) -> dict[str, str]:
-    """PromQL for a least-squares trend of ``series`` over ``window_s``: ``deriv`` (per second), the
-    sample count, for each span in ``spans`` whether the samples cover it (a sample older than that
-    in the window: ``count_over_time`` over the window's early part, offset by the span — a range
-    scan, where a ``timestamp()`` subquery cost 3 s at 10,000 GPUs) and, for Rule 2's "sustained",
-    the slopes of the window's two halves."""
+def trend_queries(series: str, window_s: float, spans: list[float], halves_from: float | None) -> dict[str, str]:
+    """PromQL for a least-squares trend of ``series`` over ``window_s``: ``deriv`` (per second) and
+    the sample count; for each span in ``spans``, the series too young to cover it (present now, no
+    sample older than the span in the window: a range scan of the window's early part, where a
+    ``timestamp()`` subquery cost 3 s at 10,000 GPUs); with ``halves_from`` (per second), the slope
+    of each half of the window (Rule 2's "sustained") where it reaches that.
+
+    The young and the halves answers hold only the few series they are about, not every GPU of
+    the fleet: at 10,000 GPUs each full answer is ~2 MB for Prometheus to write and gpuheal to
+    parse (issue 13 benchmark)."""
     w = ms(window_s)
     out = {"slope": f"deriv({series}[{w}])", "n": f"count_over_time({series}[{w}])"}
     for span in spans:
         if 0 < span < window_s:
-            out[f"cover{int(span * 1000)}"] = f"count_over_time({series}[{ms(window_s - span)}] offset {ms(span)})"
-    if halves:
+            old = f"count_over_time({series}[{ms(window_s - span)}] offset {ms(span)})"
+            out[f"young{int(span * 1000)}"] = f"{series} unless {old}"
+    if halves_from is not None:
         h = ms(window_s / 2)
-        out["h1"] = f"deriv({series}[{h}] offset {h})"
-        out["h2"] = f"deriv({series}[{h}])"
+        out["h1"] = f"deriv({series}[{h}] offset {h}) >= {halves_from:g}"
+        out["h2"] = f"deriv({series}[{h}]) >= {halves_from:g}"
     return out
 
 
@@ -347,11 +352,11 @@ def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, ma
     up = prom.query("endpoint_up")
     if up and not prom.probe_endpoints:
         out["endpoint_up"] = (up, True, 0.0, 1.0)
-    for kind, series_key, window_s, halves, spans in _trend_windows(cfg):
+    for kind, series_key, window_s, halves_from, spans in _trend_windows(cfg):
         series = prom.query(series_key)
         if not series:
             continue
-        for part, q in trend_queries(series, window_s, spans, halves).items():
+        for part, q in trend_queries(series, window_s, spans, halves_from).items():
             out[f"{kind}.{part}"] = (q, False, -math.inf, math.inf)
         # a GPU restarted inside the window: its own window after the restart's grace (as Rule 2's
         # history path restarts its fit there)
@@ -364,25 +369,33 @@ def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, ma
             own = with_matchers(series, matcher.gpu_matchers(gpu))
             if own is None or now_s - start <= 0:
                 continue
-            for part, q in trend_queries(own, now_s - start, spans, halves).items():
+            for part, q in trend_queries(own, now_s - start, spans, halves_from).items():
                 out[f"{kind}@{gpu.alias}.{part}"] = (q, False, -math.inf, math.inf)
     return out
 
 
-def _trend_windows(cfg: Config) -> list[tuple[str, str, float, bool, list[float]]]:
-    """(kind, series query key, window seconds, halves, spans to prove): Rule 2's window (its
-    ``min_span_h`` and ``recover_span_h``) and Rule 8's (both tiers share it; config load refuses
-    per-GPU windows and two different Rule 8 windows with Prometheus)."""
+def _trend_windows(cfg: Config) -> list[tuple[str, str, float, float | None, list[float]]]:
+    """(kind, series query key, window seconds, halves from slope per s, spans to prove): Rule 2's
+    window (its ``min_span_h`` and ``recover_span_h``) and Rule 8's (both tiers share it; config
+    load refuses per-GPU windows and two different Rule 8 windows with Prometheus).
+
+    Rule 2's "sustained" needs each half at ``sustain_ratio`` of the GPU's ``mb_per_hour``; a half
+    below that reads as one not measured (not sustained either), so only halves from half the
+    fleet's lowest such rate up are asked for: the margin covers a slope moving between queries,
+    which Prometheus evaluates a moment apart."""
     vram = cfg.rules.get("vram-leak", {})
     rise = cfg.rules.get("thermal-warning", {})
-    out = []
+    out: list[tuple[str, str, float, float | None, list[float]]] = []
     if vram.get("window_h"):
         spans = sorted({float(vram[k]) * 3600 for k in ("min_span_h", "recover_span_h") if vram.get(k)})
-        out.append(("vram", "vram_series", float(vram["window_h"]) * 3600, True, spans))
+        tiers = [g.rules["vram-leak"] for g in cfg.gpus if g.rules.get("vram-leak")]
+        rates = [float(p["mb_per_hour"]) * float(p["sustain_ratio"]) for p in tiers]
+        halves_from = max(0.0, min(rates, default=0.0)) / 3600 / 2
+        out.append(("vram", "vram_series", float(vram["window_h"]) * 3600, halves_from, spans))
     if rise.get("window_s"):
         rules = (rise, cfg.rules.get("thermal-rising", {}))
         spans = sorted({float(r[k]) for r in rules for k in ("min_span_s",) if r.get(k)})
-        out.append(("temp", "temp_series", float(rise["window_s"]), False, spans))
+        out.append(("temp", "temp_series", float(rise["window_s"]), None, spans))
     return out
 
 
@@ -431,21 +444,21 @@ def merge_faults(faults: list[DataFault]) -> list[DataFault]:
 
 @dataclass(frozen=True)
 class Answers:
-    """This poll's usable answers (those without a fault), with each trend kind's ``cover`` answers
+    """This poll's usable answers (those without a fault), with each trend kind's ``young`` answers
     listed once as (span_s, answer) — not searched for again for each of 10,000 GPUs."""
 
     vectors: dict[str, Vector]
-    covers: dict[str, list[tuple[float, Vector]]]
+    young: dict[str, list[tuple[float, Vector]]]
 
     @classmethod
     def of(cls, vectors: dict[str, Vector]) -> Answers:
         usable = {name: vec for name, vec in vectors.items() if vec.fault is None}
-        covers: dict[str, list[tuple[float, Vector]]] = {}
+        young: dict[str, list[tuple[float, Vector]]] = {}
         for name, vec in usable.items():
             kind, _, part = name.rpartition(".")
-            if kind and part.startswith("cover") and part[5:].isdigit():
-                covers.setdefault(kind, []).append((int(part[5:]) / 1000, vec))
-        return cls(usable, covers)
+            if kind and part.startswith("young") and part[5:].isdigit():
+                young.setdefault(kind, []).append((int(part[5:]) / 1000, vec))
+        return cls(usable, young)
 
 
 def _gpu_values(gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults) -> dict[str, Any]:
@@ -514,7 +527,9 @@ def _describe(key: tuple) -> str:
 
 def _trend(answers: Answers, kind: str, key: tuple) -> tuple | None:
     """(slope per s, n, span_s, h1, h2) from the trend answers; ``None`` if slope or n is not known.
-    ``span_s`` is the longest span proven covered (0 when none is: too young for the rules)."""
+    ``span_s`` is the longest span proven covered: its ``young`` answer came and does not hold the
+    series (0 when none is proven: too young for the rules, or that query failed). A half is ``None``
+    where its answer does not hold the series (a slope below where the halves are asked for)."""
     vectors = answers.vectors
     slope_vec, n_vec = vectors.get(f"{kind}.slope"), vectors.get(f"{kind}.n")
     if slope_vec is None or n_vec is None:
@@ -526,9 +541,9 @@ def _trend(answers: Answers, kind: str, key: tuple) -> tuple | None:
     if n is None or problem:
         return None
     span = 0.0
-    for cover_s, vec in answers.covers.get(kind, ()):
-        if (lookup(vec, key)[0] or 0) > 0:
-            span = max(span, cover_s)
+    for span_s, vec in answers.young.get(kind, ()):
+        if lookup(vec, key) == (None, None):  # not among the young (nor two series, nor garbage)
+            span = max(span, span_s)
     halves = []
     for part in ("h1", "h2"):
         vec = vectors.get(f"{kind}.{part}")

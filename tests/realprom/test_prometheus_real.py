@@ -106,6 +106,24 @@ def test_readings_trends_and_staleness_from_the_real_engine(prom_server):
         assert [f.source for f in got.faults] == ["gpu-ct2"]
 
 
+def test_vram_trend_from_a_recording_rule(prom_server):
+    """The large-fleet setup the README gives: Rule 2's ``deriv`` over a recorded average (one point
+    per rule evaluation) instead of every raw sample: same slope, fewer points to read."""
+    record = "gpuheal:vram_used_mb:avg2s"
+    play = Play(["ct1", "ct2"])
+    play.ramp("ct1", 20.0)  # 72,000 MB/h
+    with Exporter(play) as ex:
+        srv = prom_server({"dcgm": [ex.target]}, rules={record: "avg_over_time(DCGM_FI_DEV_FB_USED[2s])"})
+        srv.wait_samples(record, 8, count=2)
+        cfg = load_config_dict(_config(srv.url, ["ct1", "ct2"], queries={"vram_series": record + "{selector}"}))
+        got = prometheus.read(cfg, time.time())
+        assert got.ok and got.faults == []
+        a, b = got.values["gpu-ct1"]["vram_trend"], got.values["gpu-ct2"]["vram_trend"]
+        assert abs(a.slope - 72000) < 72000 * 0.1, a
+        assert a.n >= 8 and 5 <= a.span_s <= 10 and abs(b.slope) < 1
+        assert all(h > 72000 * 0.5 for h in a.halves), a  # sustained, as Rule 2 reads it (sustain_ratio 0.5)
+
+
 def test_a_series_older_than_staleness_s_is_not_known(prom_server):
     """The exporter stamps ct2's samples 20 s in the past: Prometheus keeps them as the newest
     sample, and a 10 s ``staleness_s`` makes ct2 not known while ct1 reads normally."""
