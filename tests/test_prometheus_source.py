@@ -95,16 +95,18 @@ def healthy(query: str, temps=None) -> tuple[int, bytes]:
     return 200, _ok([_series("DCGM", h, v) for h, v in values.items()])
 
 
+def _cfg_dict(url: str, **prom) -> dict:
+    return {
+        "prometheus": {"url": url, "timeout_s": 5, "connect_timeout_s": 2, **prom},
+        "gpus": [
+            {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"},
+            {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:9"},
+        ],
+    }
+
+
 def _cfg(url: str, **prom) -> object:
-    return load_config_dict(
-        {
-            "prometheus": {"url": url, "timeout_s": 5, "connect_timeout_s": 2, **prom},
-            "gpus": [
-                {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"},
-                {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:9"},
-            ],
-        }
-    )
+    return load_config_dict(_cfg_dict(url, **prom))
 
 
 @pytest.fixture
@@ -264,7 +266,7 @@ def test_match_label_maps_by_uuid(canned):
 def test_restarted_gpu_gets_its_own_window(canned):
     srv = canned(healthy)
     now = time.time()
-    prometheus.read(_cfg(srv.url), now, {"a": now - 600, "b": now - 10 * 3600})
+    prometheus.read(_cfg(srv.url), now, prometheus.PromMemory({"a": now - 600, "b": now - 10 * 3600}))
     own = [q for q in srv.queries if 'Hostname="h1"' in q]
     assert own and all("600000ms" in q or "300000ms" in q for q in own)
     assert not [q for q in srv.queries if 'Hostname="h2"' in q]  # its restart is outside the window
@@ -366,7 +368,7 @@ def test_halves_are_asked_from_half_the_lowest_sustained_rate_of_the_fleet():
             ],
         }
     )
-    queries = prometheus.build_queries(cfg, {}, time.time(), Matcher(cfg))
+    queries = prometheus.build_queries(cfg, prometheus.PromMemory(), time.time(), Matcher(cfg))
     assert queries["vram.h2"][0].endswith(f" >= {200 * 0.5 / 3600 / 2:g}")
 
 
@@ -526,3 +528,63 @@ def test_breakers_are_not_known_without_gpu_monitor(source, shown):
     view = FleetView(cfg, at.timestamp(), obs, History(), benchdata.empty(), memory)
     assert breaker_status(view, {})["a"]["open"] is shown
     assert ("a" in memory["breaker_open_since"]) is (shown is None)
+
+
+# --------------------------------------------------------------------------- Rule 2's remembered trend
+
+
+def _check_at(cfg, state_dir, at_s: float):
+    from gpuheal.state.store import StateDir
+    from gpuheal.steps import check
+
+    with StateDir(state_dir) as store:
+        return check.run(cfg, store, datetime.fromtimestamp(at_s, UTC))
+
+
+def _asked_rule2(srv) -> int:
+    asked = sum(1 for q in srv.queries if q.startswith("deriv(DCGM_FI_DEV_FB_USED[21600000ms])"))
+    srv.queries.clear()
+    return asked
+
+
+def test_rule2_trend_is_asked_every_trend_every_s_and_remembered_between(canned, tmp_path):
+    srv = canned(healthy)
+    cfg = _cfg(srv.url)
+    t0 = 1_790_000_000.0
+    # cron's minute, each start up to two seconds late; 300 s later (or a little less) asks again
+    asked = [_asked_rule2(srv) if _check_at(cfg, tmp_path, t0 + dt) else 0 for dt in (0, 61.4, 120.2, 181.9, 240.7, 298.8, 360.3)]
+    assert asked == [1, 0, 0, 0, 0, 1, 0]
+    obs = _check_at(cfg, tmp_path, t0 + 421.0).obs
+    assert obs.gpus["a"].vram_trend.n == 40 and obs.gpus["a"].vram_trend.span_s == 5.75 * 3600
+
+
+def test_a_changed_rule2_window_asks_again(canned, tmp_path):
+    srv = canned(healthy)
+    t0 = 1_790_000_000.0
+    _check_at(_cfg(srv.url), tmp_path, t0)
+    _asked_rule2(srv)
+    shorter = load_config_dict({**_cfg_dict(srv.url), "rules": {"vram-leak": {"window_h": 5, "min_span_h": 4.75}}})
+    _check_at(shorter, tmp_path, t0 + 60)
+    assert any(q.startswith("deriv(DCGM_FI_DEV_FB_USED[18000000ms])") for q in srv.queries)
+
+
+@pytest.mark.parametrize("saved", [b"", b"{", b"[]", b'{"at_s": "x"}', b'{"at_s": 1e400}', b'{"at_s": 1790000000, "trends": 5}'])
+def test_a_damaged_remembered_trend_is_asked_again(canned, tmp_path, saved):
+    srv = canned(healthy)
+    (tmp_path / "prometheus-trend.json").write_bytes(saved)
+    result = _check_at(_cfg(srv.url), tmp_path, 1_790_000_030.0)
+    assert _asked_rule2(srv) == 1 and result.obs.gpus["a"].vram_trend is not None
+
+
+def test_nothing_is_remembered_when_prometheus_gave_no_trend(canned, tmp_path):
+    down = _check_at(_cfg("http://127.0.0.1:9"), tmp_path, 1_790_000_000.0)
+    assert not down.obs.monitor_ok and not (tmp_path / "prometheus-trend.json").exists()
+    srv = canned(healthy)
+    _check_at(_cfg(srv.url), tmp_path, 1_790_000_060.0)
+    assert _asked_rule2(srv) == 1  # the next poll asks
+
+
+def test_trend_every_s_zero_asks_every_poll(canned, tmp_path):
+    srv = canned(healthy)
+    cfg = _cfg(srv.url, trend_every_s=0)
+    assert [_asked_rule2(srv) if _check_at(cfg, tmp_path, 1_790_000_000.0 + 60 * i) else 0 for i in range(3)] == [1, 1, 1]

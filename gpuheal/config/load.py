@@ -249,6 +249,7 @@ def _prometheus(
         max_workers=int(merged["max_workers"]),
         labels=labels,
         queries=dict(merged.get("queries") or {}),
+        trend_every_s=float(merged["trend_every_s"]),
         probe_endpoints=bool(merged.get("probe_endpoints", True)),
     )
 

@@ -56,6 +56,7 @@ class PrometheusConfig:
     max_workers: int
     labels: dict[str, str | None]
     queries: dict[str, str | None]
+    trend_every_s: float  # Rule 2's fleet-wide trend queries at most this often (prometheus-trend.json between)
     probe_endpoints: bool = True  # False: llama-server liveness from Prometheus's `up` of its target
 
     def query(self, key: str) -> str | None:

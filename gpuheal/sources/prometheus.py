@@ -94,6 +94,18 @@ class PromReading:
     ok: bool
 
 
+@dataclass(frozen=True)
+class PromMemory:
+    """What earlier runs left that shapes this poll's queries: where a restarted GPU's trend window
+    starts (its last restart plus the startup grace; that GPU gets its own window's queries), and
+    Rule 2's fleet-wide trends while younger than ``prometheus.trend_every_s`` (``None``: query them
+    this poll). A 6-hour fit over 10,000 series costs Prometheus ~2.5 s of CPU whatever the sample
+    rate (issue 13 benchmark, ``--history-h``); it moves little in five minutes."""
+
+    window_starts: dict[str, float] = field(default_factory=dict)
+    vram_trends: dict[str, SourceTrend] | None = None
+
+
 # --------------------------------------------------------------------------- parsing
 
 
@@ -340,8 +352,9 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
     return malformed
 
 
-def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, matcher: Matcher) -> dict[str, tuple]:
-    """Every query of this poll: name → (promql, by_instance, lo, hi)."""
+def build_queries(cfg: Config, memory: PromMemory, now_s: float, matcher: Matcher) -> dict[str, tuple]:
+    """Every query of this poll: name → (promql, by_instance, lo, hi). Rule 2's fleet-wide trend
+    only when ``memory`` holds none."""
     prom = cfg.prometheus
     out: dict[str, tuple] = {}
     for key in GPU_READINGS + LLAMA_READINGS:
@@ -356,14 +369,15 @@ def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, ma
         series = prom.query(series_key)
         if not series:
             continue
-        for part, q in trend_queries(series, window_s, spans, halves_from).items():
-            out[f"{kind}.{part}"] = (q, False, -math.inf, math.inf)
+        if kind != "vram" or memory.vram_trends is None:
+            for part, q in trend_queries(series, window_s, spans, halves_from).items():
+                out[f"{kind}.{part}"] = (q, False, -math.inf, math.inf)
         # a GPU restarted inside the window: its own window after the restart's grace (as Rule 2's
         # history path restarts its fit there)
         if kind != "vram":
             continue
         for gpu in cfg.gpus:
-            start = window_starts.get(gpu.alias)
+            start = memory.window_starts.get(gpu.alias)
             if start is None or start <= now_s - window_s:
                 continue
             own = with_matchers(series, matcher.gpu_matchers(gpu))
@@ -372,6 +386,16 @@ def build_queries(cfg: Config, window_starts: dict[str, float], now_s: float, ma
             for part, q in trend_queries(own, now_s - start, spans, halves_from).items():
                 out[f"{kind}@{gpu.alias}.{part}"] = (q, False, -math.inf, math.inf)
     return out
+
+
+def vram_trend_key(cfg: Config) -> str | None:
+    """Rule 2's fleet-wide queries as this config asks them: a remembered answer (``PromMemory``) is
+    used only while the config still asks the same."""
+    for kind, series_key, window_s, halves_from, spans in _trend_windows(cfg):
+        series = cfg.prometheus.query(series_key)
+        if kind == "vram" and series:
+            return " | ".join(trend_queries(series, window_s, spans, halves_from).values())
+    return None
 
 
 def _trend_windows(cfg: Config) -> list[tuple[str, str, float, float | None, list[float]]]:
@@ -402,10 +426,11 @@ def _trend_windows(cfg: Config) -> list[tuple[str, str, float, float | None, lis
 # --------------------------------------------------------------------------- the poll
 
 
-def read(cfg: Config, now_s: float, window_starts: dict[str, float] | None = None) -> PromReading:
+def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromReading:
     """Run this poll's queries concurrently and map the answers to ``gpus[]``."""
     matcher = Matcher(cfg)
-    queries = build_queries(cfg, window_starts or {}, now_s, matcher)
+    memory = memory or PromMemory()
+    queries = build_queries(cfg, memory, now_s, matcher)
     workers = max(1, min(cfg.prometheus.max_workers, len(queries)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
         futures = {
@@ -419,7 +444,7 @@ def read(cfg: Config, now_s: float, window_starts: dict[str, float] | None = Non
     values: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
     for gpu in cfg.gpus:
-        values[gpu.alias] = _gpu_values(gpu, answers, matcher, problems, faults if ok else None)
+        values[gpu.alias] = _gpu_values(gpu, answers, matcher, problems, faults if ok else None, memory.vram_trends)
     if problems:
         shown = "; ".join(problems[:MAX_SHOWN])
         more = f" (+{len(problems) - MAX_SHOWN} more)" if len(problems) > MAX_SHOWN else ""
@@ -461,7 +486,9 @@ class Answers:
         return cls(usable, young)
 
 
-def _gpu_values(gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults) -> dict[str, Any]:
+def _gpu_values(
+    gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults, remembered: dict | None
+) -> dict[str, Any]:
     key = matcher.gpu_key(gpu)
     vectors = answers.vectors
     out: dict[str, Any] = {}
@@ -487,9 +514,11 @@ def _gpu_values(gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: li
     if faults is not None and not seen:
         faults.append(DataFault(gpu.alias, "invalid", f"Prometheus has no fresh series for {_describe(key)}"))
     if "vram_used_mb" in out:
-        trend = _trend(answers, f"vram@{gpu.alias}", key) or _trend(answers, "vram", key)
-        if trend is not None:
-            out["vram_trend"] = SourceTrend(trend[0] * 3600, trend[1], trend[2], 3600.0, _halves(trend, 3600))
+        vram_trend = _vram_trend(answers, f"vram@{gpu.alias}", key)
+        if vram_trend is None:
+            vram_trend = _vram_trend(answers, "vram", key) if remembered is None else remembered.get(gpu.alias)
+        if vram_trend is not None:
+            out["vram_trend"] = vram_trend
     if "temp_c" in out:
         trend = _trend(answers, "temp", key)
         if trend is not None:
@@ -549,6 +578,11 @@ def _trend(answers: Answers, kind: str, key: tuple) -> tuple | None:
         vec = vectors.get(f"{kind}.{part}")
         halves.append(None if vec is None else lookup(vec, key)[0])
     return slope, int(n), span, halves[0], halves[1]
+
+
+def _vram_trend(answers: Answers, kind: str, key: tuple) -> SourceTrend | None:
+    trend = _trend(answers, kind, key)
+    return None if trend is None else SourceTrend(trend[0] * 3600, trend[1], trend[2], 3600.0, _halves(trend, 3600))
 
 
 def _halves(trend: tuple, per_s: float) -> tuple[float, float] | None:

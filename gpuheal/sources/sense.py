@@ -122,18 +122,16 @@ def fetch_litellm(cfg: Config) -> DataFault | None:
     return None
 
 
-def sense(
-    cfg: Config, now: datetime, transports: Any = None, window_starts: dict[str, float] | None = None
-) -> Observation:
+def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None) -> Observation:
     """Poll everything once. ``now`` stamps the observation (the run's single clock reading).
 
     With ``prometheus:`` the GPU readings come from Prometheus instead of gpu-monitor;
-    ``window_starts`` (alias → epoch s: a restart plus its grace) lets it start a restarted GPU's
-    trend window there (``sources/prometheus.py``). With neither (no ``monitor:``) they come from
-    nvidia-smi / rocm-smi, one call per host, over ``transports`` (a
-    :class:`~gpuheal.transport.TransportPool` shared with the rest of the run: one SSH connection
-    per host) or a pool of its own (issue 12)."""
-    polled = _poll(cfg, now, transports, window_starts)
+    ``memory`` (a :class:`~gpuheal.sources.prometheus.PromMemory`) is what earlier runs left that
+    shapes its queries: restarted GPUs' trend windows, Rule 2's recent fleet-wide trends. With
+    neither (no ``monitor:``) they come from nvidia-smi / rocm-smi, one call per host, over
+    ``transports`` (a :class:`~gpuheal.transport.TransportPool` shared with the rest of the run:
+    one SSH connection per host) or a pool of its own (issue 12)."""
+    polled = _poll(cfg, now, transports, memory)
     faults = list(polled.faults)
     shared: dict[str, int] = {}
     for gpu in cfg.gpus:
@@ -171,7 +169,7 @@ class _Polled:
     servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
 
 
-def _poll(cfg: Config, now: datetime, transports: Any, window_starts: dict[str, float] | None) -> _Polled:
+def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
     """The GPU source and LiteLLM on threads, every llama-server at once on this one
     (:func:`~gpuheal.sources.http_loop.run_exchanges`, at most ``probe.max_workers`` open)."""
     deadline = float(cfg.probe["timeout_s"])
@@ -180,7 +178,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, window_starts: dict[str, 
         if cfg.prometheus is not None:
             from gpuheal.sources import prometheus
 
-            source_f = pool.submit(prometheus.read, cfg, now.timestamp(), window_starts)
+            source_f = pool.submit(prometheus.read, cfg, now.timestamp(), memory)
         elif cfg.monitor is not None:
             source_f = pool.submit(fetch_monitor, cfg)
         else:

@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuheal.config import Config
+from gpuheal.core import timing
 from gpuheal.core.health import health_document
 from gpuheal.model import Observation
+from gpuheal.state import files
 from gpuheal.state.files import GPU_HEALTH as HEALTH_FILE  # noqa: E402
 from gpuheal.state.files import HISTORY as HISTORY_FILE  # noqa: E402
 from gpuheal.state.history import History
@@ -50,10 +52,49 @@ def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
     """Where a restarted GPU's trend window starts (its last restart plus the startup grace), as
     Rule 2's history path restarts its fit there; Prometheus runs that GPU's own window then."""
     from gpuheal.core.view import Restarts
-    from gpuheal.state import files
 
     restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, float(cfg.heal["startup_grace_s"]))
     return {alias: t + restarts.grace_s for alias, t in restarts.last.items()}
+
+
+def prom_memory(cfg: Config, store: StateDir, now_s: float):
+    """What this poll's Prometheus queries depend on from earlier runs (``PromMemory``): restarted
+    GPUs' windows, and Rule 2's fleet-wide trends from ``prometheus-trend.json`` while they are
+    younger than ``prometheus.trend_every_s`` and were asked with today's query (a config change
+    asks again)."""
+    from gpuheal.model import SourceTrend
+    from gpuheal.sources.prometheus import PromMemory, vram_trend_key
+
+    memory = PromMemory(window_starts=window_starts(cfg, store))
+    saved = store.read(files.PROM_TRENDS, {})
+    at_s = saved.get("at_s") if isinstance(saved, dict) else None
+    if not isinstance(at_s, int | float) or saved.get("query") != vram_trend_key(cfg):
+        return memory
+    if not timing.within_last(now_s, float(at_s), cfg.prometheus.trend_every_s):
+        return memory
+    trends = saved.get("trends")
+    if not isinstance(trends, dict):
+        return memory
+    aliases = set(cfg.aliases)
+    known = {a: SourceTrend.from_dict(t) for a, t in trends.items() if a in aliases}
+    return PromMemory(memory.window_starts, {a: t for a, t in known.items() if t is not None})
+
+
+def remember_trends(cfg: Config, store: StateDir, memory, obs: Observation) -> None:
+    """After a poll that asked for Rule 2's fleet-wide trends: each GPU's (not a restarted GPU's own
+    window), for the next ``trend_every_s``. Nothing when none came (Prometheus down: ask again)."""
+    if memory.vram_trends is not None or not cfg.prometheus.trend_every_s:
+        return
+    from gpuheal.sources.prometheus import vram_trend_key
+
+    trends = {
+        alias: s.vram_trend.to_dict()
+        for alias, s in obs.gpus.items()
+        if s.vram_trend is not None and alias not in memory.window_starts
+    }
+    if trends:
+        doc = {"schema_version": 1, "at_s": obs.at.timestamp(), "query": vram_trend_key(cfg), "trends": trends}
+        store.write(files.PROM_TRENDS, doc)
 
 
 def record_observation(path: Path, obs: Observation) -> None:
@@ -102,7 +143,10 @@ def _sense_and_load(cfg: Config, store: StateDir, now: datetime, transports, kee
     from gpuheal.sources.sense import sense
 
     if not keep_history:
-        return sense(cfg, now, transports, window_starts=window_starts(cfg, store)), History()
+        memory = prom_memory(cfg, store, now.timestamp())
+        obs = sense(cfg, now, transports, memory)
+        remember_trends(cfg, store, memory, obs)
+        return obs, History()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
         loading = pool.submit(load_history, store)
         obs = sense(cfg, now, transports)

@@ -63,7 +63,9 @@ def test_same_scenario_same_issues_same_polls(prom_server, tmp_path):
         mon_raw = fleet.config_dict()
         mon_raw.pop("litellm")
         mon_raw["rules"] = copy.deepcopy(RULES)
-        prom_raw = {"prometheus": {"url": srv.url, "timeout_s": 5},
+        # windows of seconds: Rule 2's trend asked every poll, as the history path fits every poll
+        # (remembering it for prometheus.trend_every_s is tested in test_prometheus_source.py)
+        prom_raw = {"prometheus": {"url": srv.url, "timeout_s": 5, "trend_every_s": 0},
                     "gpus": copy.deepcopy(mon_raw["gpus"]), "rules": copy.deepcopy(RULES)}
         (tmp_path / "prom.yaml").write_text(yaml.safe_dump(prom_raw))
         cfgs = {"monitor": load_config_dict(mon_raw), "prometheus": load_config_dict(prom_raw)}
