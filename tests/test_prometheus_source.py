@@ -576,6 +576,20 @@ def test_a_damaged_remembered_trend_is_asked_again(canned, tmp_path, saved):
     assert _asked_rule2(srv) == 1 and result.obs.gpus["a"].vram_trend is not None
 
 
+@pytest.mark.parametrize("row", ["x", [], [1, 2], [1, "n", 3], [1, 2, 3, 4], [float("nan"), 2, 3], None])
+def test_a_damaged_remembered_row_is_asked_again(canned, tmp_path, row):
+    srv = canned(healthy)
+    cfg = _cfg(srv.url)
+    _check_at(cfg, tmp_path, 1_790_000_000.0)
+    saved = json.loads((tmp_path / "prometheus-trend.json").read_text())
+    assert saved["data"]["trends"]["a"] == [0.0, 40, 5.75 * 3600, 0.0, 0.0]
+    saved["data"]["trends"]["a"] = row
+    (tmp_path / "prometheus-trend.json").write_text(json.dumps(saved))
+    _asked_rule2(srv)
+    result = _check_at(cfg, tmp_path, 1_790_000_061.0)
+    assert _asked_rule2(srv) == 1 and result.obs.gpus["a"].vram_trend.n == 40
+
+
 def test_nothing_is_remembered_when_prometheus_gave_no_trend(canned, tmp_path):
     down = _check_at(_cfg("http://127.0.0.1:9"), tmp_path, 1_790_000_000.0)
     assert not down.obs.monitor_ok and not (tmp_path / "prometheus-trend.json").exists()

@@ -62,7 +62,6 @@ def prom_memory(cfg: Config, store: StateDir, now_s: float):
     GPUs' windows, and Rule 2's fleet-wide trends from ``prometheus-trend.json`` while they are
     younger than ``prometheus.trend_every_s`` and were asked with today's query (a config change
     asks again)."""
-    from gpuheal.model import SourceTrend
     from gpuheal.sources.prometheus import PromMemory, vram_trend_key
 
     memory = PromMemory(window_starts=window_starts(cfg, store))
@@ -76,8 +75,20 @@ def prom_memory(cfg: Config, store: StateDir, now_s: float):
     if not isinstance(trends, dict):
         return memory
     aliases = set(cfg.aliases)
-    known = {a: SourceTrend.from_dict(t) for a, t in trends.items() if a in aliases}
-    return PromMemory(memory.window_starts, {a: t for a, t in known.items() if t is not None})
+    known = {a: _unpack_trend(t) for a, t in trends.items() if a in aliases}
+    if not known or None in known.values():
+        return memory  # a damaged row (or none for this fleet): ask again
+    return PromMemory(memory.window_starts, known)
+
+
+def _unpack_trend(row: Any):
+    """``[slope MB/h, n, span_s]`` or with the halves ``[..., h1, h2]`` → a SourceTrend (None if not)."""
+    from gpuheal.model import SourceTrend
+
+    if not isinstance(row, list) or len(row) not in (3, 5):
+        return None
+    halves = row[3:] or None
+    return SourceTrend.from_dict({"slope": row[0], "n": row[1], "span_s": row[2], "per_s": 3600.0, "halves": halves})
 
 
 def remember_trends(cfg: Config, store: StateDir, memory, obs: Observation) -> None:
@@ -88,13 +99,12 @@ def remember_trends(cfg: Config, store: StateDir, memory, obs: Observation) -> N
     from gpuheal.sources.prometheus import vram_trend_key
 
     trends = {
-        alias: s.vram_trend.to_dict()
-        for alias, s in obs.gpus.items()
-        if s.vram_trend is not None and alias not in memory.window_starts
+        alias: [t.slope, t.n, t.span_s, *(t.halves or ())]  # a row per GPU: 10,000 of them
+        for alias, t in ((a, s.vram_trend) for a, s in obs.gpus.items())
+        if t is not None and alias not in memory.window_starts
     }
     if trends:
-        doc = {"schema_version": 1, "at_s": obs.at.timestamp(), "query": vram_trend_key(cfg), "trends": trends}
-        store.write(files.PROM_TRENDS, doc)
+        store.write(files.PROM_TRENDS, {"at_s": obs.at.timestamp(), "query": vram_trend_key(cfg), "trends": trends})
 
 
 def record_observation(path: Path, obs: Observation) -> None:
