@@ -82,6 +82,19 @@ class SourceTrend:
         except (KeyError, TypeError, ValueError, IndexError):
             return None
 
+    def to_row(self) -> list[float]:
+        """``[slope, n, span_s, per_s]``, then the halves when measured: the compact form a state file
+        keeps for each of 10,000 GPUs (``prometheus-trend.json``)."""
+        return [self.slope, self.n, self.span_s, self.per_s, *(self.halves or ())]
+
+    @classmethod
+    def from_row(cls, row: Any) -> SourceTrend | None:
+        """The inverse of :meth:`to_row`; ``None`` for anything that is not one."""
+        if not isinstance(row, list) or len(row) not in (4, 6):
+            return None
+        halves = row[4:] or None
+        return cls.from_dict({"slope": row[0], "n": row[1], "span_s": row[2], "per_s": row[3], "halves": halves})
+
 
 def _finite(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value in (

@@ -455,6 +455,9 @@ def test_freshness_is_a_cheap_range_for_a_selector_and_timestamp_for_any_express
     [
         ({"monitor": {"url": "http://127.0.0.1:1"}}, "prometheus"),
         ({"prometheus": {"url": "http://x:1", "selector": 'site="eu1"'}}, "prometheus.selector"),
+        ({"prometheus": {"url": "http://x:1", "trend_every_s": -1}}, "prometheus.trend_every_s"),
+        ({"prometheus": {"url": "http://x:1", "trend_every_s": "5m"}}, "prometheus.trend_every_s"),
+        ({"prometheus": {"url": "http://x:1", "trend_every_s": 1e300}}, "prometheus.trend_every_s"),
         ({"prometheus": {"url": "http://x:1", "labels": {"match": "UUID"}}}, "gpus[0].prometheus_match"),
         ({"prometheus": {"url": "http://x:1"}, "rules": {"thermal-rising": {"window_s": 60}}}, "rules.thermal-rising.window_s"),
         ({"prometheus": {"url": "ftp://x"}}, "prometheus.url"),
@@ -576,18 +579,38 @@ def test_a_damaged_remembered_trend_is_asked_again(canned, tmp_path, saved):
     assert _asked_rule2(srv) == 1 and result.obs.gpus["a"].vram_trend is not None
 
 
-@pytest.mark.parametrize("row", ["x", [], [1, 2], [1, "n", 3], [1, 2, 3, 4], [float("nan"), 2, 3], None])
+@pytest.mark.parametrize(
+    "row", ["x", [], [1, 2, 3], [1, "n", 3, 3600], [1, 2, 3, 4, 5], [float("nan"), 2, 3, 3600], [1, 2, 3, True], None]
+)
 def test_a_damaged_remembered_row_is_asked_again(canned, tmp_path, row):
     srv = canned(healthy)
     cfg = _cfg(srv.url)
     _check_at(cfg, tmp_path, 1_790_000_000.0)
     saved = json.loads((tmp_path / "prometheus-trend.json").read_text())
-    assert saved["data"]["trends"]["a"] == [0.0, 40, 5.75 * 3600, 0.0, 0.0]
+    assert saved["data"]["trends"]["a"] == [0.0, 40, 5.75 * 3600, 3600.0, 0.0, 0.0]
     saved["data"]["trends"]["a"] = row
     (tmp_path / "prometheus-trend.json").write_text(json.dumps(saved))
     _asked_rule2(srv)
     result = _check_at(cfg, tmp_path, 1_790_000_061.0)
     assert _asked_rule2(srv) == 1 and result.obs.gpus["a"].vram_trend.n == 40
+
+
+@pytest.mark.parametrize("restarted_s_ago, remembered", [(10 * 3600, True), (600, False), (-30, True)])
+def test_a_gpu_restarted_long_ago_is_remembered_one_in_its_own_window_is_not(canned, tmp_path, restarted_s_ago, remembered):
+    """A GPU whose last restart is older than Rule 2's window (or whose grace has not ended) reads
+    the fleet-wide trend, so it is remembered; one in its own window is asked every poll instead."""
+    from gpuheal.sources.prometheus import PromMemory
+    from gpuheal.state.store import StateDir
+    from gpuheal.steps import check
+
+    srv = canned(healthy)
+    cfg = _cfg(srv.url)
+    obs = _check_at(cfg, tmp_path / "first", 1_790_000_000.0).obs
+    memory = PromMemory({"a": 1_790_000_000.0 - restarted_s_ago}, vram_key=prometheus.vram_trend_key(cfg))
+    with StateDir(tmp_path / "second") as store:
+        check.remember_trends(cfg, store, memory, obs)
+    rows = json.loads((tmp_path / "second" / "prometheus-trend.json").read_text())["data"]["trends"]
+    assert ("a" in rows) == remembered and "b" in rows
 
 
 def test_nothing_is_remembered_when_prometheus_gave_no_trend(canned, tmp_path):

@@ -53,8 +53,7 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
                 )
             )
             continue
-        part = name.rpartition(".")[2]
-        if part in ("h1", "h2") or part.startswith("young"):  # holds only the GPUs it is about
+        if source.lists_only_the_gpus_concerned(name):
             rows.append(Check(TARGET, check, OK, "answers (it lists only the GPUs it is about)"))
             continue
         llama = name in source.LLAMA_READINGS

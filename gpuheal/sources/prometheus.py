@@ -58,9 +58,9 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 # a plain series selector: a metric name and/or ``{...}`` label matchers (quoted values may hold braces),
 # nothing after it — ``a{x="1"} or b{y="2"}`` is not one
+_QUOTED = r"""[^{}"'`]|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`"""  # a matcher's character or string
 _SELECTOR = re.compile(
-    r"""(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)?\s*(?P<matchers>\{(?:[^{}"'`]|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|`[^`]*`)*\})?""",
-    re.ASCII | re.DOTALL,
+    rf"(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)?\s*(?P<matchers>\{{(?:{_QUOTED})*\}})?", re.ASCII | re.DOTALL
 )
 MAX_SHOWN = 3
 
@@ -104,6 +104,15 @@ class PromMemory:
 
     window_starts: dict[str, float] = field(default_factory=dict)
     vram_trends: dict[str, SourceTrend] | None = None
+    vram_key: str | None = None  # this config's Rule 2 queries (vram_trend_key), what the trends answer
+
+    def own_window(self, alias: str, now_s: float, window_s: float) -> float | None:
+        """Where ``alias``'s own Rule 2 window starts: a restart (plus grace) inside the fleet's
+        window and already past; ``None`` for a GPU the fleet-wide trend covers."""
+        start = self.window_starts.get(alias)
+        if start is None or start <= now_s - window_s or start >= now_s:
+            return None
+        return start
 
 
 # --------------------------------------------------------------------------- parsing
@@ -377,15 +386,24 @@ def build_queries(cfg: Config, memory: PromMemory, now_s: float, matcher: Matche
         if kind != "vram":
             continue
         for gpu in cfg.gpus:
-            start = memory.window_starts.get(gpu.alias)
-            if start is None or start <= now_s - window_s:
-                continue
-            own = with_matchers(series, matcher.gpu_matchers(gpu))
-            if own is None or now_s - start <= 0:
+            start = memory.own_window(gpu.alias, now_s, window_s)
+            own = None if start is None else with_matchers(series, matcher.gpu_matchers(gpu))
+            if own is None:
                 continue
             for part, q in trend_queries(own, now_s - start, spans, halves_from).items():
                 out[f"{kind}@{gpu.alias}.{part}"] = (q, False, -math.inf, math.inf)
     return out
+
+
+def rule2_window_s(cfg: Config) -> float | None:
+    return next((w for kind, _, w, _, _ in _trend_windows(cfg) if kind == "vram"), None)
+
+
+def lists_only_the_gpus_concerned(name: str) -> bool:
+    """A trend query whose answer holds only the GPUs it is about (too young for a span; a half
+    steep enough to matter), not one series per GPU."""
+    part = name.rpartition(".")[2]
+    return part in ("h1", "h2") or part.startswith("young")
 
 
 def vram_trend_key(cfg: Config) -> str | None:

@@ -60,51 +60,43 @@ def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
 def prom_memory(cfg: Config, store: StateDir, now_s: float):
     """What this poll's Prometheus queries depend on from earlier runs (``PromMemory``): restarted
     GPUs' windows, and Rule 2's fleet-wide trends from ``prometheus-trend.json`` while they are
-    younger than ``prometheus.trend_every_s`` and were asked with today's query (a config change
-    asks again)."""
+    younger than ``prometheus.trend_every_s`` and were asked as this config asks them."""
+    from gpuheal.model import SourceTrend
     from gpuheal.sources.prometheus import PromMemory, vram_trend_key
 
-    memory = PromMemory(window_starts=window_starts(cfg, store))
+    memory = PromMemory(window_starts=window_starts(cfg, store), vram_key=vram_trend_key(cfg))
     saved = store.read(files.PROM_TRENDS, {})
     at_s = saved.get("at_s") if isinstance(saved, dict) else None
-    if not isinstance(at_s, int | float) or saved.get("query") != vram_trend_key(cfg):
+    if not isinstance(at_s, int | float) or saved.get("query") != memory.vram_key:
         return memory
     if not timing.within_last(now_s, float(at_s), cfg.prometheus.trend_every_s):
         return memory
-    trends = saved.get("trends")
-    if not isinstance(trends, dict):
+    rows = saved.get("trends")
+    if not isinstance(rows, dict):
         return memory
     aliases = set(cfg.aliases)
-    known = {a: _unpack_trend(t) for a, t in trends.items() if a in aliases}
+    known = {a: SourceTrend.from_row(row) for a, row in rows.items() if a in aliases}
     if not known or None in known.values():
         return memory  # a damaged row (or none for this fleet): ask again
-    return PromMemory(memory.window_starts, known)
-
-
-def _unpack_trend(row: Any):
-    """``[slope MB/h, n, span_s]`` or with the halves ``[..., h1, h2]`` → a SourceTrend (None if not)."""
-    from gpuheal.model import SourceTrend
-
-    if not isinstance(row, list) or len(row) not in (3, 5):
-        return None
-    halves = row[3:] or None
-    return SourceTrend.from_dict({"slope": row[0], "n": row[1], "span_s": row[2], "per_s": 3600.0, "halves": halves})
+    return PromMemory(memory.window_starts, known, memory.vram_key)
 
 
 def remember_trends(cfg: Config, store: StateDir, memory, obs: Observation) -> None:
-    """After a poll that asked for Rule 2's fleet-wide trends: each GPU's (not a restarted GPU's own
-    window), for the next ``trend_every_s``. Nothing when none came (Prometheus down: ask again)."""
+    """After a poll that asked for Rule 2's fleet-wide trends: each GPU's, for the next
+    ``trend_every_s`` — not one a restarted GPU's own window gave (that is asked every poll).
+    Nothing when none came (Prometheus down: the next poll asks again)."""
     if memory.vram_trends is not None or not cfg.prometheus.trend_every_s:
         return
-    from gpuheal.sources.prometheus import vram_trend_key
+    from gpuheal.sources.prometheus import rule2_window_s
 
-    trends = {
-        alias: [t.slope, t.n, t.span_s, *(t.halves or ())]  # a row per GPU: 10,000 of them
-        for alias, t in ((a, s.vram_trend) for a, s in obs.gpus.items())
-        if t is not None and alias not in memory.window_starts
+    now_s, window_s = obs.at.timestamp(), rule2_window_s(cfg)
+    rows = {
+        alias: s.vram_trend.to_row()
+        for alias, s in obs.gpus.items()
+        if s.vram_trend is not None and (window_s is None or memory.own_window(alias, now_s, window_s) is None)
     }
-    if trends:
-        store.write(files.PROM_TRENDS, {"at_s": obs.at.timestamp(), "query": vram_trend_key(cfg), "trends": trends})
+    if rows:
+        store.write(files.PROM_TRENDS, {"at_s": now_s, "query": memory.vram_key, "trends": rows})
 
 
 def record_observation(path: Path, obs: Observation) -> None:
