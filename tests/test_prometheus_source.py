@@ -625,3 +625,119 @@ def test_trend_every_s_zero_asks_every_poll(canned, tmp_path):
     srv = canned(healthy)
     cfg = _cfg(srv.url, trend_every_s=0)
     assert [_asked_rule2(srv) if _check_at(cfg, tmp_path, 1_790_000_000.0 + 60 * i) else 0 for i in range(3)] == [1, 1, 1]
+
+
+# --------------------------------------------------------------------------- Rule 8: hot GPUs only
+
+
+def _selecting(temps: dict[str, str]):
+    """``healthy`` with these temperatures, and trend answers holding only the hosts a
+    ``Hostname=~"..."`` matcher selects (as the real engine answers; ``tests/realprom`` checks it)."""
+    import re
+
+    def answer(q):
+        status, body = healthy(q, temps)
+        m = re.search(r'Hostname=~("(?:[^"\\]|\\.)*")', q)
+        if m:
+            pattern = json.loads(m.group(1))
+            doc = json.loads(body)
+            doc["data"]["result"] = [r for r in doc["data"]["result"] if re.fullmatch(pattern, r["metric"]["Hostname"])]
+            body = json.dumps(doc).encode()
+        return status, body
+
+    return answer
+
+
+def _rule8(srv) -> list[str]:
+    """The Rule 8 trend queries the poll sent (deriv, count, young over the temperature series)."""
+    return [q for q in srv.queries if "GPU_TEMP" in q and "last_over_time" not in q]
+
+
+def test_a_fleet_running_cool_asks_no_rule8_trend(canned):
+    """Both Rule 8 tiers judge the rise only above their ``temp_c`` (70 °C): below 65 °C on every GPU
+    the poll asks none of its three trend queries (each an answer of every GPU at 10,000 GPUs)."""
+    srv = canned(lambda q: healthy(q, {"h1": "50", "h2": "64.9"}))
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert got.ok and got.faults == [] and _rule8(srv) == []
+    assert "temp_trend" not in got.values["a"] and "temp_trend" not in got.values["b"]
+    assert got.values["b"]["temp_c"] == 64.9 and got.values["a"]["vram_trend"].n == 40
+
+
+def test_the_rule8_trend_names_the_hot_gpus_hosts(canned):
+    srv = canned(_selecting({"h1": "50", "h2": "65"}))
+    got = prometheus.read(_cfg(srv.url, selector='{site="eu1"}'), time.time())
+    assert sorted(_rule8(srv)) == sorted([
+        'deriv(DCGM_FI_DEV_GPU_TEMP{site="eu1",Hostname=~"h2"}[300000ms])',
+        'count_over_time(DCGM_FI_DEV_GPU_TEMP{site="eu1",Hostname=~"h2"}[300000ms])',
+        'DCGM_FI_DEV_GPU_TEMP{site="eu1",Hostname=~"h2"} unless '
+        'count_over_time(DCGM_FI_DEV_GPU_TEMP{site="eu1",Hostname=~"h2"}[180000ms] offset 120000ms)',
+    ])
+    b = got.values["b"]["temp_trend"]
+    assert b.slope == 0 and b.n == 40 and b.span_s == 120  # min_span_s proven
+    assert "temp_trend" not in got.values["a"]
+
+
+def test_in_a_heat_wave_the_rule8_trend_is_filtered_in_promql(canned, monkeypatch):
+    """Past ``MAX_HOT_NAMED`` hot GPUs a selector naming each would be huge: the fleet-wide query
+    keeps only the series from 65 °C up."""
+    monkeypatch.setattr(prometheus, "MAX_HOT_NAMED", 1)
+    srv = canned(lambda q: healthy(q, {"h1": "81", "h2": "90"}))
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert "deriv(DCGM_FI_DEV_GPU_TEMP[300000ms]) and DCGM_FI_DEV_GPU_TEMP >= 65" in _rule8(srv)
+    assert got.values["a"]["temp_trend"].n == 40 and got.values["b"]["temp_trend"].n == 40
+
+
+def test_a_failed_temperature_answer_asks_no_rule8_trend(canned):
+    def answer(q):
+        if q.startswith("DCGM_FI_DEV_GPU_TEMP and"):
+            return 200, json.dumps({"status": "error", "errorType": "timeout", "error": "query timed out"}).encode()
+        return healthy(q, {"h1": "90", "h2": "90"})
+
+    srv = canned(answer)
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert not got.ok and _rule8(srv) == []
+    assert "temp_trend" not in got.values["a"]
+
+
+def test_a_gpu_with_a_lower_rule8_threshold_lowers_the_hot_line(canned):
+    cfg = _cfg_dict("http://127.0.0.1:9")
+    cfg["gpus"][0]["rules"] = {"thermal-warning": {"temp_c": 50}}  # h1 is judged from 50 °C: asked from 45
+    srv = canned(_selecting({"h1": "46", "h2": "60"}))  # h2 keeps 70 °C: asked from 65
+    cfg["prometheus"]["url"] = srv.url
+    got = prometheus.read(load_config_dict(cfg), time.time())
+    assert _rule8(srv) and all('Hostname=~"h1"}' in q for q in _rule8(srv))
+    assert got.values["a"]["temp_trend"].n == 40 and "temp_trend" not in got.values["b"]
+
+
+def test_the_rule8_trend_of_a_gpu_matched_by_label_names_that_label(canned):
+    srv = canned(lambda q: healthy(q, {"h1": "50", "h2": "75"}))
+    cfg = load_config_dict(
+        {
+            "prometheus": {"url": srv.url, "labels": {"match": "UUID"}},
+            "gpus": [{"alias": "a", "host": "x", "endpoint": "http://127.0.0.1:9", "prometheus_match": "GPU-h2"}],
+        }
+    )
+    got = prometheus.read(cfg, time.time())
+    assert 'deriv(DCGM_FI_DEV_GPU_TEMP{UUID=~"GPU\\\\-h2"}[300000ms])' in _rule8(srv)
+    assert got.values["a"]["temp_trend"].n == 40
+
+
+def test_doctor_asks_the_rule8_trend_of_every_gpu():
+    """``doctor`` shows which GPUs have no trend, so it asks the fleet-wide queries a cool poll skips."""
+    cfg = _cfg("http://127.0.0.1:9")
+    m = Matcher(cfg)
+    assert "temp.slope" not in prometheus.build_queries(cfg, prometheus.PromMemory(), 0.0, m)
+    full = prometheus.build_queries(cfg, prometheus.PromMemory(), 0.0, m, every_gpu=True)
+    assert full["temp.slope"][0] == "deriv(DCGM_FI_DEV_GPU_TEMP[300000ms])"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sets(st.text(min_size=1, max_size=12), min_size=1, max_size=4), st.text(max_size=12))
+def test_the_hot_hosts_regex_matches_exactly_those_names(names, other):
+    """Label values are data: every regex metacharacter is escaped (RE2 reads ``re.escape``'s
+    escapes as the characters themselves; Python's engine stands in for it here)."""
+    import re
+
+    pattern = prometheus._alternatives(names)
+    assert all(re.fullmatch(pattern, n, re.DOTALL) for n in names)
+    assert bool(re.fullmatch(pattern, other, re.DOTALL)) == (other in names)

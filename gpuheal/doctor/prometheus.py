@@ -1,9 +1,10 @@
 """``doctor`` with Prometheus as the source (issue 13): each query returns a series for each GPU.
 
-One row per query the poll would run (the readings and the trend queries), all at once under
-``prometheus.timeout_s``: ✘ when Prometheus cannot answer it, or a core reading (temperature, VRAM)
-has no series for some GPU; ⚠ when another reading or a trend has none (a llama-server not
-scraped, a series younger than the window); ✔ with the count otherwise. Reads only.
+One row per query the poll would run (the readings and the trend queries; Rule 8's rise asked of
+every GPU, where a poll asks it of the hot ones only), all at once under ``prometheus.timeout_s``:
+✘ when Prometheus cannot answer it, or a core reading (temperature, VRAM) has no series for some
+GPU; ⚠ when another reading or a trend has none (a llama-server not scraped, a series younger than
+the window); ✔ with the count otherwise. Reads only.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
     from gpuheal.sources import prometheus as source
 
     matcher = source.Matcher(cfg)
-    queries = source.build_queries(cfg, source.PromMemory(), time.time() if now_s is None else now_s, matcher)
+    now_s = time.time() if now_s is None else now_s
+    queries = source.build_queries(cfg, source.PromMemory(), now_s, matcher, every_gpu=True)
     workers = max(1, min(cfg.prometheus.max_workers, len(queries)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="doctor-promql") as pool:
         futures = {

@@ -17,7 +17,8 @@ its byte cap (``sources/http.py``), so a hung or flooding Prometheus costs one d
   ``deriv()`` over the rule's window, with ``count_over_time`` and the window's covered span, so
   gpuheal keeps no per-poll history of those series (``check`` skips the history file). A GPU that
   ``heal`` restarted inside the window gets its own queries over the part after the restart's
-  grace, as the history path does.
+  grace, as the history path does. Rule 8's rise is asked, after the temperatures, only of the GPUs
+  near enough its threshold to need it (:func:`hot_queries`).
 - **Bad answers** (refused, hung, oversized, not JSON, ``"status": "error"``, a ``resultType`` other
   than ``vector``, NaN/±Inf/out-of-range values, one GPU matched by two series) are data faults with
   ``"source": "prometheus"``; the affected readings are "not known". When a core reading (temperature
@@ -32,7 +33,7 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
 from gpuheal.config import Config, GpuConfig
@@ -258,22 +259,28 @@ def ms(seconds: float) -> str:
     return f"{max(1, int(round(seconds * 1000)))}ms"
 
 
-def trend_queries(series: str, window_s: float, spans: list[float], halves_from: float | None) -> dict[str, str]:
+def trend_queries(
+    series: str, window_s: float, spans: list[float], halves_from: float | None, hot_from: float | None = None
+) -> dict[str, str]:
     """PromQL for a least-squares trend of ``series`` over ``window_s``: ``deriv`` (per second) and
     the sample count; for each span in ``spans``, the series too young to cover it (present now, no
     sample older than the span in the window: a range scan of the window's early part, where a
     ``timestamp()`` subquery cost 3 s at 10,000 GPUs); with ``halves_from`` (per second), the slope
-    of each half of the window (Rule 2's "sustained") where it reaches that.
+    of each half of the window (Rule 2's "sustained") where it reaches that; with ``hot_from``, all
+    of it only for the series whose value is at least that now (Rule 8 needs the rise of a GPU
+    hotter than its threshold only).
 
-    The young and the halves answers hold only the few series they are about, not every GPU of
-    the fleet: at 10,000 GPUs each full answer is ~2 MB for Prometheus to write and gpuheal to
-    parse (issue 13 benchmark)."""
+    The young, the halves and the hot answers hold only the few series they are about, not every
+    GPU of the fleet: at 10,000 GPUs each full answer is ~2 MB for Prometheus to write and gpuheal
+    to parse (issue 13 benchmark)."""
     w = ms(window_s)
-    out = {"slope": f"deriv({series}[{w}])", "n": f"count_over_time({series}[{w}])"}
+    hot = "" if hot_from is None else f" and {series} >= {hot_from:g}"
+    out = {"slope": f"deriv({series}[{w}]){hot}", "n": f"count_over_time({series}[{w}]){hot}"}
     for span in spans:
         if 0 < span < window_s:
             old = f"count_over_time({series}[{ms(window_s - span)}] offset {ms(span)})"
-            out[f"young{int(span * 1000)}"] = f"{series} unless {old}"
+            now = series if hot_from is None else f"{series} >= {hot_from:g}"
+            out[f"young{int(span * 1000)}"] = f"{now} unless {old}"
     if halves_from is not None:
         h = ms(window_s / 2)
         out["h1"] = f"deriv({series}[{h}] offset {h}) >= {halves_from:g}"
@@ -361,9 +368,13 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
     return malformed
 
 
-def build_queries(cfg: Config, memory: PromMemory, now_s: float, matcher: Matcher) -> dict[str, tuple]:
-    """Every query of this poll: name → (promql, by_instance, lo, hi). Rule 2's fleet-wide trend
-    only when ``memory`` holds none."""
+def build_queries(
+    cfg: Config, memory: PromMemory, now_s: float, matcher: Matcher, every_gpu: bool = False
+) -> dict[str, tuple]:
+    """Every query of this poll that needs no other answer first: name → (promql, by_instance, lo,
+    hi). Rule 2's fleet-wide trend only when ``memory`` holds none; Rule 8's only with
+    ``every_gpu`` (``doctor``: to show which GPUs have none) — a poll asks it of the hot GPUs once
+    their temperatures are in (:func:`hot_queries`)."""
     prom = cfg.prometheus
     out: dict[str, tuple] = {}
     for key in GPU_READINGS + LLAMA_READINGS:
@@ -374,34 +385,80 @@ def build_queries(cfg: Config, memory: PromMemory, now_s: float, matcher: Matche
     up = prom.query("endpoint_up")
     if up and not prom.probe_endpoints:
         out["endpoint_up"] = (up, True, 0.0, 1.0)
-    for kind, series_key, window_s, halves_from, spans in _trend_windows(cfg):
-        series = prom.query(series_key)
-        if not series:
+    for tw in _trend_windows(cfg):
+        series = prom.query(tw.series_key)
+        if not series or (tw.hot_from is not None and not every_gpu):
             continue
-        if kind != "vram" or memory.vram_trends is None:
-            for part, q in trend_queries(series, window_s, spans, halves_from).items():
-                out[f"{kind}.{part}"] = (q, False, -math.inf, math.inf)
-        # a GPU restarted inside the window: its own window after the restart's grace (as Rule 2's
-        # history path restarts its fit there)
-        if kind != "vram":
-            continue
-        for gpu in cfg.gpus:
-            start = memory.own_window(gpu.alias, now_s, window_s)
-            own = None if start is None else with_matchers(series, matcher.gpu_matchers(gpu))
-            if own is None:
-                continue
-            for part, q in trend_queries(own, now_s - start, spans, halves_from).items():
-                out[f"{kind}@{gpu.alias}.{part}"] = (q, False, -math.inf, math.inf)
+        if tw.kind != "vram" or memory.vram_trends is None:
+            out.update(_trend_specs(tw.kind, trend_queries(series, tw.window_s, tw.spans, tw.halves_from)))
+        if tw.kind == "vram":
+            out.update(_own_windows(cfg, tw, series, memory, now_s, matcher))
     return out
 
 
+def _trend_specs(prefix: str, queries: dict[str, str]) -> dict[str, tuple]:
+    return {f"{prefix}.{part}": (q, False, -math.inf, math.inf) for part, q in queries.items()}
+
+
+def _own_windows(
+    cfg: Config, tw: TrendWindow, series: str, memory: PromMemory, now_s: float, matcher: Matcher
+) -> dict[str, tuple]:
+    """A GPU restarted inside Rule 2's window: its own window after the restart's grace (as Rule 2's
+    history path restarts its fit there)."""
+    out: dict[str, tuple] = {}
+    for gpu in cfg.gpus:
+        start = memory.own_window(gpu.alias, now_s, tw.window_s)
+        own = None if start is None else with_matchers(series, matcher.gpu_matchers(gpu))
+        if own is not None:
+            queries = trend_queries(own, now_s - start, tw.spans, tw.halves_from)
+            out.update(_trend_specs(f"{tw.kind}@{gpu.alias}", queries))
+    return out
+
+
+# Rule 8's trend names the hot GPUs' hosts in its selector up to this many; past it (a heat wave)
+# it is asked of the whole fleet, filtered by temperature in PromQL
+MAX_HOT_NAMED = 100
+
+
+def hot_queries(cfg: Config, temps: Vector, matcher: Matcher) -> dict[str, tuple]:
+    """Rule 8's trend queries for the GPUs ``temps`` (this poll's temperature answer) shows at or
+    above their :func:`hot_line`: none in a fleet running cool, which spares Prometheus three
+    queries over every GPU each poll (issue 13 benchmark). A GPU not named has no rise, which both
+    tiers read only above their ``temp_c``."""
+    tw = next((tw for tw in _trend_windows(cfg) if tw.hot_from is not None), None)
+    series = None if tw is None else cfg.prometheus.query(tw.series_key)
+    if tw is None or not series or temps.fault is not None:
+        return {}
+    hot = set()
+    for gpu in cfg.gpus:
+        temp_c, _ = lookup(temps, matcher.gpu_key(gpu))
+        line = hot_line(gpu.rules)
+        if temp_c is not None and line is not None and temp_c >= line:
+            hot.add(gpu.prometheus_match if matcher.match_label else gpu.host)
+    if not hot:
+        return {}
+    label = matcher.match_label or matcher.host_label
+    named = None
+    if len(hot) <= MAX_HOT_NAMED:
+        named = with_matchers(series, f"{label}=~{json.dumps(_alternatives(hot))}")
+    if named is None:  # a heat wave, or a temp_series that is not a plain selector
+        return _trend_specs(tw.kind, trend_queries(series, tw.window_s, tw.spans, None, tw.hot_from))
+    return _trend_specs(tw.kind, trend_queries(named, tw.window_s, tw.spans, None))
+
+
+def _alternatives(values: set[str]) -> str:
+    """An RE2 alternation matching exactly these label values: ``re.escape`` escapes only ASCII
+    punctuation and space, each of which RE2 reads escaped as itself."""
+    return "|".join(re.escape(v) for v in sorted(values))
+
+
 def rule2_window_s(cfg: Config) -> float | None:
-    return next((w for kind, _, w, _, _ in _trend_windows(cfg) if kind == "vram"), None)
+    return next((tw.window_s for tw in _trend_windows(cfg) if tw.kind == "vram"), None)
 
 
 def lists_only_the_gpus_concerned(name: str) -> bool:
     """A trend query whose answer holds only the GPUs it is about (too young for a span; a half
-    steep enough to matter), not one series per GPU."""
+    steep enough to matter), not one series per GPU — as ``build_queries(every_gpu=True)`` asks."""
     part = name.rpartition(".")[2]
     return part in ("h1", "h2") or part.startswith("young")
 
@@ -409,36 +466,73 @@ def lists_only_the_gpus_concerned(name: str) -> bool:
 def vram_trend_key(cfg: Config) -> str | None:
     """Rule 2's fleet-wide queries as this config asks them: a remembered answer (``PromMemory``) is
     used only while the config still asks the same."""
-    for kind, series_key, window_s, halves_from, spans in _trend_windows(cfg):
-        series = cfg.prometheus.query(series_key)
-        if kind == "vram" and series:
-            return " | ".join(trend_queries(series, window_s, spans, halves_from).values())
+    for tw in _trend_windows(cfg):
+        series = cfg.prometheus.query(tw.series_key)
+        if tw.kind == "vram" and series:
+            return " | ".join(trend_queries(series, tw.window_s, tw.spans, tw.halves_from).values())
     return None
 
 
-def _trend_windows(cfg: Config) -> list[tuple[str, str, float, float | None, list[float]]]:
-    """(kind, series query key, window seconds, halves from slope per s, spans to prove): Rule 2's
-    window (its ``min_span_h`` and ``recover_span_h``) and Rule 8's (both tiers share it; config
-    load refuses per-GPU windows and two different Rule 8 windows with Prometheus).
+class TrendWindow(NamedTuple):
+    """One rule's trend as asked of Prometheus: the series (a ``prometheus.queries`` key), the
+    window, the spans its fit must be proven to cover, and the filters that keep the answers to the
+    GPUs the rule can judge (``halves_from``: a slope per second; ``hot_from``: a value now)."""
+
+    kind: str  # "vram" (Rule 2) or "temp" (Rule 8)
+    series_key: str
+    window_s: float
+    spans: list[float]
+    halves_from: float | None = None
+    hot_from: float | None = None
+
+
+# Rule 8's trend is asked for the GPUs this much below the lowest threshold up: its query runs a
+# moment after the temperature reading, so a GPU crossing the threshold in between is "not known"
+# for that poll (never a false issue) only if it jumped this much within one scrape
+HOT_MARGIN_C = 5.0
+
+
+def _trend_windows(cfg: Config) -> list[TrendWindow]:
+    """Rule 2's window (its ``min_span_h`` and ``recover_span_h``) and Rule 8's (both tiers share it;
+    config load refuses per-GPU windows and two different Rule 8 windows with Prometheus).
 
     Rule 2's "sustained" needs each half at ``sustain_ratio`` of the GPU's ``mb_per_hour``; a half
     below that reads as one not measured (not sustained either), so only halves from half the
     fleet's lowest such rate up are asked for: the margin covers a slope moving between queries,
-    which Prometheus evaluates a moment apart."""
+    which Prometheus evaluates a moment apart.
+
+    Both Rule 8 tiers judge the rise only of a GPU above their ``temp_c`` (and thermal-warning clears
+    at once at or below it), so the rise is asked only from ``HOT_MARGIN_C`` below the fleet's
+    lowest such threshold up: in a healthy fleet its answers are empty."""
     vram = cfg.rules.get("vram-leak", {})
     rise = cfg.rules.get("thermal-warning", {})
-    out: list[tuple[str, str, float, float | None, list[float]]] = []
+    out: list[TrendWindow] = []
     if vram.get("window_h"):
         spans = sorted({float(vram[k]) * 3600 for k in ("min_span_h", "recover_span_h") if vram.get(k)})
         tiers = [g.rules["vram-leak"] for g in cfg.gpus if g.rules.get("vram-leak")]
         rates = [float(p["mb_per_hour"]) * float(p["sustain_ratio"]) for p in tiers]
         halves_from = max(0.0, min(rates, default=0.0)) / 3600 / 2
-        out.append(("vram", "vram_series", float(vram["window_h"]) * 3600, halves_from, spans))
+        out.append(TrendWindow("vram", "vram_series", float(vram["window_h"]) * 3600, spans, halves_from))
     if rise.get("window_s"):
         rules = (rise, cfg.rules.get("thermal-rising", {}))
         spans = sorted({float(r[k]) for r in rules for k in ("min_span_s",) if r.get(k)})
-        out.append(("temp", "temp_series", float(rise["window_s"]), None, spans))
+        out.append(TrendWindow("temp", "temp_series", float(rise["window_s"]), spans, hot_from=_hot_from(cfg)))
     return out
+
+
+def _hot_from(cfg: Config) -> float | None:
+    """The lowest :func:`hot_line` of any GPU; ``None`` (every GPU) when some GPU has none."""
+    lines = [hot_line(gpu.rules) for gpu in cfg.gpus] or [hot_line(cfg.rules)]
+    return None if None in lines else min(lines)  # type: ignore[type-var]
+
+
+def hot_line(rules: dict[str, Any]) -> float | None:
+    """``HOT_MARGIN_C`` below the lower ``temp_c`` of the two Rule 8 tiers in ``rules``; ``None``
+    when either has none."""
+    thresholds = [(rules.get(rule_id) or {}).get("temp_c") for rule_id in ("thermal-warning", "thermal-rising")]
+    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in thresholds):
+        return None
+    return min(float(t) for t in thresholds) - HOT_MARGIN_C
 
 
 # --------------------------------------------------------------------------- the poll
@@ -449,12 +543,17 @@ def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromRea
     matcher = Matcher(cfg)
     memory = memory or PromMemory()
     queries = build_queries(cfg, memory, now_s, matcher)
-    workers = max(1, min(cfg.prometheus.max_workers, len(queries)))
+    workers = max(1, min(cfg.prometheus.max_workers, len(queries) + 3))  # + Rule 8's, asked next
+
+    def submit(specs: dict[str, tuple]) -> None:
+        for name, (q, by_inst, lo, hi) in specs.items():
+            futures[name] = pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi)
+
+    futures: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
-        futures = {
-            name: pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi)
-            for name, (q, by_inst, lo, hi) in queries.items()
-        }
+        submit(queries)
+        if "temp_c" in futures:
+            submit(hot_queries(cfg, futures["temp_c"].result(), matcher))
         vectors = {name: f.result() for name, f in futures.items()}
     faults = merge_faults([v.fault for v in vectors.values() if v.fault is not None])
     ok = all(k in vectors and vectors[k].fault is None for k in CORE if cfg.prometheus.query(k))

@@ -34,9 +34,9 @@ class Play:
         self.ramps: dict[str, float] = {}  # host -> MB per second of VRAM growth
         self.ramp_from: dict[str, tuple[float, float]] = {}
 
-    def ramp(self, host, mb_per_s):
-        self.ramp_from[host] = (time.time(), self.values[host]["vram_used_mb"])
-        self.ramps[host] = mb_per_s
+    def ramp(self, host, per_s, reading="vram_used_mb"):
+        self.ramp_from[host] = (time.time(), self.values[host][reading], reading)
+        self.ramps[host] = per_s
 
     def __call__(self):
         out = []
@@ -44,8 +44,8 @@ class Play:
         for host, v in self.values.items():
             v = dict(v)
             if host in self.ramps:
-                start, base = self.ramp_from[host]
-                v["vram_used_mb"] = base + self.ramps[host] * (now - start)
+                start, base, reading = self.ramp_from[host]
+                v[reading] = base + self.ramps[host] * (now - start)
             out.append((host, 0, v))
         return out
 
@@ -94,7 +94,8 @@ def test_readings_trends_and_staleness_from_the_real_engine(prom_server):
         # deriv() over the ramp the exporter plays: 20 MB/s (the exporter rounds to whole MiB)
         assert abs(a["vram_trend"].slope - 72000) < 72000 * 0.05, a["vram_trend"]
         assert a["vram_trend"].n >= 8 and 5 <= a["vram_trend"].span_s <= 10
-        assert abs(b["vram_trend"].slope) < 1 and b["temp_trend"].slope == 0
+        assert abs(b["vram_trend"].slope) < 1
+        assert "temp_trend" not in b  # 50 °C: a poll asks Rule 8's rise of the hot GPUs only
         h1, h2 = a["vram_trend"].halves
         assert abs(h1 - 72000) < 72000 * 0.1 and abs(h2 - 72000) < 72000 * 0.1
 
@@ -104,6 +105,31 @@ def test_readings_trends_and_staleness_from_the_real_engine(prom_server):
         got = prometheus.read(cfg, time.time())
         assert got.ok and got.values["gpu-ct2"] == {}
         assert [f.source for f in got.faults] == ["gpu-ct2"]
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["hosts-named", "heat-wave"])
+def test_rule8_rise_is_asked_of_the_hot_gpus_only(prom_server, monkeypatch, named):
+    """Rule 8 judges the rise only above its ``temp_c`` (70 °C): a poll asks it, after the
+    temperatures, of the GPUs from 65 °C up — by host name (escaped for the real regex engine), or
+    past ``MAX_HOT_NAMED`` hot GPUs filtered by temperature in PromQL. The same rises either way."""
+    if not named:
+        monkeypatch.setattr(prometheus, "MAX_HOT_NAMED", 0)
+    hosts = ["ct1", "ct-2.hot", "ct-2xhot"]  # the regex's "." must be escaped: ct-2xhot runs cool
+    play = Play(hosts)
+    play.values["ct1"]["temp_c"] = 66
+    play.values["ct-2.hot"]["temp_c"] = 72
+    play.ramp("ct-2.hot", 0.5, "temp_c")  # 30 °C/min
+    with Exporter(play) as ex:
+        srv = prom_server({"dcgm": [ex.target]})
+        srv.wait_samples("DCGM_FI_DEV_GPU_TEMP", 8, count=3)
+        cfg = load_config_dict(_config(srv.url, hosts))
+        got = prometheus.read(cfg, time.time())
+        assert got.ok and got.faults == []
+        warm, hot, cool = (got.values[f"gpu-{h}"] for h in hosts)
+        assert warm["temp_trend"].slope == 0 and warm["temp_trend"].n >= 8
+        assert abs(hot["temp_trend"].slope - 30) < 30 * 0.2, hot["temp_trend"]
+        assert hot["temp_trend"].span_s >= 5  # proven to cover min_span_s
+        assert cool["temp_c"] == 50 and "temp_trend" not in cool
 
 
 def test_vram_trend_from_a_recording_rule(prom_server):
