@@ -310,3 +310,24 @@ def test_a_duration_past_a_day_is_refused_and_the_longest_allowed_runs(tmp_path,
     cfg = load_config_dict(raw)
     with StateDir(tmp_path / "state", 1.0) as store:
         assert check.run(cfg, store, datetime.now(UTC)).health["status"] in ("degraded", "down")
+
+
+_LEAVES = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-(10**400), max_value=10**400),
+    st.booleans(), st.none(), st.text(max_size=5),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.recursive(_LEAVES, lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=4), kids, max_size=4)))
+def test_the_fast_finite_walk_agrees_with_the_one_that_names_the_key(data):
+    """Every cron run walks the whole config once without key paths (10,000 GPUs); only a bad
+    value makes it walk again to name the key. Both walks must agree on every document."""
+    from gpuheal.config import load
+
+    try:
+        load._name_first_non_finite(data)
+        named = None
+    except ConfigError as exc:
+        named = exc
+    assert load._all_finite(data) == (named is None)

@@ -414,7 +414,40 @@ def _check_finite(data: Any) -> None:
     """YAML has ``.nan`` and ``.inf``; JSON Schema's bounds do not reject them (NaN compares
     false with everything), so a threshold of NaN would silently never fire. An integer too large
     for a float (400 digits) is refused here too: every reader takes numbers with ``float()``, which
-    raised OverflowError at load (``monitor.timeout_s``) or later in a run (issue 9)."""
+    raised OverflowError at load (``monitor.timeout_s``) or later in a run (issue 9).
+
+    Every number of a 10,000-GPU config is looked at each cron run: first without the key paths
+    (a tuple per value was most of the cost), which are built only to name a bad value."""
+    if not _all_finite(data):
+        _name_first_non_finite(data)
+
+
+def _all_finite(data: Any) -> bool:
+    import math
+
+    stack, seen = [data], set()
+    while stack:
+        value = stack.pop()
+        kind = type(value)
+        if kind is str:
+            continue
+        if kind is float:
+            if not math.isfinite(value):
+                return False
+        elif kind is dict or kind is list or isinstance(value, dict | list):
+            if id(value) in seen:  # a YAML alias cycle; the schema check reports the shape
+                continue
+            seen.add(id(value))
+            stack.extend(value.values() if isinstance(value, dict) else value)
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                return False
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
+            return False
+    return True
+
+
+def _name_first_non_finite(data: Any) -> None:
     import math
 
     stack: list[tuple[Any, tuple]] = [(data, ())]
@@ -426,7 +459,7 @@ def _check_finite(data: Any) -> None:
         if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
             raise ConfigError("must be a finite number, not an integer too large for one", format_key_path(path))
         if isinstance(value, dict | list):
-            if id(value) in seen:  # a YAML alias cycle; the schema check reports the shape
+            if id(value) in seen:
                 continue
             seen.add(id(value))
             items = value.items() if isinstance(value, dict) else enumerate(value)
