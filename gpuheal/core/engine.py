@@ -275,6 +275,14 @@ class _Inhibition:
                     out.targeted.setdefault((rec["gpu"], target), rec["issue"])
         return out
 
+    def hidden(self, rule: ModuleType) -> frozenset[str] | None:
+        """The subjects on which ``rule`` is inhibited (as :meth:`by` says one at a time); ``None``:
+        all of them. Asked once per rule, not once per rule and GPU (10,000 GPUs, issue 13)."""
+        if self.monitor_down is not None and NEEDS_MONITOR in rule.NEEDS:
+            return None
+        hosts = self.hosts_down.keys() if getattr(rule, "INHIBITS", None) != "host" else ()
+        return frozenset(hosts).union(gpu for gpu, target in self.targeted if target == rule.ID)
+
     def by(self, rule: ModuleType, subject: str) -> str | None:
         """The inhibitor hiding ``rule`` on ``subject``, or ``None``."""
         if subject in self.hosts_down and getattr(rule, "INHIBITS", None) != "host":
@@ -317,10 +325,14 @@ class _Pass:
             if inhibition.by(rule, FLEET) is None and _gate_open(rule, self.view, FLEET):
                 self.advance(rule, FLEET)
             return
-        for alias in self.view.aliases:
-            if alias in self.muted or inhibition.by(rule, alias) is not None:
-                continue
-            if _gate_open(rule, self.view, alias):
+        view = self.view
+        hidden = inhibition.hidden(rule)
+        if hidden is None or (NEEDS_MONITOR in rule.NEEDS and not view.monitor_ok):
+            return  # inhibited, or its gate closed, on every GPU
+        skip = self.muted | hidden
+        needs_endpoint = NEEDS_ENDPOINT in rule.NEEDS
+        for alias in view.aliases:
+            if alias not in skip and (not needs_endpoint or view.reachable(alias) is True):
                 self.advance(rule, alias)
 
     def advance(self, rule: ModuleType, subject: str) -> None:
