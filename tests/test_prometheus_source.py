@@ -72,6 +72,11 @@ class Canned:
         self.server.server_close()
 
 
+def _reading(query: str, metric: str) -> bool:
+    """``query`` is the poll's reading of ``metric`` (not a trend, not the vanished series)."""
+    return _metric_of(query) == metric and query.startswith("last_over_time(") and " unless " not in query
+
+
 def _metric_of(query: str) -> str:
     for name in ("GPU_TEMP", "FB_USED", "FB_FREE", "GPU_UTIL", "POWER_USAGE", "llamacpp"):
         if name in query:
@@ -83,7 +88,7 @@ def healthy(query: str, temps=None) -> tuple[int, bytes]:
     """Two GPUs (h1, h2), every reading and trend known."""
     temps = temps or {"h1": "50", "h2": "60"}
     m = _metric_of(query)
-    if " unless count_over_time(" in query:  # the series too young for a span: none
+    if " unless " in query:  # the series too young for a span, or gone from their target: none
         return 200, _ok([])
     if query.startswith(("deriv", "count_over_time")):
         value = {"deriv": "0", "count_over_time": "40"}[query.split("(")[0]]
@@ -135,8 +140,8 @@ def test_healthy_answer_maps_every_reading_to_its_gpu(canned):
     assert got.values["b"]["temp_c"] == 60.0
     # one query per signal for the whole fleet, not one per GPU; staleness in every reading query
     assert len(srv.queries) == len(set(srv.queries))
-    temp_q = [q for q in srv.queries if q.startswith("DCGM_FI_DEV_GPU_TEMP and")]
-    assert temp_q == ["DCGM_FI_DEV_GPU_TEMP and last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])"]
+    temp_q = [q for q in srv.queries if _reading(q, "GPU_TEMP")]
+    assert temp_q == ["last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])"]
 
 
 def test_selector_goes_into_every_query(canned):
@@ -201,7 +206,7 @@ def test_refused_is_a_fault():
 @pytest.mark.parametrize("bad", ["NaN", "+Inf", "-Inf", "-5", "1e999", "0x10", "", "٣", "1_0", None, 5, ["1"]])
 def test_a_value_that_is_not_a_reading_is_not_known(canned, bad):
     def answer(q):
-        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count")):
+        if _reading(q, "GPU_TEMP"):
             s = _series("T", "h1", "50")
             s["value"][1] = bad
             return 200, _ok([s, _series("T", "h2", "60")])
@@ -216,7 +221,7 @@ def test_a_value_that_is_not_a_reading_is_not_known(canned, bad):
 
 def test_one_gpu_matched_by_two_series_is_not_known(canned):
     def answer(q):
-        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count")):
+        if _reading(q, "GPU_TEMP"):
             return 200, _ok([_series("T", "h1", "50", DCGM_FI_DRIVER_VERSION="535"),
                              _series("T", "h1", "99", DCGM_FI_DRIVER_VERSION="550"), _series("T", "h2", "60")])
         return healthy(q)
@@ -242,7 +247,7 @@ def test_empty_result_leaves_the_gpu_not_known_with_a_fault_naming_it(canned):
 
 def test_host_with_several_gpus_needs_gpu_index(canned):
     def answer(q):
-        if _metric_of(q) == "GPU_TEMP" and not q.startswith(("deriv", "count")):
+        if _reading(q, "GPU_TEMP"):
             return 200, _ok([_series("T", "h1", "50", gpu="0"), _series("T", "h1", "51", gpu="1"), _series("T", "h2", "6")])
         return healthy(q)
 
@@ -441,7 +446,7 @@ def test_with_matchers(series, out):
 @pytest.mark.parametrize(
     "query, promql",
     [
-        ('X{site="eu1"}', 'X{site="eu1"} and last_over_time(X{site="eu1"}[120000ms])'),
+        ('X{site="eu1"}', 'last_over_time(X{site="eu1"}[120000ms])'),
         ("rate(X[5m])", "(rate(X[5m])) and ((time() - timestamp(rate(X[5m]))) <= 120)"),
         ('X{a="1"} or Y', '(X{a="1"} or Y) and ((time() - timestamp(X{a="1"} or Y)) <= 120)'),
     ],
@@ -650,7 +655,7 @@ def _selecting(temps: dict[str, str]):
 
 def _rule8(srv) -> list[str]:
     """The Rule 8 trend queries the poll sent (deriv, count, young over the temperature series)."""
-    return [q for q in srv.queries if "GPU_TEMP" in q and "last_over_time" not in q]
+    return [q for q in srv.queries if "GPU_TEMP" in q and "last_over_time" not in q]  # not a reading, not vanished
 
 
 def test_a_fleet_running_cool_asks_no_rule8_trend(canned):
@@ -689,7 +694,7 @@ def test_in_a_heat_wave_the_rule8_trend_is_filtered_in_promql(canned, monkeypatc
 
 def test_a_failed_temperature_answer_asks_no_rule8_trend(canned):
     def answer(q):
-        if q.startswith("DCGM_FI_DEV_GPU_TEMP and"):
+        if _reading(q, "GPU_TEMP"):
             return 200, json.dumps({"status": "error", "errorType": "timeout", "error": "query timed out"}).encode()
         return healthy(q, {"h1": "90", "h2": "90"})
 
@@ -741,3 +746,41 @@ def test_the_hot_hosts_regex_matches_exactly_those_names(names, other):
     pattern = prometheus._alternatives(names)
     assert all(re.fullmatch(pattern, n, re.DOTALL) for n in names)
     assert bool(re.fullmatch(pattern, other, re.DOTALL)) == (other in names)
+
+
+# --------------------------------------------------------------------------- gone from the target
+
+
+def test_a_gpu_gone_from_its_target_is_not_known_at_once(canned):
+    """The readings are each series' newest sample inside ``staleness_s``; a GPU whose temperature
+    Prometheus has marked stale since (fallen off the bus, exporter down) is listed by the
+    vanished query and reads as nothing at all, not as its last values for up to two minutes."""
+
+    def answer(q):
+        if q == "last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms]) unless DCGM_FI_DEV_GPU_TEMP":
+            return 200, _ok([_series("", "h1", "50")])
+        return healthy(q)
+
+    srv = canned(answer)
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert got.ok and got.values["a"] == {} and got.values["b"]["temp_c"] == 60.0
+    assert [f.detail for f in got.faults] == ["Prometheus has no fresh series for host 'h1'"]
+
+
+def test_a_failed_vanished_query_is_a_fault_and_the_readings_stand(canned):
+    def answer(q):
+        if " unless DCGM_FI_DEV_GPU_TEMP" in q:
+            return 200, b'{"status": "error", "errorType": "execution", "error": "boom"}'
+        return healthy(q)
+
+    got = prometheus.read(_cfg(canned(answer).url), time.time())
+    assert got.ok and got.values["a"]["temp_c"] == 50.0
+    assert [(f.source, f.detail) for f in got.faults] == [("prometheus", "vanished: status error, execution: boom")]
+
+
+def test_no_vanished_query_for_a_temperature_expression():
+    """Another expression's freshness form (``timestamp()`` of its value now) already leaves a
+    series Prometheus marked stale out."""
+    cfg = _cfg("http://127.0.0.1:9", queries={"temp_c": "max by (Hostname, gpu) (T)"})
+    assert "vanished" not in prometheus.build_queries(cfg, prometheus.PromMemory(), 0.0, Matcher(cfg))
+    assert prometheus.vanished('T{site="eu1"}', 60) == 'last_over_time(T{site="eu1"}[60000ms]) unless T{site="eu1"}'

@@ -12,7 +12,8 @@ its byte cap (``sources/http.py``), so a hung or flooding Prometheus costs one d
   (``labels.host``, ``labels.gpu_index``) — or, with ``labels.match``, whose ``prometheus_match``
   equals that label; llama.cpp series by ``labels.instance`` = the endpoint's ``host:port``.
 - **Freshness**: every reading query is wrapped so a series whose newest sample is older than
-  ``staleness_s`` is absent: "not known", never its last value.
+  ``staleness_s`` is absent: "not known", never an older value; a GPU whose temperature series
+  Prometheus has marked stale (gone from its target) is not known at once (:func:`vanished`).
 - **Trends where the data lives**: Rule 2's slope over its window and Rule 8's rise come from
   ``deriv()`` over the rule's window, with ``count_over_time`` and the window's covered span, so
   gpuheal keeps no per-poll history of those series (``check`` skips the history file). A GPU that
@@ -241,13 +242,24 @@ def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
 
 
 def fresh(query: str, staleness_s: float) -> str:
-    """``query`` limited to series whose newest sample is at most ``staleness_s`` old. Its current
-    value must still be there (a series Prometheus marked stale, gone from its target, is absent at
-    once). A plain selector is checked with ``last_over_time``: at 10,000 series Prometheus spends
-    about half the CPU it spends on ``timestamp()``, which any other expression needs."""
+    """``query`` limited to series whose newest sample is at most ``staleness_s`` old: for a plain
+    selector its newest sample in that range (``last_over_time``, the cheapest form: at 10,000 series
+    ``X and last_over_time(X[s])`` cost Prometheus about twice the CPU, ``timestamp()`` four times);
+    any other expression, where it has a sample now and that sample is recent enough."""
     if is_selector(query):
-        return f"{query} and last_over_time({query}[{ms(staleness_s)}])"
+        return f"last_over_time({query}[{ms(staleness_s)}])"
     return f"({query}) and ((time() - timestamp({query})) <= {staleness_s:g})"
+
+
+def vanished(query: str, staleness_s: float) -> str | None:
+    """The series of a plain selector that had a sample inside ``staleness_s`` but that Prometheus
+    has since marked stale: gone from their target (a GPU fallen off the bus, an exporter down).
+    Asked of the temperature, it makes such a GPU not known at once, not after ``staleness_s`` of
+    its last readings. Empty on a healthy fleet. ``None`` for another expression, whose freshness
+    check (``timestamp()`` of its value now) already leaves stale series out."""
+    if not is_selector(query):
+        return None
+    return f"last_over_time({query}[{ms(staleness_s)}]) unless {query}"
 
 
 def is_selector(query: str) -> bool:
@@ -382,6 +394,9 @@ def build_queries(
         if q:
             lo, hi = RANGES[key]
             out[key] = (fresh(q, prom.staleness_s), key in LLAMA_READINGS, lo, hi)
+    gone = vanished(prom.query("temp_c") or "", prom.staleness_s)
+    if gone:
+        out["vanished"] = (gone, False, -math.inf, math.inf)
     up = prom.query("endpoint_up")
     if up and not prom.probe_endpoints:
         out["endpoint_up"] = (up, True, 0.0, 1.0)
@@ -457,10 +472,11 @@ def rule2_window_s(cfg: Config) -> float | None:
 
 
 def lists_only_the_gpus_concerned(name: str) -> bool:
-    """A trend query whose answer holds only the GPUs it is about (too young for a span; a half
-    steep enough to matter), not one series per GPU — as ``build_queries(every_gpu=True)`` asks."""
+    """A query whose answer holds only the GPUs it is about (gone from their target; too young for
+    a span; a half steep enough to matter), not one series per GPU — as
+    ``build_queries(every_gpu=True)`` asks."""
     part = name.rpartition(".")[2]
-    return part in ("h1", "h2") or part.startswith("young")
+    return name == "vanished" or part in ("h1", "h2") or part.startswith("young")
 
 
 def vram_trend_key(cfg: Config) -> str | None:
@@ -610,7 +626,8 @@ def _gpu_values(
     vectors = answers.vectors
     out: dict[str, Any] = {}
     seen = False
-    for name in GPU_READINGS:
+    gone = vectors.get("vanished")
+    for name in GPU_READINGS if gone is None or lookup(gone, key) == (None, None) else ():
         vec = vectors.get(name)
         if vec is None:
             continue
