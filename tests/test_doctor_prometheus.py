@@ -79,3 +79,32 @@ def test_liveness_from_up_is_matched_by_the_endpoint_not_the_host():
     finally:
         srv.close()
     assert rows["query endpoint_up"].status == OK, rows["query endpoint_up"].detail
+
+
+def test_gpus_whose_samples_are_too_old_fail_the_stale_row_by_name():
+    """The reading rows count a series whatever its age; the poll reads a GPU whose newest
+    temperature sample is older than ``staleness_s`` as not known, so doctor says which."""
+
+    def answer(q):
+        if q.startswith("DCGM_FI_DEV_GPU_TEMP unless last_over_time("):
+            return 200, _ok([{"metric": {"Hostname": "h2", "gpu": "0"}, "value": [1700000000.5, "61"]}])
+        return healthy(q)
+
+    srv = Canned(answer)
+    try:
+        rows = _rows(_cfg(srv.url))
+    finally:
+        srv.close()
+    assert rows["query temp_c"].status == OK
+    stale = rows["query stale"]
+    assert stale.status == FAIL and stale.detail == "newest sample older than staleness_s (120 s): b", stale.detail
+    assert "staleness_s" in stale.fix
+
+
+def test_the_stale_row_passes_when_no_gpu_is_listed():
+    srv = Canned(healthy)
+    try:
+        rows = _rows(_cfg(srv.url))
+    finally:
+        srv.close()
+    assert rows["query stale"].status == OK

@@ -73,8 +73,8 @@ class Canned:
 
 
 def _reading(query: str, metric: str) -> bool:
-    """``query`` is the poll's reading of ``metric`` (not a trend, not the vanished series)."""
-    return _metric_of(query) == metric and query.startswith("last_over_time(") and " unless " not in query
+    """``query`` is the poll's reading of ``metric`` (a plain selector: not a trend, not the stale probe)."""
+    return _metric_of(query) == metric and prometheus.is_selector(query)
 
 
 def _metric_of(query: str) -> str:
@@ -88,7 +88,7 @@ def healthy(query: str, temps=None) -> tuple[int, bytes]:
     """Two GPUs (h1, h2), every reading and trend known."""
     temps = temps or {"h1": "50", "h2": "60"}
     m = _metric_of(query)
-    if " unless " in query:  # the series too young for a span, or gone from their target: none
+    if " unless " in query:  # the series too young for a span, or with samples too old: none
         return 200, _ok([])
     if query.startswith(("deriv", "count_over_time")):
         value = {"deriv": "0", "count_over_time": "40"}[query.split("(")[0]]
@@ -141,7 +141,8 @@ def test_healthy_answer_maps_every_reading_to_its_gpu(canned):
     # one query per signal for the whole fleet, not one per GPU; staleness in every reading query
     assert len(srv.queries) == len(set(srv.queries))
     temp_q = [q for q in srv.queries if _reading(q, "GPU_TEMP")]
-    assert temp_q == ["last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])"]
+    assert temp_q == ["DCGM_FI_DEV_GPU_TEMP"]
+    assert "DCGM_FI_DEV_GPU_TEMP unless last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])" in srv.queries
 
 
 def test_selector_goes_into_every_query(canned):
@@ -446,7 +447,7 @@ def test_with_matchers(series, out):
 @pytest.mark.parametrize(
     "query, promql",
     [
-        ('X{site="eu1"}', 'last_over_time(X{site="eu1"}[120000ms])'),
+        ('X{site="eu1"}', 'X{site="eu1"}'),
         ("rate(X[5m])", "(rate(X[5m])) and ((time() - timestamp(rate(X[5m]))) <= 120)"),
         ('X{a="1"} or Y', '(X{a="1"} or Y) and ((time() - timestamp(X{a="1"} or Y)) <= 120)'),
     ],
@@ -655,7 +656,7 @@ def _selecting(temps: dict[str, str]):
 
 def _rule8(srv) -> list[str]:
     """The Rule 8 trend queries the poll sent (deriv, count, young over the temperature series)."""
-    return [q for q in srv.queries if "GPU_TEMP" in q and "last_over_time" not in q]  # not a reading, not vanished
+    return [q for q in srv.queries if "GPU_TEMP" in q and "last_over_time" not in q and not prometheus.is_selector(q)]
 
 
 def test_a_fleet_running_cool_asks_no_rule8_trend(canned):
@@ -688,7 +689,13 @@ def test_in_a_heat_wave_the_rule8_trend_is_filtered_in_promql(canned, monkeypatc
     monkeypatch.setattr(prometheus, "MAX_HOT_NAMED", 1)
     srv = canned(lambda q: healthy(q, {"h1": "81", "h2": "90"}))
     got = prometheus.read(_cfg(srv.url), time.time())
-    assert "deriv(DCGM_FI_DEV_GPU_TEMP[300000ms]) and DCGM_FI_DEV_GPU_TEMP >= 65" in _rule8(srv)
+    assert sorted(_rule8(srv)) == sorted([
+        "deriv(DCGM_FI_DEV_GPU_TEMP[300000ms]) and DCGM_FI_DEV_GPU_TEMP >= 65",
+        "count_over_time(DCGM_FI_DEV_GPU_TEMP[300000ms]) and DCGM_FI_DEV_GPU_TEMP >= 65",
+        # not filtered: a GPU left out counts as proven to cover the span, so one that cooled
+        # between the queries must not be left out
+        "DCGM_FI_DEV_GPU_TEMP unless count_over_time(DCGM_FI_DEV_GPU_TEMP[180000ms] offset 120000ms)",
+    ])
     assert got.values["a"]["temp_trend"].n == 40 and got.values["b"]["temp_trend"].n == 40
 
 
@@ -723,7 +730,7 @@ def test_the_rule8_trend_of_a_gpu_matched_by_label_names_that_label(canned):
         }
     )
     got = prometheus.read(cfg, time.time())
-    assert 'deriv(DCGM_FI_DEV_GPU_TEMP{UUID=~"GPU\\\\-h2"}[300000ms])' in _rule8(srv)
+    assert 'deriv(DCGM_FI_DEV_GPU_TEMP{UUID=~"GPU-h2"}[300000ms])' in _rule8(srv)  # "-" is no RE2 metacharacter
     assert got.values["a"]["temp_trend"].n == 40
 
 
@@ -748,17 +755,17 @@ def test_the_hot_hosts_regex_matches_exactly_those_names(names, other):
     assert bool(re.fullmatch(pattern, other, re.DOTALL)) == (other in names)
 
 
-# --------------------------------------------------------------------------- gone from the target
+# --------------------------------------------------------------------------- samples too old
 
 
-def test_a_gpu_gone_from_its_target_is_not_known_at_once(canned):
-    """The readings are each series' newest sample inside ``staleness_s``; a GPU whose temperature
-    Prometheus has marked stale since (fallen off the bus, exporter down) is listed by the
-    vanished query and reads as nothing at all, not as its last values for up to two minutes."""
+def test_a_gpu_whose_samples_are_too_old_is_not_known(canned):
+    """A GPU whose temperature's newest sample is older than ``staleness_s`` is listed by the stale
+    probe and reads as nothing at all, not as readings up to Prometheus's five-minute lookback old
+    (a GPU gone from its target is absent from every plain selector at once: ``tests/realprom``)."""
 
     def answer(q):
-        if q == "last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms]) unless DCGM_FI_DEV_GPU_TEMP":
-            return 200, _ok([_series("", "h1", "50")])
+        if q == "DCGM_FI_DEV_GPU_TEMP unless last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])":
+            return 200, _ok([_series("DCGM_FI_DEV_GPU_TEMP", "h1", "50")])
         return healthy(q)
 
     srv = canned(answer)
@@ -767,20 +774,19 @@ def test_a_gpu_gone_from_its_target_is_not_known_at_once(canned):
     assert [f.detail for f in got.faults] == ["Prometheus has no fresh series for host 'h1'"]
 
 
-def test_a_failed_vanished_query_is_a_fault_and_the_readings_stand(canned):
+def test_a_failed_stale_probe_is_a_fault_and_the_readings_stand(canned):
     def answer(q):
-        if " unless DCGM_FI_DEV_GPU_TEMP" in q:
+        if q.startswith("DCGM_FI_DEV_GPU_TEMP unless last_over_time"):
             return 200, b'{"status": "error", "errorType": "execution", "error": "boom"}'
         return healthy(q)
 
     got = prometheus.read(_cfg(canned(answer).url), time.time())
     assert got.ok and got.values["a"]["temp_c"] == 50.0
-    assert [(f.source, f.detail) for f in got.faults] == [("prometheus", "vanished: status error, execution: boom")]
+    assert [(f.source, f.detail) for f in got.faults] == [("prometheus", "stale: status error, execution: boom")]
 
 
-def test_no_vanished_query_for_a_temperature_expression():
-    """Another expression's freshness form (``timestamp()`` of its value now) already leaves a
-    series Prometheus marked stale out."""
+def test_no_stale_probe_for_a_temperature_expression():
+    """Another expression's reading (``timestamp()`` of its value now) checks its own freshness."""
     cfg = _cfg("http://127.0.0.1:9", queries={"temp_c": "max by (Hostname, gpu) (T)"})
-    assert "vanished" not in prometheus.build_queries(cfg, prometheus.PromMemory(), 0.0, Matcher(cfg))
-    assert prometheus.vanished('T{site="eu1"}', 60) == 'last_over_time(T{site="eu1"}[60000ms]) unless T{site="eu1"}'
+    assert "stale" not in prometheus.build_queries(cfg, prometheus.PromMemory(), 0.0, Matcher(cfg))
+    assert prometheus.stale_probe('T{site="eu1"}', 60) == 'T{site="eu1"} unless last_over_time(T{site="eu1"}[60000ms])'

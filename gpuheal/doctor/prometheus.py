@@ -55,6 +55,9 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
                 )
             )
             continue
+        if name == "stale":
+            rows.append(_stale_row(cfg, vec, keys))
+            continue
         if source.lists_only_the_gpus_concerned(name):
             rows.append(Check(TARGET, check, OK, "answers (it lists only the GPUs it is about)"))
             continue
@@ -84,6 +87,20 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
         else:
             rows.append(Check(TARGET, check, OK, f"a series for each of {len(cfg.gpus)} GPUs"))
     return rows
+
+
+def _stale_row(cfg, vec, keys) -> Check:
+    """The GPUs whose temperature's newest sample is older than ``staleness_s``: the poll reads them
+    as not known, though the reading rows count their series."""
+    from gpuheal.sources import prometheus as source
+
+    old = [g.alias for g, key in zip(cfg.gpus, keys, strict=True) if source.lookup(vec, key) != (None, None)]
+    if not old:
+        return Check(TARGET, "query stale", OK, f"every GPU has a sample newer than {cfg.prometheus.staleness_s:g} s")
+    shown = ", ".join(old[:SHOWN]) + (f" (+{len(old) - SHOWN} more)" if len(old) > SHOWN else "")
+    detail = f"newest sample older than staleness_s ({cfg.prometheus.staleness_s:g} s): {shown}"
+    fix = "is Prometheus still scraping their exporter? (its timestamps, its clock; or raise prometheus.staleness_s)"
+    return Check(TARGET, "query stale", FAIL, detail, fix)
 
 
 def _fix(kind: str, cfg) -> str:

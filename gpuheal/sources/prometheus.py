@@ -11,9 +11,9 @@ its byte cap (``sources/http.py``), so a hung or flooding Prometheus costs one d
 - **Matching**: a series belongs to the GPU whose (``host``, ``gpu_index``) equals its
   (``labels.host``, ``labels.gpu_index``) — or, with ``labels.match``, whose ``prometheus_match``
   equals that label; llama.cpp series by ``labels.instance`` = the endpoint's ``host:port``.
-- **Freshness**: every reading query is wrapped so a series whose newest sample is older than
-  ``staleness_s`` is absent: "not known", never an older value; a GPU whose temperature series
-  Prometheus has marked stale (gone from its target) is not known at once (:func:`vanished`).
+- **Freshness**: a series Prometheus has marked stale (gone from its target) is absent at once, and
+  a GPU whose temperature's newest sample is older than ``staleness_s`` is not known
+  (:func:`fresh`, :func:`stale_probe`): "not known", never an old value.
 - **Trends where the data lives**: Rule 2's slope over its window and Rule 8's rise come from
   ``deriv()`` over the rule's window, with ``count_over_time`` and the window's covered span, so
   gpuheal keeps no per-poll history of those series (``check`` skips the history file). A GPU that
@@ -242,24 +242,26 @@ def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
 
 
 def fresh(query: str, staleness_s: float) -> str:
-    """``query`` limited to series whose newest sample is at most ``staleness_s`` old: for a plain
-    selector its newest sample in that range (``last_over_time``, the cheapest form: at 10,000 series
-    ``X and last_over_time(X[s])`` cost Prometheus about twice the CPU, ``timestamp()`` four times);
-    any other expression, where it has a sample now and that sample is recent enough."""
+    """``query`` as a reading. A plain selector is asked as it is: its instant value leaves out a
+    series Prometheus has marked stale (gone from its target, or replaced by one with new labels
+    after an exporter restart) at once, and :func:`stale_probe` leaves out a GPU whose newest sample
+    is older than ``staleness_s``. That is the cheapest form: at 10,000 series Prometheus spent about
+    twice the CPU on ``X and last_over_time(X[s])`` and four times on ``timestamp()``. Any other
+    expression keeps the ``timestamp()`` form: a value now, and recent enough."""
     if is_selector(query):
-        return f"last_over_time({query}[{ms(staleness_s)}])"
+        return query
     return f"({query}) and ((time() - timestamp({query})) <= {staleness_s:g})"
 
 
-def vanished(query: str, staleness_s: float) -> str | None:
-    """The series of a plain selector that had a sample inside ``staleness_s`` but that Prometheus
-    has since marked stale: gone from their target (a GPU fallen off the bus, an exporter down).
-    Asked of the temperature, it makes such a GPU not known at once, not after ``staleness_s`` of
-    its last readings. Empty on a healthy fleet. ``None`` for another expression, whose freshness
-    check (``timestamp()`` of its value now) already leaves stale series out."""
+def stale_probe(query: str, staleness_s: float) -> str | None:
+    """The series of a plain selector whose newest sample is older than ``staleness_s`` (and younger
+    than Prometheus's lookback, five minutes): asked of the temperature, it makes such a GPU not
+    known, all its readings with it (samples stamped in the past, a Prometheus restarted, a stalled
+    federation). Empty on a healthy fleet. ``None`` for another expression, whose reading checks
+    its own freshness."""
     if not is_selector(query):
         return None
-    return f"last_over_time({query}[{ms(staleness_s)}]) unless {query}"
+    return f"{query} unless last_over_time({query}[{ms(staleness_s)}])"
 
 
 def is_selector(query: str) -> bool:
@@ -290,9 +292,9 @@ def trend_queries(
     out = {"slope": f"deriv({series}[{w}]){hot}", "n": f"count_over_time({series}[{w}]){hot}"}
     for span in spans:
         if 0 < span < window_s:
+            # not filtered by ``hot_from``: a GPU left out of this answer counts as proven to cover the span
             old = f"count_over_time({series}[{ms(window_s - span)}] offset {ms(span)})"
-            now = series if hot_from is None else f"{series} >= {hot_from:g}"
-            out[f"young{int(span * 1000)}"] = f"{now} unless {old}"
+            out[f"young{int(span * 1000)}"] = f"{series} unless {old}"
     if halves_from is not None:
         h = ms(window_s / 2)
         out["h1"] = f"deriv({series}[{h}] offset {h}) >= {halves_from:g}"
@@ -394,9 +396,9 @@ def build_queries(
         if q:
             lo, hi = RANGES[key]
             out[key] = (fresh(q, prom.staleness_s), key in LLAMA_READINGS, lo, hi)
-    gone = vanished(prom.query("temp_c") or "", prom.staleness_s)
-    if gone:
-        out["vanished"] = (gone, False, -math.inf, math.inf)
+    probe = stale_probe(prom.query("temp_c") or "", prom.staleness_s)
+    if probe:
+        out["stale"] = (probe, False, -math.inf, math.inf)
     up = prom.query("endpoint_up")
     if up and not prom.probe_endpoints:
         out["endpoint_up"] = (up, True, 0.0, 1.0)
@@ -462,9 +464,12 @@ def hot_queries(cfg: Config, temps: Vector, matcher: Matcher) -> dict[str, tuple
 
 
 def _alternatives(values: set[str]) -> str:
-    """An RE2 alternation matching exactly these label values: ``re.escape`` escapes only ASCII
-    punctuation and space, each of which RE2 reads escaped as itself."""
-    return "|".join(re.escape(v) for v in sorted(values))
+    """An RE2 alternation matching exactly these label values: its metacharacters escaped, and only
+    those (Prometheus matches an alternation of plain literals without running the regex)."""
+    return "|".join(_RE2_META.sub(r"\\\g<0>", v) for v in sorted(values))
+
+
+_RE2_META = re.compile(r"[\\.+*?()|\[\]{}^$]")
 
 
 def rule2_window_s(cfg: Config) -> float | None:
@@ -472,11 +477,11 @@ def rule2_window_s(cfg: Config) -> float | None:
 
 
 def lists_only_the_gpus_concerned(name: str) -> bool:
-    """A query whose answer holds only the GPUs it is about (gone from their target; too young for
-    a span; a half steep enough to matter), not one series per GPU — as
+    """A query whose answer holds only the GPUs it is about (samples too old; too young for a span;
+    a half steep enough to matter), not one series per GPU — as
     ``build_queries(every_gpu=True)`` asks."""
     part = name.rpartition(".")[2]
-    return name == "vanished" or part in ("h1", "h2") or part.startswith("young")
+    return name == "stale" or part in ("h1", "h2") or part.startswith("young")
 
 
 def vram_trend_key(cfg: Config) -> str | None:
@@ -502,9 +507,10 @@ class TrendWindow(NamedTuple):
     hot_from: float | None = None
 
 
-# Rule 8's trend is asked for the GPUs this much below the lowest threshold up: its query runs a
-# moment after the temperature reading, so a GPU crossing the threshold in between is "not known"
-# for that poll (never a false issue) only if it jumped this much within one scrape
+# Rule 8's trend is asked for the GPUs from this much below their threshold up. The rules read the
+# poll's temperature answer, the one the hot GPUs are picked from; in a heat wave (the fleet-wide
+# form) the filter runs a moment later in PromQL, and a GPU crossing the threshold in between is
+# "not known" for that poll (never a false issue) only if it jumped this much within one scrape
 HOT_MARGIN_C = 5.0
 
 
@@ -626,8 +632,8 @@ def _gpu_values(
     vectors = answers.vectors
     out: dict[str, Any] = {}
     seen = False
-    gone = vectors.get("vanished")
-    for name in GPU_READINGS if gone is None or lookup(gone, key) == (None, None) else ():
+    stale = vectors.get("stale")
+    for name in GPU_READINGS if stale is None or lookup(stale, key) == (None, None) else ():
         vec = vectors.get(name)
         if vec is None:
             continue

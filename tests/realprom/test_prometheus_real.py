@@ -150,6 +150,30 @@ def test_vram_trend_from_a_recording_rule(prom_server):
         assert all(h > 72000 * 0.5 for h in a.halves), a  # sustained, as Rule 2 reads it (sustain_ratio 0.5)
 
 
+def test_an_exporter_restart_with_new_labels_keeps_every_gpu_known(prom_server):
+    """A dcgm-exporter restarted after a driver upgrade (or a pod restarted with a new ``pod``
+    label) serves the same GPUs under new label sets: Prometheus marks the old series stale at the
+    next scrape, and a poll right after reads each GPU from its new series alone — never two series
+    for one GPU, never not known."""
+    driver = {"version": "535"}
+
+    def body():
+        return exposition(
+            [("ct1", 0, BASE), ("ct2", 0, BASE)], extra_labels=f',DCGM_FI_DRIVER_VERSION="{driver["version"]}"'
+        )
+
+    with Exporter(body) as ex:
+        srv = prom_server({"dcgm": [ex.target]})
+        srv.wait_samples("DCGM_FI_DEV_GPU_TEMP", 2, count=2)
+        cfg = load_config_dict(_config(srv.url, ["ct1", "ct2"]))
+        driver["version"] = "550"
+        srv.wait_for('DCGM_FI_DEV_GPU_TEMP{DCGM_FI_DRIVER_VERSION="535"}', lambda r: r == [])
+        srv.wait_for('DCGM_FI_DEV_GPU_TEMP{DCGM_FI_DRIVER_VERSION="550"}', lambda r: len(r) == 2)
+        got = prometheus.read(cfg, time.time())
+        assert got.ok and got.faults == [], got.faults
+        assert all(got.values[a]["temp_c"] == 50 and got.values[a]["power_w"] == 210.5 for a in ("gpu-ct1", "gpu-ct2"))
+
+
 def test_a_series_older_than_staleness_s_is_not_known(prom_server):
     """The exporter stamps ct2's samples 20 s in the past: Prometheus keeps them as the newest
     sample, and a 10 s ``staleness_s`` makes ct2 not known while ct1 reads normally."""
