@@ -13,6 +13,8 @@ cron would (a fresh process, ``GPUHEAL_NOW`` moving on):
                    written with ``promtool tsdb create-blocks-from openmetrics`` one sample every
                    ``--history-step-s``: what Rule 2's 6-hour ``deriv`` reads once the fleet has run
                    that long (without it Prometheus holds the minute of the warm-up)
+  --hot N          the first N GPUs at 72-74 °C, above Rule 8's threshold: their rise is asked each
+                   poll (by host name up to 100, fleet-wide past that); without it the fleet runs cool
   --recorded-vram  with --history-h: Rule 2's trend over the recording rule the README gives for
                    large fleets (a 5-minute average of VRAM used, recorded every 5 minutes;
                    ``prometheus.queries.vram_series``) instead of every raw sample
@@ -67,9 +69,10 @@ RECORDED_VRAM = ("gpuheal:vram_used_mb:avg5m", "avg_over_time(DCGM_FI_DEV_FB_USE
 class FleetText:
     """The exposition of N GPUs, built fast: label strings once, values per scrape."""
 
-    def __init__(self, n: int, with_up: bool = False):
+    def __init__(self, n: int, with_up: bool = False, hot: int = 0):
         self.n = n
         self.with_up = with_up
+        self.hot = hot  # the first ``hot`` GPUs run at 72-74 °C: above Rule 8's 70 °C, so their rise is asked
         self.labels = [
             f'gpu="0",UUID="{uuid_of(h, 0)}",device="nvidia0",modelName="NVIDIA A100-SXM4-80GB",Hostname="{h}"'
             for h in (host(i) for i in range(n))
@@ -82,7 +85,7 @@ class FleetText:
         for reading, metric, help_text, _ in METRICS:
             out.append(f"# HELP {metric} {help_text}\n# TYPE {metric} gauge\n")
             if reading == "temp_c":
-                out.extend(f"{metric}{{{lb}}} {55 + i % 10}\n" for i, lb in enumerate(self.labels))
+                out.extend(f"{metric}{{{lb}}} {self.temp_c(i)}\n" for i, lb in enumerate(self.labels))
             elif reading == "vram_used_mb":
                 ramp = int(dt * 2)
                 out.extend(
@@ -100,6 +103,9 @@ class FleetText:
             out.append("# TYPE bench_llama_up gauge\n")
             out.extend(f'bench_llama_up{{instance="{endpoint_netloc(i)}",job="llama"}} 1\n' for i in range(self.n))
         return "".join(out)
+
+    def temp_c(self, i: int) -> int:
+        return 72 + i % 3 if i < self.hot else 55 + i % 10
 
 
 def endpoint_netloc(i: int) -> str:
@@ -163,7 +169,7 @@ def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: flo
                 continue
             out.write(f"# TYPE {metric} gauge\n")
             for i, lb in enumerate(text.labels):
-                value = 10000 if reading == "vram_used_mb" else 55 + i % 10
+                value = 10000 if reading == "vram_used_mb" else text.temp_c(i)
                 head = f'{metric}{{{lb},instance="{target}",job="dcgm"}} {value} '
                 out.write("".join(f"{head}{t}\n" for t in times))
         if recorded:
@@ -183,12 +189,12 @@ def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: flo
 
 def bench_prometheus(
     n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False,
-    history: tuple[float, float] = (0.0, 0.0), recorded: bool = False,
+    history: tuple[float, float] = (0.0, 0.0), recorded: bool = False, hot: int = 0,
 ) -> dict:
     """``probe``: every GPU's llama-server /health probed directly (one port, a path per GPU);
     else (``probe_endpoints: false``) its liveness is one more instant query of N series.
     ``history``: (hours, step_s) of trend series Prometheus holds before the first scrape."""
-    text = FleetText(n, with_up=not probe)
+    text = FleetText(n, with_up=not probe, hot=hot)
     from gpuheal.sim.dcgm import Exporter
 
     with Exporter(text) as exporter, health_server() as gpus:
@@ -234,6 +240,7 @@ def bench_prometheus(
             out = timed_checks(base, runs, 1)
             doc = json.loads(run_with_rss_json(base, stamp(runs + 2)))
             out["gpus_with_temp"] = sum(1 for g in doc["gpus"].values() if g.get("temp_c") is not None)
+            out["hot_gpus"] = hot
             out["gpus_endpoint_ok"] = sum(1 for g in doc["gpus"].values() if g.get("endpoint") == "ok")
             # Rule 2 had its data: a fit of min_samples over min_span_h (defaults.yaml: 30, 5.75 h)
             trend = json.loads((state / "vram-trend.json").read_text())
@@ -302,6 +309,7 @@ def main() -> int:
     ap.add_argument("--history-h", type=float, default=0.0, help="hours of trend series backfilled first (promtool)")
     ap.add_argument("--history-step-s", type=float, default=30.0, help="their sample interval (dcgm-exporter: 30 s)")
     ap.add_argument("--recorded-vram", action="store_true", help="Rule 2 over the README's recording rule")
+    ap.add_argument("--hot", type=int, default=0, help="GPUs above Rule 8's temp_c (their rise is asked)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuheal-bench-prom-") as tmp:
         work = Path(tmp)
@@ -313,7 +321,7 @@ def main() -> int:
             "load_avg_before": [round(x, 2) for x in os.getloadavg()],
             "prometheus": bench_prometheus(
                 a.gpus, a.runs, a.scrape_s, work, a.profile, history=(a.history_h, a.history_step_s),
-                recorded=a.recorded_vram,
+                recorded=a.recorded_vram, hot=a.hot,
             ),
         }
         if a.probe and not a.profile:
