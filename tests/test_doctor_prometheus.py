@@ -13,12 +13,17 @@ def _rows(cfg):
     return {r.check: r for r in query_checks(cfg)}
 
 
-def test_every_query_answers_for_every_gpu():
-    srv = Canned(healthy)
+def _rows_answering(answer, **prom):
+    """doctor's rows against a canned Prometheus answering ``answer(query)``."""
+    srv = Canned(answer)
     try:
-        rows = _rows(_cfg(srv.url))
+        return _rows(_cfg(srv.url, **prom))
     finally:
         srv.close()
+
+
+def test_every_query_answers_for_every_gpu():
+    rows = _rows_answering(healthy)
     assert rows["query temp_c"].status == OK and "each of 2 GPUs" in rows["query temp_c"].detail
     assert rows["query vram.slope"].status == OK
     # nothing scrapes llama-server in this Prometheus: a warning naming the fix, not a failure
@@ -33,11 +38,7 @@ def test_a_gpu_without_series_fails_the_core_reading_and_names_it():
         doc["data"]["result"] = [r for r in doc["data"]["result"] if r["metric"].get("Hostname") != "h2"]
         return status, json.dumps(doc).encode()
 
-    srv = Canned(answer)
-    try:
-        rows = _rows(_cfg(srv.url))
-    finally:
-        srv.close()
+    rows = _rows_answering(answer)
     assert rows["query temp_c"].status == FAIL and "b" in rows["query temp_c"].detail
     assert "Hostname=gpus[].host" in rows["query temp_c"].fix
     assert rows["query vram.slope"].status == WARN
@@ -73,11 +74,7 @@ def test_liveness_from_up_is_matched_by_the_endpoint_not_the_host():
                               "value": [1700000000.5, "1"]}])
         return healthy(q)
 
-    srv = Canned(answer)
-    try:
-        rows = _rows(_cfg(srv.url, probe_endpoints=False, queries={"endpoint_up": up_query}))
-    finally:
-        srv.close()
+    rows = _rows_answering(answer, probe_endpoints=False, queries={"endpoint_up": up_query})
     assert rows["query endpoint_up"].status == OK, rows["query endpoint_up"].detail
 
 
@@ -90,11 +87,7 @@ def test_gpus_whose_samples_are_too_old_fail_the_stale_row_by_name():
             return 200, _ok([{"metric": {"Hostname": "h2", "gpu": "0"}, "value": [1700000000.5, "61"]}])
         return healthy(q)
 
-    srv = Canned(answer)
-    try:
-        rows = _rows(_cfg(srv.url))
-    finally:
-        srv.close()
+    rows = _rows_answering(answer)
     assert rows["query temp_c"].status == OK
     stale = rows["query stale"]
     assert stale.status == FAIL and stale.detail == "newest sample older than staleness_s (120 s): b", stale.detail
@@ -102,9 +95,5 @@ def test_gpus_whose_samples_are_too_old_fail_the_stale_row_by_name():
 
 
 def test_the_stale_row_passes_when_no_gpu_is_listed():
-    srv = Canned(healthy)
-    try:
-        rows = _rows(_cfg(srv.url))
-    finally:
-        srv.close()
+    rows = _rows_answering(healthy)
     assert rows["query stale"].status == OK

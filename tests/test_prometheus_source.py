@@ -699,6 +699,14 @@ def test_in_a_heat_wave_the_rule8_trend_is_filtered_in_promql(canned, monkeypatc
     assert got.values["a"]["temp_trend"].n == 40 and got.values["b"]["temp_trend"].n == 40
 
 
+@pytest.mark.parametrize("bad", ["+Inf", "NaN", "1e999", "999", "-5", "hot", ""])
+def test_a_temperature_that_is_not_a_reading_asks_no_rule8_trend(canned, bad):
+    """A garbage temperature is not known, so it cannot make its GPU hot: no trend is asked for it."""
+    srv = canned(_selecting({"h1": bad, "h2": "50"}))
+    got = prometheus.read(_cfg(srv.url), time.time())
+    assert _rule8(srv) == [] and "temp_c" not in got.values["a"] and "temp_trend" not in got.values["a"]
+
+
 def test_a_failed_temperature_answer_asks_no_rule8_trend(canned):
     def answer(q):
         if _reading(q, "GPU_TEMP"):

@@ -428,20 +428,16 @@ def _all_finite(data: Any) -> bool:
     stack, seen = [data], set()
     while stack:
         value = stack.pop()
-        kind = type(value)
-        if kind is str:
+        if type(value) is str:  # most of a config: skipped before the checks below
             continue
-        if kind is float:
+        if isinstance(value, float):
             if not math.isfinite(value):
                 return False
-        elif kind is dict or kind is list or isinstance(value, dict | list):
+        elif isinstance(value, dict | list):
             if id(value) in seen:  # a YAML alias cycle; the schema check reports the shape
                 continue
             seen.add(id(value))
             stack.extend(value.values() if isinstance(value, dict) else value)
-        elif isinstance(value, float):
-            if not math.isfinite(value):
-                return False
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > _FLOAT_MAX:
             return False
     return True

@@ -325,14 +325,12 @@ class _Pass:
             if inhibition.by(rule, FLEET) is None and _gate_open(rule, self.view, FLEET):
                 self.advance(rule, FLEET)
             return
-        view = self.view
         hidden = inhibition.hidden(rule)
-        if hidden is None or (NEEDS_MONITOR in rule.NEEDS and not view.monitor_ok):
-            return  # inhibited, or its gate closed, on every GPU
+        if hidden is None:
+            return  # inhibited on every GPU
         skip = self.muted | hidden
-        needs_endpoint = NEEDS_ENDPOINT in rule.NEEDS
-        for alias in view.aliases:
-            if alias not in skip and (not needs_endpoint or view.reachable(alias) is True):
+        for alias in self.view.aliases:
+            if alias not in skip and _gate_open(rule, self.view, alias):
                 self.advance(rule, alias)
 
     def advance(self, rule: ModuleType, subject: str) -> None:

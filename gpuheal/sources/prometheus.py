@@ -446,10 +446,11 @@ def hot_queries(cfg: Config, temps: Vector, matcher: Matcher) -> dict[str, tuple
     series = None if tw is None else cfg.prometheus.query(tw.series_key)
     if tw is None or not series or temps.fault is not None:
         return {}
+    lines = {id(rules): hot_line(rules) for rules in _rule_sets(cfg)}
     hot = set()
     for gpu in cfg.gpus:
         temp_c, _ = lookup(temps, matcher.gpu_key(gpu))
-        line = hot_line(gpu.rules)
+        line = lines[id(gpu.rules)]
         if temp_c is not None and line is not None and temp_c >= line:
             hot.add(gpu.prometheus_match if matcher.match_label else gpu.host)
     if not hot:
@@ -531,7 +532,7 @@ def _trend_windows(cfg: Config) -> list[TrendWindow]:
     out: list[TrendWindow] = []
     if vram.get("window_h"):
         spans = sorted({float(vram[k]) * 3600 for k in ("min_span_h", "recover_span_h") if vram.get(k)})
-        tiers = [g.rules["vram-leak"] for g in cfg.gpus if g.rules.get("vram-leak")]
+        tiers = [rules["vram-leak"] for rules in _rule_sets(cfg) if rules.get("vram-leak")]
         rates = [float(p["mb_per_hour"]) * float(p["sustain_ratio"]) for p in tiers]
         halves_from = max(0.0, min(rates, default=0.0)) / 3600 / 2
         out.append(TrendWindow("vram", "vram_series", float(vram["window_h"]) * 3600, spans, halves_from))
@@ -544,8 +545,14 @@ def _trend_windows(cfg: Config) -> list[TrendWindow]:
 
 def _hot_from(cfg: Config) -> float | None:
     """The lowest :func:`hot_line` of any GPU; ``None`` (every GPU) when some GPU has none."""
-    lines = [hot_line(gpu.rules) for gpu in cfg.gpus] or [hot_line(cfg.rules)]
+    lines = [hot_line(rules) for rules in _rule_sets(cfg)] or [hot_line(cfg.rules)]
     return None if None in lines else min(lines)  # type: ignore[type-var]
+
+
+def _rule_sets(cfg: Config) -> list[dict[str, Any]]:
+    """Each distinct set of the GPUs' rule parameters: the GPUs that override none share one (config
+    load), so a fleet of 10,000 is a handful here, not 10,000 to look through on every call."""
+    return list({id(gpu.rules): gpu.rules for gpu in cfg.gpus}.values())
 
 
 def hot_line(rules: dict[str, Any]) -> float | None:
