@@ -192,9 +192,17 @@ class Observation:
     faults: tuple[DataFault, ...] = ()
     warnings: tuple[str, ...] = ()
     unmatched_hosts: tuple[str, ...] = field(default=())
-    # the GPU data source this poll: "monitor" (gpu-monitor), "prometheus" (issue 13) or "smi"
-    # (nvidia-smi / rocm-smi run on each host: neither configured, issue 12)
+    # where this poll's GPU readings came from (a gpuheal.signals.Source value): "monitor"
+    # (gpu-monitor), "prometheus" (issue 13), "smi" (nvidia-smi / rocm-smi on each host: neither
+    # configured, issue 12) or "smi-fallback" (gpu-monitor unusable, Rule 7.3; ``monitor_ok`` is then
+    # false and ``fallback_ok`` says whether any host's smi answered)
     source: str = "monitor"
+    fallback_ok: bool = False
+
+    @property
+    def readings_ok(self) -> bool:
+        """This poll delivered GPU readings from some source (the configured one or the fallback)."""
+        return self.fallback_ok if self.source == "smi-fallback" else self.monitor_ok
 
     def faults_for(self, source: str) -> list[DataFault]:
         return [f for f in self.faults if f.source == source]
@@ -215,6 +223,7 @@ class Observation:
             "warnings": list(self.warnings),
             "unmatched_hosts": list(self.unmatched_hosts),
             **({} if self.source == "monitor" else {"source": self.source}),
+            **({"fallback_ok": True} if self.fallback_ok else {}),
         }
 
     @classmethod
@@ -237,8 +246,20 @@ class Observation:
             ),
             warnings=tuple(str(w) for w in data.get("warnings") or []),
             unmatched_hosts=tuple(str(h) for h in data.get("unmatched_hosts") or []),
-            source="prometheus" if data.get("source") == "prometheus" else "monitor",
+            source=_source(data.get("source")),
+            fallback_ok=data.get("fallback_ok") is True,
         )
+
+
+SOURCES = ("monitor", "smi", "prometheus", "smi-fallback")  # gpuheal.signals.Source, without the import
+
+
+def _source(value: Any) -> str:
+    """A recorded poll's source, as it ran (a trace recorded without gpu-monitor replays as one, issue
+    19); absent (traces before issue 13) is gpu-monitor; anything else provides nothing."""
+    if value is None:
+        return "monitor"
+    return value if value in SOURCES else f"unknown:{str(value)[:40]}"
 
 
 # Benchmark error values (a subset of the contract's endpoint / fault words, plus "empty"). The

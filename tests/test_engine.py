@@ -21,6 +21,8 @@ from gpuheal.core import engine
 from gpuheal.core.engine import Finding, load_book, new_book
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.rules import ALL, BY_ID, KNOWN_IDS, RuleRegistryError, build_registry
+from gpuheal.signals import Signal
+from gpuheal.signals import needs as needs_of
 from gpuheal.state.history import History
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +30,7 @@ CFG = fleet_config()
 
 
 def scripted_rule(detects: str, recovers: str | None = None, *, polls: int = 1, hold_s: float = 0,
-                  started_at=None, rule_id: str = "thermal-critical", needs=frozenset(), inhibits=None,
+                  started_at=None, rule_id: str = "thermal-critical", needs=(), inhibits=None,
                   scope: str = "gpu", clear_polls: int = 1):
     """A fake rule for gpu-dense (or the fleet): detect follows ``detects`` poll by poll
     (F finding, . quiet, _ not known); ``recovers`` likewise (R yes, n no, _ not known)."""
@@ -153,7 +155,7 @@ def test_host_inhibitor_freezes_and_hides_the_gpus_other_issues():
 
 def test_monitor_inhibitor_hides_monitor_fed_issues_only():
     ds = scripted_rule("F", rule_id="data-source-unreachable", inhibits="monitor", scope="fleet")
-    fed = scripted_rule("F", rule_id="thermal-critical", needs=frozenset({"monitor"}))
+    fed = scripted_rule("F", rule_id="thermal-critical", needs=needs_of(Signal.TEMP))
     book = new_book()
     book["issues"]["gpu-dense|thermal-critical"] = {
         "gpu": "gpu-dense", "issue": "thermal-critical", "severity": "critical", "state": "firing",
@@ -217,7 +219,7 @@ def test_registry_has_every_contract_id_once_and_matches_defaults():
 
 def _module(name, **attrs):
     mod = SimpleNamespace(__name__=f"gpuheal.rules.{name}", SCOPE="gpu", SEVERITY="warning",
-                          NEEDS=frozenset(), detect=lambda v, s, p: None)
+                          NEEDS=(), detect=lambda v, s, p: None)
     for k, v in attrs.items():
         setattr(mod, k, v)
     return mod

@@ -20,6 +20,10 @@ class Outcome:
     error: str | None = None
     timed_out: bool = False
 
+    @property
+    def ok(self) -> bool:  # as transport.CommandOutcome.ok
+        return self.rc == 0 and self.error is None and not self.timed_out
+
 
 class FakeRunner:
     def __init__(self, replies=None):

@@ -635,3 +635,34 @@ def test_a_two_gpu_host_is_sensed_and_restarted_per_gpu(make_lab):
     assert lab.restarts("box-1") == 1 and lab.restarts("box-0") == 0
     restarted = [r for r in lab.audit() if r["action"] == "restart-llama-server" and r["phase"] == "outcome"]
     assert [r["gpu"] for r in restarted] == ["box-1"]
+
+
+def test_a_gpu_overheating_while_gpu_monitor_is_down_is_healed(make_lab, tmp_path, monkeypatch):
+    """Issue 19: gpu-monitor refusing for cycles and nvidia-smi (local transport) showing 90 °C —
+    every reading was null and thermal-critical never fired. Now the Rule 7.3 fallback's readings
+    are judged like any other: it fires at the 2nd hot poll and the GPU is shed."""
+    import os
+    import stat
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho '0, NVIDIA GeForce RTX 3090, 90, 20000, 24576, 93, 301.5, 350.00'\n"
+                    "echo '1, NVIDIA GeForce RTX 3090, 40, 9000, 24576, 20, 101.5, 350.00'\n")
+    tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    lab = make_lab([{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2", "temp_c": 40}],
+                   [{"at": 30, "gpu": "fleet", "monitor": "down"}])
+    ctl = [sys.executable, "-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    for index, alias in enumerate(("gpu-a", "gpu-b")):  # both local here: one smi prints both rows
+        lab.gpu_raw(alias).update(transport="local", gpu_index=index, shed_load_command=[*ctl, '{{"util_pct": 30}}'],
+                                  redirect_command=[*ctl, '{{"util_pct": 10}}'])
+    lab.raw["heal"]["gpu_monitor_restart_command"] = ["false"]  # the monitor stays down
+    lab.write_config()
+    docs = [lab.heal() for _ in range(3)]
+    assert docs[0]["gpus"]["gpu-a"]["temp_c"] == 90 and docs[0]["gpus"]["gpu-a"]["source"] == "smi-fallback"
+    assert ("gpu-a", "thermal-critical") in issues_of(docs[1])  # the 2nd hot poll, as through gpu-monitor
+    acted = [(a["gpu"], a["action"], a["result"]) for d in docs for a in d["actions"]]
+    assert ("gpu-a", "shed-load", "resolved") in acted or ("gpu-a", "shed-load", "pending") in acted, acted
+    assert not [a for a in acted if a[0] == "gpu-b"]

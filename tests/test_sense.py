@@ -197,8 +197,10 @@ def test_monitor_oversized_warns_l5_and_skips_the_monitor(one_gpu, with_length):
     )
     assert obs.monitor_ok is False
     assert faults_of(obs) == {("monitor", "oversized")}
-    assert len(obs.warnings) == 1
-    assert "L5" in obs.warnings[0] and "65536" in obs.warnings[0]
+    l5 = [w for w in obs.warnings if "L5" in w]
+    assert len(l5) == 1 and "65536" in l5[0]
+    # no nvidia-smi here: the Rule 7.3 fallback says so in one line, not as a fault per GPU
+    assert [w for w in obs.warnings if w not in l5] == [] or "Rule 7.3 fallback" in obs.warnings[-1]
     assert obs.gpus["g1"].temp_c is None
 
 

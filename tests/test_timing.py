@@ -139,7 +139,7 @@ def test_tolerance_follows_a_faster_cadence_and_ignores_gaps():
 
 
 def _rule(hold_s: float):
-    return SimpleNamespace(ID="circuit-breaker-stuck", SCOPE="gpu", SEVERITY="warning", NEEDS=frozenset(),
+    return SimpleNamespace(ID="circuit-breaker-stuck", SCOPE="gpu", SEVERITY="warning", NEEDS=(),
                            INHIBITS=None, hold=lambda p: (1, hold_s),
                            detect=lambda view, subject, p: Finding({}, "x") if subject == DENSE else None)
 

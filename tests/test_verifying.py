@@ -145,7 +145,7 @@ def _stuck_rule(script: str):
         return Finding({"failures_60s": 15, "requests_60s": 20}, "15 of 20 failed") if c == "F" else (
             False if c == "." else None)
 
-    return SimpleNamespace(ID="model-stuck", SCOPE="gpu", SEVERITY="critical", NEEDS=frozenset(), INHIBITS=None,
+    return SimpleNamespace(ID="model-stuck", SCOPE="gpu", SEVERITY="critical", NEEDS=(), INHIBITS=None,
                            detect=detect, hold=lambda p: (1, 0))
 
 

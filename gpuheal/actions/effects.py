@@ -18,6 +18,7 @@ class Effects:
         self.cfg = cfg
         self._pool = None
         self.run = runner or self._run
+        self._custom_runner = runner is not None
         self.verify = verify or self._verify
         self.litellm = litellm or self._litellm
         self._targets = None
@@ -37,6 +38,14 @@ class Effects:
         if self._pool is None:
             self._pool = TransportPool.from_config(self.cfg.heal)
         return self._pool
+
+    def sensing(self):
+        """What the poll's smi sensing runs through (no gpu-monitor, or its Rule 7.3 fallback): the
+        run's transport pool, or — when a test handed :class:`Heal` its own runner — that runner, so
+        sensing and actions go through one door."""
+        if not self._custom_runner:
+            return self.transports()
+        return _RunnerPool(self.run)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -104,3 +113,21 @@ class Effects:
         return wait_ready_then_complete(
             g.endpoint, self.cfg.litellm.api_key, float(heal["reload_wait_s"]), float(heal["verify_timeout_s"])
         )
+
+
+class _RunnerPool:
+    """``pool.get(target).run(argv, timeout_s)`` over a ``runner(target, argv, timeout_s)``."""
+
+    def __init__(self, run) -> None:
+        self._run = run
+
+    def get(self, target):
+        run = self._run
+        where = "local" if target.kind == "local" else target.host
+
+        class _One:
+            @staticmethod
+            def run(argv, timeout_s):
+                return run(where, argv, timeout_s)
+
+        return _One()

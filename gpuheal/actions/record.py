@@ -14,7 +14,7 @@ from typing import Any
 from gpuheal.clock import format_iso
 from gpuheal.core import alerts
 from gpuheal.core.alerts import AlertQueue
-from gpuheal.core.catalog import ACTIONS, primary_action
+from gpuheal.core.catalog import ACTIONS, REMEDIES, primary_action
 from gpuheal.redact import redact
 from gpuheal.state import files
 
@@ -125,7 +125,9 @@ class Recorder:
         primary, extra = primary_action(attempt.actions), {"attempt": attempt.n, "actions": list(attempt.actions)}
         self.audit(run_id, subject, primary, "resolved", "verification", attempt.verification, extra=extra)
         summary = f"resolved after {'+'.join(attempt.actions)} (attempt {attempt.n})"
-        self.queue(subject, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)], attempts)
+        remedy = REMEDIES.get(subject.issue)
+        if remedy is None or not remedy.silent:  # Rule 8 tier 1: "no alert", not when it resolves either
+            self.queue(subject, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)], attempts)
         self.doc(subject, primary, "verified: the issue cleared", "resolved")
 
     def not_verified(self, run_id: str, subject: Subject, attempt, why: dict[str, Any], text: str) -> None:
@@ -140,22 +142,6 @@ class Recorder:
         extra = {"command": res.argv or res.command, "error": res.error}
         self.audit(run_id, subject, "restore-load", result, "outcome", extra=extra)
         self.doc(subject, "restore-load", why, result, res.command, target, error=res.error)
-
-    def probes(self, probes) -> None:
-        """Rule 7.3's direct smi probes, as ``snapshot-processes`` entries."""
-        why = "Rule 7.3: gpu-monitor unusable, direct smi probe"
-        for p in probes:
-            subject = Subject(p.alias, "data-source-unreachable")
-            result = "failed" if p.row is None else "resolved"
-            self.doc(
-                subject,
-                "snapshot-processes",
-                why,
-                result,
-                p.command,
-                p.target,
-                error=p.error if p.row is None else None,
-            )
 
     def blocked(self, subject: Subject, action: str, why: str) -> None:
         """A guard held the remedy back: shown as the action it would take, still ``pending``

@@ -266,6 +266,7 @@ def _monitor(data: dict[str, Any], merged: dict[str, Any]) -> MonitorConfig | No
         timeout_s=float(mon["timeout_s"]),
         connect_timeout_s=float(mon["connect_timeout_s"]),
         max_response_bytes=int(mon["max_response_bytes"]),
+        fallback_smi=bool(mon["fallback_smi"]),
     )
 
 

@@ -39,6 +39,7 @@ class MonitorConfig:
     timeout_s: float
     connect_timeout_s: float
     max_response_bytes: int
+    fallback_smi: bool = True  # Rule 7.3: smi over each GPU's transport while the monitor is unusable
 
 
 @dataclass(frozen=True)

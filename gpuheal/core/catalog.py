@@ -89,8 +89,10 @@ class Remedy:
     """The fix for one issue id.
 
     ``steps``: actions in order. ``alert_now``: the spec alerts on detection (Rule 8 tier 2);
-    ``automatic``: False = nothing safe to do, escalate at once. The verification window and the
-    failure budget are the rule's ``verify_within_s`` / ``escalate_after_failures`` parameters.
+    ``automatic``: False = nothing safe to do, escalate at once. ``silent``: its fix is announced to
+    nobody — the spec's "no alert" (Rule 8 tier 1): the audit trail keeps it, and only an escalation
+    (the fix failed or cannot be configured) reaches Zulip. The verification window and the failure
+    budget are the rule's ``verify_within_s`` / ``escalate_after_failures`` parameters.
     """
 
     issue: str
@@ -98,6 +100,7 @@ class Remedy:
     alert_now: bool = False
     automatic: bool = True
     why_escalate: str = "remediation did not fix it"
+    silent: bool = False
 
 
 REMEDIES: dict[str, Remedy] = {
@@ -111,6 +114,7 @@ REMEDIES: dict[str, Remedy] = {
         Remedy(
             "thermal-warning",
             ("shed-load",),
+            silent=True,
             why_escalate="temperature keeps rising after shedding 50 % of the load (Rule 8 tier 1)",
         ),
         Remedy(
@@ -208,14 +212,6 @@ def gpu_flag(argv: tuple[str, ...]) -> tuple[str, ...]:
 
 DEFAULT_PS_ARGV = ("ps", "-eo", "pid,user,rss,args", "--sort=-rss")
 DEFAULT_JOURNAL_ARGV = ("journalctl", "-u", "llama-server", "-n", "20", "--no-pager", "-o", "cat")
-
-# Rule 7.3's direct probe when gpu-monitor is down (formats.md §2.1, §3.3).
-QUERY_GPU_ARGV = (
-    "nvidia-smi",
-    "--query-gpu=index,name,temperature.gpu,memory.used,memory.total,utilization.gpu,power.draw,power.limit",
-    "--format=csv,noheader,nounits",
-)
-ROCM_SMI_ARGV = ("rocm-smi", "--showtemp", "--showmeminfo", "vram", "gtt", "--showuse", "--showpower", "--json")
 
 # Rule 4.2 built in for NVIDIA: read the limits, and only if the limit was lowered below the
 # board's default, ``nvidia-smi -pl <default>`` (formats.md §2.1: values parsed positionally).

@@ -1,11 +1,14 @@
 """Which rules cannot judge this fleet, and why (issue 12: "check lists which rules are off and
-why, once, not as faults every minute"). Pure.
+why, once, not as faults every minute"; issue 19: derived, never hand-listed). Pure.
 
-Without gpu-monitor, the data that only it has — LiteLLM's circuit breakers (Rule 5), per-GPU
-request shares (Rule 10), its request failure rate (Rule 3's first source), its own availability
-(Rule 7) — is not known; a llama-server started without ``--metrics`` gives no decode counters
-(Rule 3's second source). These are configuration facts, reported as one line per rule with the
-GPUs concerned and the fix, not as a data fault each poll.
+A rule is off for a GPU when the configured source's declaration (:data:`gpuheal.signals.SOURCES`)
+together with what the GPU's own llama-server serves cannot meet one of the rule's ``NEEDS``. Both
+sides are declarations the code checks, so a rule that silently never judges cannot exist: a new rule
+or a new source is covered by this function without touching it. Configuration facts are reported
+once per rule with the GPUs concerned and the fix, never as a data fault each poll.
+
+What one poll failed to deliver (gpu-monitor down, the fallback answering) is not "off": the rule is
+"not known" for that poll (core/engine's gate) and stays out of this list.
 """
 
 from __future__ import annotations
@@ -14,8 +17,14 @@ from typing import Any
 
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
+from gpuheal.signals import ALWAYS, Signal, Source, per_gpu, spec, unmet
 
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
+
+
+def home(source: str) -> str:
+    """The configured source a poll's source stands for: the Rule 7 fallback stands in for gpu-monitor."""
+    return Source.MONITOR.value if source == Source.FALLBACK else source
 
 
 def without_metrics(monitor_configured: bool) -> str:
@@ -26,27 +35,46 @@ def without_metrics(monitor_configured: bool) -> str:
     return f" and {NO_MONITOR}: a stuck model is not detected"
 
 
-def rules_off(source: str, obs: Observation) -> list[dict[str, Any]]:
-    """``[{"rule", "gpus", "why", "fix"}]`` for a poll whose GPU readings came from ``source``
-    (``monitor`` | ``prometheus`` | ``smi``); ``gpus`` is ``["fleet"]`` or the aliases concerned."""
+def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dict[str, Any]]:
+    """``[{"rule", "gpus", "why", "fix"}]`` for a fleet whose configured GPU source is ``source``
+    (``monitor`` | ``prometheus`` | ``smi``; a fallback poll counts as ``monitor``); ``gpus`` is
+    ``["fleet"]`` or the aliases concerned. ``rules``: the registry (:data:`gpuheal.rules.ALL`)."""
+    mode = spec(home(source))
+    monitor_configured = mode.source == Source.MONITOR
     off: list[dict[str, Any]] = []
-    fix_monitor = "configure monitor.url to read them from gpu-monitor"
-    monitor_configured = source == "monitor"
-    if not monitor_configured:
-        off.append({"rule": "circuit-breaker-stuck", "gpus": ["fleet"],
-                    "why": f"LiteLLM's circuit breakers are read from gpu-monitor; {NO_MONITOR}", "fix": fix_monitor})
-        off.append({"rule": "workload-misrouted", "gpus": ["fleet"],
-                    "why": f"request shares per GPU come from gpu-monitor; {NO_MONITOR}", "fix": fix_monitor})
-        if source == "smi":
-            off.append({"rule": "data-source-unreachable", "gpus": ["fleet"],
-                        "why": f"{NO_MONITOR}: GPU readings come from nvidia-smi / rocm-smi per host (their "
-                               "failures are that GPU's faults)", "fix": ""})
-    no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
-    if no_metrics:
-        why = f"llama-server serves no /metrics{without_metrics(monitor_configured)}"
-        off.append({"rule": "model-stuck", "gpus": no_metrics, "why": why, "fix": HOW_TO_ENABLE["metrics"]})
+    fleet_has = mode.provides | ALWAYS
+    for rule in rules:
+        missing = unmet(rule.NEEDS, fleet_has)
+        if missing:
+            what = "; ".join(n.describe() for n in missing)
+            off.append({"rule": rule.ID, "gpus": ["fleet"], "why": f"needs {what}: {mode.lacks_why}",
+                        "fix": mode.lacks_fix})
+            continue
+        gpus = sorted(a for a, s in obs.gpus.items()
+                      if unmet(rule.NEEDS, per_gpu(mode.provides, serves_metrics=s.metrics != "disabled",
+                                                   reachable=True)))
+        if gpus:
+            off.append({"rule": rule.ID, "gpus": gpus, "why": _gpu_why(rule, monitor_configured),
+                        "fix": HOW_TO_ENABLE["metrics"]})
+    _partial_metrics(off, obs, monitor_configured)
     no_slots = sorted(a for a, s in obs.gpus.items() if s.slots == "disabled")
     if no_slots:
         off.append({"rule": "slots (report only)", "gpus": no_slots, "why": "llama-server serves no /slots",
                     "fix": HOW_TO_ENABLE["slots"]})
     return off
+
+
+def _gpu_why(rule: Any, monitor_configured: bool) -> str:
+    missing = "; ".join(n.describe() for n in rule.NEEDS if Signal.DECODE_PROGRESS in n.any_of)
+    return f"needs {missing}: llama-server serves no /metrics{without_metrics(monitor_configured)}"
+
+
+def _partial_metrics(off: list[dict[str, Any]], obs: Observation, monitor_configured: bool) -> None:
+    """With gpu-monitor, a GPU without ``/metrics`` still has Rule 3's failure ratio, but a decode
+    that hangs with no request failing yet is not seen: said once, as before issue 19."""
+    if not monitor_configured or any(o["rule"] == "model-stuck" for o in off):
+        return
+    no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
+    if no_metrics:
+        off.append({"rule": "model-stuck", "gpus": no_metrics,
+                    "why": f"llama-server serves no /metrics{without_metrics(True)}", "fix": HOW_TO_ENABLE["metrics"]})

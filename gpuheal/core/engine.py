@@ -51,6 +51,7 @@ from gpuheal.clock import format_epoch
 from gpuheal.config.model import ENGINE_PARAMS
 from gpuheal.core import timing
 from gpuheal.core.view import FleetView, Verifying, epoch_or_none
+from gpuheal.signals import Signal, unmet
 
 BOOK_VERSION = 1
 LOG_MAX = 1000
@@ -63,9 +64,6 @@ VERIFYING = "verifying"  # reported only (see "verifying" above); never stored i
 RESOLVED = "resolved"
 DROPPED = "dropped"
 
-# What a rule may need; a poll without it is "not known" for that rule (core/engine gate).
-NEEDS_MONITOR = "monitor"    # gpu-monitor usable this poll
-NEEDS_ENDPOINT = "endpoint"  # the GPU's llama-server answered its direct probe (HTTP, any status)
 
 
 @dataclass(frozen=True)
@@ -173,12 +171,9 @@ def severity_rank(severity: str) -> int:
 
 
 def _gate_open(rule: ModuleType, view: FleetView, subject: str) -> bool:
-    needs = rule.NEEDS
-    if NEEDS_MONITOR in needs and not view.monitor_ok:
-        return False
-    if NEEDS_ENDPOINT in needs and view.reachable(subject) is not True:
-        return False
-    return True
+    """The rule judges ``subject`` this poll only when this poll delivered every signal it needs
+    (``gpuheal.signals``); otherwise it is "not known": its hold neither advances nor resets."""
+    return not unmet(rule.NEEDS, view.provided(subject))
 
 
 def _public(rec: dict[str, Any]) -> dict[str, Any]:
@@ -241,7 +236,7 @@ def evaluate(
     inhibitors = [r for r in rules if getattr(r, "INHIBITS", None)]
     for rule in inhibitors:
         run.run_rule(rule, _Inhibition())
-    inhibition = _Inhibition.of(run.issues, run.by_id)
+    inhibition = _Inhibition.of(run.issues, run.by_id, view.provided(FLEET))
     for rule in rules:
         if rule not in inhibitors:
             run.run_rule(rule, inhibition)
@@ -258,10 +253,13 @@ class _Inhibition:
     hosts_down: dict[str, str] = field(default_factory=dict)
     targeted: dict[tuple[str, str], str] = field(default_factory=dict)
     monitor_down: str | None = None
+    poll_signals: frozenset[Signal] = frozenset()
 
     @classmethod
-    def of(cls, issues: dict[str, dict[str, Any]], by_id: dict[str, ModuleType]) -> _Inhibition:
-        out = cls()
+    def of(
+        cls, issues: dict[str, dict[str, Any]], by_id: dict[str, ModuleType], poll_signals: frozenset[Signal]
+    ) -> _Inhibition:
+        out = cls(poll_signals=poll_signals)
         for rec in issues.values():
             if rec["state"] != FIRING or rec["issue"] not in by_id:
                 continue
@@ -278,16 +276,21 @@ class _Inhibition:
     def hidden(self, rule: ModuleType) -> frozenset[str] | None:
         """The subjects on which ``rule`` is inhibited (as :meth:`by` says one at a time); ``None``:
         all of them. Asked once per rule, not once per rule and GPU (10,000 GPUs, issue 13)."""
-        if self.monitor_down is not None and NEEDS_MONITOR in rule.NEEDS:
+        if self.monitor_down is not None and self.blinded(rule):
             return None
         hosts = self.hosts_down.keys() if getattr(rule, "INHIBITS", None) != "host" else ()
         return frozenset(hosts).union(gpu for gpu, target in self.targeted if target == rule.ID)
+
+    def blinded(self, rule: ModuleType) -> bool:
+        """While the GPU data source is down, the rules that need a signal this poll did not deliver
+        fleet-wide are hidden — those the Rule 7 fallback feeds (temperatures, VRAM) still judge."""
+        return bool(unmet(rule.NEEDS, self.poll_signals))
 
     def by(self, rule: ModuleType, subject: str) -> str | None:
         """The inhibitor hiding ``rule`` on ``subject``, or ``None``."""
         if subject in self.hosts_down and getattr(rule, "INHIBITS", None) != "host":
             return self.hosts_down[subject]
-        if self.monitor_down is not None and NEEDS_MONITOR in rule.NEEDS:
+        if self.monitor_down is not None and self.blinded(rule):
             return self.monitor_down
         return self.targeted.get((subject, rule.ID))
 

@@ -53,6 +53,8 @@ def gpu_rows(obs: Observation) -> dict[str, dict[str, Any]]:
             "util_pct": s.util_pct,
             "power_w": s.power_w,
             "endpoint": s.endpoint,
+            # provenance of the readings above (issue 19): monitor | smi | prometheus | smi-fallback
+            "source": obs.source,
             # llama-server's own telemetry (issue 12); metrics/slots: ok | disabled | unauthorized | ...
             "metrics": s.metrics,
             "requests_processing": s.requests_processing,

@@ -20,6 +20,7 @@ from gpuheal.core import timing
 from gpuheal.core.heal_state import num
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
+from gpuheal.signals import ALWAYS, Signal, per_gpu, spec
 
 
 class History(Protocol):
@@ -185,6 +186,25 @@ class FleetView:
             return None
         return self.obs.gpus.get(alias)
 
+    def provided(self, subject: str) -> frozenset[Signal]:
+        """The signals this poll delivered for ``subject`` (a GPU alias, or ``fleet``): what the poll's
+        source declares (``gpuheal.signals``) when it delivered, and the GPU's own llama-server probe."""
+        obs = self.obs
+        if obs is None:  # bench-only: gpuheal's own results
+            return frozenset({Signal.BENCHMARK})
+        source = spec(obs.source)
+        base = source.provides if obs.readings_ok else source.provides & {Signal.SOURCE_HEALTH}
+        sample = obs.gpus.get(subject)
+        if sample is None:  # the fleet, or a GPU missing from the poll
+            return base | ALWAYS if subject not in self.gpus else frozenset(base & {Signal.SOURCE_HEALTH})
+        return per_gpu(base, serves_metrics=sample.metrics != "disabled" if sample.metrics else None,
+                       reachable=self.reachable(subject))
+
+    def _trend_from_source(self) -> bool:
+        """The poll's source computed the trends itself (it keeps its own history: Prometheus); a
+        per-poll source's readings are fitted over gpuheal's own history, whichever it was."""
+        return self.obs is not None and spec(self.obs.source).computes_trends
+
     def monitor_sample(self, alias: str) -> GpuSample | None:
         """The reading, only when gpu-monitor was usable this poll (its fields are trusted)."""
         if self.obs is None or not self.obs.monitor_ok:
@@ -226,7 +246,7 @@ class FleetView:
         if key in self.cache:
             return self.cache[key]
         sample = self.sample(alias)
-        if self.obs is not None and self.obs.source != "monitor":
+        if self._trend_from_source():
             fit = None  # the source computed the trend (PromQL), or nothing is known
             if sample is not None and sample.vram_trend is not None and sample.vram_used_mb is not None:
                 fit = source_fit(sample.vram_trend, self.now_s, sample.vram_used_mb)
@@ -258,7 +278,7 @@ class FleetView:
         if key in self.cache:
             return self.cache[key]
         sample = self.sample(alias)
-        if self.obs is not None and self.obs.source != "monitor":
+        if self._trend_from_source():
             fit = None
             if sample is not None and sample.temp_trend is not None and sample.temp_c is not None:
                 fit = source_fit(sample.temp_trend, self.now_s, sample.temp_c)

@@ -1,8 +1,9 @@
 """The rules: one pure module per issue id, and the explicit registry :data:`ALL`.
 
 A rule module has ``ID`` (a contract issue id), ``SCOPE`` (``"gpu"``: one issue per GPU, or
-``"fleet"``), ``SEVERITY``, ``NEEDS`` (the sources it reads: ``"monitor"``, ``"endpoint"``; a poll
-without them is "not known" for it), optionally ``INHIBITS`` (``"host"``: the GPU's other issues,
+``"fleet"``), ``SEVERITY``, ``NEEDS`` (the signals it reads, :mod:`gpuheal.signals`: a poll that did
+not deliver them is "not known" for it, and a source that cannot provide them lists it in
+``rules_off``), optionally ``INHIBITS`` (``"host"``: the GPU's other issues,
 ``"monitor"``: the monitor-fed rules, or a frozenset of issue ids of the same GPU), and:
 
 - ``detect(view, subject, params)`` → :class:`~gpuheal.core.engine.Finding` | ``False`` (quiet) |
@@ -56,6 +57,7 @@ from gpuheal.rules import (
     vram_leak,
     workload_misrouted,
 )
+from gpuheal.signals import Need
 
 SCOPES = ("gpu", "fleet")
 SEVERITIES = ("info", "warning", "critical")
@@ -81,8 +83,9 @@ def build_registry(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
             raise RuleRegistryError(f"{name}: SCOPE must be one of {SCOPES}")
         if getattr(module, "SEVERITY", None) not in SEVERITIES:
             raise RuleRegistryError(f"{name}: SEVERITY must be one of {SEVERITIES}")
-        if not isinstance(getattr(module, "NEEDS", None), frozenset):
-            raise RuleRegistryError(f"{name}: NEEDS must be a frozenset")
+        needs = getattr(module, "NEEDS", None)
+        if not isinstance(needs, tuple) or not all(isinstance(n, Need) and n.any_of for n in needs):
+            raise RuleRegistryError(f"{name}: NEEDS must be a tuple of gpuheal.signals.Need")
         inhibits = getattr(module, "INHIBITS", None)
         if not (
             inhibits is None

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from gpuheal.core.engine import Finding, iso
 from gpuheal.model import ENDPOINT_UNAUTHORIZED
+from gpuheal.signals import Need
 
 ID = "api-key-mismatch"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS = frozenset()
+NEEDS: tuple[Need, ...] = ()
 # What a rejected key causes and a restart cannot fix: LiteLLM's failures (Rule 3 would restart the
 # GPU), its breaker opening (Rule 5 would restart LiteLLM), traffic moving elsewhere (Rule 10).
 INHIBITS = frozenset({"model-stuck", "circuit-breaker-stuck", "workload-misrouted"})

@@ -16,11 +16,12 @@ from __future__ import annotations
 from gpuheal import benchdata
 from gpuheal.core.engine import Finding
 from gpuheal.rules._util import num, show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "benchmark-regression"
 SCOPE = "gpu"
 SEVERITY = "warning"
-NEEDS = frozenset()
+NEEDS: tuple[Need, ...] = needs(Signal.BENCHMARK)
 
 
 def state(view, alias, p):

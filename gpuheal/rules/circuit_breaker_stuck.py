@@ -10,14 +10,15 @@ the monitor does not list are closed.
 
 from __future__ import annotations
 
-from gpuheal.core.engine import NEEDS_MONITOR, Finding, iso
+from gpuheal.core.engine import Finding, iso
 from gpuheal.model import ENDPOINT_OK
 from gpuheal.rules._util import num, show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "circuit-breaker-stuck"
 SCOPE = "gpu"
 SEVERITY = "warning"
-NEEDS = frozenset({NEEDS_MONITOR})
+NEEDS: tuple[Need, ...] = needs(Signal.BREAKERS)
 
 
 def hold(p):

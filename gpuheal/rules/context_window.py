@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from gpuheal.core.engine import Finding
 from gpuheal.rules._util import num, show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "context-window"
 SCOPE = "gpu"
 SEVERITY = "info"
-NEEDS = frozenset()
+NEEDS: tuple[Need, ...] = needs(Signal.BENCHMARK)
 
 
 def detect(view, alias, p):

@@ -8,13 +8,14 @@ below its Rule 1 clear temperature (80 °C).
 
 from __future__ import annotations
 
-from gpuheal.core.engine import NEEDS_MONITOR, Finding
+from gpuheal.core.engine import Finding
 from gpuheal.rules._util import show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "cooling-infrastructure"
 SCOPE = "fleet"
 SEVERITY = "critical"
-NEEDS = frozenset({NEEDS_MONITOR})
+NEEDS: tuple[Need, ...] = needs(Signal.TEMP)
 RULE1 = "thermal-critical"
 
 

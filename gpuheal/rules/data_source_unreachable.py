@@ -11,11 +11,12 @@ Resolves on the first usable monitor poll. Without gpu-monitor (readings from sm
 from __future__ import annotations
 
 from gpuheal.core.engine import Finding
+from gpuheal.signals import Need, Signal, needs
 
 ID = "data-source-unreachable"
 SCOPE = "fleet"
 SEVERITY = "warning"
-NEEDS = frozenset()
+NEEDS: tuple[Need, ...] = needs(Signal.SOURCE_HEALTH)
 INHIBITS = "monitor"
 
 

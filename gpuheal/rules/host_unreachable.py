@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from gpuheal.core.engine import Finding
 from gpuheal.model import ENDPOINT_OK, UNREACHABLE_STATES
+from gpuheal.signals import Need
 
 ID = "host-unreachable"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS = frozenset()
+NEEDS: tuple[Need, ...] = ()
 INHIBITS = "host"
 
 

@@ -24,13 +24,14 @@ gpu-monitor only when it was usable this poll, so it works without gpu-monitor.
 from __future__ import annotations
 
 from gpuheal.core.decode import decode_state
-from gpuheal.core.engine import NEEDS_ENDPOINT, Finding
+from gpuheal.core.engine import Finding
 from gpuheal.rules._util import num, show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "model-stuck"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS = frozenset({NEEDS_ENDPOINT})
+NEEDS: tuple[Need, ...] = needs(Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS))
 
 SOURCE_MONITOR = "gpu-monitor"
 SOURCE_METRICS = "llama-server /metrics"

@@ -7,13 +7,14 @@ stays critical instead of flapping.
 
 from __future__ import annotations
 
-from gpuheal.core.engine import NEEDS_MONITOR, Finding
+from gpuheal.core.engine import Finding
 from gpuheal.rules._util import show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "thermal-critical"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS = frozenset({NEEDS_MONITOR})
+NEEDS: tuple[Need, ...] = needs(Signal.TEMP)
 
 
 def detect(view, alias, p):

@@ -8,13 +8,13 @@ not merely when it stops rising.
 
 from __future__ import annotations
 
-from gpuheal.core.engine import NEEDS_MONITOR
 from gpuheal.rules.thermal_warning import current_temp, rising_above
+from gpuheal.signals import Need, Signal, needs
 
 ID = "thermal-rising"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS = frozenset({NEEDS_MONITOR})
+NEEDS: tuple[Need, ...] = needs(Signal.TEMP, Signal.TEMP_TREND)
 
 
 def detect(view, alias, p):

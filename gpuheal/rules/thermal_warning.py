@@ -9,13 +9,14 @@ no Zulip alert (contract: "no alert"). Recovers when the rise drops below ``clea
 from __future__ import annotations
 
 from gpuheal.core import timing
-from gpuheal.core.engine import NEEDS_MONITOR, Finding
+from gpuheal.core.engine import Finding
 from gpuheal.rules._util import num, show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "thermal-warning"
 SCOPE = "gpu"
 SEVERITY = "warning"
-NEEDS = frozenset({NEEDS_MONITOR})
+NEEDS: tuple[Need, ...] = needs(Signal.TEMP, Signal.TEMP_TREND)
 
 
 def rise(view, alias, p):

@@ -13,13 +13,14 @@ is not a leak. Recovers when the rate drops below the threshold (the spec's veri
 from __future__ import annotations
 
 from gpuheal.core import timing
-from gpuheal.core.engine import NEEDS_MONITOR, Finding
+from gpuheal.core.engine import Finding
 from gpuheal.rules._util import num, show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "vram-leak"
 SCOPE = "gpu"
 SEVERITY = "warning"
-NEEDS = frozenset({NEEDS_MONITOR})
+NEEDS: tuple[Need, ...] = needs(Signal.VRAM, Signal.VRAM_TREND)
 
 
 def _fit(view, alias, p, min_span_h=None, min_samples=None):

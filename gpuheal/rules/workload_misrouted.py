@@ -11,13 +11,14 @@ alias audit" is an escalation on how long the issue has been open (its ``since``
 
 from __future__ import annotations
 
-from gpuheal.core.engine import NEEDS_MONITOR, Finding
+from gpuheal.core.engine import Finding
 from gpuheal.rules._util import num, show
+from gpuheal.signals import Need, Signal, needs
 
 ID = "workload-misrouted"
 SCOPE = "gpu"
 SEVERITY = "info"
-NEEDS = frozenset({NEEDS_MONITOR})
+NEEDS: tuple[Need, ...] = needs(Signal.REQUEST_SHARE)
 
 
 def _shares(view, window_s, min_requests):

@@ -144,11 +144,14 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
     doc, prom, readings = polled.doc, polled.prom, polled.readings
     configured = {g.host for g in cfg.gpus}
     unmatched = tuple(sorted(h for h in (doc.hosts if doc else {}) if h not in configured))
+    fallback = readings is not None and cfg.monitor is not None
     return Observation(
         at=now,
         gpus=gpus,
-        monitor_ok=(doc is not None or (prom is not None and prom.ok)) if readings is None else readings.hosts_ok > 0,
-        source="smi" if readings is not None else "monitor" if prom is None else "prometheus",
+        monitor_ok=(doc is not None or (prom is not None and prom.ok)) if readings is None or fallback
+        else readings.hosts_ok > 0,
+        source=_source_of(cfg, fallback),
+        fallback_ok=fallback and readings.hosts_ok > 0,
         litellm_ok=None if not cfg.litellm.url else polled.litellm_fault is None,
         faults=tuple(faults),
         warnings=tuple(polled.warnings),
@@ -180,7 +183,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
 
             source_f = pool.submit(prometheus.read, cfg, now.timestamp(), memory)
         elif cfg.monitor is not None:
-            source_f = pool.submit(fetch_monitor, cfg)
+            source_f = pool.submit(_monitor_or_fallback, cfg, deadline, transports)
         else:
             source_f = pool.submit(_sense_smi, cfg, deadline, transports)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
@@ -196,7 +199,9 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         prom = source
         faults, warnings = prom.faults, prom.warnings
     elif cfg.monitor is not None:
-        doc, faults, warnings = source
+        doc, faults, warnings, readings = source
+        if readings is not None and readings.faults:  # the monitor's fault says why; these say what else failed
+            warnings = [*warnings, _fallback_warning(readings.faults)]
     else:
         readings = source
         faults, warnings = readings.faults, ()
@@ -262,6 +267,32 @@ def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[d
     if bench is not None:
         values["bench_tok_s"], values["bench_measured_at"] = bench
     return values, problem
+
+
+def _source_of(cfg: Config, fallback: bool) -> str:
+    """The poll's :class:`gpuheal.signals.Source`, as its value."""
+    from gpuheal.signals import Source, configured_source
+
+    return Source.FALLBACK.value if fallback else configured_source(cfg).value
+
+
+def _monitor_or_fallback(cfg: Config, deadline_s: float, transports: Any):
+    """gpu-monitor; when it is unusable, nvidia-smi / rocm-smi on every host over each GPU's own
+    transport, local or ssh (Rule 7.3: "meanwhile nvidia-smi/rocm-smi directly"), so a GPU that
+    overheats while the monitor is down is still judged, by the same rules (issue 19).
+    → (document or None, faults, warnings, the fallback's readings or None)."""
+    doc, faults, warnings = fetch_monitor(cfg)
+    if doc is not None or not cfg.monitor.fallback_smi:
+        return doc, faults, warnings, None
+    return doc, faults, warnings, _sense_smi(cfg, deadline_s, transports)
+
+
+def _fallback_warning(faults: list[DataFault]) -> str:
+    """One line for the Rule 7.3 fallback's failures: gpu-monitor's own fault already makes the poll
+    degraded, so they are not per-GPU faults every poll of the outage."""
+    shown = "; ".join(f"{f.source}: {f.detail}" for f in faults[:3])
+    more = f" (+{len(faults) - 3} more)" if len(faults) > 3 else ""
+    return f"Rule 7.3 fallback (nvidia-smi / rocm-smi while gpu-monitor is unusable) failed for {shown}{more}"
 
 
 def _sense_smi(cfg: Config, deadline_s: float, transports: Any):

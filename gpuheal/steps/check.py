@@ -16,6 +16,7 @@ from gpuheal.config import Config
 from gpuheal.core import timing
 from gpuheal.core.health import health_document
 from gpuheal.model import Observation
+from gpuheal.signals import configured_source, spec
 from gpuheal.state import files
 from gpuheal.state.files import GPU_HEALTH as HEALTH_FILE  # noqa: E402
 from gpuheal.state.files import HISTORY as HISTORY_FILE  # noqa: E402
@@ -115,9 +116,10 @@ def run(
 ) -> CheckResult:
     """``transports``: the run's transport pool (``heal`` shares its SSH connections with the smi
     sensing of a config without gpu-monitor: one connection per host per run)."""
-    # with Prometheus the trends come from PromQL where the data lives: no per-poll history
-    # (issue 13), so the state directory stays flat as the fleet grows
-    keep_history = cfg.prometheus is None
+    # a source that computes trends where its data lives (Prometheus: PromQL) needs no per-poll
+    # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
+    # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
+    keep_history = not spec(configured_source(cfg)).computes_trends
     if obs is None:
         obs, history = _sense_and_load(cfg, store, now, transports, keep_history)
     else:
@@ -130,8 +132,9 @@ def run(
     health = health_document(obs, evaluation.issues, actions=[])
     _add_decode_progress(health, now.timestamp())
     from gpuheal.core.coverage import rules_off
+    from gpuheal.rules import ALL
 
-    health["rules_off"] = rules_off(obs.source, obs)
+    health["rules_off"] = rules_off(obs.source, obs, ALL)
     if keep_history:
         save_history(store, cfg, history, now)
     return CheckResult(obs=obs, history=history, issues=evaluation.issues, health=health, evaluation=evaluation)

@@ -9,7 +9,7 @@ run, in order (:meth:`Heal.run`, and the methods below it in the same order):
 2. plans the firing issues with every guard (:mod:`gpuheal.core.plan`);
 3. executes each ``act`` item (:mod:`gpuheal.actions.execute`), escalates the rest;
 4. undoes load-side mitigations of GPUs that stayed cool (``restore-load``);
-5. probes GPUs directly while gpu-monitor is down (Rule 7.3);
+5. (Rule 7.3's direct smi probes while gpu-monitor is down are part of the poll: sources/sense);
 6. counts the clean cycle (the All Clear on every Nth) and saves.
 
 The decisions are the pure core's; this module loads, calls the core, performs what it returns,
@@ -31,11 +31,13 @@ from gpuheal.core.heal_state import Escalation, HealState
 from gpuheal.core.plan import NoRestore, PlanItem, plan, restore_action
 from gpuheal.state import files
 
-DSU = ("fleet", "data-source-unreachable")
 FAILED_VERIFICATION = {
     verify.WINDOW_PASSED: "verification window passed, issue still open",
     verify.STILL_BROKEN: "still broken at the first poll that could judge it (past the startup grace)",
 }
+
+
+ACTIONABLE = ("warning", "critical")  # contract "Alerts": what resets the All Clear count
 
 
 class Heal:
@@ -71,12 +73,11 @@ class Heal:
                 acted |= self._handle(item)  # 2-3. plan, then show (dry-run) or act
             if self.apply:  # 4. give cooled GPUs their load back
                 acted |= self._undo_mitigations(set(still_open), gpu_filter)
-                if DSU in open_now:  # 5. Rule 7.3: not blind while gpu-monitor is down
-                    self._probe_directly(health, gpu_filter)
         finally:
             self.effects.close()
         if self.apply:  # 6. count the clean cycle, save
-            self.rec.count_clean_cycle(not result.issues and not acted, int(self.cfg.zulip["all_clear_every"]))
+            actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]  # never an info advice
+            self.rec.count_clean_cycle(not actionable and not acted, int(self.cfg.zulip["all_clear_every"]))
             self.state = self.state.pruned(self.now_s, verify.OPEN)
             self._save()
             self.store.write(files.ALERTS, self.rec.alerts.to_json())
@@ -93,9 +94,8 @@ class Heal:
 
         if gpu_filter and gpu_filter not in self.cfg.aliases and gpu_filter != "fleet":
             raise GpuhealError(f"--gpu {gpu_filter!r}: no such alias (known: {', '.join(self.cfg.aliases)})")
-        smi = self.cfg.monitor is None and self.cfg.prometheus is None
-        try:
-            return check.run(self.cfg, self.store, self.now, transports=self.effects.transports() if smi else None)
+        try:  # the pool opens a connection only if smi sensing (or its Rule 7.3 fallback) asks for one
+            return check.run(self.cfg, self.store, self.now, transports=self.effects.sensing())
         except BaseException:
             self.effects.close()
             raise
@@ -228,15 +228,6 @@ class Heal:
             return
         reason = f"could not restore the load on {subject.gpu} after {failures} tries ({error}); it still runs shed"
         self._escalate(subject, reason, [f"restore-load × {failures}"], run_id, hold=False)
-
-    # ------------------------------------------------------------------ 5. probe while blind
-    def _probe_directly(self, health: dict[str, Any], gpu_filter: str | None) -> None:
-        from gpuheal.actions.smi_probe import fill, probe_all
-
-        probes = probe_all(self.cfg, self.effects.run, self.secrets, gpu_filter)
-        for p in probes:
-            fill(health, p)
-        self.rec.probes(probes)
 
     # ------------------------------------------------------------------ helpers
     def _queue(

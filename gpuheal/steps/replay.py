@@ -67,6 +67,7 @@ class ReplayResult:
     warnings: list[str] = field(default_factory=list)
     start: str | None = None
     end: str | None = None
+    rules_off: list[dict[str, Any]] = field(default_factory=list)  # as the trace's last poll's check said
 
     @property
     def fired(self) -> list[dict[str, Any]]:
@@ -201,6 +202,11 @@ def replay(cfg: Config, observations: list[Observation]) -> ReplayResult:
     result.start = format_iso(observations[0].at) if observations else None
     result.end = format_iso(observations[-1].at) if observations else None
     result.open_at_end = list(ev.issues) if ev is not None else []
+    if observations:  # from the source each poll recorded, never from this config's sections (issue 19)
+        from gpuheal.core.coverage import rules_off
+        from gpuheal.rules import ALL
+
+        result.rules_off = rules_off(observations[-1].source, observations[-1], ALL)
     return result
 
 
@@ -210,7 +216,7 @@ def document(result: ReplayResult, trace: Path, cfg: Config) -> dict[str, Any]:
         {"trace", "polls", "start", "end", "gpus": [ALIAS, ...],
          "timeline": [{"poll", "at", "gpu", "issue", "severity",
                        "event": "pending|firing|resolved|dropped", "since", "summary", "detected"}],
-         "fired": N, "resolved": N, "open_at_end": [ISSUE, ...], "warnings": [...]}
+         "fired": N, "resolved": N, "open_at_end": [ISSUE, ...], "rules_off": [...], "warnings": [...]}
     """
     return {
         "trace": str(trace),
@@ -222,6 +228,7 @@ def document(result: ReplayResult, trace: Path, cfg: Config) -> dict[str, Any]:
         "fired": len(result.fired),
         "resolved": sum(1 for t in result.timeline if t["event"] == "resolved"),
         "open_at_end": result.open_at_end,
+        "rules_off": result.rules_off,
         "warnings": result.warnings,
     }
 

@@ -1,0 +1,151 @@
+"""What a rule needs and what a source gives, written down where the code can check it (issue 19).
+
+A :class:`Signal` is one thing the rules read (a temperature, a failure ratio, decode progress…).
+Each GPU source declares the signals it provides (:data:`SOURCES`); each rule declares the signals
+it needs (``NEEDS``: a tuple of :class:`Need`, each satisfied by any one of its alternatives — Rule 3
+needs a failure ratio *or* decode progress). Two things follow from the two declarations and from
+nothing else — never from which config section exists:
+
+- **coverage** (:func:`unmet`, used by ``core/coverage``): a rule whose needs the configured source
+  cannot meet is listed in ``rules_off`` with the reason and the fix, so a rule that silently never
+  judges cannot exist;
+- **the per-poll gate** (``core/engine``): a signal the source did not deliver *this poll* (gpu-monitor
+  down, the fallback answered) makes the rule "not known" for the poll — its hold neither advances
+  nor resets, and it is not listed off.
+
+How a trend is computed follows from :attr:`SourceSpec.computes_trends`: a source that keeps its own
+history (Prometheus: PromQL over the rule's window) gives the trend with each reading; a per-poll
+source (gpu-monitor, nvidia-smi / rocm-smi, the Rule 7 fallback) gives readings that gpuheal records
+in its own history, the same way whatever the source, and the trend is fitted there.
+
+Pure: no IO, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Signal(StrEnum):
+    """A signal the rules read. Values are stable names (``rules_off`` and doctor print them)."""
+
+    TEMP = "temperature"
+    TEMP_TREND = "temperature trend"
+    VRAM = "VRAM used"
+    VRAM_TREND = "VRAM trend"
+    UTIL = "utilisation"
+    POWER = "power"
+    FAILURE_RATIO = "request failure ratio"
+    DECODE_PROGRESS = "decode progress (/metrics)"
+    BREAKERS = "LiteLLM circuit breakers"
+    REQUEST_SHARE = "per-GPU request counts"
+    SOURCE_HEALTH = "GPU data source availability"
+    ENDPOINT = "llama-server direct probe"
+    BENCHMARK = "benchmark results"
+
+
+class Source(StrEnum):
+    """Where one poll's GPU readings came from (the ``source`` of an observation and a trace)."""
+
+    MONITOR = "monitor"
+    SMI = "smi"
+    PROMETHEUS = "prometheus"
+    FALLBACK = "smi-fallback"  # Rule 7.3: nvidia-smi / rocm-smi while gpu-monitor is unusable
+
+
+@dataclass(frozen=True)
+class Need:
+    """One need of a rule: any one of ``any_of`` satisfies it."""
+
+    any_of: tuple[Signal, ...]
+
+    def met(self, provided: frozenset[Signal]) -> bool:
+        return any(s in provided for s in self.any_of)
+
+    def describe(self) -> str:
+        return " or ".join(s.value for s in self.any_of)
+
+
+def needs(*groups: Signal | tuple[Signal, ...]) -> tuple[Need, ...]:
+    """``needs(Signal.TEMP, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS))``: each argument one
+    need, a tuple being alternatives."""
+    return tuple(Need(g if isinstance(g, tuple) else (g,)) for g in groups)
+
+
+_READINGS = frozenset({Signal.TEMP, Signal.VRAM, Signal.UTIL, Signal.POWER, Signal.TEMP_TREND, Signal.VRAM_TREND})
+# Signals every mode has: gpuheal's own direct probe, its own benchmarks, llama-server's /metrics
+# (whether a GPU's server serves it is per GPU, see :func:`per_gpu`).
+ALWAYS = frozenset({Signal.ENDPOINT, Signal.BENCHMARK, Signal.DECODE_PROGRESS})
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A GPU source's declaration: what it provides, whether it computes trends itself, and what
+    an operator does to get what it lacks."""
+
+    source: Source
+    provides: frozenset[Signal]
+    computes_trends: bool
+    lacks_why: str
+    lacks_fix: str
+
+
+NO_MONITOR_FIX = "configure monitor.url to read them from gpu-monitor"
+
+SOURCES: dict[Source, SourceSpec] = {
+    Source.MONITOR: SourceSpec(
+        Source.MONITOR,
+        _READINGS | {Signal.FAILURE_RATIO, Signal.BREAKERS, Signal.REQUEST_SHARE, Signal.SOURCE_HEALTH},
+        computes_trends=False, lacks_why="", lacks_fix="",
+    ),
+    Source.SMI: SourceSpec(
+        Source.SMI, _READINGS, computes_trends=False,
+        lacks_why="no gpu-monitor configured (monitor:); GPU readings come from nvidia-smi / rocm-smi per host",
+        lacks_fix=NO_MONITOR_FIX,
+    ),
+    Source.PROMETHEUS: SourceSpec(
+        Source.PROMETHEUS, _READINGS | {Signal.SOURCE_HEALTH}, computes_trends=True,
+        lacks_why="GPU readings come from Prometheus (prometheus:), which holds no LiteLLM request data",
+        lacks_fix=NO_MONITOR_FIX,
+    ),
+    # While gpu-monitor is unusable: the GPU readings only (Rule 7.3), and that the monitor is down (Rule 7
+    # keeps judging it). Never a configured mode.
+    Source.FALLBACK: SourceSpec(
+        Source.FALLBACK, _READINGS | {Signal.SOURCE_HEALTH}, computes_trends=False,
+        lacks_why="gpu-monitor is unusable this poll", lacks_fix="",
+    ),
+}
+
+
+def spec(source: str) -> SourceSpec:
+    """The declaration of ``source`` (an unknown name — a damaged trace — provides nothing)."""
+    try:
+        return SOURCES[Source(source)]
+    except ValueError:
+        return SourceSpec(Source.SMI, frozenset(), False, f"unknown GPU source {source!r}", "")
+
+
+def per_gpu(base: frozenset[Signal], *, serves_metrics: bool | None, reachable: bool | None) -> frozenset[Signal]:
+    """What one GPU has this poll: the source's signals, less decode progress when its llama-server
+    serves no ``/metrics`` (``False``; ``None`` = not known yet, assumed), less the direct probe when
+    it did not answer (``reachable`` not ``True``)."""
+    out = set(base | ALWAYS)
+    if serves_metrics is False:
+        out.discard(Signal.DECODE_PROGRESS)
+    if reachable is not True:
+        out.discard(Signal.ENDPOINT)
+    return frozenset(out)
+
+
+def unmet(rule_needs: tuple[Need, ...], provided: frozenset[Signal]) -> tuple[Need, ...]:
+    """The needs ``provided`` does not meet (empty: the rule can judge)."""
+    return tuple(n for n in rule_needs if not n.met(provided))
+
+
+def configured_source(cfg: object) -> Source:
+    """The GPU source a config sets up — the one place that reads which section exists: ``prometheus:``,
+    else ``monitor:``, else nvidia-smi / rocm-smi on each host."""
+    if getattr(cfg, "prometheus", None) is not None:
+        return Source.PROMETHEUS
+    return Source.MONITOR if getattr(cfg, "monitor", None) is not None else Source.SMI
