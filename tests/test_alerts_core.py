@@ -130,3 +130,70 @@ def test_wrong_typed_fields_of_a_queued_alert_and_a_dedup_entry_are_read_as_not_
     alerts.prune_sent(data, open_keys, NOW)
     assert data.sent == {}, "a junk time and no alert to say which issue: nothing to keep it for"
     assert alerts.AlertQueue.from_json(data.to_json()).to_json() == data.to_json()
+
+
+# --------------------------------------------------------------------------- one cause, one message
+
+
+def _msgs(*pairs, kind="escalated"):
+    return [alerts.Message(replace(escalated(g, i), kind=kind)) for g, i in pairs]
+
+
+def no_label(_gpu):
+    return ""
+
+
+def test_a_gpus_thermal_tiers_are_one_incident_whatever_the_queue_order():
+    out = alerts.group(_msgs(("a", "thermal-warning"), ("a", "thermal-critical"), ("a", "thermal-rising")),
+                       no_label, 10)
+    assert len(out) == 1 and out[0].alert.issue == "thermal-critical"
+    assert sorted(t.issue for t in out[0].tiers) == ["thermal-rising", "thermal-warning"]
+    assert len(out[0].members) == 3
+
+
+def test_tier_two_inhibits_tier_one_only_on_the_same_gpu():
+    out = alerts.group(_msgs(("a", "thermal-rising"), ("a", "thermal-warning"), ("b", "thermal-warning")),
+                       no_label, 10)
+    assert [(m.alert.gpu, m.alert.issue, [t.issue for t in m.tiers]) for m in out] == [
+        ("a", "thermal-rising", ["thermal-warning"]), ("b", "thermal-warning", [])]
+
+
+def test_one_kind_across_gpus_is_one_message_and_a_label_splits_it():
+    pairs = [(f"n{i}", "thermal-critical") for i in range(6)]
+    assert len(alerts.group(_msgs(*pairs), no_label, 10)) == 1
+    out = alerts.group(_msgs(*pairs), lambda g: "r1" if g < "n3" else "r2", 10)
+    assert [sorted(str(m.alert.gpu) for m in msg.incidents) for msg in out] == [["n0", "n1", "n2"], ["n3", "n4", "n5"]]
+
+
+def test_fleet_alerts_and_kinds_never_merge():
+    out = alerts.group(_msgs(("fleet", "cooling-infrastructure"), ("fleet", "data-source-unreachable"))
+                       + _msgs(("a", "thermal-critical"), kind="resolved") + _msgs(("b", "thermal-critical")),
+                       no_label, 10)
+    assert len(out) == 4
+
+
+def test_the_budget_keeps_every_member_in_one_summary():
+    pairs = [(f"n{i}", issue) for i, issue in enumerate(["vram-leak", "model-stuck", "host-unreachable",
+                                                           "benchmark-regression", "api-key-mismatch"])]
+    msgs = _msgs(*pairs)
+    out = alerts.group(msgs, no_label, 3)
+    assert len(out) == 3 and out[-1].summary and not out[0].summary
+    assert sorted(a.gpu for m in out for a in m.members) == sorted(g for g, _ in pairs)
+
+
+def test_a_group_of_ten_thousand_fits_one_message_and_names_what_it_can():
+    from gpuheal.render.incident import MAX_CHARS, group_content
+
+    incidents = [{"gpu": f"gpu-{i:05d}", "issue": "thermal-critical", "detected": {"temp_c": 90}, "tried": []}
+                 for i in range(10_000)]
+    text = group_content(incidents, kind="escalated", issue="thermal-critical", summary=False, labels={})
+    assert len(text) <= MAX_CHARS
+    assert "gpu-00000" in text and "more." in text and "10000 GPUs" in text
+
+
+def test_hostile_gpu_text_is_escaped_in_the_table():
+    from gpuheal.render.incident import group_content
+
+    incidents = [{"gpu": "a|b", "issue": "x", "detected": {"temp_c": "@**all**"}, "summary": "`boom`"}]
+    text = group_content(incidents, kind="escalated", issue="x", summary=False, labels={})
+    assert "a\\|b" in text and "@**all**" not in text and "\\`boom\\`" in text

@@ -336,6 +336,7 @@ def _gpu(
         gpu_index=raw.get("gpu_index"),
         unified_memory=raw.get("unified_memory"),
         prometheus_match=raw.get("prometheus_match"),
+        labels=dict(raw.get("labels") or {}),
         commands=commands,
         rules=rules,
     )

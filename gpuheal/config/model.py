@@ -101,6 +101,7 @@ class GpuConfig:
     gpu_index: int | None = None  # index on its host (smi row, gpu-monitor ``index``); None = the only GPU
     unified_memory: bool | None = None  # AMD APU: GTT is the memory; None = decided from the product
     prometheus_match: str | None = None  # value of prometheus.labels.match for this GPU's series
+    labels: dict[str, str] = field(default_factory=dict)  # grouping labels: rack, site (zulip.group_by)
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
 

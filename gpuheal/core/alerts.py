@@ -273,8 +273,9 @@ def normalise(data: Any) -> dict[str, Any]:
 
 
 def count_clean_cycle(data: AlertQueue, clean: bool, every: int, now_s: float) -> None:
-    """Contract: the All Clear on every Nth clean cycle (no open issue, no action); any other
-    cycle, and each All Clear, starts the count over."""
+    """Contract: the All Clear on every Nth clean cycle (no open warning or critical issue — an open
+    ``info`` recommendation is no problem — and no action); any other cycle, and each All Clear,
+    starts the count over."""
     if not clean:
         data.clean_cycles = 0
         return
@@ -289,13 +290,89 @@ def count_clean_cycle(data: AlertQueue, clean: bool, every: int, now_s: float) -
 
 @dataclass
 class Message:
+    """One Zulip message: an incident (a GPU's alert, what its host's outage absorbed, the lower tiers
+    its issue inhibits), the same cause on other GPUs (``peers``), or the run's over-budget summary."""
+
     alert: Alert
     folded: list[Alert] = field(default_factory=list)  # queued alerts sent inside this one
     mentioned: list[Alert] = field(default_factory=list)  # already-absorbed, still open
+    tiers: list[Alert] = field(default_factory=list)  # the same GPU's lower tiers, inhibited in the message
+    peers: list[Message] = field(default_factory=list)  # other GPUs' incidents of the same cause
+    summary: bool = False  # the rest of the run, beyond zulip.max_messages_per_run
 
     @property
     def members(self) -> list[Alert]:
-        return [self.alert, *self.folded]
+        own = [self.alert, *self.folded, *self.tiers]
+        return own + [a for p in self.peers for a in p.members]
+
+    @property
+    def incidents(self) -> list[Message]:
+        """This message's incidents, its own first."""
+        return [self, *self.peers]
+
+
+# Alertmanager's inhibit_rules, per GPU: a firing tier hides the lower tiers of the same cause in the
+# message (Rule 1 over Rule 8's two tiers; Rule 8 tier 2 over tier 1) — one incident, one line each.
+TIER_INHIBITS: dict[str, tuple[str, ...]] = {
+    "thermal-critical": ("thermal-rising", "thermal-warning"),
+    "thermal-rising": ("thermal-warning",),
+}
+GROUPED_KINDS = ("escalated", "resolved")
+
+
+def group(messages: list[Message], label_of: Callable[[str], str], max_messages: int) -> list[Message]:
+    """One cause, one message (contract "Alerts"): each GPU's alerts become one incident, incidents of
+    the same kind sharing a group label become one message naming every GPU, and a run sends at most
+    ``max_messages`` (the rest folded into one summary). Dedup, reminders and All Clear stay per
+    (GPU, issue) underneath: every member is recorded as sent on its own fingerprint."""
+    incidents = _incidents(messages)
+    grouped: list[Message] = []
+    by_cause: dict[tuple[Any, ...], Message] = {}
+    for msg in incidents:
+        key = _cause(msg, label_of)
+        if key is None:
+            grouped.append(msg)
+        elif key in by_cause:
+            by_cause[key].peers.append(msg)
+        else:
+            by_cause[key] = msg
+            grouped.append(msg)
+    if len(grouped) <= max_messages:
+        return grouped
+    keep, rest = grouped[: max_messages - 1], grouped[max_messages - 1 :]
+    first = rest[0]
+    return [*keep, Message(first.alert, first.folded, first.mentioned, first.tiers,
+                           [*first.peers, *[m for r in rest[1:] for m in r.incidents]], summary=True)]
+
+
+def _incidents(messages: list[Message]) -> list[Message]:
+    """A GPU's lower thermal tiers go inside its highest tier's message (same kind, same run)."""
+    heads: dict[tuple[Any, str | None], Message] = {}
+    for msg in messages:
+        a, key = msg.alert, (msg.alert.gpu, msg.alert.kind)
+        if a.issue in TIER_INHIBITS and not msg.folded and not a.reminder:
+            head = heads.get(key)
+            if head is None or str(head.alert.issue) in TIER_INHIBITS.get(str(a.issue), ()):
+                heads[key] = msg  # the highest tier of this GPU's thermal incident so far
+    out: list[Message] = []
+    for msg in messages:
+        a = msg.alert
+        head = heads.get((a.gpu, a.kind))
+        if head is not None and head is not msg and a.issue in TIER_INHIBITS.get(str(head.alert.issue), ()) \
+                and not msg.folded and not a.reminder:
+            head.tiers.append(a)
+            continue
+        out.append(msg)
+    return out
+
+
+def _cause(msg: Message, label_of: Callable[[str], str]) -> tuple[Any, ...] | None:
+    """What groups this incident with others: (kind, issue, reminder or not, group label); ``None``
+    when it stands alone (a fleet-wide issue, a host outage carrying folded alerts, a report)."""
+    a = msg.alert
+    if a.kind not in GROUPED_KINDS or a.gpu in (None, "fleet") or msg.folded or msg.mentioned:
+        return None
+    return (a.kind, a.issue, bool(a.reminder), label_of(str(a.gpu)))
 
 
 def open_issue_keys(health: Any) -> set[tuple[str, str]] | None:

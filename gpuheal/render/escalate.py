@@ -21,6 +21,10 @@ def message_entry(msg: Message, title: str, message_id: int | None = None) -> di
         "title": title,
         "message_id": message_id,
         "folded": [f.fingerprint for f in msg.folded],
+        # one cause, one message (issue 21): the other GPUs and the inhibited lower tiers it carries
+        "gpus": sorted({str(m.alert.gpu) for m in msg.incidents}),
+        "grouped": [f.fingerprint for f in msg.members if f is not a and f not in msg.folded],
+        "summary": msg.summary,
     }
 
 

@@ -118,8 +118,11 @@ def alert_content(
     folded: list[dict[str, Any]] | None = None,
     repeat_interval_h: float = 4.0,
     host_aliases: dict[str, str] | None = None,
+    inhibited: list[dict[str, Any]] | None = None,
 ) -> str:
     """The full message: title line, then the evidence (what, tried, how often, since when).
+
+    ``inhibited``: the same GPU's lower tiers of this issue (one incident, issue 21), one line each.
 
     ``host_aliases`` ({host: alias}) rewrites host names inside the evidence (journal lines,
     process lists) to the GPU's alias, so the alias stays the only identifier (L6).
@@ -128,6 +131,10 @@ def alert_content(
     if kind == "report":
         return str(alert.get("content") or alert_title(alert))
     body = _body(alert, now, folded, repeat_interval_h)
+    if inhibited:
+        gpu = md(alert.get("gpu"), 64)
+        body += f"\n**Also firing on {gpu} (the same incident, a lower tier):**\n"
+        body += "\n".join(_folded_line(other, now) for other in inhibited) + "\n"
     if host_aliases:
         body = aliases_for_hosts(body, host_aliases)
     return alert_title(alert) + "\n\n" + body

@@ -13,7 +13,11 @@ Orchestration only: what to send — reminders, folding, dedup — is decided by
    lists them); while an escalated ``host-unreachable`` of that host stays open, later
    escalations of the same host are absorbed without a message of their own (they appear in
    its reminders), and are re-sent on their own when the host's resolution goes out;
-4. sends the messages oldest first. One per (gpu, issue) fingerprint and state: an alert whose
+4. **groups** (:func:`gpuheal.core.alerts.group`): a GPU's lower thermal tiers go inside its highest
+   tier's message (one incident); incidents of the same kind and issue sharing a ``zulip.group_by``
+   label are one message naming every GPU; at most ``zulip.max_messages_per_run`` messages, the rest
+   folded into one summary — one cause, one message;
+5. sends the messages oldest first. One per (gpu, issue) fingerprint and state: an alert whose
    state was already sent is dropped as a duplicate.
 
 Failures keep every undelivered alert queued and make the exit status 1 (contract): a 429 whose
@@ -26,6 +30,8 @@ variable, exit 1. ``--dry-run`` prints the messages and changes nothing.
 ``--json`` document::
 
     {"dry_run": bool, "sent": [MSG], "would_send": [MSG + {"topic", "content"}],
+     "grouped": N (incidents sent inside another GPU's message of the same cause),
+     "over_budget": N (incidents folded into the summary past zulip.max_messages_per_run),
      "absorbed": [{"fingerprint", "folded_into"}], "dropped": [{"fingerprint", "reason"}],
      "queued": [{"fingerprint", "gpu", "issue", "kind", "reminder", "tries", "last_error",
                  "not_before"}],
@@ -77,6 +83,9 @@ def command(rt, store, dry_run: bool = False, post=None):
     out = _Outbox(rt, secrets)
     data.queue.extend(core.due_reminders(data, open_keys, now_s, out.interval_s))
     messages, absorbed, duplicates = core.fold(data, open_keys)
+    messages = core.group(messages, out.label_of, out.max_messages)
+    doc["grouped"] = sum(len(m.peers) for m in messages)
+    doc["over_budget"] = sum(len(m.incidents) for m in messages if m.summary)
     _settle(doc, data, duplicates, absorbed, now_s, out, dry_run)
     error: dict[str, Any] | None = None
     if dry_run:
@@ -122,6 +131,13 @@ class _Outbox:
         self.stream = str(rt.cfg.zulip["stream"])
         self.topic = zulip.fit_topic(str(rt.cfg.zulip["topic"]))
         self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
+        group_by = rt.cfg.zulip.get("group_by")
+        self._labels = {g.alias: g.labels.get(group_by, "") if group_by else "" for g in rt.cfg.gpus}
+        self.max_messages = int(rt.cfg.zulip["max_messages_per_run"])
+
+    def label_of(self, gpu: str) -> str:
+        """The GPU's ``zulip.group_by`` label ("" = none, or not configured)."""
+        return self._labels.get(gpu, "")
 
     def render(self, msg: Message) -> tuple[str, str]:
         """(title, content) of one message, secrets redacted, content fitted to Zulip's limit."""
@@ -129,6 +145,8 @@ class _Outbox:
         from gpuheal.redact import redact_text
         from gpuheal.render.report import alert_content, alert_title
 
+        if msg.peers or msg.summary:
+            return self._render_group(msg)
         alert = msg.alert.to_json()  # the renderer reads documents: a queued one may carry more
         title = redact_text(alert_title(alert), self.secrets)
         content = alert_content(
@@ -137,7 +155,21 @@ class _Outbox:
             folded=[a.to_json() for a in msg.folded + msg.mentioned],
             repeat_interval_h=self.interval_s / 3600.0,
             host_aliases=self.host_aliases,
+            inhibited=[a.to_json() for a in msg.tiers],
         )
+        return title, zulip.fit_content(redact_text(content, self.secrets))
+
+    def _render_group(self, msg: Message) -> tuple[str, str]:
+        """A group of GPUs with one cause (or the run's over-budget summary) as one table."""
+        from gpuheal import zulip
+        from gpuheal.redact import redact_text
+        from gpuheal.render.incident import group_content, group_title
+
+        incidents = [{**m.alert.to_json(), "tiers": [t.issue for t in m.tiers]} for m in msg.incidents]
+        kind, issue = str(msg.alert.kind), str(msg.alert.issue)
+        gpus = len({str(m.alert.gpu) for m in msg.incidents})
+        title = redact_text(group_title(kind, issue, gpus, msg.summary), self.secrets)
+        content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels)
         return title, zulip.fit_content(redact_text(content, self.secrets))
 
     def redacted(self, value: Any) -> Any:
@@ -216,15 +248,18 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
         outcome = _post(rt.cfg.zulip, creds, out.stream, msg.alert.topic or out.topic, content, post)
         if not outcome.ok:
             return _failed(rt.cfg, data, msg, outcome, now_s)
-        primary = msg.alert
-        core.record_sent(data, out.redacted_alert(primary), now_s, outcome.message_id)
-        for other in msg.folded:
-            into = primary.fingerprint
-            core.record_sent(data, out.redacted_alert(other), now_s, outcome.message_id, folded_into=into)
+        for incident in msg.incidents:  # dedup and reminders stay per (GPU, issue) underneath
+            primary = incident.alert
+            core.record_sent(data, out.redacted_alert(primary), now_s, outcome.message_id)
+            for other in incident.folded:
+                into = primary.fingerprint
+                core.record_sent(data, out.redacted_alert(other), now_s, outcome.message_id, folded_into=into)
+            for tier in incident.tiers:
+                core.record_sent(data, out.redacted_alert(tier), now_s, outcome.message_id)
+            if primary.kind == "resolved" and primary.issue == HOST_UNREACHABLE:
+                queue += [Message(a) for a in core.unfold(data, str(primary.gpu), open_keys)]
         data.remove(msg.members)
         doc["sent"].append(message_entry(msg, title, outcome.message_id))
-        if primary.kind == "resolved" and primary.issue == HOST_UNREACHABLE:
-            queue += [Message(a) for a in core.unfold(data, str(primary.gpu), open_keys)]
         store.write(files.ALERTS, out.redacted(data.to_json()))
     return None
 
