@@ -113,6 +113,7 @@ def run_mode(tmp_path: Path, mode: str, monkeypatch, seed: int) -> tuple[dict, l
     fleet = Fleet(tmp_path / mode, mode, monkeypatch)
     fired: dict[tuple[str, str], int] = {}
     off: list[dict] = []
+    LAST.pop(mode, None)
     try:
         for poll in range(POLLS):
             fleet.feed(poll)
@@ -123,6 +124,7 @@ def run_mode(tmp_path: Path, mode: str, monkeypatch, seed: int) -> tuple[dict, l
                 if issue["state"] == "firing":
                     fired.setdefault((issue["gpu"], issue["issue"]), poll)
             off = result.health["rules_off"]
+            LAST[mode] = result.issues
     finally:
         fleet.close()
     return fired, off
@@ -162,6 +164,7 @@ def test_a_trace_replays_as_it_ran_in_every_mode(outcomes, base, mode):
     assert result.rules_off == off
 
 
+LAST: dict[str, list[dict]] = {}  # each mode's last poll's issues
 GPU_READING_RULES = ("thermal-warning", "thermal-rising", "thermal-critical", "vram-leak")
 
 
@@ -185,6 +188,9 @@ def test_rule8_fires_at_72_degrees_as_through_gpu_monitor(outcomes):
 
 def test_the_fallback_judges_while_rule7_fires(outcomes):
     fired, off = outcomes["fallback"]
+    open_now = {(i["gpu"], i["issue"]): i for i in LAST["fallback"]}
+    dsu = open_now[("fleet", "data-source-unreachable")]["detected"]
+    assert dsu["source"] == "monitor" and dsu["fault"] == "refused", dsu
     assert fired.get(("fleet", "data-source-unreachable")) == 2  # the 3rd poll of the outage
     # gpu-monitor is configured: its rules are "not known" this outage, never listed off
     assert not {o["rule"] for o in off} & {"circuit-breaker-stuck", "workload-misrouted", "data-source-unreachable"}

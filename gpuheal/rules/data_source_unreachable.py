@@ -27,7 +27,9 @@ def detect(view, subject, p):
         return None  # no gpu-monitor configured: nothing to restart; smi faults are per GPU
     if view.obs.monitor_ok:
         return False
-    source = view.obs.source  # "monitor" (gpu-monitor) or "prometheus" (issue 13): the same rule
+    # the configured source: "monitor" (gpu-monitor; "smi-fallback" stands in for it while it is
+    # down, Rule 7.3) or "prometheus" (issue 13): the same rule
+    source = "monitor" if view.obs.source == "smi-fallback" else view.obs.source
     faults = view.obs.faults_for(source)
     fault = faults[0].fault if faults else "unusable"
     detail = faults[0].detail[:200] if faults else ""
