@@ -189,6 +189,12 @@ class FleetView:
     def provided(self, subject: str) -> frozenset[Signal]:
         """The signals this poll delivered for ``subject`` (a GPU alias, or ``fleet``): what the poll's
         source declares (``gpuheal.signals``) when it delivered, and the GPU's own llama-server probe."""
+        key = ("provided", subject)
+        if key not in self.cache:  # asked by every rule of every GPU: once per GPU and poll
+            self.cache[key] = self._provided(subject)
+        return self.cache[key]
+
+    def _provided(self, subject: str) -> frozenset[Signal]:
         obs = self.obs
         if obs is None:  # bench-only: gpuheal's own results
             return frozenset({Signal.BENCHMARK})
