@@ -91,6 +91,8 @@ def read_request(fd: int, settings: Settings) -> str | core.Refusal:
             why = "no complete request" if chunk is None else "connection closed before a complete request"
             return core.Refusal(400, f"{why} within {settings.deadline_s:g} s" if chunk is None else why)
         buf += chunk
+    if cut[0] > core.MAX_HEAD_BYTES:
+        return core.Refusal(400, f"request head over {core.MAX_HEAD_BYTES} bytes")
     head = core.parse_head(bytes(buf[: cut[0]]))
     if isinstance(head, core.Refusal):
         return head
@@ -152,8 +154,24 @@ def _answer(out_fd: int, outcome: Outcome) -> Outcome:
         while data:
             data = data[os.write(out_fd, data):]
     except OSError:  # the sender hung up: nothing to tell it
-        pass
+        return outcome
+    _linger(out_fd)
     return outcome
+
+
+def _linger(fd: int, wait_s: float = 1.0, max_bytes: int = 2 * core.MAX_BODY_BYTES) -> None:
+    """Half-close, then drain what the sender still sends, briefly: closing a socket with unread
+    input sends a reset, and the sender would lose the answer (a 401, a 400 for a 10 MB body)."""
+    import socket
+
+    try:
+        with socket.socket(fileno=os.dup(fd)) as sock:
+            sock.shutdown(socket.SHUT_WR)
+    except OSError:  # a pipe, or already gone
+        return
+    end, drained = time.monotonic() + wait_s, 0
+    while drained < max_bytes and (chunk := _read(fd, end)):
+        drained += len(chunk)
 
 
 def _hang_up(in_fd: int, out_fd: int) -> None:
@@ -194,12 +212,9 @@ def command(load_runtime: Callable[[], object], in_fd: int = 0, out_fd: int = 1)
 
 
 def _heal_cycle(rt, store) -> str:
-    """One ``heal --apply`` run on the store the wake already holds; the metrics textfile as cron's."""
+    """One ``heal --apply`` run on the store the wake already holds. The metrics textfile is left to
+    the next cron run (the CLI writes it; ``steps`` does not import ``metrics``)."""
     from gpuheal.steps import heal
 
     result = heal.command(rt, store, apply=True)
-    if rt.metrics_file:
-        from gpuheal.metrics import write_metrics
-
-        write_metrics(rt, store, Path(rt.metrics_file))
     return f"fleet {result.document.get('status')}, exit {result.exit_code}"
