@@ -179,6 +179,8 @@ def test_litellm_and_any_json_are_accepted(tmp_path):
     assert outcome.status == 202 and "litellm budget_crossed: deployment down" in outcome.detail
     assert "hashed" not in outcome.detail
     assert exchange(tmp_path, post(b"[1, 2]"), now=T0 + timedelta(seconds=60))[0].status == 202
+    slack = exchange(tmp_path, post(b'{"text": "Deployment gpu-a down\\nmore"}'), now=T0 + timedelta(seconds=120))[0]
+    assert "text: Deployment gpu-a down\\nmore" in slack.detail
 
 
 def test_a_held_state_lock_answers_at_once_and_runs_nothing(tmp_path):
@@ -264,3 +266,40 @@ def test_the_cli_answers_500_when_the_config_does_not_load(tmp_path):
 def test_the_cli_without_its_token_variable_says_so_and_refuses(tmp_path):
     proc, answer = run_cli(tmp_path, post(), env_token=None)
     assert status_of(answer) == 401 and "$GPUHEAL_WAKE_TOKEN is not set" in proc.stderr
+
+
+# --------------------------------------------------------------------------- config and doctor
+
+MINIMAL = {"monitor": {"url": "http://127.0.0.1:9"}, "litellm": {"url": "http://127.0.0.1:9"},
+           "gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:9", "vram_total_mb": 24576}]}  # fmt: skip
+
+
+def wake_rows(raw, environ):
+    from gpuheal.config import load_config_dict
+    from gpuheal.doctor import Context
+    from gpuheal.doctor.checks import local_probes
+
+    ctx = Context(load_config_dict(raw), "/nonexistent-state", environ)
+    return [p.run() for p in local_probes(ctx) if p.check == "wake token"]
+
+
+def test_wake_config_defaults_and_keys():
+    from gpuheal.config import load_config_dict
+    from gpuheal.errors import ConfigError
+
+    cfg = load_config_dict(dict(MINIMAL))
+    assert (cfg.wake.token_env, cfg.wake.min_interval_s, cfg.wake.configured) == ("GPUHEAL_WAKE_TOKEN", 15.0, False)
+    cfg = load_config_dict({**MINIMAL, "wake": {"token_env": "AM_HOOK", "min_interval_s": 30}})
+    assert (cfg.wake.token_env, cfg.wake.min_interval_s, cfg.wake.configured) == ("AM_HOOK", 30.0, True)
+    for bad in ({"token_env": "not a name"}, {"min_interval_s": -1}, {"tokn_env": "X"}):
+        with pytest.raises(ConfigError, match="wake"):
+            load_config_dict({**MINIMAL, "wake": bad})
+
+
+def test_doctor_checks_the_wake_token_only_when_wake_is_configured():
+    assert wake_rows(dict(MINIMAL), {}) == [] or Path("/etc/systemd/system/gpuheal-wake.socket").exists()
+    raw = {**MINIMAL, "wake": {"token_env": "AM_HOOK"}}
+    (row,) = wake_rows(raw, {})
+    assert row.status == "fail" and "$AM_HOOK is not set" in row.detail
+    (row,) = wake_rows(raw, {"AM_HOOK": "secret-value-123"})
+    assert row.status == "ok" and "secret-value-123" not in row.detail

@@ -100,6 +100,8 @@ def summarise(body: bytes) -> str | Refusal:
         text = f"alertmanager {doc.get('status', '?')}: {len(doc['alerts'])} alert(s) {', '.join(names[:10])}"
     elif isinstance(doc, dict) and ("event" in doc or "event_message" in doc):
         text = f"litellm {doc.get('event', '?')}: {doc.get('event_message', '')}"
+    elif isinstance(doc, dict) and isinstance(doc.get("text"), str):  # LiteLLM's Slack-style alert
+        text = "text: " + doc["text"]
     elif isinstance(doc, dict):
         text = "json keys " + (", ".join(str(k) for k in list(doc)[:10]) or "(none)")
     else:
