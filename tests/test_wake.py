@@ -303,3 +303,20 @@ def test_doctor_checks_the_wake_token_only_when_wake_is_configured():
     assert row.status == "fail" and "$AM_HOOK is not set" in row.detail
     (row,) = wake_rows(raw, {"AM_HOOK": "secret-value-123"})
     assert row.status == "ok" and "secret-value-123" not in row.detail
+
+
+def test_expect_100_continue_is_answered_before_the_body(tmp_path):
+    """curl sends ``Expect: 100-continue`` for a body over 1 KiB and waits for the go-ahead."""
+    body = json.dumps({"alerts": [{"labels": {"alertname": f"A{i}"}} for i in range(40)]}).encode()
+
+    def polite(sock):
+        whole = post(body, extra="Expect: 100-continue\r\n")
+        sock.sendall(whole[: -len(body)])
+        sock.settimeout(5)
+        assert sock.recv(25) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body)
+        sock.shutdown(socket.SHUT_WR)
+
+    started = time.monotonic()
+    outcome, answer = exchange(tmp_path, polite)
+    assert outcome.decision == "cycle" and b"HTTP/1.1 202" in answer and time.monotonic() - started < 3

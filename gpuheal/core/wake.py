@@ -27,6 +27,7 @@ class Head:
     method: str
     authorization: str
     content_length: int | None
+    expect_continue: bool = False  # curl sends ``Expect: 100-continue`` for a body over 1 KiB
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ def parse_head(raw: bytes) -> Head | Refusal:
         return Refusal(400, f"bad Content-Length {shown(', '.join(sorted(lengths)))}")
     length = int(next(iter(lengths))) if lengths else None
     auth = headers.get("authorization", [""])
-    return Head(parts[0], auth[0] if len(auth) == 1 else "", length)
+    expect = [v.lower() for v in headers.get("expect", [])] == ["100-continue"]
+    return Head(parts[0], auth[0] if len(auth) == 1 else "", length, expect)
 
 
 def judge(head: Head, token: str | None) -> Refusal | None:

@@ -53,7 +53,7 @@ def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Cal
     from gpuheal.errors import StateLockedError
     from gpuheal.state.store import StateDir
 
-    got = read_request(in_fd, settings)
+    got = read_request(in_fd, settings, out_fd)
     if isinstance(got, core.Refusal):
         return _answer(out_fd, Outcome(got.status, "refused", got.why))
     summary = _redacted(got, settings)
@@ -79,7 +79,7 @@ def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Cal
         store.close()
 
 
-def read_request(fd: int, settings: Settings) -> str | core.Refusal:
+def read_request(fd: int, settings: Settings, out_fd: int | None = None) -> str | core.Refusal:
     """The request's summary, or why it is refused. One deadline for head and body together."""
     end = time.monotonic() + settings.deadline_s
     buf = bytearray()
@@ -101,6 +101,8 @@ def read_request(fd: int, settings: Settings) -> str | core.Refusal:
         return refusal
     body = buf[cut[1]:]
     length = head.content_length or 0
+    if head.expect_continue and len(body) < length and out_fd is not None:
+        _send(out_fd, b"HTTP/1.1 100 Continue\r\n\r\n")
     while len(body) < length:
         chunk = _read(fd, end)
         if not chunk:
@@ -149,14 +151,18 @@ def _book(store, now: datetime, summary: str) -> None:
 
 def _answer(out_fd: int, outcome: Outcome) -> Outcome:
     sys.stderr.write(f"gpuheal wake: {outcome.status} {outcome.decision}: {core.shown(outcome.detail)}\n")
-    data = core.response(outcome.status, outcome.detail)
+    if _send(out_fd, core.response(outcome.status, outcome.detail)):
+        _linger(out_fd)
+    return outcome
+
+
+def _send(fd: int, data: bytes) -> bool:
     try:
         while data:
-            data = data[os.write(out_fd, data):]
+            data = data[os.write(fd, data):]
     except OSError:  # the sender hung up: nothing to tell it
-        return outcome
-    _linger(out_fd)
-    return outcome
+        return False
+    return True
 
 
 def _linger(fd: int, wait_s: float = 1.0, max_bytes: int = 2 * core.MAX_BODY_BYTES) -> None:
