@@ -320,3 +320,9 @@ def test_expect_100_continue_is_answered_before_the_body(tmp_path):
     started = time.monotonic()
     outcome, answer = exchange(tmp_path, polite)
     assert outcome.decision == "cycle" and b"HTTP/1.1 202" in answer and time.monotonic() - started < 3
+
+
+def test_an_unusable_state_directory_is_500_and_one_line(tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    outcome, answer = exchange(tmp_path, post(), state_dir=tmp_path / "file" / "state")
+    assert outcome.status == 500 and status_of(answer) == 500 and "cannot use state directory" in outcome.detail

@@ -50,7 +50,7 @@ class Outcome:
 
 def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Callable[[object], str]) -> Outcome:
     """Answer the request on ``in_fd``/``out_fd``; ``cycle(store)`` runs the heal cycle under the lock."""
-    from gpuheal.errors import StateLockedError
+    from gpuheal.errors import GpuhealError, StateLockedError
     from gpuheal.state.store import StateDir
 
     got = read_request(in_fd, settings, out_fd)
@@ -62,6 +62,8 @@ def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Cal
         store.open()
     except StateLockedError:
         return _answer(out_fd, Outcome(202, "busy", f"a gpuheal run holds the state; it will see it ({summary})"))
+    except GpuhealError as exc:  # an unusable state directory: the sender hears it, and the journal
+        return _answer(out_fd, Outcome(500, "refused", str(exc)))
     try:
         last = store.read(WAKE_FILE, {})
         last_s = last.get("last_cycle_s") if isinstance(last, dict) else None
