@@ -89,9 +89,10 @@ def read_request(fd: int, settings: Settings, out_fd: int | None = None) -> str 
         if len(buf) > core.MAX_HEAD_BYTES:
             return core.Refusal(400, f"request head over {core.MAX_HEAD_BYTES} bytes")
         chunk = _read(fd, end)
+        if chunk is None:
+            return core.Refusal(400, f"no complete request within {settings.deadline_s:g} s")
         if not chunk:
-            why = "no complete request" if chunk is None else "connection closed before a complete request"
-            return core.Refusal(400, f"{why} within {settings.deadline_s:g} s" if chunk is None else why)
+            return core.Refusal(400, "connection closed before a complete request")
         buf += chunk
     if cut[0] > core.MAX_HEAD_BYTES:
         return core.Refusal(400, f"request head over {core.MAX_HEAD_BYTES} bytes")
