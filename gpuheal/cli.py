@@ -217,6 +217,18 @@ def pause(
 
 
 @app.command()
+def wake() -> None:
+    """Serve one webhook POST on stdin/stdout (systemd socket, Accept=yes); 202 runs one heal --apply.
+
+    Bearer token from $GPUHEAL_WAKE_TOKEN (wake.token_env). 401 wrong token, 400 bad request,
+    429 a cycle ran within wake.min_interval_s. Exit status: 0 answered 202/429, 1 refused, 3 could not run.
+    """
+    from gpuheal.steps import wake as step
+
+    raise typer.Exit(step.command(lambda: _runtime(False)))
+
+
+@app.command()
 def sim(
     scenario: Annotated[Path, typer.Option("--scenario", help="Scenario YAML (see examples/scenarios/).")],
     write_config: Annotated[

@@ -24,6 +24,7 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     LiteLLMConfig,
     MonitorConfig,
     PrometheusConfig,
+    WakeConfig,
     split_command,
 )
 from gpuheal.config.params import check_section
@@ -184,6 +185,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         rules=fleet_rules,
         metrics_file=merged.get("metrics_file"),
         prometheus=_prometheus(merged["prometheus"], data, gpus, fleet_rules, shared),
+        wake=WakeConfig(str(merged["wake"]["token_env"]), float(merged["wake"]["min_interval_s"]), "wake" in data),
     )
 
 

@@ -116,6 +116,16 @@ class GpuConfig:
 
 
 @dataclass(frozen=True)
+class WakeConfig:
+    """``wake:`` (issue 22 item 7): the variable holding the webhook's bearer token, and the least
+    time between two woken heal cycles. ``configured``: the file has a ``wake:`` section."""
+
+    token_env: str = "GPUHEAL_WAKE_TOKEN"
+    min_interval_s: float = 15.0
+    configured: bool = False
+
+
+@dataclass(frozen=True)
 class Config:
     """The validated configuration. Sections not modelled as classes stay plain dicts."""
 
@@ -133,6 +143,7 @@ class Config:
     rules: dict[str, dict[str, Any]]
     metrics_file: str | None = None
     prometheus: PrometheusConfig | None = None  # set: the GPU data source is Prometheus, not gpu-monitor
+    wake: WakeConfig = WakeConfig()
 
     @property
     def aliases(self) -> tuple[str, ...]:

@@ -42,6 +42,25 @@ def local_probes(ctx: Context) -> Iterable[Probe]:
     yield Probe("zulip", "credentials", 2.0, lambda: zulip_credentials(ctx))
     if uses_builtin_shedding(cfg):
         yield Probe("litellm", "admin key present", 2.0, lambda: admin_key_present(ctx))
+    if cfg.wake.configured or Path(WAKE_SOCKET_UNIT).exists():
+        yield Probe("state", "wake token", 2.0, lambda: wake_token(ctx))
+
+
+WAKE_SOCKET_UNIT = "/etc/systemd/system/gpuheal-wake.socket"
+
+
+def wake_token(ctx: Context) -> Check:
+    """``gpuheal wake`` refuses every request (401) while its token variable is unset (issue 22 item 7)."""
+    from gpuheal.credentials import lookup
+
+    name = ctx.cfg.wake.token_env
+    value, source = lookup(name, ctx.cfg.path, ctx.environ)
+    if value:
+        return Check("state", "wake token", OK, f"${name} is set (from {_clip(source, 80)})")
+    return Check(
+        "state", "wake token", FAIL, f"${name} is not set: gpuheal wake answers every webhook 401",
+        f"put {name}=<a long random string> in /etc/gpuheal/.env (mode 0600) and in the sender's config",
+    )
 
 
 def state_dir_check(path: Path) -> Check:

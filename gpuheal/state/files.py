@@ -17,4 +17,5 @@ HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses, r
 BENCH = "bench-results.json"      # benchdata.py
 ALERTS = "alerts.json"            # alerts.py
 KG_LOG = "knowledge-graph.jsonl"  # kg.py
+WAKE = "wake.json"                # steps/wake.py: the last woken cycle
 KG_STATE = "kg-state.json"        # kg.py: offset into the audit log, undelivered nodes
