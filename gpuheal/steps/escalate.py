@@ -214,28 +214,19 @@ def _preview(doc, messages, out: _Outbox, now_s: float) -> None:
         doc["would_send"].append(entry)
 
 
-def _credentials(cfg) -> tuple[Any, dict[str, Any] | None]:
-    """The bot's credentials, or why nothing can be sent (no site, no credentials)."""
-    from gpuheal import zulip
-
-    if not cfg.zulip.get("site"):
-        return None, {"kind": "not-configured", "detail": "zulip.site is not set in the config"}
-    try:
-        return zulip.load_credentials(cfg), None
-    except zulip.CredentialsError as exc:
-        return None, {"kind": "no-credentials", "detail": str(exc)}
-
-
 def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict[str, Any] | None:
     """Send in order; stop at the first failure. Returns the error (or None).
 
     Each delivery is saved at once (a crash after it repeats nothing sent); a host's resolution
     queues, behind it, the escalations it had absorbed that are still open."""
+    from gpuheal.sink import SinkUnavailable, open_sink
+
     now_s = rt.now.timestamp()
-    creds, error = _credentials(rt.cfg)
-    if error is not None:
-        data.note_failure([a for m in messages for a in m.members], now_s, error["detail"])
-        return error
+    try:
+        sink = open_sink(rt.cfg, post)
+    except SinkUnavailable as exc:
+        data.note_failure([a for m in messages for a in m.members], now_s, exc.detail)
+        return {"kind": exc.kind, "detail": exc.detail}
     queue = list(messages)
     i = 0
     while i < len(queue):
@@ -245,9 +236,9 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
         if nb > now_s:
             return {"kind": "rate-limited", "detail": f"Zulip asked to wait until {epoch_text(nb)} (HTTP 429)"}
         title, content = out.render(msg)
-        outcome = _post(rt.cfg.zulip, creds, out.stream, msg.alert.topic or out.topic, content, post)
+        outcome = _post(sink, msg.alert.topic or out.topic, content)
         if not outcome.ok:
-            return _failed(rt.cfg, data, msg, outcome, now_s)
+            return _failed(sink, data, msg, outcome, now_s)
         for incident in msg.incidents:  # dedup and reminders stay per (GPU, issue) underneath
             primary = incident.alert
             core.record_sent(data, out.redacted_alert(primary), now_s, outcome.message_id)
@@ -264,30 +255,28 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
     return None
 
 
-def _post(zcfg, creds, stream: str, topic: str, content: str, post):
+def _post(sink, topic: str, content: str):
     """One message; a 429 asking for at most ``SHORT_RETRY_S`` is waited out once."""
-    from gpuheal import zulip
+    from gpuheal.sink import Delivery
 
-    topic, timeout_s = zulip.fit_topic(topic), float(zcfg["timeout_s"])
-    outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
-    if outcome.kind == "rate-limited" and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
+    outcome = sink.send(content, topic)
+    if outcome.kind == Delivery.RATE_LIMITED and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
         _sleep(outcome.retry_after_s or 0)
-        outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
+        outcome = sink.send(content, topic)
     return outcome
 
 
-def _failed(cfg, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
+def _failed(sink, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
     """A delivery failed: the message's alerts note it (they stay queued); the run's error.
     A longer 429 holds the whole queue until Zulip's "not before"."""
     data.note_failure(msg.members, now_s, outcome.detail)
-    if outcome.kind == "rate-limited":
+    if outcome.kind == "rate-limited":  # Delivery is a StrEnum
         retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S
         until = now_s + retry
         data.hold(until)
-        detail = f"Zulip rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
+        detail = f"{sink.name} rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
         return {"kind": "rate-limited", "detail": detail}
     if outcome.kind == "unauthorized":
-        names = f"{cfg.zulip.get('email_env') or 'ZULIP_EMAIL'}/{cfg.zulip.get('api_key_env') or 'ZULIP_API_KEY'}"
-        detail = f"Zulip rejected the bot credentials ({outcome.detail}); check {names}"
+        detail = f"{sink.name} rejected the bot credentials ({outcome.detail}); check {sink.credential_hint}"
         return {"kind": "unauthorized", "detail": detail}
-    return {"kind": outcome.kind, "detail": f"Zulip delivery failed: {outcome.detail}"}
+    return {"kind": str(outcome.kind), "detail": f"{sink.name} delivery failed: {outcome.detail}"}
