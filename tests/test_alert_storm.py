@@ -121,3 +121,21 @@ def test_group_by_a_rack_is_one_message_per_rack(storm):
     escalate(lab)
     assert len(zulip.messages) == 2
     assert sorted(sorted(named([m])) for m in zulip.messages) == [["node00", "node01"], ["node25", "node26"]]
+
+
+def test_half_a_labelled_rack_hot_is_one_cooling_incident(storm):
+    """cooling_fraction 0.5 per rack (issue 21 point 2): 30 of the 43 GPUs hot, all in rack r7, is
+    one cooling-infrastructure incident in Zulip, within the same handful of messages."""
+    lab, zulip = storm
+    lab.raw.setdefault("rules", {})["cooling-infrastructure"] = {"cooling_fraction": 0.5, "group_by": "rack"}
+    lab.write_config()
+    heat(lab, [f"node{i:02d}" for i in range(30)])
+    for _ in range(3):
+        lab.heal()
+    escalate(lab)
+    msgs = list(zulip.messages)
+    assert 1 <= len(msgs) <= 5, [m["content"].splitlines()[0] for m in msgs]
+    cooling = [m for m in msgs if "cooling-infrastructure" in m["content"]]
+    assert len(cooling) == 1, [m["content"].splitlines()[0] for m in msgs]
+    assert "where: rack r7" in cooling[0]["content"] and "gpus_hot: 30" in cooling[0]["content"]
+    assert named(msgs) == {f"node{i:02d}" for i in range(30)}
