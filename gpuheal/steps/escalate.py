@@ -132,7 +132,9 @@ class _Outbox:
         self.topic = zulip.fit_topic(str(rt.cfg.zulip["topic"]))
         self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
         group_by = rt.cfg.zulip.get("group_by")
+        self._group_by = str(group_by or "")
         self._labels = {g.alias: g.labels.get(group_by, "") if group_by else "" for g in rt.cfg.gpus}
+        self._hosts = {g.alias: g.host for g in rt.cfg.gpus}
         self.max_messages = int(rt.cfg.zulip["max_messages_per_run"])
 
     def label_of(self, gpu: str) -> str:
@@ -168,9 +170,22 @@ class _Outbox:
         incidents = [{**m.alert.to_json(), "tiers": [t.issue for t in m.tiers]} for m in msg.incidents]
         kind, issue = str(msg.alert.kind), str(msg.alert.issue)
         gpus = len({str(m.alert.gpu) for m in msg.incidents})
-        title = redact_text(group_title(kind, issue, gpus, msg.summary), self.secrets)
-        content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels)
+        cause = self._site_cause(msg) if issue == HOST_UNREACHABLE and not msg.summary else None
+        content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels,
+                                cause=cause)
+        title = redact_text(group_title(kind, issue, gpus, msg.summary, cause), self.secrets)
         return title, zulip.fit_content(redact_text(content, self.secrets))
+
+    def _site_cause(self, msg: Message) -> str | None:
+        """Most (over half) of the hosts sharing the message's group label — the whole fleet without
+        ``zulip.group_by`` — unreachable at once: one "network or site" incident (issue 21 point 2)."""
+        label = self._labels.get(str(msg.alert.gpu), "")
+        hosts = {h for a, h in self._hosts.items() if self._labels.get(a, "") == label}
+        down = {self._hosts.get(str(m.alert.gpu)) for m in msg.incidents} & hosts
+        if len(hosts) < 2 or 2 * len(down) <= len(hosts):
+            return None
+        where = f" in {self._group_by} {label}" if label else ""
+        return f"network or site: {len(down)} of {len(hosts)} hosts{where} unreachable"
 
     def redacted(self, value: Any) -> Any:
         from gpuheal.redact import redact
