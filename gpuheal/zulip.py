@@ -7,6 +7,9 @@ instead record "not before" and leave the alert queued. The API we need is one f
 POST with basic auth, so :func:`gpuheal.sources.http.request` (hard deadline, byte cap, every
 failure returned as a value) does it in a few lines and keeps every outcome explicit.
 
+:class:`ZulipSink` is gpuheal's one :class:`gpuheal.sink.AlertSink`: ``escalate`` and ``report
+--send`` reach Zulip only through it.
+
 Credentials come from the environment variables the config names (``zulip.email_env``,
 ``zulip.api_key_env``); Lesson L4's fallback: a ``.env`` file in the working directory, then one
 next to the config file (``KEY=VALUE`` lines). They are never written anywhere, and their values
