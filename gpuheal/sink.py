@@ -1,10 +1,12 @@
 """The alert sink seam (issue 19 item 3): where gpuheal's messages to humans go.
 
 ``escalate`` and ``report --send`` deliver through an :class:`AlertSink` — send one message, get a
-typed :class:`SendOutcome` — and never name the service. Zulip (:class:`gpuheal.zulip.ZulipSink`)
-is the one implementation. A second sink (Slack, Matrix, a webhook) takes four files: its module
-with a class satisfying :class:`AlertSink`, a branch in :func:`open_sink`, and its config section
-in ``config/schema.json`` and ``config/defaults.yaml``.
+typed :class:`SendOutcome` — and never name the service; :func:`gpuheal.sinks.open_sink` picks the
+configured one. Zulip (:class:`gpuheal.zulip.ZulipSink`) is the one implementation. A second sink
+(Slack, Matrix, a webhook) takes four files: its module with a class satisfying :class:`AlertSink`,
+a branch in ``sinks.open_sink``, and its config section in ``config/schema.json`` and
+``config/defaults.yaml``. (The types live here, the choice in ``sinks``: a sink module imports
+this one, so this one imports no sink.)
 
 Outcomes are values, never exceptions: a cron run records "not before" on a rate limit and leaves
 the alert queued; it must not sleep or crash inside the call.
@@ -64,10 +66,3 @@ class AlertSink(Protocol):
     def send(self, content: str, topic: str | None = None) -> SendOutcome:
         """Post one message (to ``topic`` or the default one); never raises for delivery trouble."""
         ...
-
-
-def open_sink(cfg, post=None) -> AlertSink:
-    """The configured sink, or :class:`SinkUnavailable`. ``post`` replaces the HTTP transport in tests."""
-    from gpuheal import zulip
-
-    return zulip.ZulipSink.from_config(cfg, post)

@@ -1,5 +1,5 @@
 """The AlertSink seam (issue 19 item 3): ``escalate`` and ``report --send`` deliver through
-:func:`gpuheal.sink.open_sink` and read only typed outcomes, so a second sink is a module and a
+:func:`gpuheal.sinks.open_sink` and read only typed outcomes, so a second sink is a module and a
 branch there. Zulip is the one implementation; here a second, in-memory sink takes its place."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuheal import sink, zulip
+from gpuheal import sinks, zulip
 from gpuheal.sink import Delivery, SendOutcome, SinkUnavailable
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
@@ -49,7 +49,7 @@ def env(monkeypatch, tmp_path):
 
 
 def use(monkeypatch, memory: MemorySink) -> None:
-    monkeypatch.setattr(sink, "open_sink", lambda cfg, post=None: memory)
+    monkeypatch.setattr(sinks, "open_sink", lambda cfg, post=None: memory)
 
 
 def escalate_with(state, site="http://127.0.0.1:9"):
@@ -61,7 +61,7 @@ def escalate_with(state, site="http://127.0.0.1:9"):
 def test_zulip_is_an_alert_sink_with_typed_outcomes():
     with ZulipLookalike() as srv:
         rt = runtime(config_dict(srv.url), None, NOW)
-        zs = sink.open_sink(rt.cfg)
+        zs = sinks.open_sink(rt.cfg)
         assert isinstance(zs, zulip.ZulipSink) and zs.where == "#agent-hub > alerts-gpu"
         ok = zs.send("hello")
         srv.script = ["401"]
@@ -73,11 +73,11 @@ def test_zulip_is_an_alert_sink_with_typed_outcomes():
 
 def test_open_sink_says_why_nothing_can_be_sent(monkeypatch):
     with pytest.raises(SinkUnavailable) as exc:
-        sink.open_sink(runtime(config_dict(None), None, NOW).cfg)
+        sinks.open_sink(runtime(config_dict(None), None, NOW).cfg)
     assert exc.value.kind == "not-configured"
     monkeypatch.delenv("ZULIP_API_KEY")
     with pytest.raises(SinkUnavailable) as exc:
-        sink.open_sink(runtime(config_dict("http://127.0.0.1:9"), None, NOW).cfg)
+        sinks.open_sink(runtime(config_dict("http://127.0.0.1:9"), None, NOW).cfg)
     assert exc.value.kind == "no-credentials" and "ZULIP_API_KEY" in exc.value.detail
 
 

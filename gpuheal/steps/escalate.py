@@ -234,7 +234,8 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
 
     Each delivery is saved at once (a crash after it repeats nothing sent); a host's resolution
     queues, behind it, the escalations it had absorbed that are still open."""
-    from gpuheal.sink import SinkUnavailable, open_sink
+    from gpuheal.sink import SinkUnavailable
+    from gpuheal.sinks import open_sink
 
     now_s = rt.now.timestamp()
     try:

@@ -230,7 +230,8 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None, full
 def _deliver(cfg, parts: list[str], post) -> tuple[list[dict[str, Any]], str | None]:
     """Each part as one message through the alert sink, in order, stopping at the first failure:
     (what was sent, the error or None)."""
-    from gpuheal.sink import SinkUnavailable, open_sink
+    from gpuheal.sink import SinkUnavailable
+    from gpuheal.sinks import open_sink
 
     try:
         sink = open_sink(cfg, post)
