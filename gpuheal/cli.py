@@ -162,12 +162,16 @@ def trend(gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
 def report(
     weekly: Annotated[bool, typer.Option("--weekly", help="The weekly benchmark report, Markdown for Zulip.")] = False,
     send: Annotated[bool, typer.Option("--send", help="Post the report to Zulip instead of printing it.")] = False,
+    full: Annotated[
+        bool, typer.Option("--full", help="Weekly: every GPU's row (with --send, split across messages).")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Current health summary; --weekly: per-GPU tok/s over 7 days as Markdown on stdout."""
+    """Current health summary; --weekly: per-GPU tok/s over 7 days as Markdown on stdout, within
+    Zulip's 10,000 characters at any fleet size (the GPUs that moved, then a count of the steady)."""
     from gpuheal.steps import report as step
 
-    _run_step(json_out, step.command, weekly=weekly, send=send)
+    _run_step(json_out, step.command, weekly=weekly, send=send, full=full)
 
 
 @app.command()

@@ -7,6 +7,9 @@ instead record "not before" and leave the alert queued. The API we need is one f
 POST with basic auth, so :func:`gpuheal.sources.http.request` (hard deadline, byte cap, every
 failure returned as a value) does it in a few lines and keeps every outcome explicit.
 
+:class:`ZulipSink` is gpuheal's one :class:`gpuheal.sink.AlertSink`: ``escalate`` and ``report
+--send`` reach Zulip only through it.
+
 Credentials come from the environment variables the config names (``zulip.email_env``,
 ``zulip.api_key_env``); Lesson L4's fallback: a ``.env`` file in the working directory, then one
 next to the config file (``KEY=VALUE`` lines). They are never written anywhere, and their values
@@ -24,6 +27,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from gpuheal.credentials import lookup, read_dotenv, secrets_for  # noqa: F401  (re-exported)
+from gpuheal.sink import Delivery, SendOutcome, SinkUnavailable
 
 log = logging.getLogger("gpuheal")
 
@@ -45,23 +49,6 @@ class Credentials:
 
     def __repr__(self) -> str:  # never print the key
         return f"Credentials(email={self.email!r}, api_key=<redacted>, source={self.source!r})"
-
-
-@dataclass(frozen=True)
-class SendOutcome:
-    """What one POST came to. ``kind``: sent | rate-limited | unauthorized | rejected |
-    server-error | timeout | unreachable | invalid."""
-
-    kind: str
-    detail: str = ""
-    message_id: int | None = None
-    status: int | None = None
-    code: str | None = None
-    retry_after_s: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.kind == "sent"
 
 
 # --------------------------------------------------------------------------- credentials
@@ -154,12 +141,47 @@ def send_message(
     return interpret(res)
 
 
+@dataclass(frozen=True)
+class ZulipSink:
+    """The :class:`gpuheal.sink.AlertSink` for a Zulip stream: one ``send_message`` per message."""
+
+    site: str
+    creds: Credentials
+    stream: str
+    topic: str
+    timeout_s: float
+    credential_hint: str
+    post: Callable[..., Any] | None = None
+    name: str = "Zulip"
+    max_chars: int = MAX_CONTENT
+
+    @classmethod
+    def from_config(cls, cfg, post: Callable[..., Any] | None = None) -> ZulipSink:
+        if not cfg.zulip.get("site"):
+            raise SinkUnavailable("not-configured", "zulip.site is not set in the config")
+        try:
+            creds = load_credentials(cfg)
+        except CredentialsError as exc:
+            raise SinkUnavailable("no-credentials", str(exc)) from None
+        names = f"{cfg.zulip.get('email_env') or 'ZULIP_EMAIL'}/{cfg.zulip.get('api_key_env') or 'ZULIP_API_KEY'}"
+        return cls(str(cfg.zulip["site"]), creds, str(cfg.zulip.get("stream") or "agent-hub"),
+                   fit_topic(str(cfg.zulip.get("topic") or "alerts-gpu")), float(cfg.zulip["timeout_s"]), names, post)
+
+    @property
+    def where(self) -> str:
+        return f"#{self.stream} > {self.topic}"
+
+    def send(self, content: str, topic: str | None = None) -> SendOutcome:
+        return send_message(self.site, self.creds, self.stream, fit_topic(topic or self.topic), content,
+                            self.timeout_s, post=self.post)
+
+
 def interpret(res: Any) -> SendOutcome:
     """Map an ``HttpResult``/``HttpFault`` to a :class:`SendOutcome` (check ``code``, not ``msg``:
     ``msg`` is translated to the bot's locale)."""
     status = getattr(res, "status", None)
     if not hasattr(res, "headers"):  # HttpFault
-        kind = {"timeout": "timeout", "refused": "unreachable"}.get(res.kind, "invalid")
+        kind = {"timeout": Delivery.TIMEOUT, "refused": Delivery.UNREACHABLE}.get(res.kind, Delivery.INVALID)
         return SendOutcome(kind, f"{res.kind}: {res.detail}"[:200], status=status)
     doc: dict[str, Any] = {}
     try:
@@ -173,11 +195,11 @@ def interpret(res: Any) -> SendOutcome:
     if 200 <= res.status < 300:
         if doc.get("result") == "success":
             mid = doc.get("id")
-            return SendOutcome("sent", "", message_id=mid if isinstance(mid, int) else None, status=res.status)
-        return SendOutcome("invalid", f"HTTP {res.status} without a success result", status=res.status)
+            return SendOutcome(Delivery.SENT, "", message_id=mid if isinstance(mid, int) else None, status=res.status)
+        return SendOutcome(Delivery.INVALID, f"HTTP {res.status} without a success result", status=res.status)
     if res.status == 429:
         return SendOutcome(
-            "rate-limited",
+            Delivery.RATE_LIMITED,
             f"HTTP 429 {code or 'RATE_LIMIT_HIT'}",
             status=429,
             code=code,
@@ -185,10 +207,10 @@ def interpret(res: Any) -> SendOutcome:
         )
     detail = f"HTTP {res.status} {code or ''} {msg}".strip()
     if res.status == 401 or code in ("INVALID_API_KEY", "UNAUTHORIZED", "USER_DEACTIVATED", "REALM_DEACTIVATED"):
-        return SendOutcome("unauthorized", detail, status=res.status, code=code)
+        return SendOutcome(Delivery.UNAUTHORIZED, detail, status=res.status, code=code)
     if 400 <= res.status < 500:
-        return SendOutcome("rejected", detail, status=res.status, code=code)
-    return SendOutcome("server-error", detail, status=res.status, code=code)
+        return SendOutcome(Delivery.REJECTED, detail, status=res.status, code=code)
+    return SendOutcome(Delivery.SERVER_ERROR, detail, status=res.status, code=code)
 
 
 def _retry_after(doc: dict[str, Any], headers: dict[str, str]) -> float:

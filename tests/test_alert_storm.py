@@ -121,3 +121,81 @@ def test_group_by_a_rack_is_one_message_per_rack(storm):
     escalate(lab)
     assert len(zulip.messages) == 2
     assert sorted(sorted(named([m])) for m in zulip.messages) == [["node00", "node01"], ["node25", "node26"]]
+
+
+def test_half_a_labelled_rack_hot_is_one_cooling_incident(storm):
+    """cooling_fraction 0.5 per rack (issue 21 point 2): 30 of the 43 GPUs hot, all in rack r7, is
+    one cooling-infrastructure incident in Zulip, within the same handful of messages."""
+    lab, zulip = storm
+    lab.raw.setdefault("rules", {})["cooling-infrastructure"] = {"cooling_fraction": 0.5, "group_by": "rack"}
+    lab.write_config()
+    heat(lab, [f"node{i:02d}" for i in range(30)])
+    for _ in range(3):
+        lab.heal()
+    escalate(lab)
+    msgs = list(zulip.messages)
+    assert 1 <= len(msgs) <= 5, [m["content"].splitlines()[0] for m in msgs]
+    cooling = [m for m in msgs if "cooling-infrastructure" in m["content"]]
+    assert len(cooling) == 1, [m["content"].splitlines()[0] for m in msgs]
+    assert "where: rack r7" in cooling[0]["content"] and "gpus_hot: 30" in cooling[0]["content"]
+    assert named(msgs) == {f"node{i:02d}" for i in range(30)}
+
+
+@pytest.fixture
+def spec3(tmp_path):
+    """The spec's three GPUs and a loopback Zulip; ``events``: the scenario's timeline."""
+    zulip = ZulipLookalike().start()
+    labs = []
+
+    def make(events, temp_c=66):
+        gpus = [dict(g) for g in SPEC]
+        gpus[0]["temp_c"] = temp_c
+        lab = Lab(tmp_path, scenario(gpus, events, ports={"gpus_from": 19300}),
+                  zulip={"site": zulip.url, "timeout_s": 3})
+        labs.append(lab)
+        return lab
+
+    yield make, zulip
+    for lab in labs:
+        lab.close()
+    zulip.stop()
+
+
+def _cooling_commands(lab, shed_to_c):
+    import sys
+
+    ctl = [sys.executable, "-m", "gpuheal.sim.control", lab.fleet.control_url, "set", "{alias}"]
+    gpu = next(g for g in lab.raw["gpus"] if g["alias"] == "gpu-dense")
+    gpu["shed_load_command"] = [*ctl, f'{{{{"temp_c": {shed_to_c}}}}}']
+    gpu["redirect_command"] = [*ctl, '{{"util_pct": 10}}']
+    gpu["restore_load_command"] = [*ctl, '{{"util_pct": 50}}']
+    lab.write_config()
+
+
+def test_spec_fleet_tier_one_alone_sends_nothing(spec3):
+    make, zulip = spec3
+    lab = make([{"at": 30, "gpu": "gpu-dense", "ramp": {"temp_c": 3}, "max": {"temp_c": 78}}])
+    _cooling_commands(lab, 72)
+    seen = set()
+    for _ in range(12):
+        doc = lab.heal()
+        seen |= {(i["gpu"], i["issue"]) for i in doc["issues"]}
+        escalate(lab)
+    assert ("gpu-dense", "thermal-warning") in seen
+    assert ("gpu-dense", "thermal-rising") not in seen and ("gpu-dense", "thermal-critical") not in seen
+    assert zulip.messages == [], [m["content"].splitlines()[0] for m in zulip.messages]
+
+
+def test_spec_fleet_tier_two_sends_one_message(spec3):
+    make, zulip = spec3
+    lab = make([{"at": 30, "gpu": "gpu-dense", "ramp": {"temp_c": 1}, "max": {"temp_c": 84}}], temp_c=78)
+    _cooling_commands(lab, 83)
+    seen = set()
+    for _ in range(10):
+        doc = lab.heal()
+        seen |= {(i["gpu"], i["issue"]) for i in doc["issues"]}
+        escalate(lab)
+    assert ("gpu-dense", "thermal-rising") in seen and ("gpu-dense", "thermal-critical") not in seen
+    firsts = [m["content"].splitlines()[0] for m in zulip.messages]
+    assert len(firsts) == 1, firsts
+    assert "gpu-dense" in zulip.messages[0]["content"] and "thermal-rising" in zulip.messages[0]["content"]

@@ -112,6 +112,67 @@ def test_cooling_infrastructure_unknown_temperature_is_not_known():
     assert polls(r, "fleet", "cooling-infrastructure") == [2]  # the missing poll froze the hold
 
 
+def rack_fleet(n: int, rules: dict) -> object:
+    """The spec's three (no rack label) plus ``n`` L40S in rack r7 (issue 21's 43-GPU fleet)."""
+    gpus = [{"alias": a, "host": h, "endpoint": f"http://127.0.0.{i + 2}:8080"}
+            for i, (a, h) in enumerate([("gpu-dense", "ct8"), ("gpu-light", "ct110"), ("strix-moe", "ct15")])]
+    gpus += [{"alias": f"node{i:02d}", "host": f"node{i:02d}", "endpoint": f"http://127.0.1.{i + 1}:8080",
+              "labels": {"rack": "r7"}} for i in range(n)]
+    return fleet_config(rules=rules, gpus=gpus)
+
+
+PER_RACK = {"cooling-infrastructure": {"cooling_fraction": 0.5, "group_by": "rack"}}
+
+
+def rack_run(cfg, hot: int, temps: str = "88 89 90", cool: str = "60 60 60", rest: str = "60 60 60"):
+    series = {f"node{i:02d}": {"temp_c": temps if i < hot else cool} for i in range(40)}
+    series.update({a: {"temp_c": rest} for a in ("gpu-dense", "gpu-light", "strix-moe")})
+    return run(cfg, fleet_trace(cfg, series))
+
+
+def test_cooling_infrastructure_half_a_rack_hot_is_one_incident():
+    """30 of the 43 GPUs hot, all in rack r7, with cooling_fraction 0.5 per rack: one fleet issue
+    naming the rack and the 30 GPUs (30 of the rack's 40 is over half)."""
+    r = rack_run(rack_fleet(40, PER_RACK), hot=30)
+    assert polls(r, "fleet", "cooling-infrastructure") == [1]
+    issue = next(i for i in r.open_at_end if i["issue"] == "cooling-infrastructure")
+    assert issue["detected"]["groups"] == {"r7": [f"node{i:02d}" for i in range(30)]}
+    assert issue["detected"]["gpus_hot"] == 30 and "in rack r7 above" in issue["summary"]
+
+
+def test_cooling_infrastructure_default_needs_every_gpu_of_the_fleet():
+    """The default (1.0, the whole fleet): the same 30 of 43 is no cooling incident, only Rule 1s."""
+    r = rack_run(rack_fleet(40, {}), hot=30)
+    assert ("fleet", "cooling-infrastructure") not in fired(r)
+    assert polls(r, "node00", "thermal-critical") == [1]
+
+
+def test_cooling_infrastructure_under_half_a_rack_is_not_an_incident():
+    r = rack_run(rack_fleet(40, PER_RACK), hot=19)
+    assert ("fleet", "cooling-infrastructure") not in fired(r)
+
+
+def test_cooling_infrastructure_per_rack_unknown_and_recovery():
+    """19 hot and one unknown could be half: not known (the hold freezes); the rack resolves when
+    fewer than half its GPUs are still at or above 80 °C."""
+    cfg = rack_fleet(40, PER_RACK)
+    assert polls(rack_run(cfg, hot=20, temps="88 _ 88 88", cool="60 60 60 60", rest="60 60 60 60"),
+                 "fleet", "cooling-infrastructure") == [2]
+    r = rack_run(cfg, hot=25, temps="88 88 84 79", cool="60 60 60 60", rest="60 60 60 60")
+    assert polls(r, "fleet", "cooling-infrastructure") == [1]
+    assert polls(r, "fleet", "cooling-infrastructure", "resolved") == [3]
+
+
+def test_cooling_fraction_is_checked():
+    import pytest
+
+    from gpuheal.errors import ConfigError
+
+    for bad in (0, 1.5, "half"):
+        with pytest.raises(ConfigError, match="cooling_fraction"):
+            fleet_config(rules={"cooling-infrastructure": {"cooling_fraction": bad}})
+
+
 def test_cooling_infrastructure_resolves_when_any_gpu_is_below_80():
     r = all_hot({"gpu-dense": "86 87 84 79", "gpu-light": "86 86 84 84", "strix-moe": "86 86 84 84"})
     assert polls(r, "fleet", "cooling-infrastructure") == [1]

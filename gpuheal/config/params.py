@@ -107,6 +107,7 @@ OVERRIDES: dict[str, ParamSpec] = {
     "reduce_by_ratio": ParamSpec("number", 0, 0.9, lo_open=True, why="a share of the context to cut"),
     "drop_ratio": ParamSpec("number", 0, 1, lo_open=True, why="a share: 0 to 1"),
     "failure_ratio": ParamSpec("number", 0, 1, why="a share: 0 to 1"),
+    "cooling_fraction": ParamSpec("number", 0, 1, lo_open=True, why="a share of a group's GPUs: above 0, at most 1"),
     "tolerance_ratio": ParamSpec("number", 0, 1, lo_open=True, why="a share: 0 to 1"),
 }
 

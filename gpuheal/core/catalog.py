@@ -126,7 +126,8 @@ REMEDIES: dict[str, Remedy] = {
         Remedy(
             "cooling-infrastructure",
             automatic=False,
-            why_escalate="every GPU is hot: check the cooling infrastructure (Rule 1.3)",
+            why_escalate="GPUs hot together (the whole fleet, or cooling_fraction of a rack or site): "
+            "check the cooling infrastructure (Rule 1.3)",
         ),
         Remedy(
             "vram-leak",

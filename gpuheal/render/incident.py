@@ -16,7 +16,10 @@ READING_KEYS = ("temp_c", "rise_c_per_min", "rate_mb_per_hour", "vram_used_mb", 
                 "drop_ratio", "open_for_s", "fault")
 
 
-def group_title(kind: str, issue: str, gpus: int, summary: bool) -> str:
+def group_title(kind: str, issue: str, gpus: int, summary: bool, cause: str | None = None) -> str:
+    """``cause``: a shared cause named for the whole group ("network or site: ...")."""
+    if cause and kind != "resolved" and not summary:
+        return f"⚠ GPU Self-Heal — {md(cause, 160)}"
     if summary:
         return f"⚠ GPU Self-Heal — and {gpus} more GPU{'s' if gpus != 1 else ''} need attention"
     if kind == "resolved":
@@ -25,13 +28,17 @@ def group_title(kind: str, issue: str, gpus: int, summary: bool) -> str:
 
 
 def group_content(incidents: list[dict[str, Any]], *, kind: str, issue: str, summary: bool,
-                  labels: dict[str, str]) -> str:
+                  labels: dict[str, str], cause: str | None = None) -> str:
     """``incidents``: one dict per GPU — the alert document plus ``"tiers"`` (the lower tiers it
-    inhibits). ``labels``: alias → its ``zulip.group_by`` label ("" when none)."""
+    inhibits). ``labels``: alias → its ``zulip.group_by`` label ("" when none). ``cause``: the
+    shared cause the group points at, named in the title (see :func:`group_title`)."""
     gpus = sorted({str(i.get("gpu")) for i in incidents})
-    title = group_title(kind, issue, len(gpus), summary)
+    title = group_title(kind, issue, len(gpus), summary, cause)
     head = [title, ""]
-    if summary:
+    if cause and kind != "resolved" and not summary:
+        head += [f"Most of the group's hosts are unreachable at once: suspect the network or the site, not "
+                 f"each host (the fleet guard holds the restarts). **{md(issue, 64)}** on {len(gpus)} GPUs:"]
+    elif summary:
         head.append("The per-run message budget (zulip.max_messages_per_run) is spent; the rest, in one line each:")
     elif kind == "resolved":
         head.append(f"**{md(issue, 64)}** cleared on each of these GPUs:")

@@ -5,6 +5,13 @@ change with a regression alert when a GPU degrades more than 10 %, the baseline 
 the latest result. Then the week's incidents (counts by issue, time to resolve), remediations and
 escalations from the audit trail. Markdown that reads well in Zulip (tables, no HTML), so
 ``gpuheal report --weekly | <zulip sender>`` works as well as ``--send``.
+
+Sized for Zulip at any fleet size (issue 21 point 6): the default Markdown is a summary within
+:data:`MAX_CHARS` (Zulip's 10,000-character message limit) — a row for each GPU that regressed or
+improved more than :data:`STEADY_PCT`, sits far below its baseline or has no week-over-week
+figure, as many as fit, then "N GPUs steady (±5 %)" on one line; every list of names is capped.
+``full=True`` renders every GPU's row; :func:`table_chunks` splits that table into messages that
+each fit.
 """
 
 from __future__ import annotations
@@ -20,6 +27,10 @@ DAY_S = 86400.0
 WEEK_DAYS = 7
 REGRESSION_PCT = 10.0  # spec: "Regression alerts if any GPU degrades >10% week-over-week"
 BELOW_BASELINE_PCT = 20.0  # Rule 4's default drop: "gen_tok_per_sec drops >20% below baseline"
+STEADY_PCT = 5.0  # issue 21: "N GPUs steady (±5 %)" — a change this small gets no row in the summary
+MAX_CHARS = 10_000  # Zulip's MAX_MESSAGE_LENGTH: the summary (stdout, piped to zulip-send) fits one message
+MAX_NAMES = 10  # names listed per finding in the summary; the rest counted ("and 57 more")
+MAX_LIST_ROWS = 20  # incident kinds / actions / escalations listed in the summary (audit text is untrusted)
 SPARK = "▁▂▃▄▅▆▇█"
 NO_DATA = "·"
 
@@ -308,25 +319,85 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:+.1f}%"
 
 
-def markdown(doc: dict[str, Any]) -> str:
+def markdown(doc: dict[str, Any], full: bool = False) -> str:
+    """The report: a summary within :data:`MAX_CHARS` at any fleet size, or (``full``) every row."""
     period = doc["period"]
-    lines = [
-        "**📊 GPU Fleet — Weekly Benchmark Report**",
-        f"{fmt_time(period['start'])} → {fmt_time(period['end'])}",
+    span = f"{fmt_time(period['start'])} → {fmt_time(period['end'])}"
+    head = ["**📊 GPU Fleet — Weekly Benchmark Report**", span, ""]
+    cap = None if full else MAX_NAMES
+    tail = [
         "",
-        *_gpu_table(doc["gpus"]),
+        *_findings(doc, cap),
         "",
-        *_findings(doc),
+        *_incident_lines(doc["incidents"], None if full else MAX_LIST_ROWS),
         "",
-        *_incident_lines(doc["incidents"]),
+        *_remediation_lines(doc["remediations"], None if full else MAX_LIST_ROWS),
         "",
-        *_remediation_lines(doc["remediations"]),
-        "",
-        *_escalation_lines(doc["escalations"]),
+        *_escalation_lines(doc["escalations"], None if full else MAX_LIST_ROWS),
     ]
     if doc.get("alerts_sent") is not None:
-        lines += ["", f"_Zulip alerts sent this week: {doc['alerts_sent']}._"]
-    return "\n".join(lines).rstrip() + "\n"
+        tail += ["", f"_Zulip alerts sent this week: {doc['alerts_sent']}._"]
+    if full:
+        table = _gpu_table(doc["gpus"])
+    else:
+        room = MAX_CHARS - len("\n".join(head + tail)) - 2
+        table = _summary_table(doc["gpus"], room)
+    return "\n".join(head + table + tail).rstrip() + "\n"
+
+
+def _notable(g: dict[str, Any]) -> bool:
+    """A GPU the summary gives a row: it moved more than ±5 %, runs far below its baseline, or has
+    no week-over-week figure (so it cannot be called steady)."""
+    change = g["change_pct"]
+    return change is None or abs(change) > STEADY_PCT or bool(g.get("below_baseline"))
+
+
+def _summary_table(gpus: list[dict[str, Any]], room: int) -> list[str]:
+    """The notable GPUs' rows (regressions first, the largest moves next), as many as fit ``room``
+    characters, then one line each for the rows left out and the steady GPUs."""
+    notable = sorted((g for g in gpus if _notable(g)), key=_row_order)
+    steady = len(gpus) - len(notable)
+    names = [md(g["gpu"], 64) for g in gpus if not _notable(g)]
+    footer = [f"{steady} GPU{'s' if steady != 1 else ''} steady (±{STEADY_PCT:g} %): {_names(names, MAX_NAMES)}."]
+    footer = footer if steady else []
+    lines = _gpu_table([])
+    budget = room - sum(len(x) + 1 for x in lines + footer) - 120  # 120: the "and N more" line
+    shown = 0
+    for g in notable:
+        row = _gpu_table([g])[-1]
+        if budget - len(row) - 1 < 0:
+            break
+        lines.append(row)
+        budget -= len(row) + 1
+        shown += 1
+    if shown < len(notable):
+        lines.append(f"… and {len(notable) - shown} more GPUs changed or without a figure (`report --weekly --full`).")
+    if not notable:
+        lines = []
+    return lines + ([""] if lines and footer else []) + footer
+
+
+def _row_order(g: dict[str, Any]) -> tuple:
+    change = g["change_pct"]
+    return (not g["regression"], change is None, -abs(change or 0.0), g["gpu"])
+
+
+def table_chunks(doc: dict[str, Any], limit: int = MAX_CHARS) -> list[str]:
+    """Every GPU's row, split into messages of at most ``limit`` characters, each with the header."""
+    header, rows = _gpu_table([])[:2], _gpu_table(doc["gpus"])[2:]
+    chunks: list[list[str]] = []
+    for row in rows:
+        title = f"**Weekly report — all GPUs ({len(chunks) + 1})**"
+        if not chunks or len("\n".join(chunks[-1] + [row])) > limit:
+            chunks.append([title, "", *header])
+        chunks[-1].append(row)
+    return ["\n".join(c) for c in chunks]
+
+
+def _names(names: list[str], cap: int | None) -> str:
+    if cap is None or len(names) <= cap:
+        return ", ".join(names)
+    return ", ".join(names[:cap]) + f" and {len(names) - cap} more"
 
 
 def _gpu_table(gpus: list[dict[str, Any]]) -> list[str]:
@@ -344,34 +415,39 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _findings(doc: dict[str, Any]) -> list[str]:
-    """Regressions (or their absence), GPUs below their baseline, failed runs, baseline sources."""
+def _findings(doc: dict[str, Any], cap: int | None = None) -> list[str]:
+    """Regressions (or their absence), GPUs below their baseline, failed runs, baseline sources;
+    with ``cap``, at most that many lines or names per finding, the rest counted."""
     lines = []
     threshold = doc.get("regression_threshold_pct", REGRESSION_PCT)
-    if doc["regressions"]:
-        for r in doc["regressions"]:
-            lines.append(
-                f"⚠ **Regression: {md(r['gpu'], 64)}** averaged {_n(r['mean_tok_s'])} tok/s this week, "
-                f"{_pct(r['change_pct'])} week over week (was {_n(r['prev_week_mean_tok_s'])})."
-            )
-    else:
+    regressions = doc["regressions"]
+    for r in regressions[:cap]:
+        lines.append(
+            f"⚠ **Regression: {md(r['gpu'], 64)}** averaged {_n(r['mean_tok_s'])} tok/s this week, "
+            f"{_pct(r['change_pct'])} week over week (was {_n(r['prev_week_mean_tok_s'])})."
+        )
+    if cap is not None and len(regressions) > cap:
+        lines.append(f"⚠ … and {len(regressions) - cap} more GPUs regressed more than {threshold:g}%.")
+    if not regressions:
         lines.append(f"✅ No GPU degraded more than {threshold:g}% week over week.")
-    for g in doc["gpus"]:
-        if g.get("below_baseline"):
-            lines.append(
-                f"⚠ **{md(g['gpu'], 64)}** runs at {_n(g['current_tok_s'])} tok/s, "
-                f"{_pct(g['current_vs_baseline_pct'])} "
-                f"against its baseline of {_n(g['baseline_tok_s'])} (Rule 4 alerts below -{BELOW_BASELINE_PCT:g}%)."
-            )
+    below = [g for g in doc["gpus"] if g.get("below_baseline")]
+    for g in below[:cap]:
+        lines.append(
+            f"⚠ **{md(g['gpu'], 64)}** runs at {_n(g['current_tok_s'])} tok/s, "
+            f"{_pct(g['current_vs_baseline_pct'])} "
+            f"against its baseline of {_n(g['baseline_tok_s'])} (Rule 4 alerts below -{BELOW_BASELINE_PCT:g}%)."
+        )
+    if cap is not None and len(below) > cap:
+        lines.append(f"⚠ … and {len(below) - cap} more GPUs below -{BELOW_BASELINE_PCT:g}% of their baseline.")
     notes = [
         f"{md(g['gpu'], 64)}: {g['failed_runs']} failed benchmark run(s)" for g in doc["gpus"] if g.get("failed_runs")
     ]
     if notes:
-        lines.append("Failed runs: " + "; ".join(notes) + ".")
-    return lines + _baseline_lines(doc["gpus"])
+        lines.append("Failed runs: " + _names(notes, cap) + ".")
+    return lines + _baseline_lines(doc["gpus"], cap)
 
 
-def _baseline_lines(gpus: list[dict[str, Any]]) -> list[str]:
+def _baseline_lines(gpus: list[dict[str, Any]], cap: int | None = None) -> list[str]:
     by_source: dict[str, list[str]] = {}
     for g in gpus:
         if g.get("baseline_source"):
@@ -380,13 +456,13 @@ def _baseline_lines(gpus: list[dict[str, Any]]) -> list[str]:
         return []
     label = {"config": "seeded from the config", "rolling-30d": "rolling 30-day average"}
     parts = [
-        f"{', '.join(names)} {label.get(src, md(src, 40))}"
+        f"{_names(names, cap)} {label.get(src, md(src, 40))}"
         for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")
     ]
     return ["Baselines: " + "; ".join(parts) + "."]
 
 
-def _incident_lines(inc: dict[str, Any]) -> list[str]:
+def _incident_lines(inc: dict[str, Any], cap: int | None = None) -> list[str]:
     if not inc["total"]:
         return ["**Incidents:** none this week."]
     lines = [
@@ -395,17 +471,17 @@ def _incident_lines(inc: dict[str, Any]) -> list[str]:
         "| issue | count | resolved | escalated | time to resolve (median / max) |",
         "|:--|--:|--:|--:|--:|",
     ]
-    for row in inc["by_issue"]:
+    for row in inc["by_issue"][:cap]:
         ttr = (
             f"{fmt_duration(row['median_resolve_s'])} / {fmt_duration(row['max_resolve_s'])}"
             if row["median_resolve_s"] is not None
             else "–"
         )
         lines.append(f"| {md(row['issue'], 64)} | {row['count']} | {row['resolved']} | {row['escalated']} | {ttr} |")
-    return lines
+    return lines + _more(inc["by_issue"], cap, "issues")
 
 
-def _remediation_lines(rem: list[dict[str, Any]]) -> list[str]:
+def _remediation_lines(rem: list[dict[str, Any]], cap: int | None = None) -> list[str]:
     if not rem:
         return ["**Remediations:** none this week."]
     lines = [
@@ -414,18 +490,23 @@ def _remediation_lines(rem: list[dict[str, Any]]) -> list[str]:
         "| action | runs | resolved | failed | other |",
         "|:--|--:|--:|--:|--:|",
     ]
-    for row in rem:
+    for row in rem[:cap]:
         lines.append(
             f"| {md(row['action'], 80)} | {row['count']} | {row['resolved']} | {row['failed']} | {row['other']} |"
         )
-    return lines
+    return lines + _more(rem, cap, "actions")
 
 
-def _escalation_lines(esc: list[dict[str, Any]]) -> list[str]:
+def _escalation_lines(esc: list[dict[str, Any]], cap: int | None = None) -> list[str]:
     if not esc:
         return ["**Escalations:** none this week."]
-    lines = [f"**Escalations** — {len(esc)}"]
-    for e in esc:
+    cut = cap is not None and len(esc) > cap
+    lines = [f"**Escalations** — {len(esc)}" + (f" (the last {cap} listed)" if cut else "")]
+    for e in esc[-cap if cut else 0:]:
         run = f" (run `{md(e['run_id'], 64)}`)" if e.get("run_id") else ""
         lines.append(f"- {fmt_time(e['at'])} · {md(e['gpu'], 64)} · {md(e['issue'], 64)}{run}")
     return lines
+
+
+def _more(rows: list[Any], cap: int | None, what: str) -> list[str]:
+    return [f"… and {len(rows) - cap} more {what}."] if cap is not None and len(rows) > cap else []

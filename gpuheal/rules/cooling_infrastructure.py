@@ -1,12 +1,19 @@
-"""Rule 1.3: every GPU hot at once → the cooling infrastructure, not one GPU (gpu ``fleet``).
+"""Rule 1.3: many GPUs hot at once → the cooling infrastructure, not one GPU (gpu ``fleet``).
 
-"All GPUs hot" uses each GPU's own Rule 1 threshold and the same hold; a GPU whose temperature is
-not known this poll makes the whole finding not known (it might be the cool one). Needs at least
-``min_gpus`` GPUs: in a one-GPU fleet Rule 1 already says it all. Resolves when any GPU is back
-below its Rule 1 clear temperature (80 °C).
+The spec's "all GPUs hot" is ``cooling_fraction: 1.0`` over the whole fleet (the default). A site
+with racks sets ``group_by: rack`` (a ``gpus[].labels`` key) and, say, ``cooling_fraction: 0.5``: a
+rack with half its GPUs hot is a cooling failure there, not 30 separate thermal incidents (issue
+21 point 2). "Hot" is each GPU's own Rule 1 threshold, with this rule's hold. A GPU whose
+temperature is not known this poll might be hot or cool: a group is hot when its known-hot GPUs
+alone reach the fraction, not hot when even counting every unknown one as hot they do not, and
+otherwise not known. Each group needs at least ``min_gpus`` GPUs (in a one-GPU group Rule 1 already
+says it all). Resolves when no group has that share of GPUs still above their Rule 1 clear
+temperature (80 °C): with the defaults, when any GPU is back below it.
 """
 
 from __future__ import annotations
+
+import math
 
 from gpuheal.core.engine import Finding
 from gpuheal.rules._util import show
@@ -17,39 +24,76 @@ SCOPE = "fleet"
 SEVERITY = "critical"
 NEEDS: tuple[Need, ...] = needs(Signal.TEMP)
 RULE1 = "thermal-critical"
+FLEET_GROUP = "fleet"  # the group's name when group_by is "" (the whole fleet)
 
 
-def _temps(view):
-    temps = {}
+def _groups(view, p) -> dict[str, list[str]]:
+    """GPUs by their ``group_by`` label (GPUs without it are in no group), or the whole fleet."""
+    key = p["group_by"]
+    if not key:
+        return {FLEET_GROUP: list(view.aliases)}
+    out: dict[str, list[str]] = {}
     for alias in view.aliases:
-        sample = view.sample(alias)
-        temp = None if sample is None else sample.temp_c
+        value = view.gpu(alias).labels.get(key)
+        if value:
+            out.setdefault(value, []).append(alias)
+    return out
+
+
+def _temp(view, alias: str) -> float | None:
+    sample = view.sample(alias)
+    return None if sample is None else sample.temp_c
+
+
+def _judge(view, aliases: list[str], p, limit: str) -> tuple[bool | None, list[str]]:
+    """Whether at least the fraction of ``aliases`` is hot — above Rule 1's ``temp_c``, or (for
+    recovery) not yet below its ``clear_below_c``: True, False or None (not known), and the GPUs
+    known to be so."""
+    strict = limit == "temp_c"
+    need = math.ceil(p["cooling_fraction"] * len(aliases) - 1e-9)
+    over, unknown = [], 0
+    for alias in aliases:
+        temp = _temp(view, alias)
         if temp is None:
-            return None
-        temps[alias] = temp
-    return temps
+            unknown += 1
+        elif temp > view.params(RULE1, alias)[limit] if strict else temp >= view.params(RULE1, alias)[limit]:
+            over.append(alias)
+    if len(over) >= need:
+        return True, over
+    return (None if len(over) + unknown >= need else False), over
 
 
 def detect(view, subject, p):
-    if len(view.aliases) < p["min_gpus"]:
-        return False
-    temps = _temps(view)
-    if temps is None:
-        return None
-    hot = {a: t for a, t in temps.items() if t > view.params(RULE1, a)["temp_c"]}
-    if len(hot) < len(temps):
-        return False
-    hottest = max(temps.values())
+    hot: dict[str, list[str]] = {}
+    unknown = False
+    for name, aliases in sorted(_groups(view, p).items()):
+        if len(aliases) < p["min_gpus"]:
+            continue
+        verdict, over = _judge(view, aliases, p, "temp_c")
+        if verdict:
+            hot[name] = sorted(over)
+        unknown = unknown or verdict is None
+    if not hot:
+        return None if unknown else False
+    gpus = sorted(a for over in hot.values() for a in over)
+    temps = [_temp(view, a) for a in gpus]
+    hottest = max(t for t in temps if t is not None)
+    where = FLEET_GROUP if list(hot) == [FLEET_GROUP] else f"{p['group_by']} {', '.join(hot)}"
+    count = f"all {len(gpus)}" if p["cooling_fraction"] >= 1.0 else str(len(gpus))
     return Finding(
-        {"gpus_hot": len(hot), "gpus": sorted(hot), "max_temp_c": hottest,
-         "min_temp_c": min(temps.values())},
-        f"all {len(hot)} GPUs above their critical temperature (hottest {show(hottest)} °C): "
-        "check the cooling",
+        {"where": where, "gpus_hot": len(gpus), "max_temp_c": hottest,
+         "min_temp_c": min(t for t in temps if t is not None), "groups": hot, "gpus": gpus},
+        f"{count} GPUs in {where} above their critical temperature (hottest {show(hottest)} °C): check the cooling",
     )
 
 
 def recovered(view, subject, p, record):
-    temps = _temps(view)
-    if temps is None:
-        return None
-    return any(t < view.params(RULE1, a)["clear_below_c"] for a, t in temps.items())
+    unknown = False
+    for aliases in _groups(view, p).values():
+        if len(aliases) < p["min_gpus"]:
+            continue
+        verdict, _ = _judge(view, aliases, p, "clear_below_c")
+        if verdict:
+            return False
+        unknown = unknown or verdict is None
+    return None if unknown else True

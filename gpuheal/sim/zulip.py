@@ -33,6 +33,28 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+SERVER_VERSION = "10.4"  # what the look-alike says it is; feature level of Zulip 10
+SERVER_FEATURE_LEVEL = 359
+
+
+def server_settings(url: str) -> dict[str, Any]:
+    """``GET /api/v1/server_settings`` as Zulip answers it (api/get-server-settings): no
+    authentication, the version and feature level the official client reads, a password login."""
+    return {
+        "result": "success", "msg": "",
+        "authentication_methods": {"password": True, "dev": False, "email": True, "ldap": False,
+                                   "remoteuser": False, "github": False, "azuread": False, "gitlab": False,
+                                   "apple": False, "google": False, "saml": False, "openid connect": False},
+        "external_authentication_methods": [],
+        "zulip_feature_level": SERVER_FEATURE_LEVEL, "zulip_version": SERVER_VERSION,
+        "zulip_merge_base": SERVER_VERSION, "push_notifications_enabled": False, "is_incompatible": False,
+        "email_auth_enabled": True, "require_email_format_usernames": True,
+        "realm_url": url, "realm_uri": url, "realm_name": "gpuheal look-alike",
+        "realm_icon": url + "/static/images/logo/zulip-icon-128x128.png",
+        "realm_description": "", "realm_web_public_access_enabled": False,
+    }
+
+
 class ZulipLookalike:
     def __init__(
         self,
@@ -113,10 +135,13 @@ class ZulipLookalike:
 
             def do_GET(self) -> None:  # noqa: N802
                 """``/api/v1/users/me`` and ``/api/v1/get_stream_id`` (what ``gpuheal doctor``
-                reads: the bot's credentials and the stream, without posting)."""
+                reads: the bot's credentials and the stream, without posting); ``/api/v1/server_settings``
+                (what the official ``zulip`` client asks before its first request)."""
                 from urllib.parse import urlsplit
 
                 parts = urlsplit(self.path)
+                if parts.path == "/api/v1/server_settings":  # unauthenticated, as on Zulip
+                    return self._json(200, server_settings(outer.url))
                 if parts.path not in ("/api/v1/users/me", "/api/v1/get_stream_id"):
                     return self._json(
                         405, {"result": "error", "msg": "Method Not Allowed", "code": "BAD_REQUEST"}

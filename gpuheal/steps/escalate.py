@@ -132,7 +132,9 @@ class _Outbox:
         self.topic = zulip.fit_topic(str(rt.cfg.zulip["topic"]))
         self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
         group_by = rt.cfg.zulip.get("group_by")
+        self._group_by = str(group_by or "")
         self._labels = {g.alias: g.labels.get(group_by, "") if group_by else "" for g in rt.cfg.gpus}
+        self._hosts = {g.alias: g.host for g in rt.cfg.gpus}
         self.max_messages = int(rt.cfg.zulip["max_messages_per_run"])
 
     def label_of(self, gpu: str) -> str:
@@ -168,9 +170,22 @@ class _Outbox:
         incidents = [{**m.alert.to_json(), "tiers": [t.issue for t in m.tiers]} for m in msg.incidents]
         kind, issue = str(msg.alert.kind), str(msg.alert.issue)
         gpus = len({str(m.alert.gpu) for m in msg.incidents})
-        title = redact_text(group_title(kind, issue, gpus, msg.summary), self.secrets)
-        content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels)
+        cause = self._site_cause(msg) if issue == HOST_UNREACHABLE and not msg.summary else None
+        content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels,
+                                cause=cause)
+        title = redact_text(group_title(kind, issue, gpus, msg.summary, cause), self.secrets)
         return title, zulip.fit_content(redact_text(content, self.secrets))
+
+    def _site_cause(self, msg: Message) -> str | None:
+        """Most (over half) of the hosts sharing the message's group label — the whole fleet without
+        ``zulip.group_by`` — unreachable at once: one "network or site" incident (issue 21 point 2)."""
+        label = self._labels.get(str(msg.alert.gpu), "")
+        hosts = {h for a, h in self._hosts.items() if self._labels.get(a, "") == label}
+        down = {self._hosts.get(str(m.alert.gpu)) for m in msg.incidents} & hosts
+        if len(hosts) < 2 or 2 * len(down) <= len(hosts):
+            return None
+        where = f" in {self._group_by} {label}" if label else ""
+        return f"network or site: {len(down)} of {len(hosts)} hosts{where} unreachable"
 
     def redacted(self, value: Any) -> Any:
         from gpuheal.redact import redact
@@ -214,28 +229,20 @@ def _preview(doc, messages, out: _Outbox, now_s: float) -> None:
         doc["would_send"].append(entry)
 
 
-def _credentials(cfg) -> tuple[Any, dict[str, Any] | None]:
-    """The bot's credentials, or why nothing can be sent (no site, no credentials)."""
-    from gpuheal import zulip
-
-    if not cfg.zulip.get("site"):
-        return None, {"kind": "not-configured", "detail": "zulip.site is not set in the config"}
-    try:
-        return zulip.load_credentials(cfg), None
-    except zulip.CredentialsError as exc:
-        return None, {"kind": "no-credentials", "detail": str(exc)}
-
-
 def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict[str, Any] | None:
     """Send in order; stop at the first failure. Returns the error (or None).
 
     Each delivery is saved at once (a crash after it repeats nothing sent); a host's resolution
     queues, behind it, the escalations it had absorbed that are still open."""
+    from gpuheal.sink import SinkUnavailable
+    from gpuheal.sinks import open_sink
+
     now_s = rt.now.timestamp()
-    creds, error = _credentials(rt.cfg)
-    if error is not None:
-        data.note_failure([a for m in messages for a in m.members], now_s, error["detail"])
-        return error
+    try:
+        sink = open_sink(rt.cfg, post)
+    except SinkUnavailable as exc:
+        data.note_failure([a for m in messages for a in m.members], now_s, exc.detail)
+        return {"kind": exc.kind, "detail": exc.detail}
     queue = list(messages)
     i = 0
     while i < len(queue):
@@ -245,9 +252,9 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
         if nb > now_s:
             return {"kind": "rate-limited", "detail": f"Zulip asked to wait until {epoch_text(nb)} (HTTP 429)"}
         title, content = out.render(msg)
-        outcome = _post(rt.cfg.zulip, creds, out.stream, msg.alert.topic or out.topic, content, post)
+        outcome = _post(sink, msg.alert.topic or out.topic, content)
         if not outcome.ok:
-            return _failed(rt.cfg, data, msg, outcome, now_s)
+            return _failed(sink, data, msg, outcome, now_s)
         for incident in msg.incidents:  # dedup and reminders stay per (GPU, issue) underneath
             primary = incident.alert
             core.record_sent(data, out.redacted_alert(primary), now_s, outcome.message_id)
@@ -264,30 +271,28 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
     return None
 
 
-def _post(zcfg, creds, stream: str, topic: str, content: str, post):
+def _post(sink, topic: str, content: str):
     """One message; a 429 asking for at most ``SHORT_RETRY_S`` is waited out once."""
-    from gpuheal import zulip
+    from gpuheal.sink import Delivery
 
-    topic, timeout_s = zulip.fit_topic(topic), float(zcfg["timeout_s"])
-    outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
-    if outcome.kind == "rate-limited" and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
+    outcome = sink.send(content, topic)
+    if outcome.kind == Delivery.RATE_LIMITED and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
         _sleep(outcome.retry_after_s or 0)
-        outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
+        outcome = sink.send(content, topic)
     return outcome
 
 
-def _failed(cfg, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
+def _failed(sink, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
     """A delivery failed: the message's alerts note it (they stay queued); the run's error.
     A longer 429 holds the whole queue until Zulip's "not before"."""
     data.note_failure(msg.members, now_s, outcome.detail)
-    if outcome.kind == "rate-limited":
+    if outcome.kind == "rate-limited":  # Delivery is a StrEnum
         retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S
         until = now_s + retry
         data.hold(until)
-        detail = f"Zulip rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
+        detail = f"{sink.name} rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
         return {"kind": "rate-limited", "detail": detail}
     if outcome.kind == "unauthorized":
-        names = f"{cfg.zulip.get('email_env') or 'ZULIP_EMAIL'}/{cfg.zulip.get('api_key_env') or 'ZULIP_API_KEY'}"
-        detail = f"Zulip rejected the bot credentials ({outcome.detail}); check {names}"
+        detail = f"{sink.name} rejected the bot credentials ({outcome.detail}); check {sink.credential_hint}"
         return {"kind": "unauthorized", "detail": detail}
-    return {"kind": outcome.kind, "detail": f"Zulip delivery failed: {outcome.detail}"}
+    return {"kind": str(outcome.kind), "detail": f"{sink.name} delivery failed: {outcome.detail}"}

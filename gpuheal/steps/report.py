@@ -27,7 +27,11 @@ on Monday morning does not lose the week. Exit status: 0 done, 1 ``--send`` coul
 "regression", "baseline_tok_s", "baseline_source", "current_tok_s",
 "current_vs_baseline_pct"}], "regressions": [...], "incidents": {"total", "resolved", "open",
 "by_issue": [...], "list": [...]}, "remediations": [...], "escalations": [...],
-"markdown": str, "sent", "queued_for_escalate"}``.
+"markdown": str, "sent", "sent_parts": [each message sent], "queued_for_escalate"}``.
+
+The weekly Markdown is a summary within Zulip's 10,000 characters at any fleet size;
+``--full`` prints every GPU's row, or with ``--send`` posts them after the summary, split
+across messages that each fit.
 
 The summary itself is built by the pure :func:`gpuheal.core.report.summary`; this step reads the files.
 """
@@ -163,7 +167,9 @@ def build_weekly(cfg, store, now: datetime) -> dict[str, Any]:
 # --------------------------------------------------------------------------- command
 
 
-def command(rt, store, weekly: bool = False, send: bool = False, post=None):
+def command(rt, store, weekly: bool = False, send: bool = False, post=None, full: bool = False):
+    """``full``: the weekly report's every GPU row (on stdout; with ``--send``, split across messages
+    after the summary, each within the sink's limit)."""
     from gpuheal import exit_codes, kg, zulip
     from gpuheal.redact import redact, redact_text
     from gpuheal.render import report as render_report
@@ -174,9 +180,11 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
     secrets = zulip.secrets_for(cfg)
     kg_summary = kg.sync(cfg, store, rt.now, secrets)
     warnings = list(kg_summary.pop("warnings"))
+    extra: list[str] = []
     if weekly:
         doc = build_weekly(cfg, store, rt.now)
-        text = render_weekly.markdown(doc)
+        text = render_weekly.markdown(doc, full=full and not send)
+        extra = render_weekly.table_chunks(doc) if full and send else []
     else:
         doc = build_summary(cfg, store, rt.now)
         text = render_report.summary_markdown(doc)
@@ -189,35 +197,22 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
     code = exit_codes.OK
     status_line = None
     if send:
-        stream = str(cfg.zulip.get("stream") or "agent-hub")
-        topic = zulip.fit_topic(str(cfg.zulip.get("topic") or "alerts-gpu"))
-        error = None
-        if not cfg.zulip.get("site"):
-            error = "zulip.site is not set in the config"
-        else:
-            try:
-                creds = zulip.load_credentials(cfg)
-            except zulip.CredentialsError as exc:
-                error = str(exc)
-            else:
-                outcome = zulip.send_message(
-                    cfg.zulip["site"], creds, stream, topic, text, float(cfg.zulip["timeout_s"]), post=post
-                )
-                if outcome.ok:
-                    doc["sent"] = {"message_id": outcome.message_id, "stream": stream, "topic": topic}
-                    what = "weekly report" if weekly else "report"
-                    status_line = f"{what} sent to #{stream} > {topic} (message {outcome.message_id})"
-                else:
-                    error = f"Zulip delivery failed: {outcome.detail}"
+        what = "weekly report" if weekly else "report"
+        sent, error = _deliver(cfg, [text] + [redact_text(c, secrets) for c in extra], post)
+        if sent:
+            doc["sent"] = sent[0]
+            doc["sent_parts"] = sent
+            ids = ", ".join(str(s["message_id"]) for s in sent)
+            status_line = f"{what} sent to #{sent[0]['stream']} > {sent[0]['topic']} (message {ids})"
         if error is not None:
             code = exit_codes.ATTENTION
             note = ""
-            if weekly:
+            if weekly and not sent:
                 _queue_weekly(store, doc, text, rt.now)
                 doc["queued_for_escalate"] = True
                 note = "; queued for the next `gpuheal escalate`"
             log.error("report: %s%s", redact_text(error, secrets), note)
-            status_line = f"{'weekly report' if weekly else 'report'} not sent{note}"
+            status_line = f"{what} not {'wholly ' if sent else ''}sent{note}"
 
     def render() -> None:
         import sys
@@ -230,6 +225,26 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
             render_report.render_summary(doc)
 
     return CommandResult(document=doc, exit_code=code, render=render, warnings=warnings)
+
+
+def _deliver(cfg, parts: list[str], post) -> tuple[list[dict[str, Any]], str | None]:
+    """Each part as one message through the alert sink, in order, stopping at the first failure:
+    (what was sent, the error or None)."""
+    from gpuheal.sink import SinkUnavailable
+    from gpuheal.sinks import open_sink
+
+    try:
+        sink = open_sink(cfg, post)
+    except SinkUnavailable as exc:
+        return [], exc.detail
+    sent: list[dict[str, Any]] = []
+    stream, topic = getattr(sink, "stream", None), getattr(sink, "topic", None)
+    for part in parts:
+        outcome = sink.send(part)
+        if not outcome.ok:
+            return sent, f"{sink.name} delivery failed: {outcome.detail}"
+        sent.append({"message_id": outcome.message_id, "stream": stream, "topic": topic})
+    return sent, None
 
 
 def _queue_weekly(store, doc: dict[str, Any], text: str, now: datetime) -> None:
