@@ -11,8 +11,8 @@ import time
 import pytest
 from servers import HEALTH_OK, Garbage, Hang, LoopbackServer, Reply, closed_url
 
-from gpuheal.sources.http import HttpFault, HttpResult
-from gpuheal.sources.http_loop import Ask, fetch_one, run_exchanges
+from gpuheal.sources.http import Ask, HttpFault, HttpResult, run_exchanges
+from gpuheal.sources.http import request as fetch_one
 
 
 def asking(*paths):
