@@ -78,6 +78,7 @@ def test_request_sends_method_path_query_headers_and_body(client):
     assert (seen.method, seen.path, seen.query) == ("POST", "/completion", "x=1")
     assert seen.headers["authorization"] == "Bearer k"
     assert seen.headers["user-agent"] == "gpuheal"
+    assert seen.headers["host"] == srv.url.removeprefix("http://")  # 127.0.0.1:PORT: not the default port
     assert seen.json() == {"n_predict": 1}
 
 

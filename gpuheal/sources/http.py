@@ -280,7 +280,9 @@ def _request_bytes(job: _Job, ask: Ask) -> bytes:
     host = f"[{job.host}]" if ":" in job.host else job.host
     target = (job.path.rstrip("/") + ask.path if ask.path else job.path or "/") + job.query
     asked = {name.lower() for name, _ in ask.headers}
-    lines = [f"{ask.method} {target} HTTP/1.1", f"Host: {host}:{job.port}"]
+    if job.port != (443 if job.tls else 80):  # as http.client: the default port goes unsaid
+        host = f"{host}:{job.port}"
+    lines = [f"{ask.method} {target} HTTP/1.1", f"Host: {host}"]
     lines += [f"{name}: {value}" for name, value in _DEFAULT_HEADERS if name.lower() not in asked]
     lines += [f"{name}: {value}" for name, value in ask.headers]
     if ask.body is not None:
