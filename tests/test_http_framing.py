@@ -293,3 +293,18 @@ def test_https_to_a_plain_http_peer_is_an_invalid_fault_not_a_hang():
         listener.close()
     assert isinstance(result, HttpFault) and result.kind in ("invalid", "refused"), result
     assert time.monotonic() - started < 1.0 and result.detail.isprintable()
+
+
+@pytest.mark.parametrize(
+    ("url", "headers"),
+    [
+        ("http://127.0.0.1:9/a b", {}),
+        ("http://127.0.0.1:9/health", {"X-Evil": "1\r\nInjected: yes"}),
+        ("http://127.0.0.1:9/health", {"Authorization": "Bearer \u2603"}),
+    ],
+    ids=["space-in-target", "crlf-in-header", "not-latin-1"],
+)
+def test_a_request_that_would_break_the_framing_is_refused_unsent(url, headers):
+    result = request("GET", url, deadline_s=1, headers=headers)
+    assert isinstance(result, HttpFault) and result.kind == "invalid", result
+    assert result.detail.startswith("cannot send this request") and "2603" not in result.detail

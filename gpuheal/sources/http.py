@@ -277,6 +277,9 @@ class _Job:
 
 
 def _request_bytes(job: _Job, ask: Ask) -> bytes:
+    """The request's bytes. Raises ValueError for a target or header that would break the framing
+    (a control character or space in the target, CR/LF/NUL in a header: header injection) or that
+    is not latin-1, as ``http.client`` refuses them."""
     host = f"[{job.host}]" if ":" in job.host else job.host
     target = (job.path.rstrip("/") + ask.path if ask.path else job.path or "/") + job.query
     asked = {name.lower() for name, _ in ask.headers}
@@ -287,7 +290,14 @@ def _request_bytes(job: _Job, ask: Ask) -> bytes:
     lines += [f"{name}: {value}" for name, value in ask.headers]
     if ask.body is not None:
         lines.append(f"Content-Length: {len(ask.body)}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    if any(ord(ch) <= 0x20 or ch == "\x7f" for ch in target):
+        raise ValueError("the request target holds a space or a control character")
+    if any(ch in text for pair in ask.headers for text in pair for ch in "\r\n\0"):
+        raise ValueError("a request header holds CR, LF or NUL")
+    try:
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    except UnicodeEncodeError:  # its message would quote a character of the header (a secret, maybe)
+        raise ValueError("a request header or target is not latin-1 text") from None
     return head + (ask.body or b"")
 
 
@@ -449,7 +459,10 @@ class _Loop:
             return HttpFault("invalid", "not an http(s) URL with a host and a valid port")
         if now >= job.stop_at:
             return self._timeout(job)
-        job.ask, job.asked_at, job.out = ask, now, _request_bytes(job, ask)
+        try:
+            job.ask, job.asked_at, job.out = ask, now, _request_bytes(job, ask)
+        except ValueError as exc:
+            return HttpFault("invalid", printable(f"cannot send this request: {exc}"))
         job.resp, job.got_bytes = _Response(ask.max_bytes, ask.method == "HEAD"), False
         if job.sock is not None:
             job.reused = True
