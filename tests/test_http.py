@@ -21,20 +21,30 @@ from servers import (
     closed_url,
 )
 
-from gpuheal.sources.http import HttpFault, HttpResult, request
-from gpuheal.sources.http_loop import fetch_one
+from gpuheal.sources.http import Ask, HttpFault, HttpResult, request, run_exchanges
 
 
-def _through_loop(method, url, *, connect_timeout_s=None, **kwargs):
-    """The selector loop of many llama-servers (issue 12), one request: it has one deadline for
-    everything, no separate connect timeout."""
-    return fetch_one(method, url, **kwargs)
+def _as_exchange(method, url, *, deadline_s, max_bytes=1 << 20, headers=None, body=None, connect_timeout_s=None):
+    """The same request as one exchange among a poll's (issue 12), with a neighbour that only
+    waits: the loop must give each its own answer and deadline."""
+
+    def one():
+        return (yield Ask("", tuple((headers or {}).items()), max_bytes, method, body))
+
+    def idle():
+        return "idle"
+        yield  # pragma: no cover - makes this a generator
+
+    got = run_exchanges([("it", url, one), ("other", "http://127.0.0.1:9", idle)], deadline_s=deadline_s,
+                        max_open=4, connect_timeout_s=connect_timeout_s)
+    assert got["other"] == "idle"
+    return got["it"]
 
 
-@pytest.fixture(params=[request, _through_loop], ids=["http.client", "loop"])
+@pytest.fixture(params=[request, _as_exchange], ids=["request", "exchange"])
 def client(request):
-    """Every promise here holds for both clients: ``request`` (http.client, one per thread) and
-    the one-thread loop that probes every llama-server (``sources/http_loop.py``)."""
+    """Every promise here holds for one client reached both ways (issue 19: one HTTP client):
+    ``request`` (one call, one answer) and an exchange of the loop that probes every llama-server."""
     return request.param
 
 
@@ -68,6 +78,7 @@ def test_request_sends_method_path_query_headers_and_body(client):
     assert (seen.method, seen.path, seen.query) == ("POST", "/completion", "x=1")
     assert seen.headers["authorization"] == "Bearer k"
     assert seen.headers["user-agent"] == "gpuheal"
+    assert seen.headers["host"] == srv.url.removeprefix("http://")  # 127.0.0.1:PORT: not the default port
     assert seen.json() == {"n_predict": 1}
 
 

@@ -11,8 +11,8 @@ import time
 import pytest
 from servers import HEALTH_OK, Garbage, Hang, LoopbackServer, Reply, closed_url
 
-from gpuheal.sources.http import HttpFault, HttpResult
-from gpuheal.sources.http_loop import Ask, fetch_one, run_exchanges
+from gpuheal.sources.http import Ask, HttpFault, HttpResult, run_exchanges
+from gpuheal.sources.http import request as fetch_one
 
 
 def asking(*paths):
@@ -141,7 +141,7 @@ def test_host_names_are_resolved_once_per_host(monkeypatch):
     assert calls == ["gpu-host.test"]
 
 
-def test_https_endpoints_go_through_the_threaded_client():
+def test_https_endpoints_run_in_the_same_loop():
     got = run_exchanges([("tls", closed_url().replace("http:", "https:"), asking("/health"))],
                         deadline_s=1, max_open=2)
     assert isinstance(got["tls"][0], HttpFault) and got["tls"][0].kind == "refused"

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +33,16 @@ from gpuheal.errors import ConfigError
 
 # --------------------------------------------------------------------------- loading
 
+# The package's own files, read by path: ``importlib.resources`` costs ~3-5 ms of import on every
+# cron start (issue 19, "Performance"), and gpuheal is always installed as a directory.
+_HERE = Path(__file__).resolve().parent
+
 
 @cache
 def _defaults() -> dict[str, Any]:
     import yaml
 
-    text = resources.files("gpuheal.config").joinpath("defaults.yaml").read_text("utf-8")
+    text = (_HERE / "defaults.yaml").read_text("utf-8")
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
@@ -48,7 +51,7 @@ def _validator():
     """Compiled once per process (issue 2: "validated against a JSON Schema ... compiled once")."""
     import jsonschema
 
-    schema = json.loads(resources.files("gpuheal.config").joinpath("schema.json").read_text("utf-8"))
+    schema = json.loads((_HERE / "schema.json").read_text("utf-8"))
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
@@ -111,7 +114,7 @@ VALIDATED_FILE = ".config-validated"
 def _schema_digest(text: str) -> str:
     import hashlib
 
-    schema = resources.files("gpuheal.config").joinpath("schema.json").read_bytes()
+    schema = (_HERE / "schema.json").read_bytes()
     return hashlib.sha256(schema + b"\0" + text.encode("utf-8")).hexdigest()
 
 

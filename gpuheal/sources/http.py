@@ -1,9 +1,36 @@
-"""A small HTTP client with a hard total deadline and a byte cap.
+"""gpuheal's one HTTP client: every request, one or many at a time, runs through one selector loop
+with a hard total deadline, a byte cap and one fault classifier (issue 19, item 5).
 
-Why not ``requests`` here: its timeouts bound each socket operation, not the whole exchange, so a
-server that dribbles one byte a second holds a probe for ever (Lesson L5 is the same failure at a
-larger scale), and it costs ~80 ms of import on every cron start. ``http.client`` plus a watchdog
-that shuts the socket at the deadline bounds connect + headers + body together.
+Why not ``requests`` or ``http.client``: their timeouts bound each socket operation, not the whole
+exchange, so a server that dribbles one byte a second holds a probe for ever (Lesson L5 is the same
+failure at a larger scale); ``requests`` also costs ~80 ms of import on every cron start. Here the
+deadline covers resolve + connect (+ TLS handshake) + request + headers + body, and the body is
+counted against ``max_bytes`` as it arrives.
+
+Why one loop for everything (issue 12 benchmark): a busy llama-server costs three requests a poll
+(``/health``, ``/metrics``, ``/slots``). Through ``http.client`` on a thread each, 1000 servers cost
+~2.5 s of CPU on 2 cores, most of it threads handing the GIL to each other around every socket
+call, a new TCP connection per request and ``http.client``'s header parsing (the ``email``
+package). Here one thread drives every connection with ``selectors``; each endpoint's requests go
+one after another over one connection (llama-server's cpp-httplib keeps HTTP/1.1 connections
+alive), and a connection the server closes is simply opened again. A single :func:`request` is the
+same loop with one exchange; https runs in the loop too (a non-blocking ``ssl`` socket).
+
+What is asked of an endpoint is a generator (an *exchange*): it yields :class:`Ask` and is sent
+each answer (:class:`HttpResult` or :class:`HttpFault`, never an exception), and its return value
+is the endpoint's result. Deciding the next request from the previous answer (ask ``/slots`` only
+of a busy server) stays in the caller's plain code. Each exchange has one deadline (``deadline_s``
+from its start); at most ``max_open`` exchanges run at once (``probe.max_workers``), so a sweep of
+N dead hosts costs about one deadline while N <= ``max_open``.
+
+Why the HTTP/1.1 framing is hand-written (:class:`_Response`) and not h11, as issue 19 proposed:
+measured, h11 costs more than the issue's 10 % allowance on the 1000-GPU check. Parsing one
+llama-server ``/metrics`` answer takes ~60 us through h11 (a ``Connection``, its ``Request`` event
+and ``next_event`` loop) against ~4 us here; a 1000-GPU poll parses ~3000 answers, so h11 adds
+~0.17 s of CPU to a check of ~1.3 s, and importing h11 costs another ~10-45 ms on every cron
+start (``benchmarks/framing.py`` repeats both figures). h11 serves instead as the test oracle:
+``tests/test_http_framing.py`` generates responses with hypothesis and requires this framing to
+agree with h11 on every one it accepts.
 
 Every failure is returned as a :class:`HttpFault`, never raised: "a source that fails is a data
 fault in the observation, not an exception" (issue 2).
@@ -11,18 +38,25 @@ fault in the observation, not an exception" (issue 2).
 
 from __future__ import annotations
 
+import errno
 import heapq
-import http.client
 import itertools
+import queue
+import selectors
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 USER_AGENT = "gpuheal"
-_CHUNK = 16384
+MAX_HEAD_BYTES = 65536  # status line + headers (http.client: 64 KiB lines, 100 headers)
+_RECV = 65536
+_NO_BODY = frozenset({204, 304})
+_DEFAULT_HEADERS = (("User-Agent", USER_AGENT), ("Accept", "application/json"))  # a caller's own replace them
 
 
 @dataclass(frozen=True)
@@ -44,64 +78,6 @@ class HttpFault:
     body: bytes = b""
 
 
-class _Deadline(Exception):
-    pass
-
-
-class _Watchdog:
-    """One daemon thread that fires every pending request's deadline.
-
-    A ``threading.Timer`` per request costs a thread start each (~0.1 ms, far more while 256
-    probe threads hold the GIL): a sweep of 1000 endpoints paid it 1000 times (issue 2 benchmark).
-    Entries are ``[at, seq, callback]``; cancelling clears the callback and the thread drops it.
-    """
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._heap: list[list] = []
-        self._seq = itertools.count()
-        self._thread: threading.Thread | None = None
-
-    def schedule(self, at: float, callback: Callable[[], None]) -> list:
-        entry = [at, next(self._seq), callback]
-        with self._cond:
-            heapq.heappush(self._heap, entry)
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="http-watchdog", daemon=True)
-                self._thread.start()
-            elif self._heap[0] is entry:
-                self._cond.notify()
-        return entry
-
-    def cancel(self, entry: list) -> None:
-        entry[2] = None
-
-    def _run(self) -> None:
-        with self._cond:
-            while True:
-                while self._heap and self._heap[0][2] is None:
-                    heapq.heappop(self._heap)
-                if not self._heap:
-                    self._cond.wait()
-                    continue
-                delay = self._heap[0][0] - time.monotonic()
-                if delay > 0:
-                    self._cond.wait(delay)
-                    continue
-                callback = heapq.heappop(self._heap)[2]
-                self._cond.release()
-                try:
-                    if callback is not None:
-                        callback()
-                except Exception:  # noqa: BLE001 - a failed shutdown must not stop the watchdog
-                    pass
-                finally:
-                    self._cond.acquire()
-
-
-_WATCHDOG = _Watchdog()
-
-
 def is_ip_literal(host: str) -> bool:
     import ipaddress
 
@@ -117,30 +93,602 @@ def printable(text: str, limit: int = 200) -> str:
     return "".join(ch if ch.isprintable() else " " for ch in text).strip()[:limit]
 
 
-def _resolve(host: str, port: int, wait_s: float) -> tuple:
-    """``getaddrinfo`` bounded by ``wait_s``: the resolver cannot be interrupted, so it runs in a
-    daemon thread that is abandoned at the deadline (a sick DNS server must not hold a probe past
-    its deadline any more than a dribbling HTTP server may). Raises ``_Deadline`` or
-    ``socket.gaierror``."""
-    done = threading.Event()
-    box: list = []
+def announced_length_fault(declared: str | None, max_bytes: int) -> tuple[str, str] | None:
+    """``(kind, detail)`` when the announced Content-Length refuses the body before it is read: not
+    ASCII digits (``'²'``, ``'-5'``, ``'2, 2'``; ``str.isdigit`` accepts the first) is ``invalid``,
+    more than ``max_bytes`` (or digits past ``int()``'s limit) ``oversized`` (issue 9). The framing
+    refuses by it."""
+    length = (declared or "").strip(" \t")
+    if not length:
+        return None
+    if not (length.isascii() and length.isdigit()):
+        return "invalid", f"Content-Length {length[:40]!r} is not a byte count"
+    if len(length) > 18 or int(length) > max_bytes:  # 18 digits: never near int()'s limit
+        shown = length if len(length) <= 18 else length[:18] + "…"
+        return "oversized", f"Content-Length {shown} exceeds max_response_bytes {max_bytes}"
+    return None
 
-    def work() -> None:
-        try:
-            box.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-            box.append(exc)
-        done.set()
 
-    threading.Thread(target=work, name="resolve", daemon=True).start()
-    if not done.wait(max(0.0, wait_s)):
-        raise _Deadline
-    outcome = box[0]
+@dataclass(frozen=True)
+class Ask:
+    """One request of an exchange; ``path`` is appended to the endpoint's own path."""
+
+    path: str
+    headers: tuple[tuple[str, str], ...] = ()
+    max_bytes: int = 1 << 20
+    method: str = "GET"
+    body: bytes | None = None
+
+
+Exchange = Generator[Ask, "HttpResult | HttpFault", Any]
+
+
+class _Invalid(Exception):
+    """The peer's bytes are not an HTTP/1.x response (→ an ``invalid`` fault)."""
+
+
+class _Oversized(Exception):
+    def __init__(self, detail: str, status: int) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
+@dataclass
+class _Response:
+    """An HTTP/1.x response parsed incrementally from the bytes as they come.
+
+    Framing as ``http.client`` does it: no body for 1xx/204/304 or an answer to HEAD,
+    ``Transfer-Encoding: chunked``, else ``Content-Length``, else until the peer closes. 1xx
+    interim answers are skipped. Every cap holds while the bytes come: the head at
+    ``MAX_HEAD_BYTES``, a chunk-size line at 1024 bytes, the body at ``max_bytes`` (an announced
+    length or chunk size past it is refused before its bytes are read)."""
+
+    max_bytes: int
+    head_only: bool = False  # the answer to a HEAD request: headers, never a body
+    buf: bytearray = field(default_factory=bytearray)
+    status: int = 0
+    headers: dict[str, str] | None = None
+    length: int | None = None  # the body's announced length; None: chunked or until close
+    chunked: bool = False
+    keep_alive: bool = False
+    body: bytearray = field(default_factory=bytearray)
+    pos: int = 0  # chunked: where the next chunk's size line starts in buf
+
+    def feed(self, data: bytes) -> bool:
+        """Take more bytes; True once the response is complete. Raises _Invalid / _Oversized."""
+        self.buf += data
+        while self.headers is None:
+            end = self.buf.find(b"\r\n\r\n")
+            if end > MAX_HEAD_BYTES or (end < 0 and len(self.buf) > MAX_HEAD_BYTES):
+                raise _Invalid(f"response headers longer than {MAX_HEAD_BYTES} bytes")
+            if end < 0:
+                return False
+            self._head(bytes(self.buf[:end]))
+            del self.buf[: end + 4]
+        if self.chunked:
+            return self._chunks()
+        if self.length is not None:
+            if len(self.buf) < self.length:
+                return False  # the body is cut out once, when it is all here
+            if len(self.buf) > self.length:
+                self.keep_alive = False  # bytes beyond the body: do not trust this connection again
+            self.body = self.buf[: self.length]
+            return True
+        if len(self.buf) > self.max_bytes:
+            raise _Oversized(f"body exceeds max_response_bytes {self.max_bytes}", self.status)
+        self.body = self.buf
+        return False
+
+    def eof(self) -> bool:
+        """The peer closed: True when that completes the response (a body read until close)."""
+        return self.headers is not None and not self.chunked and self.length is None
+
+    def cut_short(self) -> str:
+        """Why the bytes so far, ended by the peer's close, are not a response (an invalid fault)."""
+        if self.headers is None:
+            return printable(f"not an HTTP response: {bytes(self.buf[:80])!r}")
+        if self.length is not None:
+            return f"truncated body: {self.length - len(self.buf)} of the announced bytes never came"
+        return "truncated chunked body"
+
+    def _head(self, raw: bytes) -> None:
+        lines = raw.decode("latin-1").split("\r\n")
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or parts[0] not in ("HTTP/1.0", "HTTP/1.1"):
+            raise _Invalid(f"not an HTTP response: {lines[0][:80]!r}")
+        if not (len(parts[1]) == 3 and parts[1].isdigit() and parts[1].isascii()):
+            raise _Invalid(f"bad status line: {lines[0][:80]!r}")
+        status = int(parts[1])
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
+            return
+        self.status, self.headers = status, headers
+        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        declared = headers.get("content-length")
+        if status in _NO_BODY or self.head_only:
+            self.chunked, self.length = False, 0
+        elif not self.chunked and declared:
+            refused = announced_length_fault(declared, self.max_bytes)
+            if refused is not None:
+                kind, detail = refused
+                raise _Oversized(detail, status) if kind == "oversized" else _Invalid(detail)
+            self.length = int(declared)
+        framed = self.chunked or self.length is not None
+        self.keep_alive = framed and parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+
+    def _chunks(self) -> bool:
+        while True:
+            line_end = self.buf.find(b"\r\n", self.pos)
+            if line_end < 0:
+                if len(self.buf) - self.pos > 1024:
+                    raise _Invalid("chunk size line longer than 1024 bytes")
+                return False
+            size_text = bytes(self.buf[self.pos : line_end]).split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise _Invalid(f"bad chunk size {size_text[:20]!r}") from None
+            if size < 0:
+                raise _Invalid("negative chunk size")
+            if size == 0:  # the last chunk: optional trailers, then an empty line
+                rest = self.buf[line_end + 2 :]
+                return rest.startswith(b"\r\n") or b"\r\n\r\n" in rest
+            if len(self.body) + size > self.max_bytes:
+                raise _Oversized(f"body exceeds max_response_bytes {self.max_bytes}", self.status)
+            start = line_end + 2
+            if len(self.buf) < start + size + 2:
+                return False
+            if self.buf[start + size : start + size + 2] != b"\r\n":
+                raise _Invalid("chunk not followed by CRLF")
+            self.body += self.buf[start : start + size]
+            self.pos = start + size + 2
+
+
+@dataclass(eq=False)
+class _Job:
+    """One endpoint's exchange: its connection, the request in flight, its deadline."""
+
+    key: Any
+    gen: Exchange
+    host: str
+    port: int
+    path: str  # the endpoint's own path (an ask's path is appended) and query ("?..." or "")
+    query: str
+    deadline_s: float
+    stop_at: float
+    addr: tuple | None = None
+    family: int = socket.AF_INET
+    sock: socket.socket | None = None
+    ask: Ask | None = None
+    out: bytes = b""
+    resp: _Response | None = None
+    asked_at: float = 0.0
+    reused: bool = False  # the request in flight went over a connection an earlier one used
+    got_bytes: bool = False
+    done: bool = False
+    tls: bool = False  # https: the socket is wrapped once connected, then the handshake runs
+    connecting: bool = False  # resolve + connect + handshake under way (``connect_timeout_s``)
+    wrapped: bool = False  # the socket is the TLS one: its handshake runs until ``connecting`` ends
+    resolving: bool = False  # waiting in ``_Resolver.waiting`` for its host's address
+
+
+def _request_bytes(job: _Job, ask: Ask) -> bytes:
+    """The request's bytes. Raises ValueError for a target or header that would break the framing
+    (a control character or space in the target, CR/LF/NUL in a header: header injection) or that
+    is not latin-1, as ``http.client`` refuses them."""
+    host = f"[{job.host}]" if ":" in job.host else job.host
+    target = (job.path.rstrip("/") + ask.path if ask.path else job.path or "/") + job.query
+    asked = {name.lower() for name, _ in ask.headers}
+    if job.port != (443 if job.tls else 80):  # as http.client: the default port goes unsaid
+        host = f"{host}:{job.port}"
+    lines = [f"{ask.method} {target} HTTP/1.1", f"Host: {host}"]
+    lines += [f"{name}: {value}" for name, value in _DEFAULT_HEADERS if name.lower() not in asked]
+    lines += [f"{name}: {value}" for name, value in ask.headers]
+    if ask.body is not None:
+        lines.append(f"Content-Length: {len(ask.body)}")
+    if any(ord(ch) <= 0x20 or ch == "\x7f" for ch in target):
+        raise ValueError("the request target holds a space or a control character")
+    if any(ch in text for pair in ask.headers for text in pair for ch in "\r\n\0"):
+        raise ValueError("a request header holds CR, LF or NUL")
+    try:
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    except UnicodeEncodeError:  # its message would quote a character of the header (a secret, maybe)
+        raise ValueError("a request header or target is not latin-1 text") from None
+    return head + (ask.body or b"")
+
+
+def _os_fault(exc: OSError, elapsed: float, reused_quietly: bool) -> HttpFault | None:
+    """A socket error as ``request`` reports it; None: retry on a fresh connection (a reused
+    keep-alive connection the server had closed before this request got a byte)."""
+    if reused_quietly and exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED):
+        return None
+    if exc.errno == errno.ECONNREFUSED:
+        return HttpFault("refused", "connection refused", elapsed)
+    if exc.errno in (errno.ECONNRESET, errno.EPIPE):
+        return HttpFault("refused", f"connection reset: {exc}", elapsed)
+    if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return HttpFault("refused", str(exc), elapsed)
+    return HttpFault("invalid", printable(f"{type(exc).__name__}: {exc}"), elapsed)
+
+
+class _Resolver:
+    """Host names resolved on daemon threads, each once per run (a host's GPUs share it): the
+    resolver cannot be interrupted, so a stuck one is abandoned at the deadline, as in ``request``."""
+
+    def __init__(self, hosts: set[str], wake: socket.socket) -> None:
+        self.answers: dict[str, Any] = {}
+        self.waiting: dict[str, list[_Job]] = {}
+        self._todo: queue.SimpleQueue = queue.SimpleQueue()
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = wake
+        for host in hosts:
+            self._todo.put(host)
+        for _ in range(min(len(hosts), 16)):
+            threading.Thread(target=self._work, name="resolve", daemon=True).start()
+
+    def _work(self) -> None:
+        while True:
+            try:
+                host = self._todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+                outcome: Any = (infos[0][0], infos[0][4]) if infos else socket.gaierror(f"no address for {host}")
+            except Exception as exc:  # noqa: BLE001 - handed to the loop as this host's fault
+                outcome = exc
+            self._done.put((host, outcome))
+            try:
+                self._wake.send(b"x")
+            except OSError:  # the loop has finished (its deadline passed): nobody waits
+                pass
+
+    def answered(self) -> list[tuple[str, Any]]:
+        out = []
+        while True:
+            try:
+                host, outcome = self._done.get_nowait()
+            except queue.Empty:
+                return out
+            self.answers[host] = outcome
+            out.append((host, outcome))
+
+
+def _address(outcome: Any, port: int, elapsed: float) -> tuple[int, tuple] | HttpFault:
+    if isinstance(outcome, socket.gaierror):
+        return HttpFault("refused", f"cannot resolve host: {outcome.strerror or outcome}", elapsed)
     if isinstance(outcome, BaseException):
-        raise outcome
-    if not outcome:
-        raise socket.gaierror(f"no address for {host}")
-    return outcome[0][4][:2]
+        return HttpFault("invalid", printable(f"cannot resolve host: {type(outcome).__name__}: {outcome}"), elapsed)
+    family, sockaddr = outcome
+    return family, (sockaddr[0], port, *sockaddr[2:])
+
+
+class _Loop:
+    """The selector loop behind :func:`run_exchanges` (one per call, in the calling thread)."""
+
+    def __init__(self, deadline_s: float, max_open: int, connect_timeout_s: float | None = None) -> None:
+        self.deadline_s = deadline_s
+        self.connect_timeout_s = connect_timeout_s
+        self.tls_context: Any = None  # made once per loop, by the first https connection
+        self.wait_errors: tuple[type[OSError], ...] = (BlockingIOError,)  # + ssl's "want read/write"
+        self.max_open = max(1, max_open)
+        self.sel = selectors.DefaultSelector()
+        self.results: dict[Any, Any] = {}
+        self.heap: list[tuple[float, int, _Job]] = []  # deadlines: each job's, and connect timeouts
+        self.seq = itertools.count()
+        self.open_jobs = 0
+        self.resolver: _Resolver | None = None
+        self.wake_r: socket.socket | None = None
+
+    def run(self, items: list[tuple[Any, Any, Callable[[], Exchange]]]) -> dict[Any, Any]:
+        hosts = {p.hostname for _, p, _ in items if p is not None and not is_ip_literal(p.hostname)}
+        wake_w = None
+        if hosts:
+            self.wake_r, wake_w = socket.socketpair()
+            self.wake_r.setblocking(False)
+            self.sel.register(self.wake_r, selectors.EVENT_READ, None)
+            self.resolver = _Resolver(hosts, wake_w)
+        todo = deque(items)
+        try:
+            while todo or self.open_jobs:
+                while todo and self.open_jobs < self.max_open:
+                    self._start(*todo.popleft())
+                self._step()
+        finally:
+            for job in [key.data for key in self.sel.get_map().values() if key.data is not None]:
+                self._close(job)
+            self.sel.close()
+            for sock in (self.wake_r, wake_w):
+                if sock is not None:
+                    sock.close()
+        return self.results
+
+    def _step(self) -> None:
+        while self.heap and self.heap[0][2].done:
+            heapq.heappop(self.heap)
+        if not self.heap:
+            return
+        timeout = max(0.0, self.heap[0][0] - time.monotonic())
+        for key, mask in self.sel.select(timeout):
+            if key.data is None:
+                self._resolved()
+            elif not key.data.done and key.data.sock is key.fileobj:
+                self._ready(key.data, mask)
+        now = time.monotonic()
+        while self.heap and self.heap[0][0] <= now:
+            at, _, job = heapq.heappop(self.heap)
+            if not job.done and (at >= job.stop_at or job.connecting):
+                self._fail(job, self._timeout(job))
+
+    def _start(self, key: Any, parts: Any, factory: Callable[[], Exchange]) -> None:
+        now = time.monotonic()
+        tls = parts is not None and parts.scheme == "https"
+        host, port = (parts.hostname, parts.port or (443 if tls else 80)) if parts is not None else ("", 0)
+        path = parts.path if parts is not None else ""
+        query = f"?{parts.query}" if parts is not None and parts.query else ""
+        job = _Job(key, factory(), host, port, path, query, self.deadline_s, now + self.deadline_s, tls=tls)
+        self.open_jobs += 1
+        heapq.heappush(self.heap, (job.stop_at, next(self.seq), job))
+        if parts is None:
+            job.addr = ()  # never connects: every ask is answered "invalid" below
+        elif is_ip_literal(host):
+            job.family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            job.addr = (host, port)
+        self._advance(job, None)
+
+    def _advance(self, job: _Job, result: HttpResult | HttpFault | None) -> None:
+        """Send ``result`` into the exchange and start what it asks next, until a request is in
+        flight or the exchange returns."""
+        while True:
+            try:
+                ask = job.gen.send(result)
+            except StopIteration as stop:
+                self._finish(job, stop.value)
+                return
+            result = self._issue(job, ask)
+            if result is None:
+                return
+
+    def _issue(self, job: _Job, ask: Ask) -> HttpResult | HttpFault | None:
+        now = time.monotonic()
+        if job.addr == ():
+            return HttpFault("invalid", "not an http(s) URL with a host and a valid port")
+        if now >= job.stop_at:
+            return self._timeout(job)
+        try:
+            job.ask, job.asked_at, job.out = ask, now, _request_bytes(job, ask)
+        except ValueError as exc:
+            return HttpFault("invalid", printable(f"cannot send this request: {exc}"))
+        job.resp, job.got_bytes = _Response(ask.max_bytes, ask.method == "HEAD"), False
+        if job.sock is not None:
+            job.reused = True
+            return self._send(job)
+        job.reused = False
+        return self._connect(job)
+
+    def _connect(self, job: _Job) -> HttpFault | None:
+        if not job.connecting and self.connect_timeout_s:
+            connect_by = time.monotonic() + self.connect_timeout_s
+            if connect_by < job.stop_at:
+                heapq.heappush(self.heap, (connect_by, next(self.seq), job))
+        job.connecting = True
+        if job.addr is None:
+            outcome = self.resolver.answers.get(job.host) if self.resolver else None
+            if outcome is None:
+                if not job.resolving:
+                    job.resolving = True
+                    self.resolver.waiting.setdefault(job.host, []).append(job)
+                return None
+            address = _address(outcome, job.port, time.monotonic() - job.asked_at)
+            if isinstance(address, HttpFault):
+                return address
+            job.family, job.addr = address
+        try:
+            sock = socket.socket(job.family, socket.SOCK_STREAM)
+        except OSError as exc:  # out of file descriptors, no IPv6
+            return _os_fault(exc, 0.0, False)
+        sock.setblocking(False)
+        err = sock.connect_ex(job.addr)
+        if err not in (0, errno.EINPROGRESS, errno.EAGAIN):
+            sock.close()
+            return _os_fault(OSError(err, errno.errorcode.get(err, str(err))), time.monotonic() - job.asked_at, False)
+        job.sock = sock
+        self.sel.register(sock, selectors.EVENT_WRITE, job)
+        return None
+
+    def _resolved(self) -> None:
+        try:
+            while self.wake_r.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+        for host, _outcome in self.resolver.answered():
+            for job in self.resolver.waiting.pop(host, []):
+                job.resolving = False
+                if not job.done and job.connecting and job.sock is None:
+                    fault = self._connect(job)
+                    if fault is not None:
+                        self._advance(job, fault)
+
+    def _ready(self, job: _Job, mask: int) -> None:
+        if job.connecting:
+            self._connected(job)
+        elif job.out:
+            fault = self._send(job)
+            if fault is not None:
+                self._fail(job, fault)
+        else:
+            self._receive(job)
+
+    def _connected(self, job: _Job) -> None:
+        """The connecting socket is ready: the connect failed, or it is made (then, for https, one
+        more step of the TLS handshake), and the request goes out."""
+        elapsed = time.monotonic() - job.asked_at
+        if not job.wrapped:
+            err = job.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                self._fail(job, _os_fault(OSError(err, "connect failed"), elapsed, False))
+                return
+            if job.tls:
+                self._wrap(job)
+        if job.wrapped:
+            try:
+                job.sock.do_handshake()
+            except self.wait_errors as exc:
+                want_read = type(exc).__name__ == "SSLWantReadError"
+                self.sel.modify(job.sock, selectors.EVENT_READ if want_read else selectors.EVENT_WRITE, job)
+                return
+            except OSError as exc:  # ssl.SSLError (a bad certificate, not TLS at all) is an OSError
+                self._fail(job, _os_fault(exc, elapsed, False))
+                return
+        job.connecting = False
+        fault = self._send(job)
+        if fault is not None:
+            self._fail(job, fault)
+
+    def _wrap(self, job: _Job) -> None:
+        """Put TLS on the connected socket (``ssl`` is imported only by a loop with an https URL)."""
+        if self.tls_context is None:
+            import ssl
+
+            self.tls_context = ssl.create_default_context()
+            self.wait_errors = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
+        self.sel.unregister(job.sock)
+        job.sock = self.tls_context.wrap_socket(job.sock, server_hostname=job.host, do_handshake_on_connect=False)
+        self.sel.register(job.sock, selectors.EVENT_WRITE, job)
+        job.wrapped = True
+
+    def _receive(self, job: _Job) -> None:
+        """Read what is there and feed it to the framing; a TLS socket may hold decrypted bytes
+        that ``select`` cannot see (``pending``), so those are read on at once."""
+        while True:
+            try:
+                data = job.sock.recv(_RECV)
+            except self.wait_errors:
+                return
+            except OSError as exc:
+                self._error(job, exc)
+                return
+            if not data:
+                self._eof(job)
+                return
+            job.got_bytes = True
+            try:
+                complete = job.resp.feed(data)
+            except _Invalid as exc:
+                self._fail(job, HttpFault("invalid", printable(str(exc)), time.monotonic() - job.asked_at))
+                return
+            except _Oversized as exc:
+                self._fail(job, HttpFault("oversized", str(exc), time.monotonic() - job.asked_at, status=exc.status))
+                return
+            if complete:
+                self._complete(job)
+                return
+            if not (job.wrapped and job.sock.pending()):
+                return
+
+    def _send(self, job: _Job) -> HttpFault | None:
+        try:
+            sent = job.sock.send(job.out)
+        except self.wait_errors:
+            sent = 0
+        except OSError as exc:
+            fault = _os_fault(exc, time.monotonic() - job.asked_at, job.reused)
+            if fault is None:
+                self._close(job)
+                return self._reconnect(job)
+            return fault
+        job.out = job.out[sent:]
+        self.sel.modify(job.sock, selectors.EVENT_WRITE if job.out else selectors.EVENT_READ, job)
+        return None
+
+    def _reconnect(self, job: _Job) -> HttpFault | None:
+        """The kept connection was closed under us before any answer: once more on a new one."""
+        job.reused, job.out = False, _request_bytes(job, job.ask)
+        job.resp = _Response(job.ask.max_bytes, job.ask.method == "HEAD")
+        return self._connect(job)
+
+    def _error(self, job: _Job, exc: OSError) -> None:
+        fault = _os_fault(exc, time.monotonic() - job.asked_at, job.reused and not job.got_bytes)
+        self._close(job)
+        if fault is None:
+            fault = self._reconnect(job)
+        if fault is not None:
+            self._advance(job, fault)
+
+    def _eof(self, job: _Job) -> None:
+        resp, elapsed = job.resp, time.monotonic() - job.asked_at
+        if resp.eof():
+            self._complete(job)
+            return
+        self._close(job)
+        if not job.got_bytes and job.reused:
+            fault = self._reconnect(job)
+        elif not job.got_bytes:
+            fault = HttpFault("refused", "connection reset: Remote end closed connection without response", elapsed)
+        else:
+            fault = HttpFault("invalid", resp.cut_short(), elapsed, status=resp.status or None)
+        if fault is not None:
+            self._advance(job, fault)
+
+    def _complete(self, job: _Job) -> None:
+        resp = job.resp
+        result = HttpResult(status=resp.status, body=bytes(resp.body), elapsed_s=time.monotonic() - job.asked_at,
+                            headers=resp.headers)
+        if not resp.keep_alive:
+            self._close(job)
+        self._advance(job, result)
+
+    def _fail(self, job: _Job, fault: HttpFault) -> None:
+        self._close(job)
+        self._advance(job, fault)
+
+    def _timeout(self, job: _Job) -> HttpFault:
+        elapsed = time.monotonic() - (job.stop_at - job.deadline_s)
+        return HttpFault("timeout", f"no complete answer within {job.deadline_s:g} s", elapsed)
+
+    def _close(self, job: _Job) -> None:
+        job.connecting = job.wrapped = False
+        if job.sock is not None:
+            self.sel.unregister(job.sock)
+            job.sock.close()
+            job.sock = None
+
+    def _finish(self, job: _Job, value: Any) -> None:
+        self._close(job)
+        job.done = True
+        self.open_jobs -= 1
+        self.results[job.key] = value
+
+
+def run_exchanges(
+    items: Iterable[tuple[Any, str, Callable[[], Exchange]]], *, deadline_s: float, max_open: int,
+    connect_timeout_s: float | None = None,
+) -> dict[Any, Any]:
+    """Run every ``(key, base_url, exchange_factory)`` → ``{key: the exchange's return value}``.
+
+    Each exchange is started (its factory called) when it gets one of the ``max_open`` places and
+    has ``deadline_s`` from then for everything it asks; ``connect_timeout_s`` (if given) bounds
+    each resolve + connect + TLS handshake within it. Only what the exchange code itself raises
+    propagates; the network's failures are the :class:`HttpFault` answers it is sent."""
+    plan = [(key, _http_parts(url), factory) for key, url, factory in items]
+    return _Loop(deadline_s, max_open, connect_timeout_s).run(plan)
+
+
+def _http_parts(url: str) -> Any:
+    """``urlsplit`` of an http(s) URL with a host and a valid port; None otherwise."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return None
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError:
+        return None
+    return parts
 
 
 def request(
@@ -156,140 +704,9 @@ def request(
     """Perform one request; the whole exchange ends within ``deadline_s`` seconds.
 
     Non-2xx answers are returned as :class:`HttpResult` (callers decide what a 503 means); only
-    transport failures and the size cap become :class:`HttpFault`. (Many llama-servers at once:
-    :mod:`gpuheal.sources.http_loop`, one thread and a kept-alive connection each.)
-    """
-    started = time.monotonic()
-    try:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            return HttpFault("invalid", f"not an http(s) URL: {url!r}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:
-        return HttpFault("invalid", f"bad URL: {exc}")
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    connect_s = min(connect_timeout_s or deadline_s, deadline_s)
-    conn = _connection(parts.scheme, parts.hostname, port, connect_s)
-    exchange = _Exchange(conn, started + deadline_s)
-    watchdog = _WATCHDOG.schedule(exchange.stop_at, exchange.expire)
-    try:
-        send_headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-        send_headers.update(headers or {})
-        if not is_ip_literal(parts.hostname):
-            address = _resolve(parts.hostname, port, min(connect_s, exchange.stop_at - time.monotonic()))
-            create = conn._create_connection  # connect to the resolved address; Host/SNI unchanged
-            conn._create_connection = lambda _addr, *args: create(address, *args)
-        return exchange.run(method, path, send_headers, body, max_bytes, started)
-    except Exception as exc:  # noqa: BLE001 - every failure of the exchange is a fault (issue 2)
-        return _fault(exc, deadline_s, time.monotonic() - started, exchange.fired.is_set())
-    finally:
-        _WATCHDOG.cancel(watchdog)
-        conn.close()
+    transport failures, bad framing and the size cap become :class:`HttpFault`."""
 
+    def one() -> Exchange:
+        return (yield Ask("", tuple((headers or {}).items()), max_bytes, method, body))
 
-def _connection(scheme: str, host: str, port: int, connect_s: float) -> http.client.HTTPConnection:
-    if scheme != "https":
-        return http.client.HTTPConnection(host, port, timeout=connect_s)
-    import ssl  # only https pays for it
-
-    return http.client.HTTPSConnection(host, port, timeout=connect_s, context=ssl.create_default_context())
-
-
-def announced_length_fault(declared: str | None, max_bytes: int) -> tuple[str, str] | None:
-    """``(kind, detail)`` when the announced Content-Length refuses the body before it is read: not
-    ASCII digits (``'²'``, ``'-5'``, ``'2, 2'``; ``str.isdigit`` accepts the first) is ``invalid``,
-    more than ``max_bytes`` (or digits past ``int()``'s limit) ``oversized`` (issue 9). Both clients
-    (this module and :mod:`~gpuheal.sources.http_loop`) refuse by it."""
-    length = (declared or "").strip(" \t")
-    if not length:
-        return None
-    if not (length.isascii() and length.isdigit()):
-        return "invalid", f"Content-Length {length[:40]!r} is not a byte count"
-    if len(length) > 18 or int(length) > max_bytes:  # 18 digits: never near int()'s limit
-        shown = length if len(length) <= 18 else length[:18] + "…"
-        return "oversized", f"Content-Length {shown} exceeds max_response_bytes {max_bytes}"
-    return None
-
-
-class _Exchange:
-    """One request on ``conn`` whose socket the watchdog shuts at ``stop_at``.
-
-    http.client drops ``conn.sock`` once a ``Connection: close`` response is read (the response
-    owns the socket then), so the socket is kept here for the watchdog and the read timeouts."""
-
-    def __init__(self, conn: http.client.HTTPConnection, stop_at: float) -> None:
-        self.conn = conn
-        self.stop_at = stop_at
-        self.fired = threading.Event()
-        self.held: list[socket.socket] = []
-
-    def expire(self) -> None:
-        self.fired.set()
-        for sock in self.held:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def run(self, method: str, path: str, headers: dict, body: bytes | None, max_bytes: int,
-            started: float) -> HttpResult | HttpFault:
-        self.conn.connect()
-        sock = self.conn.sock
-        self.held.append(sock)
-        if self.fired.is_set():
-            raise _Deadline
-        sock.settimeout(max(0.01, self.stop_at - time.monotonic()))
-        self.conn.request(method, path, body=body, headers=headers)
-        resp = self.conn.getresponse()
-        refused = announced_length_fault(resp.getheader("Content-Length"), max_bytes)
-        if refused is not None:
-            kind, detail = refused
-            return HttpFault(kind, detail, time.monotonic() - started, status=resp.status)
-        chunks = self._read(resp, sock, max_bytes)
-        if chunks is None:
-            return HttpFault("oversized", f"body exceeds max_response_bytes {max_bytes}",
-                             time.monotonic() - started, status=resp.status)
-        if self.fired.is_set():
-            raise _Deadline
-        if resp.length:  # the peer closed before the Content-Length it announced
-            return HttpFault("invalid", f"truncated body: {resp.length} of the announced bytes never came",
-                             time.monotonic() - started, status=resp.status)
-        return HttpResult(status=resp.status, body=b"".join(chunks), elapsed_s=time.monotonic() - started,
-                          headers={k.lower(): v for k, v in resp.getheaders()})
-
-    def _read(self, resp: http.client.HTTPResponse, sock: socket.socket, max_bytes: int) -> list[bytes] | None:
-        """The body, read in chunks under what is left of the deadline; None past ``max_bytes``."""
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            remaining = self.stop_at - time.monotonic()
-            if remaining <= 0:
-                raise _Deadline
-            sock.settimeout(remaining)
-            chunk = resp.read1(_CHUNK)
-            if not chunk:
-                return chunks
-            size += len(chunk)
-            if size > max_bytes:
-                return None
-            chunks.append(chunk)
-
-
-def _fault(exc: Exception, deadline_s: float, elapsed: float, fired: bool) -> HttpFault:
-    """A failed exchange as the contract's fault kinds: refused | timeout | invalid."""
-    timeout = HttpFault("timeout", f"no complete answer within {deadline_s:g} s", elapsed)
-    if isinstance(exc, ConnectionRefusedError):
-        return HttpFault("refused", "connection refused", elapsed)
-    if isinstance(exc, TimeoutError | _Deadline):
-        return timeout
-    if isinstance(exc, socket.gaierror):
-        return HttpFault("refused", f"cannot resolve host: {exc.strerror or exc}", elapsed)
-    if not isinstance(exc, OSError | http.client.HTTPException | ValueError):
-        raise exc
-    if fired or elapsed >= deadline_s:
-        return timeout
-    if isinstance(exc, ConnectionResetError | BrokenPipeError):
-        return HttpFault("refused", f"connection reset: {exc}", elapsed)
-    if isinstance(exc, OSError) and exc.errno in (101, 113, 111):  # unreachable / refused
-        return HttpFault("refused", str(exc), elapsed)
-    return HttpFault("invalid", printable(f"{type(exc).__name__}: {exc}"), elapsed)
+    return run_exchanges([(0, url, one)], deadline_s=deadline_s, max_open=1, connect_timeout_s=connect_timeout_s)[0]
