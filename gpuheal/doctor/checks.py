@@ -177,6 +177,14 @@ def coverage_checks(cfg) -> list[Check]:
     return [Check("rules", f"rule {o['rule']}", SKIP, f"off: {o['why']}", o["fix"]) for o in off]
 
 
+def _has_failure_ratio(cfg) -> bool:
+    """Whether the configured source gives Rule 3 its failure ratio (its declaration, not its config section)."""
+    from gpuheal.signals import Signal
+    from gpuheal.sources.gpu_source import gpu_source
+
+    return Signal.FAILURE_RATIO in gpu_source(cfg).provides()
+
+
 @register("network")
 def http_probes(ctx: Context) -> Iterable[Probe]:
     cfg = ctx.cfg
@@ -306,7 +314,7 @@ def metrics_check(cfg, g, deadline: float) -> Check:
     if res.status == 200 and b"llamacpp:" in res.body:
         return Check(g.alias, name, OK, "enabled")
     if res.status == 501:  # what is lost depends on gpu-monitor being there (issue 11: it was always named)
-        why = without_metrics(cfg.monitor is not None)
+        why = without_metrics(_has_failure_ratio(cfg))
         return Check(g.alias, name, WARN, f"not enabled (HTTP 501){why}", HOW_TO_ENABLE["metrics"])
     if res.status in (401, 403):
         return Check(
@@ -500,8 +508,10 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             )
         )
     mon = cfg.heal.get("gpu_monitor_restart_command")
-    has_monitor = getattr(cfg, "prometheus", None) is None and getattr(getattr(cfg, "monitor", None), "url", None)
-    if mon and has_monitor and cfg.heal.get("gpu_monitor_transport", "local") == "local":
+    from gpuheal.signals import configured_source, spec
+
+    restartable = spec(configured_source(cfg)).restartable  # Rule 7 restarts it (gpu-monitor)
+    if mon and restartable and cfg.heal.get("gpu_monitor_transport", "local") == "local":
         import shlex
 
         argv = tuple(shlex.split(mon) if isinstance(mon, str) else mon)
