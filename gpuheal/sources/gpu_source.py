@@ -9,7 +9,10 @@ takes these files:
 2. ``signals.py``: its :class:`~gpuheal.signals.Source` name and :class:`~gpuheal.signals.SourceSpec`
    (what it provides, whether it computes trends itself), and the line in ``configured_source``;
 3. this module: a class with ``read`` / ``provides`` / ``doctor_probes`` and its line in :data:`KINDS`;
-4. ``config/model.py`` and 5. ``config/schema.json``: its config section.
+4. its doctor check (``doctor/<name>.py``, named by ``doctor_probes``), if it has one;
+
+plus its config section, which today spans ``config/model.py``, ``config/load.py``,
+``config/schema.json`` and ``config/defaults.yaml`` (issue 19 item 4 types the sections).
 
 Coverage (``rules_off``), the engine's per-poll gate, the trend path and Rule 7's restart follow from
 its ``SourceSpec`` without further edits.
