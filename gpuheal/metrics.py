@@ -25,6 +25,8 @@ Families::
     gpuheal_gpu_tokens_per_second{gpu}            latest successful benchmark
     gpuheal_gpu_baseline_tokens_per_second{gpu}   the baseline in force
     gpuheal_alerts_queued, gpuheal_clean_cycles
+    gpuheal_rule_off{rule,gpu}                    1 per rule that cannot judge a GPU ("fleet": any) with
+                                                  the configured source, as check's rules_off (issue 19)
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def render(rt, store) -> str:
     _add_status(ex, summary["status"])
     _add_issues(ex, summary["issues"])
     _add_gpus(ex, summary["gpus"], bench)
+    _add_rules_off(ex, health.get("rules_off"))
     ex.add("gpuheal_alerts_queued", "Alerts waiting in the queue for escalate.", summary["alerts"]["queued"])
     ex.add(
         "gpuheal_clean_cycles",
@@ -144,6 +147,20 @@ def _add_run(ex: Exposition, now_s: float, health: dict[str, Any]) -> None:
             "Unix time of the last check or heal (gpu-health.json).",
             round(health_at.timestamp(), 3),
         )
+
+
+def _add_rules_off(ex: Exposition, rules_off: Any) -> None:
+    """``rules_off`` of the last check (gpu-health.json): one sample per rule and GPU it cannot judge,
+    so a dashboard sees a rule that is off rather than a quiet one. Damaged entries are skipped."""
+    ex.declare("gpuheal_rule_off", "1 for each rule that cannot judge a GPU (gpu=\"fleet\": every GPU) "
+               "with the configured source; why and fix in gpu-health.json rules_off.")
+    for entry in rules_off if isinstance(rules_off, list) else ():
+        if not isinstance(entry, dict) or not isinstance(entry.get("rule"), str):
+            continue
+        gpus = entry.get("gpus")
+        for gpu in gpus if isinstance(gpus, list) else ["fleet"]:
+            if isinstance(gpu, str):
+                ex.add("gpuheal_rule_off", "", 1, {"rule": entry["rule"], "gpu": gpu})
 
 
 def _add_status(ex: Exposition, status: str) -> None:

@@ -89,6 +89,9 @@ class SourceSpec:
     computes_trends: bool
     lacks_why: str
     lacks_fix: str
+    # a service of the operator's that Rule 7 may restart when the source is unusable (gpu-monitor's
+    # restart command); False: nothing of ours to restart (Prometheus, smi): Rule 7 escalates
+    restartable: bool = False
 
 
 NO_MONITOR_FIX = "configure monitor.url to read them from gpu-monitor"
@@ -97,7 +100,7 @@ SOURCES: dict[Source, SourceSpec] = {
     Source.MONITOR: SourceSpec(
         Source.MONITOR,
         _READINGS | {Signal.FAILURE_RATIO, Signal.BREAKERS, Signal.REQUEST_SHARE, Signal.SOURCE_HEALTH},
-        computes_trends=False, lacks_why="", lacks_fix="",
+        computes_trends=False, lacks_why="", lacks_fix="", restartable=True,
     ),
     Source.SMI: SourceSpec(
         Source.SMI, _READINGS, computes_trends=False,
@@ -113,7 +116,7 @@ SOURCES: dict[Source, SourceSpec] = {
     # keeps judging it). Never a configured mode.
     Source.FALLBACK: SourceSpec(
         Source.FALLBACK, _READINGS | {Signal.SOURCE_HEALTH}, computes_trends=False,
-        lacks_why="gpu-monitor is unusable this poll", lacks_fix="",
+        lacks_why="gpu-monitor is unusable this poll", lacks_fix="", restartable=True,
     ),
 }
 

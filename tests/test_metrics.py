@@ -151,3 +151,25 @@ def test_cli_metrics_file_after_a_command(tmp_path):
     assert p.returncode == 0, p.stderr
     parsed = samples(target.read_text())
     assert value(parsed, "gpuheal_fleet_status_code") == 0
+
+
+def test_rules_off_are_in_the_file_as_in_check(tmp_path):
+    """Issue 19: a rule that cannot judge is listed off in the metrics file too (from gpu-health.json's
+    rules_off, which check derives); a damaged entry is skipped, never a crash."""
+    state = tmp_path / "state"
+    doc = health_doc([])
+    doc["rules_off"] = [
+        {"rule": "circuit-breaker-stuck", "gpus": ["fleet"], "why": "needs LiteLLM circuit breakers", "fix": "x"},
+        {"rule": "model-stuck", "gpus": ["gpu-light", 7], "why": "no /metrics", "fix": "y"},
+        "garbage", {"rule": None},
+    ]
+    seed(state, files.GPU_HEALTH, doc, raw=True)
+    p = samples(write(state, tmp_path / "gpuheal.prom"))
+    off = {k[1] for k in p if k[0] == "gpuheal_rule_off"}
+    assert off == {(("gpu", "fleet"), ("rule", "circuit-breaker-stuck")), (("gpu", "gpu-light"), ("rule", "model-stuck"))}
+
+
+def test_no_rules_off_writes_no_sample(tmp_path):
+    state = tmp_path / "state"
+    seed(state, files.GPU_HEALTH, health_doc([]), raw=True)
+    assert not any(k[0] == "gpuheal_rule_off" for k in samples(write(state, tmp_path / "gpuheal.prom")))

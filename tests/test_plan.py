@@ -10,10 +10,12 @@ from gpuheal.core.plan import empty_state, normalise_state, plan
 NOW = 1_800_000_000.0
 
 
-def cfg(n_gpus: int = 3, **heal):
+def cfg(n_gpus: int = 3, monitor: bool = True, **heal):
     return load_config_dict(
         {
             "heal": heal,
+            # Rule 7 restarts gpu-monitor (data-source-unreachable); without it the GPUs are read by smi
+            **({"monitor": {"url": "http://127.0.0.1:9100/gpu-data"}} if monitor else {}),
             "litellm": {"restart_command": "docker restart litellm"},
             "gpus": [
                 {
@@ -179,6 +181,13 @@ def test_no_second_litellm_restart_while_one_is_being_verified():
     state["attempts"]["k"] = {"gpu": "gpu-0", "issue": "circuit-breaker-stuck", "since": "2026-07-18T07:00:00Z", "n": 1, "status": "pending", "verify_by": NOW + 60, "actions": ["restart-litellm"]}
     item = only(plan([issue(gpu="gpu-1", issue_id="circuit-breaker-stuck", severity="warning")], state, cfg(), NOW))
     assert item.decision == "blocked" and "restart of litellm" in item.reason
+
+
+def test_a_source_that_is_no_service_of_ours_is_not_restarted():
+    # issue 19: whether Rule 7 may restart the source follows from its declaration (SourceSpec.restartable),
+    # not from which config section exists; without gpu-monitor there is nothing of ours to restart
+    item = only(plan([issue(gpu="fleet", issue_id="data-source-unreachable")], empty_state(), cfg(monitor=False), NOW))
+    assert item.decision == "escalate"
 
 
 @pytest.mark.parametrize(("issue_id", "gpu", "service"), [("circuit-breaker-stuck", "gpu-0", "litellm"), ("data-source-unreachable", "fleet", "gpu-monitor")])

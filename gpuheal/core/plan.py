@@ -41,6 +41,8 @@ from gpuheal.core.catalog import (
 )
 from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, normalise_state, num
 from gpuheal.core.verify import FAILURES, OPEN
+from gpuheal.signals import configured_source
+from gpuheal.signals import spec as source_spec
 
 __all__ = ["PlanItem", "empty_state", "normalise_state", "plan", "resolve_action"]
 
@@ -275,8 +277,8 @@ def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Ac
     """
     spec = catalog.actions[action]
     if action == "restart-gpu-monitor":
-        if getattr(cfg, "prometheus", None) is not None:
-            return None  # the source is Prometheus: no gpu-monitor of ours to restart (escalate)
+        if not source_spec(configured_source(cfg)).restartable:
+            return None  # the source (Prometheus, smi) is no service of ours to restart: escalate
         argv = _split(cfg.heal.get("gpu_monitor_restart_command"))
         target = cfg.heal.get("gpu_monitor_host") if cfg.heal.get("gpu_monitor_transport") == "ssh" else "local"
         return RunCommand(action, argv, target or "local") if argv else None

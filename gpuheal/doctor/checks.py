@@ -160,11 +160,53 @@ def uses_builtin_shedding(cfg) -> bool:
 
 
 @register("network")
+def source_probes(ctx: Context) -> Iterable[Probe]:
+    """The configured GPU source's own probes (gpu-monitor's document, Prometheus's queries)."""
+    import importlib
+
+    from gpuheal.sources.gpu_source import gpu_source
+
+    for p in gpu_source(ctx.cfg).doctor_probes():
+        module, name = p.check.split(":")
+        check = getattr(importlib.import_module(module), name)
+        yield Probe(p.target, p.name, p.deadline_s, lambda check=check: check(ctx.cfg))
+
+
+@register("local")
+def coverage_probes(ctx: Context) -> Iterable[Probe]:
+    """Which rules the configured source cannot feed (issue 19): the fleet-wide part of ``check``'s
+    ``rules_off``, derived the same way (a GPU without /metrics has its own /metrics row)."""
+    yield Probe("rules", "rules off", 1.0, lambda: coverage_checks(ctx.cfg))
+
+
+def coverage_checks(cfg) -> list[Check]:
+    """One skip row per rule that cannot judge under this source, with why and the fix; one ✔ row
+    when every rule can. Skips are neutral: a source that lacks a signal is a choice, not a fault."""
+    from datetime import UTC, datetime
+
+    from gpuheal.core.coverage import rules_off
+    from gpuheal.model import Observation
+    from gpuheal.rules import ALL
+    from gpuheal.signals import configured_source
+
+    source = configured_source(cfg)
+    off = rules_off(source.value, Observation(datetime.now(UTC), {}, True, source=source.value), ALL)
+    if not off:
+        return [Check("rules", "rules off", OK, f"every rule can judge with GPU source {source.value}")]
+    return [Check("rules", f"rule {o['rule']}", SKIP, f"off: {o['why']}", o["fix"]) for o in off]
+
+
+def _has_failure_ratio(cfg) -> bool:
+    """Whether the configured source gives Rule 3 its failure ratio (its declaration, not its config section)."""
+    from gpuheal.signals import Signal
+    from gpuheal.sources.gpu_source import gpu_source
+
+    return Signal.FAILURE_RATIO in gpu_source(cfg).provides()
+
+
+@register("network")
 def http_probes(ctx: Context) -> Iterable[Probe]:
     cfg = ctx.cfg
-    monitor = getattr(cfg, "monitor", None)
-    if getattr(cfg, "prometheus", None) is None and monitor is not None and getattr(monitor, "url", None):
-        yield Probe("monitor", "gpu-monitor", float(monitor.timeout_s), lambda: monitor_check(cfg))
     deadline = float(cfg.probe["timeout_s"])
     for g in cfg.gpus:
         yield Probe(g.alias, "llama-server /health", deadline, lambda g=g: health_check(g, deadline))
@@ -291,7 +333,7 @@ def metrics_check(cfg, g, deadline: float) -> Check:
     if res.status == 200 and b"llamacpp:" in res.body:
         return Check(g.alias, name, OK, "enabled")
     if res.status == 501:  # what is lost depends on gpu-monitor being there (issue 11: it was always named)
-        why = without_metrics(cfg.monitor is not None)
+        why = without_metrics(_has_failure_ratio(cfg))
         return Check(g.alias, name, WARN, f"not enabled (HTTP 501){why}", HOW_TO_ENABLE["metrics"])
     if res.status in (401, 403):
         return Check(
@@ -485,8 +527,10 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             )
         )
     mon = cfg.heal.get("gpu_monitor_restart_command")
-    has_monitor = getattr(cfg, "prometheus", None) is None and getattr(getattr(cfg, "monitor", None), "url", None)
-    if mon and has_monitor and cfg.heal.get("gpu_monitor_transport", "local") == "local":
+    from gpuheal.signals import configured_source, spec
+
+    restartable = spec(configured_source(cfg)).restartable  # Rule 7 restarts it (gpu-monitor)
+    if mon and restartable and cfg.heal.get("gpu_monitor_transport", "local") == "local":
         import shlex
 
         argv = tuple(shlex.split(mon) if isinstance(mon, str) else mon)
@@ -599,4 +643,3 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
     return rows + [Check(alias, key, OK, f"{where} found")]
 
 
-from gpuheal.doctor import prometheus as _prometheus  # noqa: E402, F401  (registers its probe)

@@ -10,21 +10,12 @@ the window); ✔ with the count otherwise. Reads only.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from gpuheal.doctor import FAIL, OK, WARN, Check, Context, Probe, register
+from gpuheal.doctor import FAIL, OK, WARN, Check
 
 TARGET = "prometheus"
 SHOWN = 5
-
-
-@register("network")
-def prometheus_probes(ctx: Context) -> Iterable[Probe]:
-    cfg = ctx.cfg
-    if getattr(cfg, "prometheus", None) is None:
-        return
-    yield Probe(TARGET, "queries", cfg.prometheus.timeout_s, lambda: query_checks(cfg))
 
 
 def query_checks(cfg, now_s: float | None = None) -> list[Check]:

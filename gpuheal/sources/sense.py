@@ -125,14 +125,14 @@ def fetch_litellm(cfg: Config) -> DataFault | None:
 def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None) -> Observation:
     """Poll everything once. ``now`` stamps the observation (the run's single clock reading).
 
-    With ``prometheus:`` the GPU readings come from Prometheus instead of gpu-monitor;
-    ``memory`` (a :class:`~gpuheal.sources.prometheus.PromMemory`) is what earlier runs left that
-    shapes its queries: restarted GPUs' trend windows, Rule 2's recent fleet-wide trends. With
-    neither (no ``monitor:``) they come from nvidia-smi / rocm-smi, one call per host, over
-    ``transports`` (a :class:`~gpuheal.transport.TransportPool` shared with the rest of the run:
-    one SSH connection per host) or a pool of its own (issue 12)."""
+    The GPU readings come from the configured source (:func:`~gpuheal.sources.gpu_source.gpu_source`:
+    gpu-monitor with its Rule 7.3 fallback, Prometheus, or nvidia-smi / rocm-smi per host);
+    ``memory`` is what earlier runs left that shapes a trend-computing source's queries (Prometheus's
+    :class:`~gpuheal.sources.prometheus.PromMemory`); ``transports`` (a
+    :class:`~gpuheal.transport.TransportPool` shared with the rest of the run: one SSH connection per
+    host) carries smi calls, or a pool of its own (issue 12)."""
     polled = _poll(cfg, now, transports, memory)
-    faults = list(polled.faults)
+    faults = list(polled.poll.faults)
     shared: dict[str, int] = {}
     for gpu in cfg.gpus:
         shared[gpu.host] = shared.get(gpu.host, 0) + 1
@@ -141,20 +141,18 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
         gpus[gpu.alias] = _sample(gpu, polled, shared[gpu.host] > 1, faults)
     if polled.litellm_fault is not None:
         faults.append(polled.litellm_fault)
-    doc, prom, readings = polled.doc, polled.prom, polled.readings
     configured = {g.host for g in cfg.gpus}
+    doc = polled.poll.doc
     unmatched = tuple(sorted(h for h in (doc.hosts if doc else {}) if h not in configured))
-    fallback = readings is not None and cfg.monitor is not None
     return Observation(
         at=now,
         gpus=gpus,
-        monitor_ok=(doc is not None or (prom is not None and prom.ok)) if readings is None or fallback
-        else readings.hosts_ok > 0,
-        source=_source_of(cfg, fallback),
-        fallback_ok=fallback and readings.hosts_ok > 0,
+        monitor_ok=polled.poll.ok,
+        source=polled.poll.source.value,
+        fallback_ok=polled.poll.fallback_ok,
         litellm_ok=None if not cfg.litellm.url else polled.litellm_fault is None,
         faults=tuple(faults),
-        warnings=tuple(polled.warnings),
+        warnings=tuple(polled.poll.warnings),
         unmatched_hosts=unmatched,
     )
 
@@ -163,11 +161,7 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
 class _Polled:
     """Every source's answer of one poll, before they are matched to the configured GPUs."""
 
-    doc: MonitorDocument | None
-    prom: Any  # prometheus.PromReadings | None
-    readings: Any  # smi_sense readings | None (no gpu-monitor)
-    faults: tuple[DataFault, ...]
-    warnings: tuple[str, ...]
+    poll: Any  # gpu_source.SourcePoll
     litellm_fault: DataFault | None
     servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
 
@@ -175,37 +169,21 @@ class _Polled:
 def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
     """The GPU source and LiteLLM on threads, every llama-server at once on this one
     (:func:`~gpuheal.sources.http_loop.run_exchanges`, at most ``probe.max_workers`` open)."""
-    deadline = float(cfg.probe["timeout_s"])
-    probing = cfg.prometheus is None or cfg.prometheus.probe_endpoints
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
-        if cfg.prometheus is not None:
-            from gpuheal.sources import prometheus
+    from gpuheal.sources.gpu_source import gpu_source
 
-            source_f = pool.submit(prometheus.read, cfg, now.timestamp(), memory)
-        elif cfg.monitor is not None:
-            source_f = pool.submit(_monitor_or_fallback, cfg, deadline, transports)
-        else:
-            source_f = pool.submit(_sense_smi, cfg, deadline, transports)
+    deadline = float(cfg.probe["timeout_s"])
+    source = gpu_source(cfg)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
+        source_f = pool.submit(source.read, now, deadline, transports, memory)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
             ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
             deadline_s=deadline, max_open=int(cfg.probe["max_workers"]),
-        ) if probing else {}
-        source = source_f.result()
+        ) if source.probes_endpoints else {}
+        poll = source_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
-    doc = prom = readings = None
-    if cfg.prometheus is not None:
-        prom = source
-        faults, warnings = prom.faults, prom.warnings
-    elif cfg.monitor is not None:
-        doc, faults, warnings, readings = source
-        if readings is not None and readings.faults:  # the monitor's fault says why; these say what else failed
-            warnings = [*warnings, _fallback_warning(readings.faults)]
-    else:
-        readings = source
-        faults, warnings = readings.faults, ()
-    return _Polled(doc, prom, readings, tuple(faults), tuple(warnings), litellm_fault, servers)
+    return _Polled(poll, litellm_fault, servers)
 
 
 def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault]) -> GpuSample:
@@ -213,20 +191,20 @@ def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault
     if gpu.alias in polled.servers:
         (state, latency, detail, kind), server = polled.servers[gpu.alias]
     else:  # llama-server's liveness from Prometheus's scrape of it (prometheus.probe_endpoints: false)
-        (state, latency, detail, kind), server = _from_up(polled.prom, gpu.alias), None
+        (state, latency, detail, kind), server = _from_up(polled.poll.prom, gpu.alias), None
     if kind is not None:
         faults.append(DataFault(gpu.alias, kind, detail))
     values: dict = {}
-    if polled.prom is not None and polled.prom.ok:
-        values.update(polled.prom.values[gpu.alias])
+    if polled.poll.prom is not None and polled.poll.prom.ok:
+        values.update(polled.poll.prom.values[gpu.alias])
         values.pop("endpoint", None)
-    if polled.doc is not None:
-        found, problem = monitor_values(polled.doc, gpu, shared_host)
+    if polled.poll.doc is not None:
+        found, problem = monitor_values(polled.poll.doc, gpu, shared_host)
         values.update(found)
         if problem:
             faults.append(DataFault(gpu.alias, "invalid", problem))
-    if polled.readings is not None:
-        values.update(polled.readings.values.get(gpu.alias, {}))
+    if polled.poll.readings is not None:
+        values.update(polled.poll.readings.values.get(gpu.alias, {}))
     if server is not None:
         values.update(server.values(state))
         faults.extend(server.faults(gpu.alias, state))
@@ -269,25 +247,7 @@ def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[d
     return values, problem
 
 
-def _source_of(cfg: Config, fallback: bool) -> str:
-    """The poll's :class:`gpuheal.signals.Source`, as its value."""
-    from gpuheal.signals import Source, configured_source
-
-    return Source.FALLBACK.value if fallback else configured_source(cfg).value
-
-
-def _monitor_or_fallback(cfg: Config, deadline_s: float, transports: Any):
-    """gpu-monitor; when it is unusable, nvidia-smi / rocm-smi on every host over each GPU's own
-    transport, local or ssh (Rule 7.3: "meanwhile nvidia-smi/rocm-smi directly"), so a GPU that
-    overheats while the monitor is down is still judged, by the same rules (issue 19).
-    → (document or None, faults, warnings, the fallback's readings or None)."""
-    doc, faults, warnings = fetch_monitor(cfg)
-    if doc is not None or not cfg.monitor.fallback_smi:
-        return doc, faults, warnings, None
-    return doc, faults, warnings, _sense_smi(cfg, deadline_s, transports)
-
-
-def _fallback_warning(faults: list[DataFault]) -> str:
+def fallback_warning(faults: list[DataFault]) -> str:
     """One line for the Rule 7.3 fallback's failures: gpu-monitor's own fault already makes the poll
     degraded, so they are not per-GPU faults every poll of the outage."""
     shown = "; ".join(f"{f.source}: {f.detail}" for f in faults[:3])
@@ -295,8 +255,9 @@ def _fallback_warning(faults: list[DataFault]) -> str:
     return f"Rule 7.3 fallback (nvidia-smi / rocm-smi while gpu-monitor is unusable) failed for {shown}{more}"
 
 
-def _sense_smi(cfg: Config, deadline_s: float, transports: Any):
-    """nvidia-smi / rocm-smi on every host, within the probe deadline (no gpu-monitor)."""
+def sense_smi_hosts(cfg: Config, deadline_s: float, transports: Any):
+    """nvidia-smi / rocm-smi on every host, within the probe deadline, over ``transports`` or a pool
+    of its own (the smi source, and gpu-monitor's Rule 7.3 fallback)."""
     from gpuheal.sources.smi_sense import pool_runner, sense_smi
 
     if transports is not None:

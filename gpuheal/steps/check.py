@@ -16,7 +16,6 @@ from gpuheal.config import Config
 from gpuheal.core import timing
 from gpuheal.core.health import health_document
 from gpuheal.model import Observation
-from gpuheal.signals import configured_source, spec
 from gpuheal.state import files
 from gpuheal.state.files import GPU_HEALTH as HEALTH_FILE  # noqa: E402
 from gpuheal.state.files import HISTORY as HISTORY_FILE  # noqa: E402
@@ -119,7 +118,9 @@ def run(
     # a source that computes trends where its data lives (Prometheus: PromQL) needs no per-poll
     # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
     # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
-    keep_history = not spec(configured_source(cfg)).computes_trends
+    from gpuheal.sources.gpu_source import gpu_source
+
+    keep_history = not gpu_source(cfg).spec.computes_trends
     if obs is None:
         obs, history = _sense_and_load(cfg, store, now, transports, keep_history)
     else:
