@@ -227,7 +227,7 @@ def write_health(tmp_path, issues):
     """Open issues as the engine's book holds them (what ``check``/``heal``/``bench`` update)."""
     from gpuheal.core.engine import new_book
 
-    book = new_book()
+    book = new_book().to_json()  # the on-disk shape
     for i in issues:
         rec = {"state": "firing", "since": "2026-07-18T07:00:00Z", "since_s": 0.0, "hits": 2, **i}
         book["issues"][f"{i['gpu']}|{i['issue']}"] = rec

@@ -187,9 +187,9 @@ def open_incidents(store: StateDir) -> list[dict[str, Any]]:
 
     book = load_book(store.read(files.ISSUES, {}))
     return [
-        rec
-        for rec in book["issues"].values()
-        if rec.get("state") == "firing" and rec.get("severity") in ("warning", "critical")
+        rec.public()
+        for rec in book.issues.values()
+        if rec.state == "firing" and rec.severity in ("warning", "critical")
     ]
 
 

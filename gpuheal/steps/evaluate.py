@@ -32,7 +32,7 @@ from gpuheal import benchdata
 from gpuheal.config import Config
 from gpuheal.core import engine, timing
 from gpuheal.core.decode import remember_decode
-from gpuheal.core.engine import Evaluation, iso, load_book
+from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.view import FleetView, Restarts, remember, vram_trend
 from gpuheal.model import Observation
@@ -68,7 +68,7 @@ def evaluate_poll(
     cfg: Config,
     obs: Observation | None,
     history: History,
-    book: dict[str, Any],
+    book: IssueBook,
     bench: dict[str, Any],
     restarts: Restarts,
     now_s: float,
@@ -79,14 +79,14 @@ def evaluate_poll(
     if obs is not None:
         weighted = frozenset(g.alias for g in cfg.gpus if g.weight is not None)
         keep_s = float(cfg.rules["workload-misrouted"]["window_s"])
-        remember(book.setdefault("memory", {}), obs, cfg.aliases, weighted, keep_s)
-        remember_decode(book["memory"], obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
-    view = FleetView(cfg, now_s, obs, history, bench, book.setdefault("memory", {}), restarts)
+        remember(book.memory, obs, cfg.aliases, weighted, keep_s)
+        remember_decode(book.memory, obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
+    view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     return engine.evaluate(ALL, view, book, only=only), view
 
 
 def ingest_monitor_bench(
-    cfg: Config, bench: dict[str, Any], obs: Observation, book: dict[str, Any], restarts: Restarts
+    cfg: Config, bench: dict[str, Any], obs: Observation, book: IssueBook, restarts: Restarts
 ) -> bool:
     """gpu-monitor's ``benchmarks`` entry counts as a result only with a new ``measured_at``
     (contract "Rule 4"); returns whether ``bench`` changed. A result taken inside a startup grace or
@@ -111,8 +111,8 @@ def ingest_monitor_bench(
         if last is not None and timing.within_last(at, last, restarts.grace_s):  # counted in polls (issue 9)
             reason = "startup grace"
         elif any(
-            rec["gpu"] == alias and rec["state"] == engine.FIRING and rec["severity"] != "info"
-            for rec in book["issues"].values()
+            rec.gpu == alias and rec.state == engine.FIRING and rec.severity != "info"
+            for rec in book.issues.values()
         ):
             reason = "open incident"
         result = {
@@ -164,7 +164,7 @@ def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- state directory
 
 
-def _load(cfg: Config, store: StateDir) -> tuple[dict[str, Any], dict[str, Any], Any, Restarts]:
+def _load(cfg: Config, store: StateDir) -> tuple[IssueBook, dict[str, Any], Any, Restarts]:
     book = load_book(store.read(files.ISSUES, None))
     bench = benchdata.normalise(store.read(files.BENCH, {}))
     heal_state = normalise_state(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
@@ -185,8 +185,8 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
     global last_memory
-    last_memory = book.get("memory") or {}
-    store.write(files.ISSUES, book)
+    last_memory = book.memory
+    store.write(files.ISSUES, book.to_json())
     if bench_changed:
         store.write(files.BENCH, bench)
     store.write_raw(
@@ -206,7 +206,7 @@ def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluati
     ``issues`` is every open issue of the book, as ``check`` would report it."""
     book, bench, _, restarts = _load(cfg, store)
     ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=BENCH_RULES)
-    store.write(files.ISSUES, book)
+    store.write(files.ISSUES, book.to_json())
     return _remember(ev)
 
 
