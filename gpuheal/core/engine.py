@@ -124,7 +124,8 @@ class Evaluation:
     ``transitions``: every change (``pending``, ``firing``, ``resolved``, ``dropped``), for the
     replay timeline; ``inhibited``: open issues hidden by an inhibitor (with ``inhibited_by``);
     ``muted``: GPUs inside a startup grace; ``tolerance_s``: the poll jitter tolerance this
-    evaluation counted time with (core/timing), for ``heal`` to judge its attempts by the same.
+    evaluation counted time with (core/timing), for ``heal`` to judge its attempts by the same;
+    ``memory``: the book's memory after it (``check`` shows each GPU's decode progress from it).
     """
 
     issues: list[dict[str, Any]] = field(default_factory=list)
@@ -134,6 +135,7 @@ class Evaluation:
     inhibited: list[dict[str, Any]] = field(default_factory=list)
     muted: list[str] = field(default_factory=list)
     tolerance_s: float = timing.TOLERANCE_S
+    memory: dict[str, Any] = field(default_factory=dict)  # the book's memory after it (decode progress)
 
 
 # --------------------------------------------------------------------------- the book
@@ -458,7 +460,7 @@ class _Pass:
         self.order[FLEET] = len(self.order)
         self.rule_order = {r.ID: i for i, r in enumerate(rules)}
         self.only = set(only) if only is not None else None
-        self.out = Evaluation(tolerance_s=view.tolerance_s)
+        self.out = Evaluation(tolerance_s=view.tolerance_s, memory=book.memory)
         self.muted = {alias for alias in view.aliases if view.muted(alias)}
         self.out.muted = [a for a in view.aliases if a in self.muted]
 

@@ -8,7 +8,7 @@ when it was taken during an open incident of that GPU or inside the startup grac
 Then: history pruned to ``bench.keep_days`` and thinned as it ages, baselines recomputed (Design
 Decision 6: rolling 30-day average, weekly, seeded from the config), ``benchmark-regression.json``
 written (Rule 4 state per GPU), and the bench rules evaluated
-(:func:`gpuheal.steps.evaluate.evaluate_bench`: Rules 4 and 9 and the L1 api-key mismatch).
+(:func:`gpuheal.steps.evaluate.evaluate_bench_full`: Rules 4 and 9 and the L1 api-key mismatch).
 
 Lessons L1/L2: a 401 is recorded as ``unauthorized``, reported as the ``api-key-mismatch`` issue of
 that GPU with the key that was sent described, never in full (``describe_key``), not retried, and
@@ -141,9 +141,9 @@ def run(
     regressions = regression_document(cfg, data, now_s)
     store.write_raw(files.BENCHMARK_REGRESSION, {"schema_version": 1, **regressions})
 
-    from gpuheal.steps.evaluate import evaluate_bench
+    from gpuheal.steps.evaluate import evaluate_bench_full
 
-    issues = [dict(i) for i in evaluate_bench(cfg, store, now)]
+    issues = [dict(i) for i in evaluate_bench_full(cfg, store, now).issues]
     issues = complete_issues(issues, results, now)
     return BenchRun(
         results=results,

@@ -130,7 +130,7 @@ def run(
         history.add(obs, cfg.aliases)
     evaluation = evaluate(cfg, store, obs, history, now)
     health = health_document(obs, evaluation.issues, actions=[])
-    _add_decode_progress(health, now.timestamp())
+    _add_decode_progress(health, evaluation.memory, now.timestamp())
     from gpuheal.core.coverage import rules_off
     from gpuheal.rules import ALL
 
@@ -165,15 +165,14 @@ def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, n
     return rules_step.run_full(cfg, store, obs, history, now)
 
 
-def _add_decode_progress(health: dict[str, Any], now_s: float) -> None:
+def _add_decode_progress(health: dict[str, Any], memory: dict[str, Any], now_s: float) -> None:
     """Per GPU, from llama-server's ``/metrics`` poll over poll (issue 12): ``polls_without_decode``
     (requests in flight, ``n_decode_total`` unchanged) and ``deferred_growing_polls`` (waiting
     requests growing while none finished) — shown in ``check``'s table, not an issue by itself."""
     from gpuheal.core.decode import decode_state
-    from gpuheal.steps.evaluate import last_memory
 
     for alias, row in health["gpus"].items():
-        state = decode_state(last_memory, alias, now_s)
+        state = decode_state(memory, alias, now_s)
         row["polls_without_decode"] = None if state is None else state.get("polls", 0)
         row["deferred_growing_polls"] = None if state is None else state.get("deferred_growing", 0)
 

@@ -2,7 +2,7 @@
 
 Two callers share :func:`evaluate_poll` (pure, in memory), so ``replay`` is exactly what cron runs:
 
-- :func:`run` / :func:`run_full` — ``check`` (and ``heal``) in the state directory: loads the issue
+- :func:`run_full` — ``check`` (and ``heal``) in the state directory: loads the issue
   book (``issues.json``), the bench results and ``heal``'s restarts, evaluates, saves the book, and
   writes the public ``vram-trend.json`` and ``circuit-breaker-status.json``::
 
@@ -13,7 +13,7 @@ Two callers share :func:`evaluate_poll` (pure, in memory), so ``replay`` is exac
                                    ALIAS: {"gpu", "open", "auto_reset_attempted", "last_reset",
                                            "opened_at"}}
 
-- :func:`evaluate_bench` — ``bench``, after recording results: only the bench-driven rules
+- :func:`evaluate_bench_full` — ``bench``, after recording results: only the bench-driven rules
   (benchmark-regression, context-window, api-key-mismatch), same book.
 - ``steps/replay`` — a recorded trace, with the trace's own clock, no state directory.
 
@@ -42,21 +42,11 @@ from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
 
-# The last evaluation of this process (``heal`` reads ``resolved`` from it after ``check.run``).
-last_evaluation: Evaluation | None = None
-# The engine memory after it (``check`` shows each GPU's decode progress: issue 12).
-last_memory: dict[str, Any] = {}
-last_transitions: list[dict[str, Any]] = []
-
 __all__ = [
     "Evaluation",
-    "evaluate_bench",
     "evaluate_bench_full",
     "evaluate_poll",
     "ingest_monitor_bench",
-    "last_evaluation",
-    "last_transitions",
-    "run",
     "run_full",
 ]
 
@@ -172,20 +162,11 @@ def _load(cfg: Config, store: StateDir) -> tuple[IssueBook, dict[str, Any], Any,
     return book, bench, heal_state, restarts
 
 
-def _remember(ev: Evaluation) -> Evaluation:
-    global last_evaluation, last_transitions
-    last_evaluation = ev
-    last_transitions = ev.transitions
-    return ev
-
-
 def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> Evaluation:
     """``check``'s evaluation: every rule, one poll, state carried in the directory."""
     book, bench, heal_state, restarts = _load(cfg, store)
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
-    global last_memory
-    last_memory = book.memory
     store.write(files.ISSUES, book.to_json())
     if bench_changed:
         store.write(files.BENCH, bench)
@@ -193,12 +174,7 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
         files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}}
     )
     store.write_raw(files.CIRCUIT_BREAKER_STATUS, {"schema_version": 1, **breaker_status(view, heal_state)})
-    return _remember(ev)
-
-
-def run(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> list[dict[str, Any]]:
-    """The open (pending + firing) issues after this poll; see :func:`run_full` for transitions."""
-    return run_full(cfg, store, obs, history, now).issues
+    return ev
 
 
 def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluation:
@@ -207,8 +183,4 @@ def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluati
     book, bench, _, restarts = _load(cfg, store)
     ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=BENCH_RULES)
     store.write(files.ISSUES, book.to_json())
-    return _remember(ev)
-
-
-def evaluate_bench(cfg: Config, store: StateDir, now: datetime) -> list[dict[str, Any]]:
-    return evaluate_bench_full(cfg, store, now).issues
+    return ev
