@@ -46,6 +46,12 @@ class Credentials:
     def __repr__(self) -> str:  # never print the key
         return f"Credentials(email={self.email!r}, api_key=<redacted>, source={self.source!r})"
 
+    def auth_headers(self) -> dict[str, str]:
+        """HTTP Basic auth as Zulip's API takes it (the bot's email and key): the one builder that
+        ``send`` and the doctor's probe both use."""
+        token = base64.b64encode(f"{self.email}:{self.api_key}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
 
 @dataclass(frozen=True)
 class SendOutcome:
@@ -136,9 +142,8 @@ def send_message(
     # valid UTF-8 whatever reached the text (urlencode raises on a lone surrogate)
     fields = {"type": "stream", "to": stream, "topic": fit_topic(topic), "content": fit_content(content)}
     body = urlencode({k: clean_text(v) for k, v in fields.items()}).encode()
-    token = base64.b64encode(f"{creds.email}:{creds.api_key}".encode()).decode()
     headers = {
-        "Authorization": f"Basic {token}",
+        **creds.auth_headers(),
         "Content-Type": "application/x-www-form-urlencoded",
         "User-Agent": f"gpuheal/{__version__}",
     }

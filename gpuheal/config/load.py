@@ -126,19 +126,12 @@ def _remember_validated(cache_dir: Path, digest: str) -> None:
     """Best effort, outside the state lock: temp file + rename, so a reader sees all or nothing."""
     if not cache_dir.is_dir():
         return
-    tmp = cache_dir / f"{VALIDATED_FILE}.{os.getpid()}.tmp"
+    from gpuheal.atomic import write_atomic
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, digest.encode("ascii") + b"\n")
-        finally:
-            os.close(fd)
-        os.replace(tmp, cache_dir / VALIDATED_FILE)
+        write_atomic(cache_dir / VALIDATED_FILE, [digest, "\n"])
     except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        pass
 
 
 def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool = False) -> Config:

@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gpuheal.parse.values import printable
+
 PREFIX = "llamacpp:"
 # series name (without the prefix) -> field of ServerMetrics; counters and gauges gpuheal reads
 SERIES = {
@@ -100,7 +102,7 @@ def parse_metrics(text: str) -> ServerMetrics:
                 if key in SERIES:
                     seen.setdefault(key, []).append(sample.value)
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, IndexError, ... on junk
-        raise InvalidMetrics(f"not Prometheus text: {type(exc).__name__}: {_short(exc)}") from None
+        raise InvalidMetrics(f"not Prometheus text: {type(exc).__name__}: {printable(str(exc)[:120])}") from None
     values: dict[str, Any] = {}
     problems: list[str] = []
     for key, samples in seen.items():
@@ -223,7 +225,3 @@ def _checked(value: Any, *, integer: bool) -> float | int | None:
         return int(value) if value == int(value) else None
     return value
 
-
-def _short(exc: Exception) -> str:
-    text = "".join(ch if ch.isprintable() else " " for ch in str(exc)[:120])
-    return text.strip()

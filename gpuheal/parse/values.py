@@ -155,6 +155,15 @@ def clean_text(value: str) -> str:
         return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value)
 
 
+def printable(text: object, limit: int | None = 200) -> str:
+    """A peer's text made safe to show (a fault detail, a log line, a table cell): every character
+    that is not printable (ANSI escapes, newlines, lone surrogates) becomes a space, runs of
+    whitespace one space, at most ``limit`` characters. The one copy every source, the doctor and
+    the renderers use (issue 19 item 6)."""
+    shown = " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
+    return shown if limit is None else shown[:limit]
+
+
 def check_text(raw: Any, max_len: int = MAX_TEXT_CHARS) -> str | Bad | None:
     """A non-blank JSON string, bounded and valid UTF-8; absent or blank → ``None``."""
     if raw is None:

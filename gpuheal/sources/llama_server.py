@@ -75,6 +75,8 @@ class Props:
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The llama-server API key as a Bearer token (none when the server has no key); the one copy
+    (``llama_telemetry`` and the doctor use it too)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
