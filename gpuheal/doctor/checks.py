@@ -14,7 +14,6 @@ from gpuheal.doctor import FAIL, OK, SKIP, WARN, Check, Context, Probe, register
 from gpuheal.parse.values import printable
 
 CMD_TIMEOUT_S = 5.0
-SHED_KEYS = ("shed_load_command", "redirect_command")
 SERVICE_VERBS = {"restart", "start", "stop", "reload", "try-restart", "reload-or-restart", "kill"}
 
 

@@ -95,25 +95,6 @@ def parse_query_gpu(text: str) -> list[dict[str, float | str | None]]:
     return rows
 
 
-THROTTLE_BITS = {
-    0x4: "sw-power-cap",
-    0x8: "hw-slowdown",
-    0x20: "sw-thermal-slowdown",
-    0x40: "hw-thermal-slowdown",
-    0x80: "hw-power-brake",
-}
-
-
-def decode_throttle(mask: str) -> list[str]:
-    """``0x0000000000000024`` → ["sw-power-cap", "sw-thermal-slowdown"]; sentinels → []."""
-    text = mask.strip().lower() if isinstance(mask, str) else ""
-    text = text[2:] if text.startswith("0x") else text
-    if not text or len(text) > 32 or not re.fullmatch(r"[0-9a-f]+", text):
-        return []
-    value = int(text, 16)
-    return [name for bit, name in THROTTLE_BITS.items() if value & bit]
-
-
 def _first_json(text: str):
     """amd-smi may print warnings before the JSON (formats.md §3.5): start at the first { or [."""
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]

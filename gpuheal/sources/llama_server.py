@@ -161,14 +161,6 @@ def benchmark_inference(
     return _replace(main, requests=requests_made, **_known(info, main))
 
 
-def outcome_summary(outcome: BenchOutcome) -> str:
-    """One line for logs and the audit trail's verification field."""
-    if outcome.ok:
-        rate = f"{outcome.gen_tok_s:.1f} tok/s" if outcome.gen_tok_s is not None else "rate unknown"
-        return f"200 in {outcome.elapsed_s:.1f} s, {outcome.tokens} tokens, {rate}"
-    return f"{outcome.error}: {outcome.detail}" if outcome.detail else str(outcome.error)
-
-
 # --------------------------------------------------------------------------- one measurement
 
 
