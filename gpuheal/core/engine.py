@@ -195,7 +195,9 @@ class IssueRecord:
             return None
         if data.get("state") not in tuple(IssueState) or not isinstance(data.get("severity"), str):
             return None
-        if not _number(since_s) or not isinstance(hits, int) or isinstance(hits, bool):
+        if not isinstance(since_s, int | float) or isinstance(since_s, bool):
+            return None
+        if not isinstance(hits, int) or isinstance(hits, bool):
             return None
         clear_hits, fired_at = data.get("clear_hits"), data.get("fired_at")
         detected, summary = data.get("detected"), data.get("summary")

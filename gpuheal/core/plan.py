@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuheal.config.model import Config, GpuConfig
 from gpuheal.core import timing
 from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
 from gpuheal.core.catalog import (
@@ -73,7 +74,7 @@ class PlanItem:
 def plan(
     issues: list[dict[str, Any]],
     state: HealState | dict[str, Any],
-    cfg,
+    cfg: Config,
     now_s: float,
     gpu_filter: str | None = None,
     issue_filter: str | None = None,
@@ -123,7 +124,7 @@ class _FleetGuard:
 
 
 def _plan_one(
-    issue, state: HealState, cfg, now_s: float, guard: _FleetGuard, catalog: Catalog, tol: float
+    issue: dict[str, Any], state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, catalog: Catalog, tol: float
 ) -> PlanItem:
     gpu, issue_id = issue["gpu"], issue["issue"]
     since = issue.get("since")
@@ -185,7 +186,7 @@ def _plan_one(
     return item if why is None else held(*why)
 
 
-def _steps(remedy: Remedy, gpu: str, cfg, catalog: Catalog) -> tuple[Action, ...]:
+def _steps(remedy: Remedy, gpu: str, cfg: Config, catalog: Catalog) -> tuple[Action, ...]:
     """The remedy's actions resolved for ``gpu``; a restart that proves itself in the run carries
     its :class:`WaitReady`. An action with no command configured is left out."""
     out: list[Action] = []
@@ -199,7 +200,7 @@ def _steps(remedy: Remedy, gpu: str, cfg, catalog: Catalog) -> tuple[Action, ...
 
 
 def _service_guard(
-    services: set[str], state: HealState, cfg, now_s: float, remedy: Remedy, tol: float
+    services: set[str], state: HealState, cfg: Config, now_s: float, remedy: Remedy, tol: float
 ) -> tuple[str, str] | None:
     for service in sorted(services):
         # (only inside its window: an attempt left open because its issue is hidden must not
@@ -226,7 +227,7 @@ def _service_guard(
 
 
 def _restart_guard(
-    gpu: str, state: HealState, cfg, now_s: float, guard: _FleetGuard, tol: float
+    gpu: str, state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, tol: float
 ) -> tuple[str, str] | None:
     if guard.tripped:
         return "escalate", (
@@ -253,7 +254,7 @@ class NoRestore:
     result: str  # "planned": nothing configured to run; "resolved": nothing to undo
 
 
-def restore_action(alias: str, mitigation: Mitigation, cfg, catalog: Catalog = CATALOG) -> Action | NoRestore:
+def restore_action(alias: str, mitigation: Mitigation, cfg: Config, catalog: Catalog = CATALOG) -> Action | NoRestore:
     """What gives a GPU that stayed cool its load back (``restore-load``, step 4 of ``heal``): the
     configured command, or the LiteLLM values the built-in shed changed put back as they were."""
     step = resolve_action("restore-load", alias, cfg, catalog)
@@ -267,7 +268,7 @@ def restore_action(alias: str, mitigation: Mitigation, cfg, catalog: Catalog = C
     return replace(step, model_id=model_id, field=field_name, value=value)
 
 
-def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Action | None:
+def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALOG) -> Action | None:
     """What ``action`` on ``gpu`` is under this config; ``None`` when nothing is configured.
 
     A configured command always wins; then a built-in: the LiteLLM rpm change for the load
@@ -308,7 +309,7 @@ def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Ac
     return RunCommand(action, tuple(argv), target, note) if argv is not None else None
 
 
-def _litellm_load(action: str, g, cfg) -> LiteLLMUpdate | None:
+def _litellm_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | None:
     """The built-in default for load-side cooling (Rules 1 and 8; contract: "LiteLLM load-side
     cooling"): change the GPU's deployment in LiteLLM (``/model/update``). Which field and value
     (``weight`` when its model group routes by weight, else ``rpm``; × ``heal.shed_rpm_ratio`` to

@@ -225,10 +225,10 @@ def _n_decoded(next_token: Any) -> int | None:
 def _checked(value: Any, *, integer: bool) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or value > VALUE_MAX:
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or number > VALUE_MAX:
         return None
     if integer:
-        return int(value) if value == int(value) else None
-    return value
+        return int(number) if number == int(number) else None
+    return number
 
