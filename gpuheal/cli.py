@@ -107,7 +107,7 @@ def _run_step(ctx: typer.Context, json_out: bool, step, **options) -> None:
     from gpuheal.state.store import StateDir
 
     rt = _runtime(ctx, json_out)
-    with StateDir(rt.state_dir, float(rt.cfg.state["lock_wait_s"])) as store:
+    with StateDir(rt.state_dir, rt.cfg.state.lock_wait_s) as store:
         result = step(rt, store, **options)
         result.warnings[:0] = store.warnings
         if rt.metrics_file:

@@ -75,8 +75,8 @@ class SendOutcome:
 
 def load_credentials(cfg, environ: dict[str, str] | None = None) -> Credentials:
     """The bot's email and key, or :class:`CredentialsError` naming the missing variable."""
-    email_env = str(cfg.zulip.get("email_env") or "ZULIP_EMAIL")
-    key_env = str(cfg.zulip.get("api_key_env") or "ZULIP_API_KEY")
+    email_env = str(cfg.zulip.email_env or "ZULIP_EMAIL")
+    key_env = str(cfg.zulip.api_key_env or "ZULIP_API_KEY")
     email, src_email = lookup(email_env, getattr(cfg, "path", None), environ)
     if not email:
         raise CredentialsError(

@@ -95,7 +95,7 @@ def plan(
         i["gpu"] for i in firing if i["issue"] in CANNOT_SERVE and f"{i['gpu']}/{i['issue']}" not in state.escalated
     }
     guard = _FleetGuard(
-        n_gpus >= 2 and len(failing_gpus) > float(cfg.heal["fleet_guard_fraction"]) * n_gpus, len(failing_gpus), n_gpus
+        n_gpus >= 2 and len(failing_gpus) > cfg.heal.fleet_guard_fraction * n_gpus, len(failing_gpus), n_gpus
     )
     items: list[PlanItem] = []
     restarting: set[str] = set()  # what this run's plan already restarts (a GPU, a service)
@@ -160,7 +160,7 @@ def _plan_one(
         return held("blocked", f"attempt {a.n} ({', '.join(a.actions)}) is being verified until {_iso(a.verify_by)}")
     failed = sum(1 for a in attempts if a.status in FAILURES)
     params = cfg.rule_params(issue_id, gpu if gpu in cfg.aliases else None)
-    if failed >= min(int(params["escalate_after_failures"]), int(cfg.heal["max_failed_verifications"])):
+    if failed >= min(int(params["escalate_after_failures"]), cfg.heal.max_failed_verifications):
         return held(
             "escalate", f"{failed} failed remediation attempt{'s' if failed != 1 else ''}: {remedy.why_escalate}"
         )
@@ -218,7 +218,7 @@ def _service_guard(
                 f"a restart of {service} ({b.gpu} {b.issue}, attempt {b.n}) is being verified until {_iso(b.verify_by)}"
             )
         used = sum(1 for t in state.service_restarts.get(service, ()) if timing.within_last(now_s, t, HOUR_S, tol))
-        if used >= int(cfg.heal["max_restarts_per_hour"]):
+        if used >= cfg.heal.max_restarts_per_hour:
             return (
                 "escalate",
                 f"restart budget spent: {used} restarts of {service} in the last hour — {remedy.why_escalate}",
@@ -235,13 +235,13 @@ def _restart_guard(
             " (network, monitor, LiteLLM); not restarting them all"
         )
     used = state.restarts_in_window(gpu, now_s, tol=tol)
-    if used >= int(cfg.heal["max_restarts_per_hour"]):
+    if used >= cfg.heal.max_restarts_per_hour:
         return (
             "escalate",
             f"restart budget spent: {used} restarts of {gpu} in the last hour — GPU hardware check (Rule 3)",
         )
     last = state.last_restart(gpu)
-    if last is not None and timing.less_than(now_s - last, float(cfg.heal["startup_grace_s"]), tol):
+    if last is not None and timing.less_than(now_s - last, cfg.heal.startup_grace_s, tol):
         return "blocked", f"startup grace: restarted {now_s - last:.0f} s ago"
     return None
 
@@ -278,8 +278,8 @@ def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALO
     if action == "restart-gpu-monitor":
         if getattr(cfg, "prometheus", None) is not None:
             return None  # the source is Prometheus: no gpu-monitor of ours to restart (escalate)
-        argv = _split(cfg.heal.get("gpu_monitor_restart_command"))
-        target = cfg.heal.get("gpu_monitor_host") if cfg.heal.get("gpu_monitor_transport") == "ssh" else "local"
+        argv = _split(cfg.heal.gpu_monitor_restart_command)
+        target = cfg.heal.gpu_monitor_host if cfg.heal.gpu_monitor_transport == "ssh" else "local"
         return RunCommand(action, argv, target or "local") if argv else None
     if action == "restart-litellm":
         argv = cfg.litellm.restart_command

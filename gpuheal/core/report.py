@@ -75,7 +75,7 @@ def _gpu_summary(
     """One GPU's line of the summary: its last readings, speed against baseline, restart budget."""
     ok = [r for r in benchdata.ok_results(bench, g.alias) if r["at"] <= now_s]
     baseline, source = benchdata.baseline(bench, g.alias, g.baseline_tok_s)
-    max_restarts = int(cfg.heal["max_restarts_per_hour"])
+    max_restarts = cfg.heal.max_restarts_per_hour
     restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if timing.within_last(now_s, t, HOUR_S))
     fleet_paused, own = hs["paused"]["fleet"], hs["paused"]["gpus"].get(g.alias)
     paused = None

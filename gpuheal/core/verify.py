@@ -256,7 +256,7 @@ def present_verifying(
     from gpuheal.core.health import derive_status
     from gpuheal.core.view import Restarts
 
-    marks = Restarts.from_heal_state(state.to_json(), float(cfg.heal["startup_grace_s"])).verifying
+    marks = Restarts.from_heal_state(state.to_json(), cfg.heal.startup_grace_s).verifying
     issues = []
     for issue in health["issues"]:
         v = marks.get((issue["gpu"], issue["issue"]))

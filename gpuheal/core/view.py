@@ -192,7 +192,8 @@ class FleetView:
         key = ("provided", subject)
         if key not in self.cache:  # asked by every rule of every GPU: once per GPU and poll
             self.cache[key] = self._provided(subject)
-        return self.cache[key]
+        provided: frozenset[Signal] = self.cache[key]
+        return provided
 
     def _provided(self, subject: str) -> frozenset[Signal]:
         obs = self.obs

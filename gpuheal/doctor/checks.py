@@ -52,7 +52,7 @@ def wake_token(ctx: Context) -> Check:
     name = ctx.cfg.wake.token_env
     value, source = lookup(name, ctx.cfg.path, ctx.environ)
     if value:
-        return Check("state", "wake token", OK, f"${name} is set (from {_clip(source, 80)})")
+        return Check("state", "wake token", OK, f"${name} is set (from {printable(source, 80)})")
     return Check(
         "state", "wake token", FAIL, f"${name} is not set: gpuheal wake answers every webhook 401",
         f"put {name}=<a long random string> in /etc/gpuheal/.env (mode 0600) and in the sender's config",
@@ -117,7 +117,7 @@ def zulip_credentials(ctx: Context) -> Check:
     from gpuheal.errors import GpuhealError
     from gpuheal.zulip import load_credentials
 
-    if not ctx.cfg.zulip.get("site"):
+    if not ctx.cfg.zulip.site:
         return Check("zulip", "credentials", SKIP, "zulip.site is not set: alerts stay queued in the state directory")
     try:
         creds = load_credentials(ctx.cfg, ctx.environ)
@@ -161,7 +161,7 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
     monitor = getattr(cfg, "monitor", None)
     if getattr(cfg, "prometheus", None) is None and monitor is not None and getattr(monitor, "url", None):
         yield Probe("monitor", "gpu-monitor", float(monitor.timeout_s), lambda: monitor_check(cfg))
-    deadline = float(cfg.probe["timeout_s"])
+    deadline = cfg.probe.timeout_s
     for g in cfg.gpus:
         yield Probe(g.alias, "llama-server /health", deadline, lambda g=g: health_check(g, deadline))
         yield Probe(g.alias, "llama-server /props", deadline, lambda g=g: props_check(cfg, g, deadline))
@@ -178,8 +178,8 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
                 "litellm", "liveliness", SKIP, "litellm.url is not set: no LiteLLM checks, no built-in load shedding"
             ),
         )
-    if cfg.zulip.get("site"):
-        t = float(cfg.zulip["timeout_s"])
+    if cfg.zulip.site:
+        t = cfg.zulip.timeout_s
         yield Probe("zulip", "bot", t * 2, lambda: zulip_checks(ctx, t))
 
 
@@ -343,7 +343,7 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
         ]
     rows.append(Check("litellm", "admin key accepted", OK, f"/v1/model/info lists {len(deps)} deployments"))
     db = la.database_state(url, t)
-    ratio = float(cfg.heal["shed_rpm_ratio"])
+    ratio = cfg.heal.shed_rpm_ratio
     for g in builtin:
         rows.append(shedding_check(g, deps, db, ratio))
     return rows
@@ -400,7 +400,7 @@ def zulip_checks(ctx: Context, t: float) -> list[Check]:
         creds = load_credentials(cfg, ctx.environ)
     except GpuhealError:
         return [Check("zulip", "bot", SKIP, "no credentials (see the credentials check)")]
-    site = str(cfg.zulip["site"]).rstrip("/")
+    site = cfg.zulip.site.rstrip("/")
     headers = creds.auth_headers()
 
     def get(path: str):
@@ -427,7 +427,7 @@ def zulip_checks(ctx: Context, t: float) -> list[Check]:
             )
         ]
     rows = [Check("zulip", "bot", OK, f"credentials valid for {printable(me[1].get('email') or creds.email, 80)}")]
-    stream = str(cfg.zulip.get("stream") or "")
+    stream = str(cfg.zulip.stream or "")
     got, err = get("/api/v1/get_stream_id?stream=" + quote(stream, safe=""))
     if got is None:
         rows.append(Check("zulip", "stream", FAIL, f"{err}", "check the Zulip server"))
@@ -469,7 +469,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             places.setdefault(where, [])
     if cfg.litellm.restart_command:
         host = cfg.litellm.host if cfg.litellm.transport == "ssh" and cfg.litellm.host else None
-        where = Target("ssh", host, 22, cfg.heal.get("ssh_user")) if host else Target("local")
+        where = Target("ssh", host, 22, cfg.heal.ssh_user) if host else Target("local")
         places.setdefault(where, []).append(
             (
                 "litellm",
@@ -478,16 +478,16 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
                 {"alias": "litellm", "host": host or "", "endpoint": str(cfg.litellm.url)},
             )
         )
-    mon = cfg.heal.get("gpu_monitor_restart_command")
+    mon = cfg.heal.gpu_monitor_restart_command
     has_monitor = getattr(cfg, "prometheus", None) is None and getattr(getattr(cfg, "monitor", None), "url", None)
-    if mon and has_monitor and cfg.heal.get("gpu_monitor_transport", "local") == "local":
+    if mon and has_monitor and cfg.heal.gpu_monitor_transport == "local":
         import shlex
 
         argv = tuple(shlex.split(mon) if isinstance(mon, str) else mon)
         places.setdefault(Target("local"), []).append(
             ("monitor", "heal.gpu_monitor_restart_command", argv, {"alias": "monitor", "host": "", "endpoint": ""})
         )
-    connect_s = float(cfg.heal["ssh_connect_timeout_s"])
+    connect_s = cfg.heal.ssh_connect_timeout_s
     for where, commands in places.items():
         aliases = sorted({a for g in cfg.gpus if Target.for_gpu(g, cfg.heal) == where for a in [g.alias]})
         label = aliases[0] if aliases else (commands[0][0] if commands else "local")
@@ -502,7 +502,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
 
 
 def _known_hosts(cfg) -> str:
-    return str(cfg.heal.get("known_hosts") or "~/.ssh/known_hosts")
+    return str(cfg.heal.known_hosts or "~/.ssh/known_hosts")
 
 
 def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:

@@ -175,7 +175,7 @@ class _Polled:
 def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
     """The GPU source and LiteLLM on threads, every llama-server at once on this one
     (:func:`~gpuheal.sources.http_loop.run_exchanges`, at most ``probe.max_workers`` open)."""
-    deadline = float(cfg.probe["timeout_s"])
+    deadline = cfg.probe.timeout_s
     probing = cfg.prometheus is None or cfg.prometheus.probe_endpoints
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
         if cfg.prometheus is not None:
@@ -190,7 +190,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
             ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
-            deadline_s=deadline, max_open=int(cfg.probe["max_workers"]),
+            deadline_s=deadline, max_open=cfg.probe.max_workers,
         ) if probing else {}
         source = source_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
@@ -300,11 +300,11 @@ def _sense_smi(cfg: Config, deadline_s: float, transports: Any):
     from gpuheal.sources.smi_sense import pool_runner, sense_smi
 
     if transports is not None:
-        return sense_smi(cfg, deadline_s, pool_runner(cfg, transports), int(cfg.probe["max_workers"]))
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, transports), cfg.probe.max_workers)
     from gpuheal.transport import TransportPool
 
     with TransportPool.from_config(cfg.heal) as own:
-        return sense_smi(cfg, deadline_s, pool_runner(cfg, own), int(cfg.probe["max_workers"]))
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, own), cfg.probe.max_workers)
 
 
 @dataclass(frozen=True)

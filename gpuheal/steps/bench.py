@@ -110,7 +110,7 @@ def run(
     bench_cfg = cfg.bench
     incidents = open_incidents(store)
     restarts = recent_restarts(store)
-    grace_s = float(cfg.heal["startup_grace_s"])
+    grace_s = cfg.heal.startup_grace_s
     data = benchdata.normalise(store.read(files.BENCH, benchdata.empty()))
 
     results: list[dict[str, Any]] = []
@@ -120,10 +120,10 @@ def run(
         outcome = benchmark_inference(
             g.endpoint,
             cfg.litellm.api_key,
-            int(bench_cfg["n_predict"]),
-            float(bench_cfg["timeout_s"]),
-            bool(bench_cfg.get("warmup", True)),
-            prompt=bench_cfg.get("prompt"),
+            bench_cfg.n_predict,
+            bench_cfg.timeout_s,
+            bench_cfg.warmup,
+            prompt=bench_cfg.prompt,
         )
         reason = exclusion_reason(g.alias, now_s, incidents, restarts.get(g.alias, []), grace_s)
         record = result_record(outcome, now_s, reason)
@@ -132,7 +132,7 @@ def run(
         if progress:
             progress(g.alias, index, len(gpus), outcome)
 
-    benchdata.prune(data, now_s, float(bench_cfg["keep_days"]), cfg.aliases)
+    benchdata.prune(data, now_s, bench_cfg.keep_days, cfg.aliases)
     benchdata.downsample(data, now_s)
     for g in cfg.gpus:
         benchdata.recompute_baseline(data, g.alias, now_s, g.baseline_tok_s)

@@ -42,9 +42,9 @@ def save_history(store: StateDir, cfg: Config, history: History, now: datetime) 
     hist_cfg = cfg.history
     history.compact(
         now.timestamp(),
-        float(hist_cfg["raw_hours"]),
-        int(hist_cfg["coarse_bucket_s"]),
-        float(hist_cfg["coarse_days"]),
+        hist_cfg.raw_hours,
+        hist_cfg.coarse_bucket_s,
+        hist_cfg.coarse_days,
     )
     store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
 
@@ -54,7 +54,7 @@ def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
     Rule 2's history path restarts its fit there; Prometheus runs that GPU's own window then."""
     from gpuheal.core.view import Restarts
 
-    restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, float(cfg.heal["startup_grace_s"]))
+    restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, cfg.heal.startup_grace_s)
     return {alias: t + restarts.grace_s for alias, t in restarts.last.items()}
 
 

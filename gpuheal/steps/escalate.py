@@ -127,13 +127,13 @@ class _Outbox:
         from gpuheal import zulip
 
         self.now, self.cfg, self.secrets = rt.now, rt.cfg, secrets
-        self.interval_s = float(rt.cfg.zulip["repeat_interval_h"]) * 3600.0
-        self.stream = str(rt.cfg.zulip["stream"])
-        self.topic = zulip.fit_topic(str(rt.cfg.zulip["topic"]))
+        self.interval_s = rt.cfg.zulip.repeat_interval_h * 3600.0
+        self.stream = rt.cfg.zulip.stream
+        self.topic = zulip.fit_topic(rt.cfg.zulip.topic)
         self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
-        group_by = rt.cfg.zulip.get("group_by")
+        group_by = rt.cfg.zulip.group_by
         self._labels = {g.alias: g.labels.get(group_by, "") if group_by else "" for g in rt.cfg.gpus}
-        self.max_messages = int(rt.cfg.zulip["max_messages_per_run"])
+        self.max_messages = rt.cfg.zulip.max_messages_per_run
 
     def label_of(self, gpu: str) -> str:
         """The GPU's ``zulip.group_by`` label ("" = none, or not configured)."""
@@ -218,7 +218,7 @@ def _credentials(cfg) -> tuple[Any, dict[str, Any] | None]:
     """The bot's credentials, or why nothing can be sent (no site, no credentials)."""
     from gpuheal import zulip
 
-    if not cfg.zulip.get("site"):
+    if not cfg.zulip.site:
         return None, {"kind": "not-configured", "detail": "zulip.site is not set in the config"}
     try:
         return zulip.load_credentials(cfg), None
@@ -268,11 +268,11 @@ def _post(zcfg, creds, stream: str, topic: str, content: str, post):
     """One message; a 429 asking for at most ``SHORT_RETRY_S`` is waited out once."""
     from gpuheal import zulip
 
-    topic, timeout_s = zulip.fit_topic(topic), float(zcfg["timeout_s"])
-    outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
+    topic, timeout_s = zulip.fit_topic(topic), zcfg.timeout_s
+    outcome = zulip.send_message(zcfg.site, creds, stream, topic, content, timeout_s, post=post)
     if outcome.kind == "rate-limited" and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
         _sleep(outcome.retry_after_s or 0)
-        outcome = zulip.send_message(zcfg["site"], creds, stream, topic, content, timeout_s, post=post)
+        outcome = zulip.send_message(zcfg.site, creds, stream, topic, content, timeout_s, post=post)
     return outcome
 
 
@@ -287,7 +287,7 @@ def _failed(cfg, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
         detail = f"Zulip rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
         return {"kind": "rate-limited", "detail": detail}
     if outcome.kind == "unauthorized":
-        names = f"{cfg.zulip.get('email_env') or 'ZULIP_EMAIL'}/{cfg.zulip.get('api_key_env') or 'ZULIP_API_KEY'}"
+        names = f"{cfg.zulip.email_env or 'ZULIP_EMAIL'}/{cfg.zulip.api_key_env or 'ZULIP_API_KEY'}"
         detail = f"Zulip rejected the bot credentials ({outcome.detail}); check {names}"
         return {"kind": "unauthorized", "detail": detail}
     return {"kind": outcome.kind, "detail": f"Zulip delivery failed: {outcome.detail}"}

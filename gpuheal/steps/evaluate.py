@@ -158,7 +158,7 @@ def _load(cfg: Config, store: StateDir) -> tuple[IssueBook, dict[str, Any], Any,
     book = load_book(store.read(files.ISSUES, None))
     bench = benchdata.normalise(store.read(files.BENCH, {}))
     heal_state = normalise_state(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
-    restarts = Restarts.from_heal_state(heal_state, float(cfg.heal["startup_grace_s"]))
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     return book, bench, heal_state, restarts
 
 

@@ -189,10 +189,10 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
     code = exit_codes.OK
     status_line = None
     if send:
-        stream = str(cfg.zulip.get("stream") or "agent-hub")
-        topic = zulip.fit_topic(str(cfg.zulip.get("topic") or "alerts-gpu"))
+        stream = str(cfg.zulip.stream or "agent-hub")
+        topic = zulip.fit_topic(str(cfg.zulip.topic or "alerts-gpu"))
         error = None
-        if not cfg.zulip.get("site"):
+        if not cfg.zulip.site:
             error = "zulip.site is not set in the config"
         else:
             try:
@@ -201,7 +201,7 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None):
                 error = str(exc)
             else:
                 outcome = zulip.send_message(
-                    cfg.zulip["site"], creds, stream, topic, text, float(cfg.zulip["timeout_s"]), post=post
+                    cfg.zulip.site, creds, stream, topic, text, cfg.zulip.timeout_s, post=post
                 )
                 if outcome.ok:
                     doc["sent"] = {"message_id": outcome.message_id, "stream": stream, "topic": topic}
