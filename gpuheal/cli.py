@@ -240,7 +240,7 @@ def pause(
 
 
 @app.command()
-def wake() -> None:
+def wake(ctx: typer.Context) -> None:
     """Serve one webhook POST on stdin/stdout (systemd socket, Accept=yes); 202 runs one heal --apply.
 
     Bearer token from $GPUHEAL_WAKE_TOKEN (wake.token_env). 401 wrong token, 400 bad request,
@@ -248,7 +248,7 @@ def wake() -> None:
     """
     from gpuheal.steps import wake as step
 
-    raise typer.Exit(step.command(lambda: _runtime(False)))
+    raise typer.Exit(step.command(lambda: _runtime(ctx, False)))
 
 
 @app.command()
