@@ -33,8 +33,10 @@ reallitellm:
 	else scripts/install-litellm.sh >/dev/null; fi
 
 # Part of `make test` (and so of .ci/run): ruff is in the test extras; lines <= 120 in gpuheal/.
+# mypy --strict on the pure core; what it checks is listed once, in pyproject.toml [tool.mypy].
 lint: $(STAMP)
 	$(VENV)/bin/ruff check gpuheal tests
+	$(VENV)/bin/mypy
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py

@@ -26,7 +26,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpuheal.parse.smi import (  # noqa: E402
-    decode_throttle,
     parse_compute_apps,
     parse_ps,
     parse_query_gpu,
@@ -37,12 +36,11 @@ INLINE = {
     "query_gpu": "0, NVIDIA GeForce RTX 3090, 29, 23358, 24576, 0, 118.42, 350.00\n1, NVIDIA H200, 35, [N/A], 143771, 0, 11.17, [N/A]\n",
     "compute_apps": "1106871, /app/llama-server, 23342\n312710, [Not Found], [N/A]\n4242, /opt/my, weird, name, 512\n",
     "ps": "  PID USER       RSS COMMAND\n 1234 llama  9000000 /usr/bin/llama-server -m m.gguf\n   77 root 1200 /usr/sbin/sshd -D\n",
-    "throttle": "0x0000000000000024",
 }
 EVIL = ["²", "³", "٣", "１", "\ud800", "\x00", "\n", ", ", "[N/A]", "nan", "inf", "-", "9" * 5000, "1" + "0" * 400,
         "{", "}", '"', "e999", "_", "0x", "\u202e", " ", "\t"]
 PARSERS = {"query_gpu": parse_query_gpu, "compute_apps": parse_compute_apps, "ps": parse_ps,
-           "rocm": parse_rocm_smi, "throttle": decode_throttle}
+           "rocm": parse_rocm_smi}
 
 
 def corpus() -> dict[str, list[str]]:

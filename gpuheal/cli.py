@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 import typer
 
@@ -30,7 +30,22 @@ app = typer.Typer(
 config_app = typer.Typer(help="Work with the configuration file.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
-_GLOBAL: dict[str, object] = {}
+
+
+class GlobalOptions(NamedTuple):
+    """The options given before the command (``gpuheal --config X check``), kept on the click
+    context (``ctx.obj``) for the command to read: no module state (issue 19 item 6). A NamedTuple,
+    not a dataclass: ``gpuheal --help`` does not import dataclasses (cron starts it every minute)."""
+
+    config: str | None = None
+    state_dir: str | None = None
+    metrics_file: str | None = None
+
+
+def _options(ctx: typer.Context) -> GlobalOptions:
+    obj = ctx.obj
+    return obj if isinstance(obj, GlobalOptions) else GlobalOptions()
+
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")]
 GpuOpt = Annotated[str | None, typer.Option("--gpu", help="Only this GPU (its alias).")]
@@ -44,6 +59,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
+    ctx: typer.Context,
     config: Annotated[
         str | None, typer.Option("--config", "-c", help="Config file [env GPUHEAL_CONFIG; default ./gpuheal.yaml].")
     ] = None,
@@ -63,34 +79,35 @@ def _main(
     from gpuheal.runtime import setup_logging
 
     setup_logging(verbose)
-    _GLOBAL.update(config=config, state_dir=state_dir, metrics_file=metrics_file)
+    ctx.obj = GlobalOptions(config=config, state_dir=state_dir, metrics_file=metrics_file)
 
 
-def _runtime(json_out: bool, uses_state: bool = True):
+def _runtime(ctx: typer.Context, json_out: bool, uses_state: bool = True):
     from gpuheal import clock
     from gpuheal.config import load_config, resolve_config_path
     from gpuheal.runtime import Runtime, resolve_state_dir
 
-    state_dir = resolve_state_dir(_GLOBAL.get("state_dir"))  # type: ignore[arg-type]
+    opts = _options(ctx)
+    state_dir = resolve_state_dir(opts.state_dir)
     # the state directory remembers a config text that passed the schema (skips jsonschema)
     cache_dir = state_dir if uses_state else None
-    cfg = load_config(resolve_config_path(_GLOBAL.get("config")), cache_dir=cache_dir)  # type: ignore[arg-type]
+    cfg = load_config(resolve_config_path(opts.config), cache_dir=cache_dir)
     return Runtime(
         cfg=cfg,
         state_dir=state_dir,
         now=clock.now(),
         json_out=json_out,
-        metrics_file=_GLOBAL.get("metrics_file") or cfg.metrics_file,  # type: ignore[arg-type]
+        metrics_file=opts.metrics_file or cfg.metrics_file,
     )
 
 
-def _run_step(json_out: bool, step, **options) -> None:
+def _run_step(ctx: typer.Context, json_out: bool, step, **options) -> None:
     """Open the state under its lock, run the step, print, export metrics, exit with its code."""
     from gpuheal.runtime import emit
     from gpuheal.state.store import StateDir
 
-    rt = _runtime(json_out)
-    with StateDir(rt.state_dir, float(rt.cfg.state["lock_wait_s"])) as store:
+    rt = _runtime(ctx, json_out)
+    with StateDir(rt.state_dir, rt.cfg.state.lock_wait_s) as store:
         result = step(rt, store, **options)
         result.warnings[:0] = store.warnings
         if rt.metrics_file:
@@ -103,6 +120,7 @@ def _run_step(json_out: bool, step, **options) -> None:
 
 @app.command()
 def check(
+    ctx: typer.Context,
     json_out: JsonOpt = False,
     record: Annotated[
         Path | None, typer.Option("--record", help="Append this poll's observation to a JSON-lines trace (for replay).")
@@ -114,11 +132,12 @@ def check(
     """
     from gpuheal.steps import check as step
 
-    _run_step(json_out, step.command, record=record)
+    _run_step(ctx, json_out, step.command, record=record)
 
 
 @app.command()
 def heal(
+    ctx: typer.Context,
     apply: Annotated[bool, typer.Option("--apply", help="Execute the plan (default: dry-run, print it).")] = False,
     gpu: GpuOpt = None,
     issue: Annotated[str | None, typer.Option("--issue", help="Only this issue id.")] = None,
@@ -133,33 +152,34 @@ def heal(
     """
     from gpuheal.steps import heal as step
 
-    _run_step(json_out, step.command, apply=apply, gpu=gpu, issue=issue, clear=clear)
+    _run_step(ctx, json_out, step.command, apply=apply, gpu=gpu, issue=issue, clear=clear)
 
 
 @app.command()
-def bench(gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
+def bench(ctx: typer.Context, gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
     """Run the benchmark inference test on each endpoint (one at a time); record tok/s.
 
     Exit status: 0 done, 1 a regression or a rejected api key, 3 could not run.
     """
     from gpuheal.steps import bench as step
 
-    _run_step(json_out, step.command, gpu=gpu)
+    _run_step(ctx, json_out, step.command, gpu=gpu)
 
 
 @app.command()
-def trend(gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
+def trend(ctx: typer.Context, gpu: GpuOpt = None, json_out: JsonOpt = False) -> None:
     """VRAM growth and temperature rise per GPU from the recorded history (vram-trend).
 
     Exit status: 0 done, 1 a leak or a thermal rise needs attention, 3 could not run.
     """
     from gpuheal.steps import trend as step
 
-    _run_step(json_out, step.command, gpu=gpu)
+    _run_step(ctx, json_out, step.command, gpu=gpu)
 
 
 @app.command()
 def report(
+    ctx: typer.Context,
     weekly: Annotated[bool, typer.Option("--weekly", help="The weekly benchmark report, Markdown for Zulip.")] = False,
     send: Annotated[bool, typer.Option("--send", help="Post the report to Zulip instead of printing it.")] = False,
     full: Annotated[
@@ -171,11 +191,12 @@ def report(
     Zulip's 10,000 characters at any fleet size (the GPUs that moved, then a count of the steady)."""
     from gpuheal.steps import report as step
 
-    _run_step(json_out, step.command, weekly=weekly, send=send, full=full)
+    _run_step(ctx, json_out, step.command, weekly=weekly, send=send, full=full)
 
 
 @app.command()
 def escalate(
+    ctx: typer.Context,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would be sent; send nothing.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -185,11 +206,12 @@ def escalate(
     """
     from gpuheal.steps import escalate as step
 
-    _run_step(json_out, step.command, dry_run=dry_run)
+    _run_step(ctx, json_out, step.command, dry_run=dry_run)
 
 
 @app.command()
 def replay(
+    ctx: typer.Context,
     trace: Annotated[Path, typer.Argument(help="A JSON-lines trace written by `check --record`.")],
     json_out: JsonOpt = False,
 ) -> None:
@@ -201,7 +223,7 @@ def replay(
     from gpuheal.runtime import emit
     from gpuheal.steps import replay as step
 
-    rt = _runtime(json_out, uses_state=False)  # replay never touches the state directory
+    rt = _runtime(ctx, json_out, uses_state=False)  # replay never touches the state directory
     result = step.command(rt, trace)
     emit(result, json_out)
     raise typer.Exit(result.exit_code)
@@ -209,6 +231,7 @@ def replay(
 
 @app.command()
 def pause(
+    ctx: typer.Context,
     gpu: GpuOpt = None,
     reason: Annotated[str, typer.Option("--reason", help="Why (shown by heal and report).")] = "maintenance",
     resume: Annotated[bool, typer.Option("--resume", help="Lift the pause instead.")] = False,
@@ -217,11 +240,11 @@ def pause(
     """Pause healing for one GPU (--gpu) or the whole fleet (maintenance); --resume lifts it."""
     from gpuheal.steps import pause as step
 
-    _run_step(json_out, step.command, gpu=gpu, reason=reason, resume=resume)
+    _run_step(ctx, json_out, step.command, gpu=gpu, reason=reason, resume=resume)
 
 
 @app.command()
-def wake() -> None:
+def wake(ctx: typer.Context) -> None:
     """Serve one webhook POST on stdin/stdout (systemd socket, Accept=yes); 202 runs one heal --apply.
 
     Bearer token from $GPUHEAL_WAKE_TOKEN (wake.token_env). 401 wrong token, 400 bad request,
@@ -229,7 +252,7 @@ def wake() -> None:
     """
     from gpuheal.steps import wake as step
 
-    raise typer.Exit(step.command(lambda: _runtime(False)))
+    raise typer.Exit(step.command(lambda: _runtime(ctx, False)))
 
 
 @app.command()
@@ -262,7 +285,7 @@ def sim(
 
 
 @app.command()
-def doctor(json_out: JsonOpt = False) -> None:
+def doctor(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """Preflight: check every path the config would use (sources, SSH, commands, LiteLLM, Zulip).
 
     Changes nothing. Exit status: 0 every path works, 1 one would not, 3 could not run.
@@ -270,7 +293,7 @@ def doctor(json_out: JsonOpt = False) -> None:
     from gpuheal.runtime import emit
     from gpuheal.steps import doctor as step
 
-    rt = _runtime(json_out, uses_state=False)  # the doctor writes nothing but its lock check
+    rt = _runtime(ctx, json_out, uses_state=False)  # the doctor writes nothing but its lock check
     result = step.command(rt)
     emit(result, json_out)
     raise typer.Exit(result.exit_code)
@@ -278,6 +301,7 @@ def doctor(json_out: JsonOpt = False) -> None:
 
 @config_app.command("validate")
 def config_validate(
+    ctx: typer.Context,
     path: Annotated[str | None, typer.Argument(help="Config file (default: --config).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -286,7 +310,7 @@ def config_validate(
 
     from gpuheal.config import load_config, resolve_config_path
 
-    target = resolve_config_path(path or _GLOBAL.get("config"))  # type: ignore[arg-type]
+    target = resolve_config_path(path or _options(ctx).config)
     cfg = load_config(target)
     shown = one_line(str(target))  # a non-UTF-8 file name: valid UTF-8 out, its bytes escaped
     if json_out:

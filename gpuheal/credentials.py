@@ -94,7 +94,7 @@ def secrets_for(cfg: Any, environ: dict[str, str] | None = None) -> tuple[str, .
     env = os.environ if environ is None else environ
     config_path = getattr(cfg, "path", None)
     values: list[str] = []
-    key_env = str(cfg.zulip.get("api_key_env") or "ZULIP_API_KEY")
+    key_env = str(cfg.zulip.api_key_env or "ZULIP_API_KEY")
     key, _ = lookup(key_env, config_path, environ)
     if key:
         values.append(key)

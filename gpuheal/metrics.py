@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -242,34 +241,6 @@ def _add_gpus(ex: Exposition, gpus: dict[str, dict[str, Any]], bench: dict[str, 
         ex.add("gpuheal_gpu_baseline_tokens_per_second", "", _num(g["baseline_tok_s"]), lab)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        data = text.encode("utf-8", "replace")  # a lone surrogate in a label never stops the write
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_metrics(rt, store, path: Path) -> None:
     """Write the textfile; a failure is a warning on stderr, never the command's failure."""
     from gpuheal.redact import redact_text
@@ -277,6 +248,8 @@ def write_metrics(rt, store, path: Path) -> None:
 
     try:
         text = redact_text(render(rt, store), secrets_for(rt.cfg))
-        write_atomic(Path(path), text)
+        from gpuheal.atomic import write_atomic
+
+        write_atomic(Path(path), [text], mode=0o644)  # node_exporter's collector reads it
     except OSError as exc:
         log.warning("metrics file %s not written: %s", path, exc.strerror or exc)

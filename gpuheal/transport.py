@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from gpuheal.config.model import SSH_PORT
+from gpuheal.config.model import SSH_PORT, HealConfig
 from gpuheal.errors import GpuhealError
 
 log = logging.getLogger(__name__)
@@ -677,12 +677,12 @@ class Target:
     user: str | None = None
 
     @classmethod
-    def for_gpu(cls, gpu: Any, heal: Mapping[str, Any] | None = None) -> Target:
+    def for_gpu(cls, gpu: Any, heal: HealConfig | None = None) -> Target:
         """From a ``GpuConfig`` (``transport``, ``host``, ``ssh_port``, ``ssh_user``); the user
         falls back to ``heal.ssh_user``, then to the local user."""
         if gpu.transport == "local":
             return cls("local")
-        user = getattr(gpu, "ssh_user", None) or (heal or {}).get("ssh_user")
+        user = getattr(gpu, "ssh_user", None) or (heal.ssh_user if heal is not None else None)
         return cls("ssh", gpu.host, int(getattr(gpu, "ssh_port", None) or SSH_PORT), user)
 
 
@@ -706,14 +706,14 @@ class TransportPool:
         self._lock = threading.Lock()
 
     @classmethod
-    def from_config(cls, heal: Mapping[str, Any]) -> TransportPool:
+    def from_config(cls, heal: HealConfig) -> TransportPool:
         """From the config's ``heal`` section: ``known_hosts``, ``ssh_key``,
         ``ssh_connect_timeout_s``, ``system_known_hosts``."""
         return cls(
-            known_hosts=heal.get("known_hosts"),
-            key_filename=heal.get("ssh_key"),
-            connect_timeout_s=float(heal["ssh_connect_timeout_s"]),  # defaults.yaml heal.ssh_connect_timeout_s
-            system_known_hosts=bool(heal.get("system_known_hosts", False)),
+            known_hosts=heal.known_hosts,
+            key_filename=heal.ssh_key,
+            connect_timeout_s=heal.ssh_connect_timeout_s,  # defaults.yaml heal.ssh_connect_timeout_s
+            system_known_hosts=heal.system_known_hosts,
         )
 
     def get(self, target: Target) -> LocalTransport | SshTransport:

@@ -50,14 +50,20 @@ class Credentials:
     def __repr__(self) -> str:  # never print the key
         return f"Credentials(email={self.email!r}, api_key=<redacted>, source={self.source!r})"
 
+    def auth_headers(self) -> dict[str, str]:
+        """HTTP Basic auth as Zulip's API takes it (the bot's email and key): the one builder that
+        ``send`` and the doctor's probe both use."""
+        token = base64.b64encode(f"{self.email}:{self.api_key}".encode()).decode()
+        return {"Authorization": f"Basic {token}"}
+
 
 # --------------------------------------------------------------------------- credentials
 
 
 def load_credentials(cfg, environ: dict[str, str] | None = None) -> Credentials:
     """The bot's email and key, or :class:`CredentialsError` naming the missing variable."""
-    email_env = str(cfg.zulip.get("email_env") or "ZULIP_EMAIL")
-    key_env = str(cfg.zulip.get("api_key_env") or "ZULIP_API_KEY")
+    email_env = str(cfg.zulip.email_env or "ZULIP_EMAIL")
+    key_env = str(cfg.zulip.api_key_env or "ZULIP_API_KEY")
     email, src_email = lookup(email_env, getattr(cfg, "path", None), environ)
     if not email:
         raise CredentialsError(
@@ -123,9 +129,8 @@ def send_message(
     # valid UTF-8 whatever reached the text (urlencode raises on a lone surrogate)
     fields = {"type": "stream", "to": stream, "topic": fit_topic(topic), "content": fit_content(content)}
     body = urlencode({k: clean_text(v) for k, v in fields.items()}).encode()
-    token = base64.b64encode(f"{creds.email}:{creds.api_key}".encode()).decode()
     headers = {
-        "Authorization": f"Basic {token}",
+        **creds.auth_headers(),
         "Content-Type": "application/x-www-form-urlencoded",
         "User-Agent": f"gpuheal/{__version__}",
     }
@@ -157,15 +162,15 @@ class ZulipSink:
 
     @classmethod
     def from_config(cls, cfg, post: Callable[..., Any] | None = None) -> ZulipSink:
-        if not cfg.zulip.get("site"):
+        if not cfg.zulip.site:
             raise SinkUnavailable("not-configured", "zulip.site is not set in the config")
         try:
             creds = load_credentials(cfg)
         except CredentialsError as exc:
             raise SinkUnavailable("no-credentials", str(exc)) from None
-        names = f"{cfg.zulip.get('email_env') or 'ZULIP_EMAIL'}/{cfg.zulip.get('api_key_env') or 'ZULIP_API_KEY'}"
-        return cls(str(cfg.zulip["site"]), creds, str(cfg.zulip.get("stream") or "agent-hub"),
-                   fit_topic(str(cfg.zulip.get("topic") or "alerts-gpu")), float(cfg.zulip["timeout_s"]), names, post)
+        names = f"{cfg.zulip.email_env or 'ZULIP_EMAIL'}/{cfg.zulip.api_key_env or 'ZULIP_API_KEY'}"
+        return cls(str(cfg.zulip.site), creds, str(cfg.zulip.stream or "agent-hub"),
+                   fit_topic(str(cfg.zulip.topic or "alerts-gpu")), cfg.zulip.timeout_s, names, post)
 
     @property
     def where(self) -> str:

@@ -19,6 +19,7 @@ from test_bench_fakes import (
 
 from gpuheal import benchdata
 from gpuheal.config import load_config_dict
+from gpuheal.core.engine import Evaluation
 from gpuheal.errors import GpuhealError
 from gpuheal.runtime import Runtime
 from gpuheal.state import files
@@ -188,7 +189,7 @@ def test_rules_engine_issue_wins_and_gets_the_key(tmp_path, fakes, evaluate, mon
         "since": "2026-07-18T07:00:00Z",
         "detected": {"status": 401},
     }
-    monkeypatch.setattr(evaluate, "evaluate_bench", lambda cfg, store, now: [dict(engine_issue)])
+    monkeypatch.setattr(evaluate, "evaluate_bench_full", lambda cfg, store, now: Evaluation(issues=[dict(engine_issue)]))
     doc = run_bench(cfg, tmp_path).document
     (issue,) = doc["issues"]
     assert issue["since"] == "2026-07-18T07:00:00Z"
@@ -227,7 +228,7 @@ def write_health(tmp_path, issues):
     """Open issues as the engine's book holds them (what ``check``/``heal``/``bench`` update)."""
     from gpuheal.core.engine import new_book
 
-    book = new_book()
+    book = new_book().to_json()  # the on-disk shape
     for i in issues:
         rec = {"state": "firing", "since": "2026-07-18T07:00:00Z", "since_s": 0.0, "hits": 2, **i}
         book["issues"][f"{i['gpu']}|{i['issue']}"] = rec

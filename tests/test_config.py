@@ -56,8 +56,8 @@ def test_example_fleet_loads_with_the_spec_numbers():
     assert cfg.rule_params("vram-leak", "gpu-dense")["mb_per_hour"] == 300
     # defaults fill what the file does not say (the spec's numbers)
     assert cfg.rule_params("thermal-critical")["temp_c"] == 85
-    assert cfg.state["lock_wait_s"] == 10
-    assert cfg.history["raw_hours"] >= 6.5
+    assert cfg.state.lock_wait_s == 10
+    assert cfg.history.raw_hours >= 6.5
     assert cfg.monitor.max_response_bytes == 1048576
     assert cfg.litellm.url == "http://litellm/litellm"
     assert cfg.path == str(EXAMPLE)
@@ -69,7 +69,7 @@ def test_minimal_config_of_only_the_contract_keys_runs_on_defaults():
     assert gpu.endpoint == "http://127.0.0.1:1"  # trailing slash dropped
     assert gpu.vendor == "nvidia" and gpu.transport == "ssh"
     assert gpu.vram_total_mb is None and gpu.baseline_tok_s is None  # not known, never zero
-    assert cfg.probe["timeout_s"] == 5
+    assert cfg.probe.timeout_s == 5
     assert cfg.monitor is None  # issue 12: no monitor: = no gpu-monitor, readings from smi
     assert cfg.litellm.url is None
     with_monitor = load_config_dict({"monitor": {}, "gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:1/"}]})
@@ -531,3 +531,40 @@ def test_rule_param_that_must_be_a_number_is_a_config_error_not_an_internal_one(
     assert message == f"rules.thermal-critical.temp_c: must be a number, not {value!r}"
     message = error_of(mutated(fleet, lambda d: d["gpus"][1].update(rules={"model-stuck": {"failure_ratio": value}})))
     assert message.startswith("gpus[1].rules.model-stuck.failure_ratio: must be a number")
+
+
+# --------------------------------------------------------------------------- typed sections (issue 19 item 4)
+
+SECTION_RECORDS = {"heal": "HealConfig", "probe": "ProbeConfig", "zulip": "ZulipConfig", "bench": "BenchConfig",
+                   "history": "HistoryConfig", "state": "StateConfig"}
+
+
+@pytest.mark.parametrize(("section", "record"), SECTION_RECORDS.items())
+def test_each_section_is_a_frozen_record_naming_every_schema_key(section, record, fleet):
+    import dataclasses
+    import json
+    from importlib import resources
+
+    from gpuheal.config import model
+
+    cls = getattr(model, record)
+    schema = json.loads(resources.files("gpuheal.config").joinpath("schema.json").read_text("utf-8"))
+    keys = set(schema["properties"][section]["properties"])
+    assert {f.name for f in dataclasses.fields(cls)} == keys
+    cfg = load_config_dict(fleet)
+    value = getattr(cfg, section)
+    assert type(value) is cls
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(value, next(iter(keys)), None)
+
+
+def test_section_values_take_their_field_types_once_at_load(fleet):
+    doc = fleet
+    doc["heal"] = {"startup_grace_s": 60, "protect_processes": ["sshd"], "max_restarts_per_hour": 2}
+    doc["zulip"] = {"site": "http://127.0.0.1:9", "timeout_s": 3}
+    cfg = load_config_dict(doc)
+    assert cfg.heal.startup_grace_s == 60.0 and isinstance(cfg.heal.startup_grace_s, float)
+    assert cfg.heal.protect_processes == ("sshd",) and cfg.heal.max_restarts_per_hour == 2
+    assert cfg.heal.ssh_user is None and cfg.heal.command_timeout_s == 60.0  # defaults.yaml
+    assert cfg.zulip.site == "http://127.0.0.1:9" and cfg.zulip.timeout_s == 3.0 and cfg.zulip.stream == "agent-hub"
+    assert isinstance(cfg.history.coarse_bucket_s, int) and cfg.bench.prompt is None

@@ -4,6 +4,7 @@ registry, and the purity of the core (no IO, no clock)."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -64,7 +65,7 @@ def drive(rules, n, cfg=CFG, restarts=None, obs_list=None, book=None):
     for i in range(n):
         now_s = (START + timedelta(seconds=60 * i)).timestamp()
         obs = obs_list[i] if obs_list else None
-        view = FleetView(cfg, now_s, obs, History(), benchdata.empty(), book["memory"],
+        view = FleetView(cfg, now_s, obs, History(), benchdata.empty(), book.memory,
                          restarts or Restarts(last={}, grace_s=0))
         ev = engine.evaluate(rules, view, book)
         timeline += [(i, t["gpu"], t["issue"], t["event"]) for t in ev.transitions]
@@ -81,7 +82,7 @@ def test_fires_after_hold_polls_consecutive_findings():
 def test_one_finding_then_quiet_is_dropped_never_fired():
     tl, book, ev = drive([scripted_rule("F..", polls=2)], 3)
     assert [e[3] for e in tl] == ["pending", "dropped"]
-    assert ev.issues == [] and ev.resolved == [] and book["issues"] == {}
+    assert ev.issues == [] and ev.resolved == [] and book.issues == {}
 
 
 def test_missing_data_neither_advances_nor_resets_the_hold():
@@ -147,7 +148,7 @@ def test_host_inhibitor_freezes_and_hides_the_gpus_other_issues():
     tl, book, ev = drive([host, other], 2)
     assert [i["issue"] for i in ev.issues] == ["host-unreachable"]
     assert [(i["issue"], i["inhibited_by"]) for i in ev.inhibited] == [("model-stuck", "host-unreachable")]
-    assert book["issues"]["gpu-dense|model-stuck"]["state"] == "firing"
+    assert book.issues["gpu-dense|model-stuck"].state == "firing"
     # the host comes back: the other rule is evaluated again (its script advances to ".")
     tl, _, ev = drive([host, other], 1, book=book)
     assert {(e[2], e[3]) for e in tl} == {("host-unreachable", "resolved"), ("model-stuck", "resolved")}
@@ -157,10 +158,9 @@ def test_monitor_inhibitor_hides_monitor_fed_issues_only():
     ds = scripted_rule("F", rule_id="data-source-unreachable", inhibits="monitor", scope="fleet")
     fed = scripted_rule("F", rule_id="thermal-critical", needs=needs_of(Signal.TEMP))
     book = new_book()
-    book["issues"]["gpu-dense|thermal-critical"] = {
-        "gpu": "gpu-dense", "issue": "thermal-critical", "severity": "critical", "state": "firing",
-        "since": "x", "since_s": 0.0, "fired_at": "x", "detected": {}, "summary": "", "hits": 2,
-        "clear_hits": 0, "last_s": 0.0}
+    book.issues["gpu-dense|thermal-critical"] = engine.IssueRecord(
+        gpu="gpu-dense", issue="thermal-critical", severity="critical", state=engine.FIRING, since_s=0.0,
+        fired_at="x", hits=2, last_s=0.0)
     other = scripted_rule("F", rule_id="benchmark-regression")
     _, _, ev = drive([ds, fed, other], 1, book=book)
     assert {i["issue"] for i in ev.issues} == {"data-source-unreachable", "benchmark-regression"}
@@ -171,9 +171,9 @@ def test_issues_of_removed_gpus_or_rules_are_forgotten():
     book = load_book({"issues": {"gone|thermal-critical": {
         "gpu": "gone", "issue": "thermal-critical", "severity": "critical", "state": "firing",
         "since": "x", "since_s": 0, "hits": 1}}})
-    assert "gone|thermal-critical" in book["issues"]
+    assert "gone|thermal-critical" in book.issues
     _, book, ev = drive([scripted_rule("_")], 1, book=book)
-    assert book["issues"] == {} and ev.resolved == []
+    assert book.issues == {} and ev.resolved == []
 
 
 @pytest.mark.parametrize("junk", [None, 3, "x", [], {"issues": []}, {"issues": {"a|b": {"gpu": "a"}}},
@@ -182,14 +182,15 @@ def test_issues_of_removed_gpus_or_rules_are_forgotten():
                                   {"memory": 5, "log": {}}])
 def test_load_book_tolerates_garbage(junk):
     book = load_book(junk)
-    assert book["issues"] == {} and isinstance(book["memory"], dict) and isinstance(book["log"], list)
+    assert book.issues == {} and isinstance(book.memory, dict) and isinstance(book.log, list)
 
 
 def test_log_is_bounded():
+    old = engine.Transition("2026-07-18T07:00:00Z", "gpu-dense", "x", "info", engine.Event.PENDING, "", "", {})
     book = new_book()
-    book["log"] = [{"x": i} for i in range(engine.LOG_MAX + 50)]
+    book.log = [old] * (engine.LOG_MAX + 50)
     drive([scripted_rule("F")], 1, book=book)
-    assert len(book["log"]) == engine.LOG_MAX
+    assert len(book.log) == engine.LOG_MAX and book.log[-1].issue == "thermal-critical"
 
 
 def test_open_issues_sorted_worst_first_then_fleet_order():
@@ -288,3 +289,56 @@ def test_no_clock_reads_in_core_or_rules(package):
             if re.search(r"now\(\)|utcnow|time\.time|monotonic\(|clock\.now", line):
                 hits.append(f"{path.name}:{number}: {line.strip()}")
     assert hits == []
+
+
+# --------------------------------------------------------------------------- the typed book (issue 19 item 4)
+
+OLD_STATE = ROOT / "tests" / "data" / "state-6d00935"  # issues.json written by main at 6d00935's engine
+
+
+def test_a_book_written_by_the_previous_version_loads_typed_and_carries_on(tmp_path):
+    """The issue book of the dict-era engine (its fixture written by that code) loads into typed
+    records, round-trips to the same on-disk shape, and the lifecycle carries on from it."""
+    import json
+
+    from gpuheal.state import files
+    from gpuheal.state.store import StateDir
+
+    old = json.loads((OLD_STATE / "issues.json").read_text())
+    book = load_book(old)
+    firing = book.issues["gpu-dense|thermal-critical"]
+    assert isinstance(firing, engine.IssueRecord) and firing.state is engine.IssueState.FIRING
+    assert firing.since == "2026-07-18T08:04:00Z" and firing.since_s == 1784361840.0 and firing.hits == 2
+    assert book.issues["gpu-dense|model-stuck"].state is engine.IssueState.PENDING
+    assert [t.event for t in book.log] == ["firing", "pending", "dropped", "resolved", "firing", "pending"]
+    assert all(isinstance(t.event, engine.Event) for t in book.log)
+    assert book.to_json() == old  # the on-disk shape is kept, byte for byte once dumped sorted
+    with StateDir(tmp_path / "state") as store:  # through the real state directory
+        store.write(files.ISSUES, old)
+        book = load_book(store.read(files.ISSUES, None))
+    # thermal-critical recovers at once; model-stuck (pending, 1 hit of 3) goes quiet: dropped
+    rules = [scripted_rule(".", "R", polls=1), scripted_rule(".", polls=3, rule_id="model-stuck")]
+    tl, book, _ = drive(rules, 1, book=book)
+    assert {(e[2], e[3]) for e in tl} == {("thermal-critical", "resolved"), ("model-stuck", "dropped")}
+    assert book.issues == {} and len(book.log) == 8
+
+
+def test_every_state_change_is_a_line_of_the_transition_table():
+    book = new_book()
+    tl, book, _ = drive([scripted_rule("FF..", "__RR", polls=2, clear_polls=1)], 4, book=book)
+    assert [e[3] for e in tl] == ["pending", "firing", "resolved"]
+    moves = {(before, event) for before, event in engine.TRANSITIONS}
+    assert moves == {(None, "pending"), ("pending", "firing"), ("pending", "dropped"), ("firing", "resolved")}
+    rec = engine.IssueRecord(gpu="gpu-dense", issue="thermal-critical", severity="critical",
+                             state=engine.PENDING, since_s=0.0)
+    view = FleetView(CFG, 0.0, None, History(), benchdata.empty(), {}, Restarts(last={}, grace_s=0))
+    run = engine._Pass([], view, new_book(), None)
+    with pytest.raises(engine.BadTransition):
+        run.move(rec, engine.Event.RESOLVED)  # a pending issue never resolves: it is dropped
+
+
+def test_since_is_stored_once_and_derived():
+    _, book, _ = drive([scripted_rule("F")], 1)
+    rec = book.issues["gpu-dense|thermal-critical"]
+    assert "since" not in {f.name for f in dataclasses.fields(rec)}
+    assert book.to_json()["issues"][rec.key]["since"] == rec.since == "2026-07-18T08:00:00Z"

@@ -207,3 +207,51 @@ def test_fuzz_slots_never_crash(doc):
         return
     assert s.busy is None or 0 <= s.busy <= s.total
     assert all(isinstance(n, int) and n >= 0 for n in s.n_decoded)
+
+
+# --------------------------------------------------------------------------- the parser without the package's __init__
+
+# What gpuheal loads of prometheus_client (parse/llama_metrics._text_parser) — its text parser and
+# the three modules that parser imports, nothing else. A release that moves, renames or adds to
+# these fails here instead of breaking /metrics silently (issue 19 item 6).
+PARSER_MODULES = {"parser", "metrics_core", "samples", "validation"}
+
+def test_the_private_parser_is_exactly_prometheus_clients_and_parses_as_its_public_api():
+    import ast
+    import importlib.util
+    import subprocess
+    import sys
+
+    spec = importlib.util.find_spec("prometheus_client")
+    package_dir = Path(spec.submodule_search_locations[0])
+    for name in PARSER_MODULES:  # each module imports nothing of the package beyond the set
+        tree = ast.parse((package_dir / f"{name}.py").read_text())
+        relative = {n.module.split(".")[0] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+        absolute = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert relative <= PARSER_MODULES and not any(a.startswith("prometheus_client") for a in absolute), name
+    code = (
+        "import json, sys\n"
+        "from gpuheal.parse.llama_metrics import _PRIVATE_PACKAGE, _text_parser\n"
+        "parse = _text_parser()\n"
+        "mods = {m[len(_PRIVATE_PACKAGE) + 1:]: sys.modules[m].__file__ for m in sys.modules\n"
+        "        if m.startswith(_PRIVATE_PACKAGE + '.')}\n"
+        "print(json.dumps({'mods': mods, 'package_loaded': 'prometheus_client' in sys.modules,\n"
+        "                  'parse_module': parse.__module__}))\n"
+    )
+    out = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert not out["package_loaded"]  # the point of it: no HTTP server, registry, collectors
+    assert set(out["mods"]) == PARSER_MODULES
+    assert {n: Path(f) for n, f in out["mods"].items()} == {n: package_dir / f"{n}.py" for n in PARSER_MODULES}
+    assert out["parse_module"].endswith(".parser")
+
+    from prometheus_client.parser import text_string_to_metric_families as public
+
+    from gpuheal.parse.llama_metrics import _text_parser
+
+    body = real("metrics-busy-deferred.txt")  # captured from a real llama-server, every series
+
+    def shape(families):
+        return [(f.name, f.type, [(s.name, s.labels, s.value) for s in f.samples]) for f in families]
+
+    assert shape(_text_parser()(body)) == shape(public(body)) != []

@@ -30,7 +30,6 @@ from test_bench_fakes import (
 from gpuheal.sources.llama_server import (
     DEFAULT_PROMPT,
     benchmark_inference,
-    outcome_summary,
     parse_props,
     read_props,
 )
@@ -84,7 +83,6 @@ def test_timings_present_props_warmup_and_request_shape(fake):
     assert warm["n_predict"] == 8 and main["n_predict"] == 48
     assert main["prompt"] == DEFAULT_PROMPT
     assert main["cache_prompt"] is False and main["stream"] is False
-    assert "200 in" in outcome_summary(out)
 
 
 def test_no_warmup_no_props_is_one_request(fake):
@@ -395,6 +393,6 @@ def test_fuzz_timings_usage_and_props_never_raise_nor_leak_non_finite_numbers(pi
         assert value is None or (value == value and abs(value) < 1e12)
     for value in (out.tokens, out.n_ctx, out.slots):
         assert value is None or (isinstance(value, int) and value >= 0)
-    for text in (out.model, out.detail, outcome_summary(out)):
+    for text in (out.model, out.detail):
         (text or "").encode("utf-8")
     json.dumps(out.to_dict(), allow_nan=False, ensure_ascii=False).encode("utf-8")

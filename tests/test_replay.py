@@ -173,11 +173,9 @@ def test_heal_restart_mutes_the_gpu_during_the_startup_grace(tmp_path):
     events = []
     for obs in trace:
         with StateDir(tmp_path / "s", 1.0) as store:
-            check.run(CFG, store, obs.at, obs=obs)
-            from gpuheal.steps import evaluate
-
-            events += [(t["at"], t["event"]) for t in evaluate.last_transitions if t["issue"] == "host-unreachable"]
-            assert evaluate.last_evaluation.muted == (["strix-moe"] if obs.at in (trace[1].at, trace[2].at) else [])
+            ev = check.run(CFG, store, obs.at, obs=obs).evaluation
+            events += [(t["at"], t["event"]) for t in ev.transitions if t["issue"] == "host-unreachable"]
+            assert ev.muted == (["strix-moe"] if obs.at in (trace[1].at, trace[2].at) else [])
     # polls 1-2 muted (grace 120 s): the hold counts polls 0, 3, 4 → fires at poll 4
     assert events == [("2026-07-18T08:00:00Z", "pending"), ("2026-07-18T08:04:00Z", "firing")]
 

@@ -1,5 +1,5 @@
 """Rules judged from benchmark results: 4 (regression), 9 (context window), L1 (api-key mismatch),
-through replay (monitor measurements) and through ``evaluate_bench`` on a real state directory."""
+through replay (monitor measurements) and through ``evaluate_bench_full`` on a real state directory."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_rule4_uses_the_rolling_baseline_once_computed(store):
     data["results"][DENSE] = [result(10, 58.0), result(20, 57.5), result(30, 55.0)]
     data["baselines"][DENSE] = {"baseline_tok_s": 60.0, "source": "rolling-30d", "computed_at": 0, "n": 50}
     store.write(files.BENCH, data)
-    issues = evaluate.evaluate_bench(CFG, store, START + timedelta(minutes=40))
+    issues = evaluate.evaluate_bench_full(CFG, store, START + timedelta(minutes=40)).issues
     assert [i for i in issues if i["issue"] == "benchmark-regression"] == []
 
 
@@ -191,7 +191,7 @@ def test_l1_bench_401_fires_and_stays_until_a_benchmark_succeeds(store):
     obs = fleet_trace(CFG, n=1, start=START + timedelta(minutes=61))[0]
     hist = History()
     hist.add(obs, CFG.aliases)
-    issues = evaluate.run(CFG, store, obs, hist, obs.at)
+    issues = evaluate.run_full(CFG, store, obs, hist, obs.at).issues
     assert [(i["gpu"], i["issue"]) for i in issues] == [(LIGHT, "api-key-mismatch")]
     # a successful benchmark clears it
     ev = bench_eval(store, {LIGHT: [result(10, None, ok=False, error="unauthorized"), result(70, 168.0)]}, at_min=71)
@@ -202,7 +202,7 @@ def test_l1_other_bench_errors_say_nothing_about_the_key(store):
     assert bench_eval(store, {LIGHT: [result(10, None, ok=False, error="timeout")]}).issues == []
 
 
-# --------------------------------------------------------------------------- evaluate_bench and the book
+# --------------------------------------------------------------------------- evaluate_bench_full and the book
 
 
 def test_evaluate_bench_leaves_other_rules_alone(store):
@@ -212,9 +212,8 @@ def test_evaluate_bench_leaves_other_rules_alone(store):
     hist = History()
     for obs in trace:
         hist.add(obs, CFG.aliases)
-        evaluate.run(CFG, store, obs, hist, obs.at)
+        evaluate.run_full(CFG, store, obs, hist, obs.at)
     ev = bench_eval(store, {DENSE: [result(10, 58.0), result(20, 57.5), result(30, 55.0)]})
     assert {(i["issue"], i["state"]) for i in ev.issues} == {
         ("thermal-critical", "firing"), ("benchmark-regression", "firing"), ("context-window", "firing")}
     assert [t["issue"] for t in ev.transitions] == ["benchmark-regression", "context-window"]
-    assert evaluate.last_evaluation is ev

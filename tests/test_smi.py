@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from gpuheal.parse.smi import (
-    decode_throttle,
     parse_compute_apps,
     parse_ps,
     parse_query_gpu,
@@ -38,12 +37,6 @@ def test_query_gpu_positional_with_sentinels():
     assert rows[0]["temp_c"] == 29 and rows[0]["vram_used_mb"] == 23358 and rows[0]["power_limit_w"] == 350
     assert rows[1]["vram_used_mb"] is None and rows[1]["power_limit_w"] is None
     assert len(rows) == 2
-
-
-def test_throttle_mask():
-    assert decode_throttle("0x0000000000000024") == ["sw-power-cap", "sw-thermal-slowdown"]
-    assert decode_throttle("0x0000000000000001") == []
-    assert decode_throttle("[N/A]") == []
 
 
 def test_rocm_smi_strings_and_apu_gtt():

@@ -148,7 +148,7 @@ def _drive(rule, offsets_s, restarts=None):
     book, out = new_book(), []
     for i, off in enumerate(offsets_s):
         now_s = START.timestamp() + 60 * i + off
-        view = FleetView(CFG, now_s, None, History(), benchdata.empty(), book["memory"],
+        view = FleetView(CFG, now_s, None, History(), benchdata.empty(), book.memory,
                          restarts or Restarts(last={}, grace_s=0))
         ev = engine.evaluate([rule], view, book)
         out += [(i, t["event"]) for t in ev.transitions]

@@ -240,12 +240,22 @@ def _gpu(**kw) -> GpuConfig:
     return GpuConfig(**base)
 
 
+def _heal(**changes):
+    """The ``heal`` record of a config as loaded (defaults.yaml), with ``changes``."""
+    from dataclasses import replace
+
+    from gpuheal.config import load_config_dict
+
+    cfg = load_config_dict({"gpus": [{"alias": "g", "host": "h", "endpoint": "http://127.0.0.1:9"}]})
+    return replace(cfg.heal, **changes)
+
+
 def test_target_for_gpu_and_pool_get():
     assert Target.for_gpu(_gpu(transport="local")) == Target("local")
     assert Target.for_gpu(_gpu(ssh_user="ops", ssh_port=2222)) == Target("ssh", "ct8", 2222, "ops")
-    assert Target.for_gpu(_gpu(), {"ssh_user": "heal"}) == Target("ssh", "ct8", 22, "heal")
-    with TransportPool.from_config({"known_hosts": "/etc/gpuheal/known_hosts",
-                                    "ssh_connect_timeout_s": 3}) as pool:
+    heal = _heal(ssh_user="heal", known_hosts="/etc/gpuheal/known_hosts", ssh_connect_timeout_s=3)
+    assert Target.for_gpu(_gpu(), heal) == Target("ssh", "ct8", 22, "heal")
+    with TransportPool.from_config(heal) as pool:
         assert pool.get(Target("local")) is pool.get(Target("local"))
         a = pool.get(Target("ssh", "ct8", 22, "ops"))
         assert a is pool.get(Target("ssh", "ct8", 22, "ops"))

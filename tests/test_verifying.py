@@ -162,7 +162,7 @@ def _run(script: str, offsets: list[float], judge_after_polls: int, grace_polls:
             since=since, acted_s=acted, judge_from_s=acted + 60 * judge_after_polls - 5.0, actions=("restart",))}
         restarts = Restarts(last={"gpu-dense": acted} if since else {}, grace_s=60 * grace_polls - 5.0,
                             verifying=verifying)
-        ev = evaluate([rule], FleetView(cfg, now_s, None, History(), {}, book["memory"], restarts), book)
+        ev = evaluate([rule], FleetView(cfg, now_s, None, History(), {}, book.memory, restarts), book)
         since = since or ev.issues[0]["since"]
         states.append([i["state"] for i in ev.issues])
     return states

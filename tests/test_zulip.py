@@ -7,6 +7,7 @@ import base64
 import logging
 import os
 import time
+from types import SimpleNamespace
 from urllib.parse import parse_qs
 
 import pytest
@@ -188,7 +189,7 @@ def test_retry_after_parsing(body, headers, expected):
 class _Cfg:
     def __init__(self, path=None, **zulip_cfg):
         self.path = path
-        self.zulip = {"email_env": "ZULIP_EMAIL", "api_key_env": "ZULIP_API_KEY", **zulip_cfg}
+        self.zulip = SimpleNamespace(**{"email_env": "ZULIP_EMAIL", "api_key_env": "ZULIP_API_KEY", **zulip_cfg})
 
         class L:
             api_key = "not-needed"

@@ -27,7 +27,7 @@ class Effects:
         """Perform one action for ``alias`` outside a plan item (``restore-load``)."""
         from gpuheal.actions.execute import perform, values_for
 
-        timeout_s = float(self.cfg.heal["command_timeout_s"])
+        timeout_s = self.cfg.heal.command_timeout_s
         return perform(step, values_for(alias, self.cfg), self.run, self.litellm, timeout_s, secrets, self.cfg)
 
     def transports(self):
@@ -62,7 +62,7 @@ class Effects:
         if target == "local":
             where = Target("local")
         else:
-            where = self._targets.get(target) or Target("ssh", target, SSH_PORT, heal.get("ssh_user"))
+            where = self._targets.get(target) or Target("ssh", target, SSH_PORT, heal.ssh_user)
         return pool.get(where).run(argv, timeout_s)
 
     def _litellm(self, update: LiteLLMUpdate, timeout_s: float):
@@ -82,8 +82,8 @@ class Effects:
             update.model_id,
             update.field,
             update.value,
-            shed_ratio=float(heal["shed_rpm_ratio"]),
-            redirect_rpm=int(heal["redirect_rpm"]),
+            shed_ratio=heal.shed_rpm_ratio,
+            redirect_rpm=heal.redirect_rpm,
             deadline_s=min(timeout_s, float(lite.timeout_s) * 2),
         )
 
@@ -97,7 +97,7 @@ class Effects:
         key = env_or_dotenv(lite.admin_key_env, self.cfg.path)
         dep = la.read_deployment(str(lite.url), key, update.model_id, float(lite.timeout_s))
         plan = dep if isinstance(dep, la.AdminProblem) else la.target_value(
-            dep, update.action, float(heal["shed_rpm_ratio"]), int(heal["redirect_rpm"])
+            dep, update.action, heal.shed_rpm_ratio, heal.redirect_rpm
         )
         if isinstance(plan, la.AdminProblem):
             return f"would fail: {plan.line()}"
@@ -111,7 +111,7 @@ class Effects:
         g = self.cfg.gpu(alias)
         heal = self.cfg.heal
         return wait_ready_then_complete(
-            g.endpoint, self.cfg.litellm.api_key, float(heal["reload_wait_s"]), float(heal["verify_timeout_s"])
+            g.endpoint, self.cfg.litellm.api_key, heal.reload_wait_s, heal.verify_timeout_s
         )
 
 

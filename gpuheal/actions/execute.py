@@ -75,7 +75,7 @@ def run_item(
 ) -> Execution:
     """Execute the steps of one ``act`` item in order; stop at the first failure."""
     ex = Execution(item=item)
-    timeout_s = float(cfg.heal["command_timeout_s"])
+    timeout_s = cfg.heal.command_timeout_s
     values = values_for(item.gpu, cfg)
     if item.gpu != "fleet" and any(ACTIONS[s.action].restarts or ACTIONS[s.action].evidence for s in item.steps):
         ex.evidence.update(gather_host_evidence(item.gpu, cfg, runner, values, min(timeout_s, 15.0), secrets))
@@ -346,10 +346,10 @@ def _leak_source(evidence: dict[str, Any], cfg) -> tuple[str, Any] | None:
     name = str(top["name"])
     if "llama" in name.lower():
         return None
-    protect = [str(p).lower() for p in cfg.heal.get("protect_processes") or []]
+    protect = [str(p).lower() for p in cfg.heal.protect_processes or []]
     if any(p and p in name.lower() for p in protect):
         return ("escalate", f"VRAM growth source is protected process {name!r} (pid {top['pid']}): not touching it")
-    if not cfg.heal.get("kill_unknown_processes"):
+    if not cfg.heal.kill_unknown_processes:
         return (
             "escalate",
             f"unknown process {name!r} (pid {top['pid']}) holds {top['used_mb']:.0f} MB; kill_unknown_processes is off",

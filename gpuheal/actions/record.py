@@ -178,7 +178,7 @@ def health_doc(health: dict[str, Any], state, rec: Recorder, cfg, now_s: float, 
         "fleet": state.paused_fleet.to_json() if state.paused_fleet else None,
         "gpus": {a: p.to_json() for a, p in state.paused_gpus.items()},
     }
-    limit = int(cfg.heal["max_restarts_per_hour"])
+    limit = cfg.heal.max_restarts_per_hour
     health["budgets"] = {
         g.alias: {"restarts_last_hour": state.restarts_in_window(g.alias, now_s), "max_restarts_per_hour": limit}
         for g in cfg.gpus

@@ -18,12 +18,19 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     ENGINE_PARAMS,
     PLACEHOLDERS,
     SSH_PORT,
+    BenchConfig,
     Config,
     GpuConfig,
+    HealConfig,
+    HistoryConfig,
     LiteLLMConfig,
     MonitorConfig,
+    ProbeConfig,
     PrometheusConfig,
+    StateConfig,
     WakeConfig,
+    ZulipConfig,
+    section_record,
     split_command,
 )
 from gpuheal.config.params import check_section
@@ -129,19 +136,12 @@ def _remember_validated(cache_dir: Path, digest: str) -> None:
     """Best effort, outside the state lock: temp file + rename, so a reader sees all or nothing."""
     if not cache_dir.is_dir():
         return
-    tmp = cache_dir / f"{VALIDATED_FILE}.{os.getpid()}.tmp"
+    from gpuheal.atomic import write_atomic
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, digest.encode("ascii") + b"\n")
-        finally:
-            os.close(fd)
-        os.replace(tmp, cache_dir / VALIDATED_FILE)
+        write_atomic(cache_dir / VALIDATED_FILE, [digest, "\n"])
     except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+        pass
 
 
 def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool = False) -> Config:
@@ -178,12 +178,12 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
             admin_key_env=lite.get("admin_key_env") or "LITELLM_MASTER_KEY",
         ),
         gpus=gpus,
-        probe=merged["probe"],
-        zulip=merged["zulip"],
-        state=merged["state"],
-        history=merged["history"],
-        bench=merged["bench"],
-        heal=merged["heal"],
+        probe=section_record(ProbeConfig, merged["probe"]),
+        zulip=section_record(ZulipConfig, merged["zulip"]),
+        state=section_record(StateConfig, merged["state"]),
+        history=section_record(HistoryConfig, merged["history"]),
+        bench=section_record(BenchConfig, merged["bench"]),
+        heal=section_record(HealConfig, merged["heal"]),
         knowledge_graph=merged.get("knowledge_graph") or {},
         rules=fleet_rules,
         metrics_file=merged.get("metrics_file"),

@@ -7,8 +7,12 @@ may import this module. :mod:`gpuheal.config.load` builds these records from the
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
 # engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
@@ -115,6 +119,106 @@ class GpuConfig:
         return self.gpu_index if self.gpu_index is not None else 0
 
 
+# ------------------------------------------------------------------ the plain sections, typed
+# Built once at load (:func:`section_record`) from the section after defaults.yaml is merged in and
+# the schema has passed: the defaults live there and in schema.json, never here (issue 19 item 4).
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """``probe:`` — the direct llama-server ``/health`` probes."""
+
+    timeout_s: float
+    max_workers: int
+
+
+@dataclass(frozen=True)
+class ZulipConfig:
+    """``zulip:`` — where alerts go; the credentials come from the environment (``*_env``)."""
+
+    site: str | None
+    email_env: str
+    api_key_env: str
+    stream: str
+    topic: str
+    timeout_s: float
+    repeat_interval_h: float
+    all_clear_every: int
+    max_messages_per_run: int
+    group_by: str | None = None  # a gpus[].labels key: one message per issue and label value
+
+
+@dataclass(frozen=True)
+class StateConfig:
+    """``state:`` — the state directory's lock."""
+
+    lock_wait_s: float
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """``history:`` — per-poll samples kept, then coarse buckets (state/history.py)."""
+
+    raw_hours: float
+    coarse_bucket_s: int
+    coarse_days: float
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """``bench:`` — the benchmark inference test."""
+
+    n_predict: int
+    timeout_s: float
+    warmup: bool
+    keep_days: float
+    prompt: str | None = None  # None: the built-in prompt
+
+
+@dataclass(frozen=True)
+class HealConfig:
+    """``heal:`` — budgets, timeouts, SSH and the built-in load-side cooling."""
+
+    max_restarts_per_hour: int
+    max_failed_verifications: int
+    startup_grace_s: float
+    reload_wait_s: float
+    verify_timeout_s: float
+    fleet_guard_fraction: float
+    ssh_connect_timeout_s: float
+    command_timeout_s: float
+    kill_unknown_processes: bool
+    protect_processes: tuple[str, ...]
+    gpu_monitor_transport: str
+    shed_rpm_ratio: float
+    restore_after_s: float
+    redirect_rpm: int
+    gpu_monitor_restart_command: str | list[str] | None = None
+    gpu_monitor_host: str | None = None
+    ssh_user: str | None = None
+    ssh_key: str | None = None
+    known_hosts: str | None = None
+    system_known_hosts: bool = False
+
+
+_Section = TypeVar("_Section", bound="DataclassInstance")
+_COERCE: dict[str, Any] = {"float": float, "int": int, "bool": bool, "str": str, "tuple[str, ...]": tuple}
+
+
+def section_record(cls: type[_Section], data: Mapping[str, Any]) -> _Section:
+    """``cls`` from a validated, defaults-merged section: each field from its key, made the
+    field's type (``60`` → ``60.0`` for a float; a list → a tuple); an optional key left out
+    takes the field's own "absent" (``None``/``False``). Keys the record does not name are not
+    read. Raises ``TypeError`` for a missing required key (a schema or defaults bug)."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name in data:
+            raw = data[f.name]
+            coerce = _COERCE.get(str(f.type))
+            values[f.name] = coerce(raw) if coerce is not None and raw is not None else raw
+    return cls(**values)
+
+
 @dataclass(frozen=True)
 class WakeConfig:
     """``wake:`` (issue 22 item 7): the variable holding the webhook's bearer token, and the least
@@ -127,18 +231,19 @@ class WakeConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The validated configuration. Sections not modelled as classes stay plain dicts."""
+    """The validated configuration. ``knowledge_graph`` and ``rules`` stay plain dicts (the rules'
+    typed parameter records come with the signal model, issue 19)."""
 
     path: str | None
     monitor: MonitorConfig | None  # None: no gpu-monitor; GPU readings from nvidia-smi / rocm-smi
     litellm: LiteLLMConfig
     gpus: tuple[GpuConfig, ...]
-    probe: dict[str, Any]
-    zulip: dict[str, Any]
-    state: dict[str, Any]
-    history: dict[str, Any]
-    bench: dict[str, Any]
-    heal: dict[str, Any]
+    probe: ProbeConfig
+    zulip: ZulipConfig
+    state: StateConfig
+    history: HistoryConfig
+    bench: BenchConfig
+    heal: HealConfig
     knowledge_graph: dict[str, Any]
     rules: dict[str, dict[str, Any]]
     metrics_file: str | None = None

@@ -115,12 +115,12 @@ class Alert:
         if not isinstance(value, dict) or "fingerprint" not in value:
             return None
         v = value.get
-        attempts, tried = v("attempts"), v("tried")
+        attempts, tried, detected = v("attempts"), v("tried"), v("detected")
         return cls(
             fingerprint=str(v("fingerprint")), gpu=_text(v("gpu")), issue=_text(v("issue")),
             kind=_text(v("kind")), state_key=_text(v("state_key")), created_at=as_time(v("created_at")),
             summary=str(v("summary") or ""), run_id=_text(v("run_id") or None),
-            detected=v("detected") if isinstance(v("detected"), dict) else {},
+            detected=detected if isinstance(detected, dict) else {},
             tried=tuple(tried) if isinstance(tried, list | tuple) else (),
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else None,
             since=v("since") if isinstance(v("since"), str) else None, title=_text(v("title")),
@@ -484,7 +484,7 @@ def _is_duplicate(data: AlertQueue, alert: Alert) -> bool:
     )
 
 
-def _absorbed_open(data: AlertQueue, msg: Message, open_keys) -> list[Alert]:
+def _absorbed_open(data: AlertQueue, msg: Message, open_keys: set[tuple[str, str]] | None) -> list[Alert]:
     fp = msg.alert.fingerprint
     taken = {a.fingerprint for a in msg.folded}
     out = []
@@ -541,7 +541,8 @@ def prune_sent(data: AlertQueue, open_keys: set[tuple[str, str]] | None, now_s: 
         age = now_s - sent_at if sent_at is not None else SENT_KEEP_S + 1
         if age <= SENT_KEEP_S:
             continue
-        alert = sent.get("alert") if isinstance(sent.get("alert"), dict) else {}
+        stored = sent.get("alert")
+        alert = stored if isinstance(stored, dict) else {}
         if sent.get("kind") == "escalated" and _is_open(open_keys, alert.get("gpu"), alert.get("issue")):
             continue
         del data.sent[fp]

@@ -6,6 +6,7 @@ and the api-key-mismatch issue a 401 raises. Values in, values out, time as a pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -135,7 +136,7 @@ def regression_document(cfg: Config, data: dict[str, Any], now_s: float) -> dict
     return out
 
 
-def _key_alert(data: dict[str, Any], alias: str, iso) -> dict[str, Any] | None:
+def _key_alert(data: dict[str, Any], alias: str, iso: Callable[[float], str]) -> dict[str, Any] | None:
     """The latest attempt was refused with 401: say so, with the key described (never shown)."""
     items = benchdata.results(data, alias)
     if not items or items[-1].get("error") != ERR_UNAUTHORIZED:

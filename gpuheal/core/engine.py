@@ -26,24 +26,27 @@ A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, 
   broken (the rule's finding, or its recovery condition not met: ``firing`` again) or it resolves.
   The book keeps it ``firing``: the lifecycle does not change, only what is reported.
 
-The issue book is a JSON-able dict the caller stores between runs (``issues.json``), so cron's
-one-shot runs behave like one long-lived evaluator, and ``replay`` keeps it in memory::
+The issue book (:class:`IssueBook`) is what the caller stores between runs (``issues.json``), so
+cron's one-shot runs behave like one long-lived evaluator, and ``replay`` keeps it in memory. In
+memory it is typed: :class:`IssueRecord` per open issue, :class:`Transition` per logged change, and
+every change of an issue's state is one line of :data:`TRANSITIONS` (as ``core/verify.py`` does
+for attempts, after h11's state tables). On disk it keeps the shape earlier versions wrote, so a
+state directory from before stays readable both ways::
 
     {"version": 1,
      "issues": {"ALIAS|ISSUE-ID": RECORD},
      "memory": {...},                 # core/view.remember: request counts, breaker first seen
      "log":    [TRANSITION, ...]}     # the last LOG_MAX transitions, oldest first
 
-    RECORD = {"gpu", "issue", "severity", "state": "pending"|"firing", "since", "since_s",
-              "fired_at", "detected", "summary", "hits", "clear_hits", "last_s"}
-    TRANSITION = {"at", "gpu", "issue", "severity", "event": "pending"|"firing"|"resolved"|"dropped",
-                  "since", "summary", "detected"}
+``since`` is kept once, as ``since_s``; the ISO text is derived (and still written, for the
+readers of ``issues.json`` and older versions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from types import ModuleType
 from typing import Any
 
@@ -58,11 +61,44 @@ LOG_MAX = 1000
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 FLEET = "fleet"
 
-PENDING = "pending"
-FIRING = "firing"
+
+
+class IssueState(StrEnum):
+    """An open issue's state in the book (a ``str``: it is written and compared as its text)."""
+
+    PENDING = "pending"
+    FIRING = "firing"
+
+
+class Event(StrEnum):
+    """A logged change of an issue (the ``event`` of a transition)."""
+
+    PENDING = "pending"  # a finding opened it; it holds for hold_polls / hold_s before firing
+    FIRING = "firing"
+    RESOLVED = "resolved"  # a firing issue recovered for clear_polls polls
+    DROPPED = "dropped"  # a pending issue whose finding stopped holding: it never fired
+
+
+PENDING = IssueState.PENDING
+FIRING = IssueState.FIRING
 VERIFYING = "verifying"  # reported only (see "verifying" above); never stored in the book
-RESOLVED = "resolved"
-DROPPED = "dropped"
+RESOLVED = Event.RESOLVED
+DROPPED = Event.DROPPED
+
+# Every allowed change: (state before or None for "not in the book", event) -> state after or
+# None for "out of the book". Anything else is a BadTransition (a programming error, never data).
+# An issue whose hold is met on its first poll is created pending and fires the same poll: only
+# its ``firing`` is logged.
+TRANSITIONS: dict[tuple[IssueState | None, Event], IssueState | None] = {
+    (None, Event.PENDING): IssueState.PENDING,
+    (IssueState.PENDING, Event.FIRING): IssueState.FIRING,
+    (IssueState.PENDING, Event.DROPPED): None,
+    (IssueState.FIRING, Event.RESOLVED): None,
+}
+
+
+class BadTransition(ValueError):
+    """An event the issue's state does not allow."""
 
 
 
@@ -88,7 +124,8 @@ class Evaluation:
     ``transitions``: every change (``pending``, ``firing``, ``resolved``, ``dropped``), for the
     replay timeline; ``inhibited``: open issues hidden by an inhibitor (with ``inhibited_by``);
     ``muted``: GPUs inside a startup grace; ``tolerance_s``: the poll jitter tolerance this
-    evaluation counted time with (core/timing), for ``heal`` to judge its attempts by the same.
+    evaluation counted time with (core/timing), for ``heal`` to judge its attempts by the same;
+    ``memory``: the book's memory after it (``check`` shows each GPU's decode progress from it).
     """
 
     issues: list[dict[str, Any]] = field(default_factory=list)
@@ -98,44 +135,170 @@ class Evaluation:
     inhibited: list[dict[str, Any]] = field(default_factory=list)
     muted: list[str] = field(default_factory=list)
     tolerance_s: float = timing.TOLERANCE_S
+    memory: dict[str, Any] = field(default_factory=dict)  # the book's memory after it (decode progress)
 
 
 # --------------------------------------------------------------------------- the book
 
 
-def new_book() -> dict[str, Any]:
-    return {"version": BOOK_VERSION, "issues": {}, "memory": {}, "log": []}
+@dataclass(slots=True)
+class IssueRecord:
+    """One open issue in the book. Mutable: one poll's pass advances it in place (``hits``,
+    ``clear_hits``, ``last_s``, the latest evidence); its state changes only through
+    :meth:`_Pass.transition` and :data:`TRANSITIONS`."""
+
+    gpu: str
+    issue: str
+    severity: str
+    state: IssueState
+    since_s: float  # when the condition began (epoch s)
+    fired_at: str | None = None  # ISO text, as reported
+    detected: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    hits: int = 0  # consecutive polls its finding held
+    clear_hits: int = 0  # consecutive polls it recovered (firing only)
+    last_s: float | None = None  # the last poll that saw it still broken
+
+    @property
+    def key(self) -> str:
+        return f"{self.gpu}|{self.issue}"
+
+    @property
+    def since(self) -> str:
+        return iso(self.since_s)
+
+    def public(self) -> dict[str, Any]:
+        """The issue as reported (gpu-health ``issues``; contract)."""
+        return {
+            "gpu": self.gpu,
+            "issue": self.issue,
+            "severity": self.severity,
+            "state": str(self.state),
+            "since": self.since,
+            "fired_at": self.fired_at,
+            "detected": self.detected,
+            "summary": self.summary,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.public(), "since_s": self.since_s, "hits": self.hits, "clear_hits": self.clear_hits,
+                "last_s": self.last_s}
+
+    @classmethod
+    def from_json(cls, key: str, data: Any) -> IssueRecord | None:
+        """A stored record, or ``None`` when it is malformed (dropped, never raised). ``since_s``
+        is the truth; the stored ISO ``since`` is derived from it."""
+        if not isinstance(data, dict):
+            return None
+        gpu, issue, since_s, hits = data.get("gpu"), data.get("issue"), data.get("since_s"), data.get("hits")
+        if not (isinstance(gpu, str) and isinstance(issue, str) and key == f"{gpu}|{issue}"):
+            return None
+        if data.get("state") not in tuple(IssueState) or not isinstance(data.get("severity"), str):
+            return None
+        if not isinstance(since_s, int | float) or isinstance(since_s, bool):
+            return None
+        if not isinstance(hits, int) or isinstance(hits, bool):
+            return None
+        clear_hits, fired_at = data.get("clear_hits"), data.get("fired_at")
+        detected, summary = data.get("detected"), data.get("summary")
+        return cls(
+            gpu=gpu,
+            issue=issue,
+            severity=data["severity"],
+            state=IssueState(data["state"]),
+            since_s=float(since_s),
+            fired_at=fired_at if isinstance(fired_at, str) else None,
+            detected=detected if isinstance(detected, dict) else {},
+            summary=summary if isinstance(summary, str) else "",
+            hits=hits,
+            clear_hits=clear_hits if isinstance(clear_hits, int) and not isinstance(clear_hits, bool) else 0,
+            last_s=float(data["last_s"]) if _number(data.get("last_s")) else None,
+        )
 
 
-_RECORD_KEYS = ("gpu", "issue", "severity", "state", "since", "since_s", "hits")
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One logged change of an issue (the book's ``log``, ``replay``'s timeline)."""
+
+    at: str  # ISO text of the poll
+    gpu: str
+    issue: str
+    severity: str
+    event: Event
+    since: str
+    summary: str
+    detected: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "gpu": self.gpu,
+            "issue": self.issue,
+            "severity": self.severity,
+            "event": str(self.event),
+            "since": self.since,
+            "summary": self.summary,
+            "detected": self.detected,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> Transition | None:
+        if not isinstance(data, dict) or data.get("event") not in tuple(Event):
+            return None
+        text = ("at", "gpu", "issue", "severity", "since", "summary")
+        if not all(isinstance(data.get(k), str) for k in text):
+            return None
+        detected = data.get("detected")
+        return cls(
+            **{k: data[k] for k in text},
+            event=Event(data["event"]),
+            detected=detected if isinstance(detected, dict) else {},
+        )
 
 
-def load_book(data: Any) -> dict[str, Any]:
-    """A book from stored data; malformed parts are dropped, never raised (state never crashes a
-    run)."""
+@dataclass
+class IssueBook:
+    """The engine's state between polls: the open issues by ``ALIAS|ISSUE-ID``, the view's memory
+    (core/view.remember, core/decode) and the last :data:`LOG_MAX` transitions, oldest first."""
+
+    issues: dict[str, IssueRecord] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    log: list[Transition] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": BOOK_VERSION,
+            "issues": {key: rec.to_json() for key, rec in self.issues.items()},
+            "memory": self.memory,
+            "log": [t.to_json() for t in self.log],
+        }
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def new_book() -> IssueBook:
+    return IssueBook()
+
+
+def load_book(data: Any) -> IssueBook:
+    """A book from stored data (this version's or an earlier one's); malformed parts are dropped,
+    never raised (state never crashes a run)."""
     book = new_book()
     if not isinstance(data, dict):
         return book
     issues = data.get("issues")
     if isinstance(issues, dict):
-        for key, rec in issues.items():
-            if (
-                isinstance(rec, dict)
-                and all(k in rec for k in _RECORD_KEYS)
-                and rec["state"] in (PENDING, FIRING)
-                and isinstance(rec["since_s"], int | float)
-                and isinstance(rec["hits"], int)
-                and key == f"{rec['gpu']}|{rec['issue']}"
-            ):
-                rec.setdefault("clear_hits", 0)
-                rec.setdefault("fired_at", None)
-                rec.setdefault("detected", {})
-                rec.setdefault("summary", "")
-                book["issues"][key] = rec
+        for key, stored in issues.items():
+            rec = IssueRecord.from_json(key, stored)
+            if rec is not None:
+                book.issues[key] = rec
     if isinstance(data.get("memory"), dict):
-        book["memory"] = data["memory"]
+        book.memory = data["memory"]
     if isinstance(data.get("log"), list):
-        book["log"] = [t for t in data["log"] if isinstance(t, dict)][-LOG_MAX:]
+        log = (Transition.from_json(t) for t in data["log"])
+        book.log = [t for t in log if t is not None][-LOG_MAX:]
     return book
 
 
@@ -154,7 +317,8 @@ def _minutes(seconds: float) -> str:
 def rule_hold(rule: ModuleType, params: dict[str, Any]) -> tuple[int, float]:
     hold = getattr(rule, "hold", None)
     if hold is not None:
-        return hold(params)
+        polls, hold_s = hold(params)
+        return int(polls), float(hold_s)
     return int(engine_param(params, "hold_polls")), float(engine_param(params, "hold_s"))
 
 
@@ -174,19 +338,6 @@ def _gate_open(rule: ModuleType, view: FleetView, subject: str) -> bool:
     """The rule judges ``subject`` this poll only when this poll delivered every signal it needs
     (``gpuheal.signals``); otherwise it is "not known": its hold neither advances nor resets."""
     return not unmet(rule.NEEDS, view.provided(subject))
-
-
-def _public(rec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "gpu": rec["gpu"],
-        "issue": rec["issue"],
-        "severity": rec["severity"],
-        "state": rec["state"],
-        "since": rec["since"],
-        "fired_at": rec["fired_at"],
-        "detected": rec["detected"],
-        "summary": rec["summary"],
-    }
 
 
 def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
@@ -209,13 +360,13 @@ def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
     }
 
 
-def _present(rec: dict[str, Any], view: FleetView) -> dict[str, Any]:
+def _present(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
     """The public issue; ``verifying`` while its remediation waits for a poll that can judge it."""
-    public = _public(rec)
-    v = view.restarts.verifying.get((rec["gpu"], rec["issue"]))
-    if v is None or rec["state"] != FIRING or rec["since"] != v.since:
+    public = rec.public()
+    v = view.restarts.verifying.get((rec.gpu, rec.issue))
+    if v is None or rec.state != FIRING or rec.since != v.since:
         return public
-    seen_s = epoch_or_none(rec.get("last_s")) or 0.0  # the last poll that saw it still broken
+    seen_s = epoch_or_none(rec.last_s) or 0.0  # the last poll that saw it still broken
     if timing.at_least(seen_s - v.judge_from_s, 0.0, view.tolerance_s):
         return public  # seen still broken from judge_from on: firing again (heal fails the attempt)
     return verifying_issue(public, v)
@@ -224,7 +375,7 @@ def _present(rec: dict[str, Any], view: FleetView) -> dict[str, Any]:
 def evaluate(
     rules: Sequence[ModuleType],
     view: FleetView,
-    book: dict[str, Any],
+    book: IssueBook,
     only: Iterable[str] | None = None,
 ) -> Evaluation:
     """Advance every issue of ``rules`` (or only the ids in ``only``) by one poll at
@@ -257,20 +408,20 @@ class _Inhibition:
 
     @classmethod
     def of(
-        cls, issues: dict[str, dict[str, Any]], by_id: dict[str, ModuleType], poll_signals: frozenset[Signal]
+        cls, issues: dict[str, IssueRecord], by_id: dict[str, ModuleType], poll_signals: frozenset[Signal]
     ) -> _Inhibition:
         out = cls(poll_signals=poll_signals)
         for rec in issues.values():
-            if rec["state"] != FIRING or rec["issue"] not in by_id:
+            if rec.state != FIRING or rec.issue not in by_id:
                 continue
-            kind = getattr(by_id[rec["issue"]], "INHIBITS", None)
+            kind = getattr(by_id[rec.issue], "INHIBITS", None)
             if kind == "host":
-                out.hosts_down[rec["gpu"]] = rec["issue"]
+                out.hosts_down[rec.gpu] = rec.issue
             elif kind == "monitor":
-                out.monitor_down = rec["issue"]
+                out.monitor_down = rec.issue
             elif kind:
                 for target in kind:
-                    out.targeted.setdefault((rec["gpu"], target), rec["issue"])
+                    out.targeted.setdefault((rec.gpu, target), rec.issue)
         return out
 
     def hidden(self, rule: ModuleType) -> frozenset[str] | None:
@@ -292,32 +443,32 @@ class _Inhibition:
             return self.hosts_down[subject]
         if self.monitor_down is not None and self.blinded(rule):
             return self.monitor_down
-        return self.targeted.get((subject, rule.ID))
+        return self.targeted.get((subject, str(rule.ID)))
 
 
 class _Pass:
     """One evaluation: the book being advanced, the poll's view, and what changed so far."""
 
     def __init__(
-        self, rules: Sequence[ModuleType], view: FleetView, book: dict[str, Any], only: Iterable[str] | None
+        self, rules: Sequence[ModuleType], view: FleetView, book: IssueBook, only: Iterable[str] | None
     ) -> None:
         self.view = view
         self.now_s = view.now_s
         self.now_iso = iso(view.now_s)
-        self.issues: dict[str, dict[str, Any]] = book["issues"]
-        self.log: list[dict[str, Any]] = book["log"]
-        self.by_id = {r.ID: r for r in rules}
+        self.issues = book.issues
+        self.log = book.log
+        self.by_id: dict[str, ModuleType] = {r.ID: r for r in rules}
         self.order = {alias: i for i, alias in enumerate(view.aliases)}
         self.order[FLEET] = len(self.order)
         self.rule_order = {r.ID: i for i, r in enumerate(rules)}
         self.only = set(only) if only is not None else None
-        self.out = Evaluation(tolerance_s=view.tolerance_s)
+        self.out = Evaluation(tolerance_s=view.tolerance_s, memory=book.memory)
         self.muted = {alias for alias in view.aliases if view.muted(alias)}
         self.out.muted = [a for a in view.aliases if a in self.muted]
 
     def forget_gone(self) -> None:
         """Issues of GPUs or rules that no longer exist (config changed) go, silently."""
-        gone = [k for k, rec in self.issues.items() if rec["issue"] not in self.by_id or rec["gpu"] not in self.order]
+        gone = [k for k, rec in self.issues.items() if rec.issue not in self.by_id or rec.gpu not in self.order]
         for key in gone:
             del self.issues[key]
 
@@ -345,60 +496,48 @@ class _Pass:
         rec = self.issues.get(f"{subject}|{rule.ID}")
         if rec is None:
             return
-        if rec["state"] == PENDING:
+        if rec.state == PENDING:
             if outcome is False:
-                self.drop(rec, DROPPED)
+                self.transition(rec, Event.DROPPED)
             return
         self.recovering(rule, subject, params, rec, outcome)
 
     def seen(self, rule: ModuleType, subject: str, params: dict[str, Any], finding: Finding) -> None:
         """The rule's finding holds this poll: a new pending issue, a hold advanced, or it fires."""
-        key = f"{subject}|{rule.ID}"
-        rec = self.issues.get(key)
+        rec = self.issues.get(f"{subject}|{rule.ID}")
         new = rec is None
         if rec is None:
-            rec = self.issues[key] = self.new_record(rule, subject, finding)
-        elif rec["state"] == PENDING and finding.started_at is not None:
-            rec["since_s"] = min(finding.started_at, self.now_s)
-            rec["since"] = iso(rec["since_s"])
-        rec["hits"] += 1
-        rec["clear_hits"] = 0
-        rec["last_s"] = self.now_s
+            rec = self.new_record(rule, subject, finding)
+        elif rec.state == PENDING and finding.started_at is not None:
+            rec.since_s = min(finding.started_at, self.now_s)
+        rec.hits += 1
+        rec.clear_hits = 0
+        rec.last_s = self.now_s
         detected = dict(finding.detected)
-        detected.setdefault("duration_s", round(self.now_s - rec["since_s"], 1))
-        rec["detected"] = detected
-        rec["summary"] = finding.summary
+        detected.setdefault("duration_s", round(self.now_s - rec.since_s, 1))
+        rec.detected = detected
+        rec.summary = finding.summary
         polls, hold_s = rule_hold(rule, params)
-        if rec["state"] == PENDING and rec["hits"] >= polls and (
-            hold_s <= 0 or timing.more_than(self.now_s - rec["since_s"], hold_s, self.view.tolerance_s)
+        if rec.state == PENDING and rec.hits >= polls and (
+            hold_s <= 0 or timing.more_than(self.now_s - rec.since_s, hold_s, self.view.tolerance_s)
         ):
-            rec["state"] = FIRING
-            rec["fired_at"] = self.now_iso
-            self.transition(rec, FIRING)
-            self.out.fired.append(_public(rec))
+            rec.fired_at = self.now_iso
+            self.transition(rec, Event.FIRING)
+            self.out.fired.append(rec.public())
         elif new:
-            self.transition(rec, PENDING)
+            self.log_event(rec, Event.PENDING)
 
-    def new_record(self, rule: ModuleType, subject: str, finding: Finding) -> dict[str, Any]:
+    def new_record(self, rule: ModuleType, subject: str, finding: Finding) -> IssueRecord:
+        """A new pending issue, in the book from now (its ``pending`` is logged unless it fires at
+        once: see :data:`TRANSITIONS`)."""
         since_s = finding.started_at if finding.started_at is not None else self.now_s
-        since_s = min(since_s, self.now_s)
-        return {
-            "gpu": subject,
-            "issue": rule.ID,
-            "severity": rule.SEVERITY,
-            "state": PENDING,
-            "since": iso(since_s),
-            "since_s": since_s,
-            "fired_at": None,
-            "detected": {},
-            "summary": "",
-            "hits": 0,
-            "clear_hits": 0,
-            "last_s": self.now_s,
-        }
+        rec = IssueRecord(gpu=subject, issue=str(rule.ID), severity=str(rule.SEVERITY), state=PENDING,
+                          since_s=min(since_s, self.now_s), last_s=self.now_s)
+        self.move(rec, Event.PENDING)
+        return rec
 
     def recovering(
-        self, rule: ModuleType, subject: str, params: dict[str, Any], rec: dict[str, Any], outcome: Any
+        self, rule: ModuleType, subject: str, params: dict[str, Any], rec: IssueRecord, outcome: Any
     ) -> None:
         """A firing issue whose finding did not hold: it resolves after ``clear_polls`` polls of
         the rule's recovery condition (clear-side hysteresis); ``None`` (not known) changes nothing."""
@@ -410,47 +549,51 @@ class _Pass:
         if recovered is None:
             return
         if not recovered:
-            rec["clear_hits"] = 0
-            rec["last_s"] = self.now_s  # seen still broken (a remediation being verified did not work)
+            rec.clear_hits = 0
+            rec.last_s = self.now_s  # seen still broken (a remediation being verified did not work)
             return
-        rec["clear_hits"] += 1
-        if rec["clear_hits"] >= int(engine_param(params, "clear_polls")):
-            self.drop(rec, RESOLVED)
-            self.out.resolved.append({**_public(rec), "resolved_at": self.now_iso})
+        rec.clear_hits += 1
+        if rec.clear_hits >= int(engine_param(params, "clear_polls")):
+            self.transition(rec, Event.RESOLVED)
+            self.out.resolved.append({**rec.public(), "resolved_at": self.now_iso})
 
-    def drop(self, rec: dict[str, Any], event: str) -> None:
-        del self.issues[f"{rec['gpu']}|{rec['issue']}"]
-        self.transition(rec, event)
+    def transition(self, rec: IssueRecord, event: Event) -> None:
+        self.move(rec, event)
+        self.log_event(rec, event)
 
-    def transition(self, rec: dict[str, Any], event: str) -> None:
-        summary = rec["summary"]
+    def move(self, rec: IssueRecord, event: Event) -> None:
+        """Move ``rec`` by ``event`` as :data:`TRANSITIONS` allows: into, within or out of the book."""
+        before = rec.state if rec.key in self.issues else None
+        if (before, event) not in TRANSITIONS:
+            raise BadTransition(f"issue {rec.key}: {event!r} is not allowed while {before!r}")
+        after = TRANSITIONS[(before, event)]
+        if after is None:
+            del self.issues[rec.key]
+        else:
+            rec.state = after
+            self.issues[rec.key] = rec
+
+    def log_event(self, rec: IssueRecord, event: Event) -> None:
+        summary = rec.summary
         if event == RESOLVED:
-            summary = f"resolved after {_minutes(self.now_s - rec['since_s'])} (was: {summary})"
+            summary = f"resolved after {_minutes(self.now_s - rec.since_s)} (was: {summary})"
         elif event == DROPPED:
             summary = f"cleared before firing (was: {summary})"
-        t = {
-            "at": self.now_iso,
-            "gpu": rec["gpu"],
-            "issue": rec["issue"],
-            "severity": rec["severity"],
-            "event": event,
-            "since": rec["since"],
-            "summary": summary,
-            "detected": rec["detected"],
-        }
-        self.out.transitions.append(t)
+        t = Transition(at=self.now_iso, gpu=rec.gpu, issue=rec.issue, severity=rec.severity, event=event,
+                       since=rec.since, summary=summary, detected=rec.detected)
+        self.out.transitions.append(t.to_json())
         self.log.append(t)
 
     def report(self, inhibition: _Inhibition) -> None:
         """The open issues, worst first, split into visible and inhibited; the log trimmed."""
         visible = []
         for rec in self.issues.values():
-            by = inhibition.by(self.by_id[rec["issue"]], rec["gpu"])
-            if by is not None and by != rec["issue"]:
+            by = inhibition.by(self.by_id[rec.issue], rec.gpu)
+            if by is not None and by != rec.issue:
                 self.out.inhibited.append({**_present(rec, self.view), "inhibited_by": by})
             else:
                 visible.append(rec)
-        visible.sort(key=lambda r: (-severity_rank(r["severity"]), self.order[r["gpu"]], self.rule_order[r["issue"]]))
+        visible.sort(key=lambda r: (-severity_rank(r.severity), self.order[r.gpu], self.rule_order[r.issue]))
         self.out.issues = [_present(r, self.view) for r in visible]
         if len(self.log) > LOG_MAX:
             del self.log[: len(self.log) - LOG_MAX]

@@ -22,6 +22,7 @@ file. Changes are new records (:func:`dataclasses.replace`); nothing here is mut
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -227,11 +228,12 @@ class HealState:
             value = data.get(name)
             return value if isinstance(value, dict) else {}
 
-        def typed(name: str, reader) -> dict[str, Any]:
+        def typed(name: str, reader: Callable[[Any], Any]) -> dict[str, Any]:
             return {k: v for k, v in ((k, reader(v)) for k, v in section(name).items()) if v is not None}
 
         paused = section("paused")
-        gpus = paused.get("gpus") if isinstance(paused.get("gpus"), dict) else {}
+        stored = paused.get("gpus")
+        gpus = stored if isinstance(stored, dict) else {}
         seq = section("run_seq")
         return cls(
             restarts={a: _times(ts) for a, ts in section("restarts").items() if isinstance(ts, list)},

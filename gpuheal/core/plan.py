@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gpuheal.config.model import Config, GpuConfig
 from gpuheal.core import timing
 from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
 from gpuheal.core.catalog import (
@@ -75,7 +76,7 @@ class PlanItem:
 def plan(
     issues: list[dict[str, Any]],
     state: HealState | dict[str, Any],
-    cfg,
+    cfg: Config,
     now_s: float,
     gpu_filter: str | None = None,
     issue_filter: str | None = None,
@@ -96,7 +97,7 @@ def plan(
         i["gpu"] for i in firing if i["issue"] in CANNOT_SERVE and f"{i['gpu']}/{i['issue']}" not in state.escalated
     }
     guard = _FleetGuard(
-        n_gpus >= 2 and len(failing_gpus) > float(cfg.heal["fleet_guard_fraction"]) * n_gpus, len(failing_gpus), n_gpus
+        n_gpus >= 2 and len(failing_gpus) > cfg.heal.fleet_guard_fraction * n_gpus, len(failing_gpus), n_gpus
     )
     items: list[PlanItem] = []
     restarting: set[str] = set()  # what this run's plan already restarts (a GPU, a service)
@@ -125,7 +126,7 @@ class _FleetGuard:
 
 
 def _plan_one(
-    issue, state: HealState, cfg, now_s: float, guard: _FleetGuard, catalog: Catalog, tol: float
+    issue: dict[str, Any], state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, catalog: Catalog, tol: float
 ) -> PlanItem:
     gpu, issue_id = issue["gpu"], issue["issue"]
     since = issue.get("since")
@@ -161,7 +162,7 @@ def _plan_one(
         return held("blocked", f"attempt {a.n} ({', '.join(a.actions)}) is being verified until {_iso(a.verify_by)}")
     failed = sum(1 for a in attempts if a.status in FAILURES)
     params = cfg.rule_params(issue_id, gpu if gpu in cfg.aliases else None)
-    if failed >= min(int(params["escalate_after_failures"]), int(cfg.heal["max_failed_verifications"])):
+    if failed >= min(int(params["escalate_after_failures"]), cfg.heal.max_failed_verifications):
         return held(
             "escalate", f"{failed} failed remediation attempt{'s' if failed != 1 else ''}: {remedy.why_escalate}"
         )
@@ -187,7 +188,7 @@ def _plan_one(
     return item if why is None else held(*why)
 
 
-def _steps(remedy: Remedy, gpu: str, cfg, catalog: Catalog) -> tuple[Action, ...]:
+def _steps(remedy: Remedy, gpu: str, cfg: Config, catalog: Catalog) -> tuple[Action, ...]:
     """The remedy's actions resolved for ``gpu``; a restart that proves itself in the run carries
     its :class:`WaitReady`. An action with no command configured is left out."""
     out: list[Action] = []
@@ -201,7 +202,7 @@ def _steps(remedy: Remedy, gpu: str, cfg, catalog: Catalog) -> tuple[Action, ...
 
 
 def _service_guard(
-    services: set[str], state: HealState, cfg, now_s: float, remedy: Remedy, tol: float
+    services: set[str], state: HealState, cfg: Config, now_s: float, remedy: Remedy, tol: float
 ) -> tuple[str, str] | None:
     for service in sorted(services):
         # (only inside its window: an attempt left open because its issue is hidden must not
@@ -219,7 +220,7 @@ def _service_guard(
                 f"a restart of {service} ({b.gpu} {b.issue}, attempt {b.n}) is being verified until {_iso(b.verify_by)}"
             )
         used = sum(1 for t in state.service_restarts.get(service, ()) if timing.within_last(now_s, t, HOUR_S, tol))
-        if used >= int(cfg.heal["max_restarts_per_hour"]):
+        if used >= cfg.heal.max_restarts_per_hour:
             return (
                 "escalate",
                 f"restart budget spent: {used} restarts of {service} in the last hour — {remedy.why_escalate}",
@@ -228,7 +229,7 @@ def _service_guard(
 
 
 def _restart_guard(
-    gpu: str, state: HealState, cfg, now_s: float, guard: _FleetGuard, tol: float
+    gpu: str, state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, tol: float
 ) -> tuple[str, str] | None:
     if guard.tripped:
         return "escalate", (
@@ -236,13 +237,13 @@ def _restart_guard(
             " (network, monitor, LiteLLM); not restarting them all"
         )
     used = state.restarts_in_window(gpu, now_s, tol=tol)
-    if used >= int(cfg.heal["max_restarts_per_hour"]):
+    if used >= cfg.heal.max_restarts_per_hour:
         return (
             "escalate",
             f"restart budget spent: {used} restarts of {gpu} in the last hour — GPU hardware check (Rule 3)",
         )
     last = state.last_restart(gpu)
-    if last is not None and timing.less_than(now_s - last, float(cfg.heal["startup_grace_s"]), tol):
+    if last is not None and timing.less_than(now_s - last, cfg.heal.startup_grace_s, tol):
         return "blocked", f"startup grace: restarted {now_s - last:.0f} s ago"
     return None
 
@@ -255,7 +256,7 @@ class NoRestore:
     result: str  # "planned": nothing configured to run; "resolved": nothing to undo
 
 
-def restore_action(alias: str, mitigation: Mitigation, cfg, catalog: Catalog = CATALOG) -> Action | NoRestore:
+def restore_action(alias: str, mitigation: Mitigation, cfg: Config, catalog: Catalog = CATALOG) -> Action | NoRestore:
     """What gives a GPU that stayed cool its load back (``restore-load``, step 4 of ``heal``): the
     configured command, or the LiteLLM values the built-in shed changed put back as they were."""
     step = resolve_action("restore-load", alias, cfg, catalog)
@@ -269,7 +270,7 @@ def restore_action(alias: str, mitigation: Mitigation, cfg, catalog: Catalog = C
     return replace(step, model_id=model_id, field=field_name, value=value)
 
 
-def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Action | None:
+def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALOG) -> Action | None:
     """What ``action`` on ``gpu`` is under this config; ``None`` when nothing is configured.
 
     A configured command always wins; then a built-in: the LiteLLM rpm change for the load
@@ -279,8 +280,8 @@ def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Ac
     if action == "restart-gpu-monitor":
         if not source_spec(configured_source(cfg)).restartable:
             return None  # the source (Prometheus, smi) is no service of ours to restart: escalate
-        argv = _split(cfg.heal.get("gpu_monitor_restart_command"))
-        target = cfg.heal.get("gpu_monitor_host") if cfg.heal.get("gpu_monitor_transport") == "ssh" else "local"
+        argv = _split(cfg.heal.gpu_monitor_restart_command)
+        target = cfg.heal.gpu_monitor_host if cfg.heal.gpu_monitor_transport == "ssh" else "local"
         return RunCommand(action, argv, target or "local") if argv else None
     if action == "restart-litellm":
         argv = cfg.litellm.restart_command
@@ -310,7 +311,7 @@ def resolve_action(action: str, gpu: str, cfg, catalog: Catalog = CATALOG) -> Ac
     return RunCommand(action, tuple(argv), target, note) if argv is not None else None
 
 
-def _litellm_load(action: str, g, cfg) -> LiteLLMUpdate | None:
+def _litellm_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | None:
     """The built-in default for load-side cooling (Rules 1 and 8; contract: "LiteLLM load-side
     cooling"): change the GPU's deployment in LiteLLM (``/model/update``). Which field and value
     (``weight`` when its model group routes by weight, else ``rpm``; × ``heal.shed_rpm_ratio`` to

@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from gpuheal import benchdata
 from gpuheal.clock import format_epoch, format_iso
+from gpuheal.config.model import Config, GpuConfig
 from gpuheal.core import timing
 from gpuheal.core.alerts import AlertQueue
 from gpuheal.core.heal_state import HOUR_S
@@ -19,7 +21,7 @@ SENSED_STATUSES = ("healthy", "degraded", "down")
 
 
 def summary(
-    cfg,
+    cfg: Config,
     health: dict[str, Any],
     health_at: datetime | None,
     hs: dict[str, Any],
@@ -32,10 +34,9 @@ def summary(
     normalised bench results and ``alerts.json`` as stored."""
     now_s = now.timestamp()
     fleet_paused = hs["paused"]["fleet"]
-    sensed = health.get("gpus") if isinstance(health.get("gpus"), dict) else {}
+    sensed = _object(health.get("gpus"))
     gpus = {
-        g.alias: _gpu_summary(cfg, g, sensed.get(g.alias) if isinstance(sensed.get(g.alias), dict) else {}, bench, hs,
-                              now_s)  # fmt: skip
+        g.alias: _gpu_summary(cfg, g, _object(sensed.get(g.alias)), bench, hs, now_s)
         for g in cfg.gpus
     }
     issues = []
@@ -59,15 +60,22 @@ def summary(
     }
 
 
+def _object(value: Any) -> dict[str, Any]:
+    """A JSON object from a stored document, ``{}`` for anything else (a damaged file)."""
+    return value if isinstance(value, dict) else {}
+
+
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _gpu_summary(cfg, g, row: dict[str, Any], bench, hs: dict[str, Any], now_s: float) -> dict[str, Any]:
+def _gpu_summary(
+    cfg: Config, g: GpuConfig, row: dict[str, Any], bench: dict[str, Any], hs: dict[str, Any], now_s: float
+) -> dict[str, Any]:
     """One GPU's line of the summary: its last readings, speed against baseline, restart budget."""
     ok = [r for r in benchdata.ok_results(bench, g.alias) if r["at"] <= now_s]
     baseline, source = benchdata.baseline(bench, g.alias, g.baseline_tok_s)
-    max_restarts = int(cfg.heal["max_restarts_per_hour"])
+    max_restarts = cfg.heal.max_restarts_per_hour
     restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if timing.within_last(now_s, t, HOUR_S))
     fleet_paused, own = hs["paused"]["fleet"], hs["paused"]["gpus"].get(g.alias)
     paused = None
@@ -99,7 +107,7 @@ def _alerts_summary(stored: Any, now_s: float) -> dict[str, Any]:
     never fatal."""
     queue = AlertQueue.from_json(stored)
 
-    def calendar(times) -> list[float]:
+    def calendar(times: Iterable[float | None]) -> list[float]:
         return [t for t in times if t is not None and abs(t) < 2.5e11]  # within the calendar
 
     errors = [a.delivery.last_error for a in queue.queue if a.delivery is not None]

@@ -16,6 +16,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import repeat
 from operator import mul, sub
+from typing import cast
 
 SPARK = "▁▂▃▄▅▆▇█"
 
@@ -79,11 +80,13 @@ def fit_window(
     if hi - lo < 2:
         return None
     tv = ts[lo:hi]
-    vv = vs[lo:hi]
-    if None in vv:
-        tv, vv = _drop_unknown(tv, vv)
+    window = vs[lo:hi]
+    if None in window:
+        tv, vv = _drop_unknown(tv, window)
         if len(vv) < 2:
             return None
+    else:
+        vv = cast(list[float], window)  # no None in it: just checked (a copy-free narrowing)
     if jump is not None and len(vv) > 1:
         diffs = list(map(sub, vv[1:], vv[:-1]))
         if max(map(abs, diffs)) >= jump:
@@ -112,12 +115,12 @@ def _drop_unknown(tv: list[float], vv: list[float | None]) -> tuple[list[float],
     while True:
         try:
             j = vv.index(None, start)
-        except ValueError:
+        except ValueError:  # no None from start on
             keep_t.extend(tv[start:])
-            keep_v.extend(vv[start:])
+            keep_v.extend(cast(list[float], vv[start:]))
             return keep_t, keep_v
         keep_t.extend(tv[start:j])
-        keep_v.extend(vv[start:j])
+        keep_v.extend(cast(list[float], vv[start:j]))  # j is the first None from start
         start = j + 1
 
 

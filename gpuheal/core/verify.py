@@ -32,7 +32,9 @@ from gpuheal.core.catalog import MITIGATIONS, SERVICE_OF
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation
 
 if TYPE_CHECKING:  # plan imports this module; the item is only read here
+    from gpuheal.config.model import Config
     from gpuheal.core.plan import PlanItem
+    from gpuheal.model import Observation
 
 # states (the stored ``status`` strings)
 RUNNING = "running"
@@ -232,17 +234,21 @@ def cooldown(
             continue
         if state.paused_reason(alias) or alias not in known:
             continue
-        if mitigation.cool_since is None:
-            mitigation = replace(mitigation, cool_since=now_s)
+        cool_since = mitigation.cool_since
+        if cool_since is None:
+            cool_since = now_s
+            mitigation = replace(mitigation, cool_since=cool_since)
             state = state.with_mitigation(alias, mitigation)
-        if timing.less_than(now_s - mitigation.cool_since, restore_after_s, tol):
+        if timing.less_than(now_s - cool_since, restore_after_s, tol):
             continue
         state = state.with_mitigation(alias, None)
         due.append(Restore(alias, mitigation))
     return state, due
 
 
-def present_verifying(health: dict[str, Any], obs, state: HealState, cfg, now_s: float) -> dict[str, Any]:
+def present_verifying(
+    health: dict[str, Any], obs: Observation, state: HealState, cfg: Config, now_s: float
+) -> dict[str, Any]:
     """``health`` with the issues whose remediation ran at ``now_s`` and passed its own checks as
     ``verifying``, and the status following (contract "Issue state after a remediation"; later
     runs get the same from the engine)."""
@@ -250,10 +256,11 @@ def present_verifying(health: dict[str, Any], obs, state: HealState, cfg, now_s:
     from gpuheal.core.health import derive_status
     from gpuheal.core.view import Restarts
 
-    marks = Restarts.from_heal_state(state.to_json(), float(cfg.heal["startup_grace_s"])).verifying
+    marks = Restarts.from_heal_state(state.to_json(), cfg.heal.startup_grace_s).verifying
     issues = []
     for issue in health["issues"]:
         v = marks.get((issue["gpu"], issue["issue"]))
         fresh = v is not None and v.acted_s == now_s and v.since == issue.get("since")
-        issues.append(verifying_issue(issue, v) if fresh and issue.get("state") == "firing" else issue)
+        shown = verifying_issue(issue, v) if v is not None and fresh and issue.get("state") == "firing" else issue
+        issues.append(shown)
     return {**health, "issues": issues, "status": derive_status(obs, issues)}

@@ -192,7 +192,8 @@ class FleetView:
         key = ("provided", subject)
         if key not in self.cache:  # asked by every rule of every GPU: once per GPU and poll
             self.cache[key] = self._provided(subject)
-        return self.cache[key]
+        provided: frozenset[Signal] = self.cache[key]
+        return provided
 
     def _provided(self, subject: str) -> frozenset[Signal]:
         obs = self.obs
@@ -249,8 +250,10 @@ class FleetView:
         restart's grace, and again after any jump of ``jump_mb`` between consecutive samples (an
         external reload), so a reload never looks like a leak (Rule 2)."""
         key = ("vram", alias, window_s, jump_mb)
+        fit: Fit | None
         if key in self.cache:
-            return self.cache[key]
+            fit = self.cache[key]
+            return fit
         sample = self.sample(alias)
         if self._trend_from_source():
             fit = None  # the source computed the trend (PromQL), or nothing is known
@@ -281,8 +284,10 @@ class FleetView:
     def temp_rise(self, alias: str, window_s: float) -> Fit | None:
         """Least squares of temperature (°C per minute) over the last ``window_s`` (Rule 8)."""
         key = ("temp", alias, window_s)
+        fit: Fit | None
         if key in self.cache:
-            return self.cache[key]
+            fit = self.cache[key]
+            return fit
         sample = self.sample(alias)
         if self._trend_from_source():
             fit = None
@@ -308,7 +313,8 @@ class FleetView:
     def bench_results(self, alias: str) -> list[dict[str, Any]]:
         """Every recorded result of ``alias`` (gpuheal's ``bench`` and new monitor measurements),
         oldest first."""
-        return self.bench.get("results", {}).get(alias, [])
+        results: list[dict[str, Any]] = self.bench.get("results", {}).get(alias, [])
+        return results
 
     def bench_ok(self, alias: str, since_s: float | None = None) -> list[dict[str, Any]]:
         key = ("bench_ok", alias, since_s)
@@ -321,7 +327,8 @@ class FleetView:
                 and r["gen_tok_s"] > 0
                 and (since_s is None or r["at"] >= timing.since(since_s, self.tolerance_s))
             ]
-        return self.cache[key]
+        ok: list[dict[str, Any]] = self.cache[key]
+        return ok
 
     def baseline(self, alias: str) -> tuple[float | None, str]:
         return benchdata.baseline(self.bench, alias, self.gpus[alias].baseline_tok_s)
@@ -344,7 +351,8 @@ class FleetView:
         return total if seen else None
 
     def breaker_open_since(self, alias: str) -> float | None:
-        return self.memory.get("breaker_open_since", {}).get(alias)
+        since_s: float | None = self.memory.get("breaker_open_since", {}).get(alias)
+        return since_s
 
 
 def remember(

@@ -11,14 +11,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from gpuheal.doctor import FAIL, OK, SKIP, WARN, Check, Context, Probe, register
+from gpuheal.parse.values import printable
 
 CMD_TIMEOUT_S = 5.0
-SHED_KEYS = ("shed_load_command", "redirect_command")
 SERVICE_VERBS = {"restart", "start", "stop", "reload", "try-restart", "reload-or-restart", "kill"}
-
-
-def _clip(text: object, limit: int = 160) -> str:
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())[:limit]
 
 
 # --------------------------------------------------------------------------- local stage
@@ -56,7 +52,7 @@ def wake_token(ctx: Context) -> Check:
     name = ctx.cfg.wake.token_env
     value, source = lookup(name, ctx.cfg.path, ctx.environ)
     if value:
-        return Check("state", "wake token", OK, f"${name} is set (from {_clip(source, 80)})")
+        return Check("state", "wake token", OK, f"${name} is set (from {printable(source, 80)})")
     return Check(
         "state", "wake token", FAIL, f"${name} is not set: gpuheal wake answers every webhook 401",
         f"put {name}=<a long random string> in /etc/gpuheal/.env (mode 0600) and in the sender's config",
@@ -121,15 +117,15 @@ def zulip_credentials(ctx: Context) -> Check:
     from gpuheal.errors import GpuhealError
     from gpuheal.zulip import load_credentials
 
-    if not ctx.cfg.zulip.get("site"):
+    if not ctx.cfg.zulip.site:
         return Check("zulip", "credentials", SKIP, "zulip.site is not set: alerts stay queued in the state directory")
     try:
         creds = load_credentials(ctx.cfg, ctx.environ)
     except GpuhealError as exc:
         return Check(
-            "zulip", "credentials", FAIL, _clip(exc, 200), "export the variable (or put it in .env, mode 0600)"
+            "zulip", "credentials", FAIL, printable(exc, 200), "export the variable (or put it in .env, mode 0600)"
         )
-    return Check("zulip", "credentials", OK, f"bot {_clip(creds.email, 80)} (from {_clip(creds.source, 80)})")
+    return Check("zulip", "credentials", OK, f"bot {printable(creds.email, 80)} (from {printable(creds.source, 80)})")
 
 
 def admin_key(ctx: Context) -> str | None:
@@ -207,7 +203,7 @@ def _has_failure_ratio(cfg) -> bool:
 @register("network")
 def http_probes(ctx: Context) -> Iterable[Probe]:
     cfg = ctx.cfg
-    deadline = float(cfg.probe["timeout_s"])
+    deadline = cfg.probe.timeout_s
     for g in cfg.gpus:
         yield Probe(g.alias, "llama-server /health", deadline, lambda g=g: health_check(g, deadline))
         yield Probe(g.alias, "llama-server /props", deadline, lambda g=g: props_check(cfg, g, deadline))
@@ -224,8 +220,8 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
                 "litellm", "liveliness", SKIP, "litellm.url is not set: no LiteLLM checks, no built-in load shedding"
             ),
         )
-    if cfg.zulip.get("site"):
-        t = float(cfg.zulip["timeout_s"])
+    if cfg.zulip.site:
+        t = cfg.zulip.timeout_s
         yield Probe("zulip", "bot", t * 2, lambda: zulip_checks(ctx, t))
 
 
@@ -246,14 +242,14 @@ def monitor_check(cfg) -> Check:
             "monitor",
             "gpu-monitor",
             FAIL,
-            f"{cfg.monitor.url}: {kind}: {_clip(fault.detail if fault else '')}"
-            + (f" ({_clip(warnings[0])})" if warnings else ""),
+            f"{cfg.monitor.url}: {kind}: {printable(fault.detail if fault else '')}"
+            + (f" ({printable(warnings[0])})" if warnings else ""),
             fix,
         )
     hosts = set(doc.hosts)
     missing = sorted({g.host for g in cfg.gpus} - hosts) if hosts else []
     if faults or missing:
-        detail = "; ".join(_clip(f.detail, 100) for f in faults)
+        detail = "; ".join(printable(f.detail, 100) for f in faults)
         if missing:
             detail = (detail + "; " if detail else "") + f"no reading for host {', '.join(missing)}"
         return Check("monitor", "gpu-monitor", WARN, detail, "gpus[].host must be the hostname gpu-monitor reports")
@@ -278,7 +274,7 @@ def health_check(g, deadline: float) -> Check:
         g.alias,
         "llama-server /health",
         FAIL,
-        f"{g.endpoint}: {state}: {_clip(detail)}",
+        f"{g.endpoint}: {state}: {printable(detail)}",
         "is llama-server running there (gpus[].endpoint)?",
     )
 
@@ -290,7 +286,7 @@ def props_check(cfg, g, deadline: float) -> Check:
     name = "llama-server /props"
     if props.ok:
         parts = [
-            f"model {_clip(props.model or '?', 60)}",
+            f"model {printable(props.model or '?', 60)}",
             f"ctx {props.n_ctx or '?'}",
             f"slots {props.total_slots or '?'}",
         ]
@@ -311,7 +307,7 @@ def props_check(cfg, g, deadline: float) -> Check:
             f"the api key is rejected (HTTP {props.status}, Lesson L1)",
             "start llama-server with --api-key equal to litellm.api_key",
         )
-    return Check(g.alias, name, FAIL, f"{props.error or '?'}: {_clip(props.detail)}", "check the llama-server")
+    return Check(g.alias, name, FAIL, f"{props.error or '?'}: {printable(props.detail)}", "check the llama-server")
 
 
 def metrics_check(cfg, g, deadline: float) -> Check:
@@ -329,7 +325,7 @@ def metrics_check(cfg, g, deadline: float) -> Check:
         headers=auth_headers(cfg.litellm.api_key),
     )
     if isinstance(res, HttpFault):
-        return Check(g.alias, name, FAIL, f"{res.kind}: {_clip(res.detail)}", "check the llama-server")
+        return Check(g.alias, name, FAIL, f"{res.kind}: {printable(res.detail)}", "check the llama-server")
     if res.status == 200 and b"llamacpp:" in res.body:
         return Check(g.alias, name, OK, "enabled")
     if res.status == 501:  # what is lost depends on gpu-monitor being there (issue 11: it was always named)
@@ -389,7 +385,7 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
         ]
     rows.append(Check("litellm", "admin key accepted", OK, f"/v1/model/info lists {len(deps)} deployments"))
     db = la.database_state(url, t)
-    ratio = float(cfg.heal["shed_rpm_ratio"])
+    ratio = cfg.heal.shed_rpm_ratio
     for g in builtin:
         rows.append(shedding_check(g, deps, db, ratio))
     return rows
@@ -435,7 +431,6 @@ def shedding_check(g, deps, db: str | None, ratio: float) -> Check:
 
 def zulip_checks(ctx: Context, t: float) -> list[Check]:
     """``GET /api/v1/users/me`` (the bot's credentials) and ``GET /api/v1/get_stream_id``."""
-    import base64
     from urllib.parse import quote
 
     from gpuheal.errors import GpuhealError
@@ -447,14 +442,13 @@ def zulip_checks(ctx: Context, t: float) -> list[Check]:
         creds = load_credentials(cfg, ctx.environ)
     except GpuhealError:
         return [Check("zulip", "bot", SKIP, "no credentials (see the credentials check)")]
-    site = str(cfg.zulip["site"]).rstrip("/")
-    token = base64.b64encode(f"{creds.email}:{creds.api_key}".encode()).decode()
-    headers = {"Authorization": f"Basic {token}"}
+    site = cfg.zulip.site.rstrip("/")
+    headers = creds.auth_headers()
 
     def get(path: str):
         res = request("GET", site + path, deadline_s=t, max_bytes=1 << 20, headers=headers)
         if isinstance(res, HttpFault):
-            return None, f"{res.kind}: {_clip(res.detail)}"
+            return None, f"{res.kind}: {printable(res.detail)}"
         try:
             doc = json.loads(res.body)
         except ValueError:
@@ -470,24 +464,24 @@ def zulip_checks(ctx: Context, t: float) -> list[Check]:
                 "zulip",
                 "bot",
                 FAIL,
-                f"{site} rejects the bot's credentials (HTTP {me[0]}: {_clip(me[1].get('msg', ''), 80)})",
+                f"{site} rejects the bot's credentials (HTTP {me[0]}: {printable(me[1].get('msg', ''), 80)})",
                 "check ZULIP_EMAIL / ZULIP_API_KEY (the bot's API key)",
             )
         ]
-    rows = [Check("zulip", "bot", OK, f"credentials valid for {_clip(me[1].get('email') or creds.email, 80)}")]
-    stream = str(cfg.zulip.get("stream") or "")
+    rows = [Check("zulip", "bot", OK, f"credentials valid for {printable(me[1].get('email') or creds.email, 80)}")]
+    stream = str(cfg.zulip.stream or "")
     got, err = get("/api/v1/get_stream_id?stream=" + quote(stream, safe=""))
     if got is None:
         rows.append(Check("zulip", "stream", FAIL, f"{err}", "check the Zulip server"))
     elif got[0] == 200 and got[1].get("result") == "success":
-        rows.append(Check("zulip", "stream", OK, f"#{_clip(stream, 60)} exists (id {got[1].get('stream_id')})"))
+        rows.append(Check("zulip", "stream", OK, f"#{printable(stream, 60)} exists (id {got[1].get('stream_id')})"))
     else:
         rows.append(
             Check(
                 "zulip",
                 "stream",
                 FAIL,
-                f"#{_clip(stream, 60)}: {_clip(got[1].get('msg', got[0]), 100)}",
+                f"#{printable(stream, 60)}: {printable(got[1].get('msg', got[0]), 100)}",
                 "create the stream, subscribe the bot, or fix zulip.stream",
             )
         )
@@ -517,7 +511,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             places.setdefault(where, [])
     if cfg.litellm.restart_command:
         host = cfg.litellm.host if cfg.litellm.transport == "ssh" and cfg.litellm.host else None
-        where = Target("ssh", host, 22, cfg.heal.get("ssh_user")) if host else Target("local")
+        where = Target("ssh", host, 22, cfg.heal.ssh_user) if host else Target("local")
         places.setdefault(where, []).append(
             (
                 "litellm",
@@ -526,18 +520,18 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
                 {"alias": "litellm", "host": host or "", "endpoint": str(cfg.litellm.url)},
             )
         )
-    mon = cfg.heal.get("gpu_monitor_restart_command")
+    mon = cfg.heal.gpu_monitor_restart_command
     from gpuheal.signals import configured_source, spec
 
     restartable = spec(configured_source(cfg)).restartable  # Rule 7 restarts it (gpu-monitor)
-    if mon and restartable and cfg.heal.get("gpu_monitor_transport", "local") == "local":
+    if mon and restartable and cfg.heal.gpu_monitor_transport == "local":
         import shlex
 
         argv = tuple(shlex.split(mon) if isinstance(mon, str) else mon)
         places.setdefault(Target("local"), []).append(
             ("monitor", "heal.gpu_monitor_restart_command", argv, {"alias": "monitor", "host": "", "endpoint": ""})
         )
-    connect_s = float(cfg.heal["ssh_connect_timeout_s"])
+    connect_s = cfg.heal.ssh_connect_timeout_s
     for where, commands in places.items():
         aliases = sorted({a for g in cfg.gpus if Target.for_gpu(g, cfg.heal) == where for a in [g.alias]})
         label = aliases[0] if aliases else (commands[0][0] if commands else "local")
@@ -552,7 +546,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
 
 
 def _known_hosts(cfg) -> str:
-    return str(cfg.heal.get("known_hosts") or "~/.ssh/known_hosts")
+    return str(cfg.heal.known_hosts or "~/.ssh/known_hosts")
 
 
 def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:
@@ -570,7 +564,7 @@ def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:
                 "(compare the fingerprint with the host's own first)",
                 HOST_KEY_CHANGED: "verify the host, then replace its entry in " + _known_hosts(cfg),
             }.get(error, "check the host, the SSH user/key (heal.ssh_user, heal.ssh_key) and the network")
-            rows += [Check(a, "ssh", FAIL, f"{error}: {_clip(detail, 200)}", fix) for a in targets]
+            rows += [Check(a, "ssh", FAIL, f"{error}: {printable(detail, 200)}", fix) for a in targets]
             return rows + [Check(a, key, SKIP, "not checked: no SSH connection") for a, key, *_x in commands]
         rows += [
             Check(a, "ssh", OK, f"{where.user or ''}@{where.host}:{where.port} host key verified".lstrip("@"))
@@ -602,7 +596,7 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
     try:
         argv = expand(template, **values)
     except GpuhealError as exc:
-        return [Check(alias, key, FAIL, _clip(exc), f"fix {key}")]
+        return [Check(alias, key, FAIL, printable(exc), f"fix {key}")]
     sudo, inner = _program(argv)
     rows: list[Check] = []
     if sudo and not sudo_checked:
@@ -612,7 +606,9 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
                 alias,
                 "sudo -n",
                 OK if out.ok else FAIL,
-                "sudo works without a password" if out.ok else f"sudo -n true: {_clip(out.stderr or out.describe())}",
+                "sudo works without a password"
+                if out.ok
+                else f"sudo -n true: {printable(out.stderr or out.describe())}",
                 "" if out.ok else "allow the command in sudoers with NOPASSWD for the gpuheal user",
             )
         )
@@ -621,9 +617,9 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
     prog = inner[0]
     found = transport.run(["sh", "-c", 'command -v -- "$1"', "sh", prog], CMD_TIMEOUT_S)
     if not found.ok:
-        why = "not found" if found.rc == 1 or (found.rc and not found.error) else _clip(found.describe())
+        why = "not found" if found.rc == 1 or (found.rc and not found.error) else printable(found.describe())
         return rows + [Check(alias, key, FAIL, f"{prog}: {why}", f"install {prog} there, or fix {key}")]
-    where = _clip(found.stdout.strip() or prog, 80)
+    where = printable(found.stdout.strip() or prog, 80)
     if os.path.basename(prog) == "systemctl":
         args = [a for a in inner[1:] if not a.startswith("-")]
         if len(args) >= 2 and args[0] in SERVICE_VERBS:
@@ -635,7 +631,7 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
                         alias,
                         key,
                         FAIL,
-                        f"systemctl cat {unit}: {_clip(cat.stderr or cat.describe())}",
+                        f"systemctl cat {unit}: {printable(cat.stderr or cat.describe())}",
                         f"install the unit {unit}, or fix {key}",
                     )
                 ]

@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from gpuheal.parse.values import printable
+
 PREFIX = "llamacpp:"
 # series name (without the prefix) -> field of ServerMetrics; counters and gauges gpuheal reads
 SERIES = {
@@ -100,7 +102,7 @@ def parse_metrics(text: str) -> ServerMetrics:
                 if key in SERIES:
                     seen.setdefault(key, []).append(sample.value)
     except Exception as exc:  # noqa: BLE001 - the parser raises ValueError, IndexError, ... on junk
-        raise InvalidMetrics(f"not Prometheus text: {type(exc).__name__}: {_short(exc)}") from None
+        raise InvalidMetrics(f"not Prometheus text: {type(exc).__name__}: {printable(str(exc)[:120])}") from None
     values: dict[str, Any] = {}
     problems: list[str] = []
     for key, samples in seen.items():
@@ -125,7 +127,14 @@ def _text_parser() -> Any:
     and collectors (~60-150 ms on every cron run of a fleet serving /metrics; issue 12 benchmark)
     while the parser needs three small modules of it. They are loaded under a private package
     name (a bare package with prometheus_client's ``__path__``), so ``import prometheus_client``
-    anywhere else still gets the whole, untouched package."""
+    anywhere else still gets the whole, untouched package.
+
+    Why not the public ``from prometheus_client.parser import ...``: measured in a fresh process
+    (issue 19, median of 9 on the shared build machine), 102 ms that way against 2.7 ms this way.
+    The cost of the trick is that it leans on the package's layout (``parser`` importing only
+    ``metrics_core``, ``samples`` and ``validation``): ``tests/test_llama_metrics.py::
+    test_the_private_parser_is_exactly_prometheus_clients_and_parses_as_its_public_api`` fails on
+    any release where that differs, and checks it parses exactly as the public API does."""
     import sys
 
     parser = sys.modules.get(_PRIVATE_PACKAGE + ".parser")
@@ -216,14 +225,10 @@ def _n_decoded(next_token: Any) -> int | None:
 def _checked(value: Any, *, integer: bool) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    value = float(value)
-    if not math.isfinite(value) or value < 0 or value > VALUE_MAX:
+    number = float(value)
+    if not math.isfinite(number) or number < 0 or number > VALUE_MAX:
         return None
     if integer:
-        return int(value) if value == int(value) else None
-    return value
+        return int(number) if number == int(number) else None
+    return number
 
-
-def _short(exc: Exception) -> str:
-    text = "".join(ch if ch.isprintable() else " " for ch in str(exc)[:120])
-    return text.strip()

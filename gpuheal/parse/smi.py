@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from gpuheal.parse.gpu_data import LIMITS
 from gpuheal.parse.values import clean_text, number_text, parse_integer
@@ -74,7 +75,7 @@ QUERY_GPU_FIELDS = (
 
 def parse_query_gpu(text: str) -> list[dict[str, float | str | None]]:
     """``nvidia-smi --query-gpu=<QUERY_GPU_FIELDS> --format=csv,noheader,nounits``, positionally."""
-    rows = []
+    rows: list[dict[str, float | str | None]] = []
     for line in text.splitlines():
         parts = [p.strip() for p in line.split(", ")]
         index = parse_integer(parts[0], hi=1023) if parts else None
@@ -95,26 +96,7 @@ def parse_query_gpu(text: str) -> list[dict[str, float | str | None]]:
     return rows
 
 
-THROTTLE_BITS = {
-    0x4: "sw-power-cap",
-    0x8: "hw-slowdown",
-    0x20: "sw-thermal-slowdown",
-    0x40: "hw-thermal-slowdown",
-    0x80: "hw-power-brake",
-}
-
-
-def decode_throttle(mask: str) -> list[str]:
-    """``0x0000000000000024`` → ["sw-power-cap", "sw-thermal-slowdown"]; sentinels → []."""
-    text = mask.strip().lower() if isinstance(mask, str) else ""
-    text = text[2:] if text.startswith("0x") else text
-    if not text or len(text) > 32 or not re.fullmatch(r"[0-9a-f]+", text):
-        return []
-    value = int(text, 16)
-    return [name for bit, name in THROTTLE_BITS.items() if value & bit]
-
-
-def _first_json(text: str):
+def _first_json(text: str) -> Any:
     """amd-smi may print warnings before the JSON (formats.md §3.5): start at the first { or [."""
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
     if not starts:
@@ -165,7 +147,7 @@ def parse_rocm_smi(text: str, unified: bool | None = None) -> list[dict[str, flo
 
         lowered = {str(k).lower(): v for k, v in values.items()}
 
-        def get(*keys: str, _vals: dict = lowered) -> float | None:
+        def get(*keys: str, _vals: dict[str, Any] = lowered) -> float | None:
             for key in keys:
                 raw = _vals.get(key.lower())
                 if isinstance(raw, str):  # rocm-smi prints every value as a string
@@ -174,14 +156,14 @@ def parse_rocm_smi(text: str, unified: bool | None = None) -> list[dict[str, flo
                     return None  # a wrong type is not known, never guessed at
             return None
 
-        def text(*keys: str, _vals: dict = lowered) -> str | None:
+        def joined(*keys: str, _vals: dict[str, Any] = lowered) -> str | None:
             found = [v for k in keys if isinstance(v := _vals.get(k), str) and v.strip()]
             return clean_text(" ".join(found)[:200]) if found else None
 
         def mb(value: float | None, key: str) -> float | None:
             return _within(value / 1048576 if value is not None else None, key)
 
-        product, gfx = text(*PRODUCT_KEYS), text("gfx version")
+        product, gfx = joined(*PRODUCT_KEYS), joined("gfx version")
         row: dict[str, float | str | bool | None] = {
             "card": clean_text(str(card)[:64]),
             "temp_c": _within(get("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)"), "temp_c"),

@@ -29,7 +29,9 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 MAX_NUMBER_CHARS = 64  # "-1.7976931348623157e+308" is 24; anything longer is not a reading
 MAX_TEXT_CHARS = 200
@@ -94,7 +96,7 @@ def check_number(
     if (lo is not None and raw < lo) or (hi is not None and raw > hi):
         return Bad(f"{shown(raw)} is out of range {_range(lo, hi)}")
     if integer:
-        return raw
+        return int(raw)
     try:
         return float(raw)
     except OverflowError:  # an int past 1.8e308 with no upper bound given
@@ -155,6 +157,15 @@ def clean_text(value: str) -> str:
         return "".join("\ufffd" if "\ud800" <= ch <= "\udfff" else ch for ch in value)
 
 
+def printable(text: object, limit: int | None = 200) -> str:
+    """A peer's text made safe to show (a fault detail, a log line, a table cell): every character
+    that is not printable (ANSI escapes, newlines, lone surrogates) becomes a space, runs of
+    whitespace one space, at most ``limit`` characters. The one copy every source, the doctor and
+    the renderers use (issue 19 item 6)."""
+    shown = " ".join("".join(ch if ch.isprintable() else " " for ch in str(text)).split())
+    return shown if limit is None else shown[:limit]
+
+
 def check_text(raw: Any, max_len: int = MAX_TEXT_CHARS) -> str | Bad | None:
     """A non-blank JSON string, bounded and valid UTF-8; absent or blank → ``None``."""
     if raw is None:
@@ -200,7 +211,7 @@ class Fields:
         self.where = where
         self.problems = problems
 
-    def _keep(self, key: str, value: Any) -> Any:
+    def _keep(self, key: str, value: _T | Bad | None) -> _T | None:
         if isinstance(value, Bad):
             self.problems.append(f"{self.path(key)}: {value.reason}")
             return None
@@ -214,13 +225,14 @@ class Fields:
         return None if value is None else float(value)
 
     def count(self, key: str, *, hi: int = 10**9) -> int | None:
-        return self._keep(key, check_number(self.obj.get(key), lo=0, hi=hi, integer=True))
+        value = self._keep(key, check_number(self.obj.get(key), lo=0, hi=hi, integer=True))
+        return None if value is None else int(value)  # an int already (integer=True)
 
     def text(self, key: str, max_len: int = MAX_TEXT_CHARS) -> str | None:
         """The string, bounded; a lone surrogate is replaced (kept readable) and noted as a fault."""
         raw = self.obj.get(key)
         value = self._keep(key, check_text(raw, max_len))
-        if value is not None and value != raw[:max_len]:
+        if value is not None and isinstance(raw, str) and value != raw[:max_len]:
             self.problems.append(f"{self.path(key)}: not valid Unicode (lone surrogate replaced by U+FFFD)")
         return value
 
@@ -234,10 +246,12 @@ class Fields:
         raw = self.obj.get(key)
         if raw is None or isinstance(raw, dict):
             return raw
-        return self._keep(key, Bad(f"{shown(raw)} is not an object"))
+        self._keep(key, Bad(f"{shown(raw)} is not an object"))
+        return None
 
     def array(self, key: str) -> list[Any] | None:
         raw = self.obj.get(key)
         if raw is None or isinstance(raw, list):
             return raw
-        return self._keep(key, Bad(f"{shown(raw)} is not an array"))
+        self._keep(key, Bad(f"{shown(raw)} is not an array"))
+        return None

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Any
 
+from gpuheal.parse.values import printable
+
 STATUS_STYLE = {"healthy": "green", "degraded": "yellow", "down": "bold red"}
 ENDPOINT_STYLE = {"ok": "green", "loading": "yellow"}
 
@@ -19,8 +21,7 @@ def clean(value: Any, limit: int = 120) -> str:
     """Printable, bounded text; control characters (ANSI escapes) become spaces."""
     if value is None:
         return "-"
-    text = str(value)
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    text = printable(value, limit=None)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -120,5 +120,5 @@ ALL: tuple[ModuleType, ...] = build_registry(
 )
 BY_ID: dict[str, ModuleType] = {rule.ID: rule for rule in ALL}
 
-# Rules judged from recorded benchmark results (``bench`` calls ``steps.evaluate.evaluate_bench``).
+# Rules judged from recorded benchmark results (``bench`` calls ``steps.evaluate.evaluate_bench_full``).
 BENCH_RULES = ("benchmark-regression", "context-window", "api-key-mismatch")

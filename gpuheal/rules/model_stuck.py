@@ -118,7 +118,7 @@ def recovered(view, alias, p, record):
     """Judged by the source(s) that found it: a monitor-found issue is not cleared because the
     server's ``/metrics`` shows nothing in flight (LiteLLM may simply have stopped sending it work),
     and a stall is not cleared by a monitor that has not seen the failures yet."""
-    source = str((record.get("detected") or {}).get("source") or SOURCE_MONITOR)
+    source = str(record.detected.get("source") or SOURCE_MONITOR)
     judged = []
     if SOURCE_MONITOR in source:
         counts = _counts(view, alias)

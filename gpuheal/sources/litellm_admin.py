@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from gpuheal.parse.values import Bad, check_number, clean_text, shown
+from gpuheal.parse.values import Bad, check_number, clean_text, printable, shown
 from gpuheal.sources.http import HttpFault, HttpResult, request
 
 #: ``/v1/model/info`` is ~8 KB per deployment on 1.108.7 (every pricing key, mostly null): 8 MiB
@@ -109,10 +109,6 @@ def _auth(key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
 
 
-def _printable(text: str, limit: int = 160) -> str:
-    return " ".join("".join(ch if ch.isprintable() else " " for ch in text).split())[:limit]
-
-
 def _message(payload: object) -> str:
     """The human message of a LiteLLM/FastAPI error body: ``{"error": {"message": ...}}``,
     ``{"detail": {"error": ...}}``, ``{"detail": "..."}``."""
@@ -145,7 +141,7 @@ def _fault(fault: HttpFault, what: str, deadline_s: float) -> AdminProblem:
     if fault.kind == "refused":
         return AdminProblem(
             "refused",
-            f"LiteLLM refused {what} ({_printable(fault.detail, 80)})",
+            f"LiteLLM refused {what} ({printable(fault.detail, 80)})",
             "is the proxy running at litellm.url?",
         )
     if fault.kind == "oversized":
@@ -154,7 +150,7 @@ def _fault(fault: HttpFault, what: str, deadline_s: float) -> AdminProblem:
             f"LiteLLM's answer to {what} is larger than {MAX_BYTES >> 20} MiB",
             "litellm.url must point at the LiteLLM proxy",
         )
-    return AdminProblem("bad-answer", f"LiteLLM {what}: {_printable(fault.detail, 120)}", "check litellm.url")
+    return AdminProblem("bad-answer", f"LiteLLM {what}: {printable(fault.detail, 120)}", "check litellm.url")
 
 
 def _decode(result: HttpResult, what: str) -> tuple[object, AdminProblem | None]:
@@ -169,7 +165,7 @@ def _decode(result: HttpResult, what: str) -> tuple[object, AdminProblem | None]
         )
         return None, AdminProblem(
             "not-json",
-            f"LiteLLM answered {what} with HTTP {result.status} {kind} ({_printable(text, 60)!r})",
+            f"LiteLLM answered {what} with HTTP {result.status} {kind} ({printable(text, 60)!r})",
             "litellm.url must be the proxy's base URL (its API, not a web page or another service)",
         )
 
@@ -184,7 +180,7 @@ def _error(result: HttpResult, payload: object, what: str) -> AdminProblem:
         # {"error": {"message": "No connected db.", "type": "no_db_connection"}}
         return AdminProblem(
             "auth",
-            f"LiteLLM rejected the admin key for {what} (HTTP {status}: {_printable(msg, 60)})",
+            f"LiteLLM rejected the admin key for {what} (HTTP {status}: {printable(msg, 60)})",
             "set the variable litellm.admin_key_env names (default LITELLM_MASTER_KEY) to the proxy's master_key",
         )
     if "no db connected" in low:
@@ -202,12 +198,12 @@ def _error(result: HttpResult, payload: object, what: str) -> AdminProblem:
     if "not found" in low:
         return AdminProblem(
             "missing-id",
-            f"LiteLLM has no deployment for {what} ({_printable(msg, 80)})",
+            f"LiteLLM has no deployment for {what} ({printable(msg, 80)})",
             "set gpus[].litellm_model_id to the deployment's model_info.id (GET /v1/model/info)",
         )
     return AdminProblem(
         f"http-{status:03d}",
-        f"LiteLLM answered {what} with HTTP {status}: {_printable(msg, 100)}",
+        f"LiteLLM answered {what} with HTTP {status}: {printable(msg, 100)}",
         "check the proxy's log",
     )
 
@@ -231,7 +227,7 @@ def liveliness(base_url: str, deadline_s: float) -> AdminProblem | None:
     if result.status != 200 or not (isinstance(payload, str) and "alive" in payload.lower()):
         return AdminProblem(
             f"http-{result.status:03d}",
-            f"LiteLLM /health/liveliness answered HTTP {result.status} {_printable(_text(payload), 60)}",
+            f"LiteLLM /health/liveliness answered HTTP {result.status} {printable(_text(payload), 60)}",
             "check the proxy (litellm.url)",
         )
     return None
@@ -247,7 +243,7 @@ def database_state(base_url: str, deadline_s: float) -> str | None:
     except (ValueError, RecursionError):
         return None
     db = payload.get("db") if isinstance(payload, dict) else None
-    return _printable(db, 40) if isinstance(db, str) else None
+    return printable(db, 40) if isinstance(db, str) else None
 
 
 def _number(v: object) -> float | None:

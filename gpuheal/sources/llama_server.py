@@ -75,6 +75,8 @@ class Props:
 
 
 def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The llama-server API key as a Bearer token (none when the server has no key); the one copy
+    (``llama_telemetry`` and the doctor use it too)."""
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
@@ -157,14 +159,6 @@ def benchmark_inference(
     main, api, sent = _measure(base, api_key, prompt, n_predict, deadline_s, api)
     requests_made += sent
     return _replace(main, requests=requests_made, **_known(info, main))
-
-
-def outcome_summary(outcome: BenchOutcome) -> str:
-    """One line for logs and the audit trail's verification field."""
-    if outcome.ok:
-        rate = f"{outcome.gen_tok_s:.1f} tok/s" if outcome.gen_tok_s is not None else "rate unknown"
-        return f"200 in {outcome.elapsed_s:.1f} s, {outcome.tokens} tokens, {rate}"
-    return f"{outcome.error}: {outcome.detail}" if outcome.detail else str(outcome.error)
 
 
 # --------------------------------------------------------------------------- one measurement

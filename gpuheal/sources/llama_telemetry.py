@@ -31,6 +31,7 @@ from gpuheal.parse.llama_metrics import (
     parse_slots,
 )
 from gpuheal.sources.http import HttpFault, HttpResult, request
+from gpuheal.sources.llama_server import auth_headers
 
 PROBE_MAX_BYTES = 1 << 20  # one cap for /health, /metrics, /slots, /props (a /props carries the chat template)
 
@@ -121,10 +122,6 @@ def metrics_enabled(endpoint: str, api_key: str | None, deadline_s: float) -> tu
     if got.state == UNAUTHORIZED:
         return None, "GET /metrics answered 401: the server does not accept litellm.api_key (Lesson L1)"
     return None, got.detail or got.state
-
-
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def _get(endpoint: str, path: str, api_key: str | None, deadline_s: float) -> HttpResult | Answer:

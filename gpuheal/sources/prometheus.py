@@ -39,7 +39,7 @@ from urllib.parse import urlencode, urlsplit
 
 from gpuheal.config import Config, GpuConfig
 from gpuheal.model import DataFault, SourceTrend
-from gpuheal.parse.values import clean_text, parse_decimal
+from gpuheal.parse.values import parse_decimal, printable
 from gpuheal.sources.http import HttpFault, request
 
 SOURCE = "prometheus"
@@ -136,21 +136,21 @@ def parse_answer(status: int, body: bytes) -> tuple[list | None, str, str]:
         doc = json.loads(body)
     except (ValueError, RecursionError) as exc:
         if status != 200:
-            return None, f"http-{status:03d}", _printable(body[:120].decode("utf-8", "replace"))
-        return None, "invalid", f"not JSON: {_printable(str(exc))[:120]}"
+            return None, f"http-{status:03d}", printable(body[:120].decode("utf-8", "replace"))
+        return None, "invalid", f"not JSON: {printable(str(exc))[:120]}"
     if not isinstance(doc, dict):
         return None, "invalid", "the answer is not a JSON object"
     if doc.get("status") != "success":
-        what = f"{_printable(str(doc.get('errorType')))[:40]}: {_printable(str(doc.get('error')))[:160]}"
+        what = f"{printable(str(doc.get('errorType')))[:40]}: {printable(str(doc.get('error')))[:160]}"
         fault = f"http-{status:03d}" if status != 200 else "invalid"
-        return None, fault, f"status {_printable(str(doc.get('status')))[:20]}, {what}"
+        return None, fault, f"status {printable(str(doc.get('status')))[:20]}, {what}"
     if status != 200:
         return None, f"http-{status:03d}", "status success on a non-200 answer"
     data = doc.get("data")
     if not isinstance(data, dict) or not isinstance(data.get("result"), list):
         return None, "invalid", "no data.result list"
     if data.get("resultType") != "vector":
-        return None, "invalid", f"resultType {_printable(str(data.get('resultType')))[:20]!r}, expected 'vector'"
+        return None, "invalid", f"resultType {printable(str(data.get('resultType')))[:20]!r}, expected 'vector'"
     return data["result"], "", ""
 
 
@@ -165,10 +165,6 @@ def vector_of(status: int, body: bytes, name: str, matcher: Matcher, by_instance
     if malformed:
         vec.fault = DataFault(SOURCE, "invalid", f"{name}: {malformed} malformed result entries")
     return vec
-
-
-def _printable(text: str) -> str:
-    return "".join(ch if ch.isprintable() else " " for ch in clean_text(text)).strip()
 
 
 # --------------------------------------------------------------------------- matching
@@ -370,14 +366,14 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
         except TypeError:  # not hashable: not a sample value
             value = None
         if value is None or not lo <= value <= hi:
-            bad[key] = f"{name} = {_printable(str(raw))[:24]!r} is not a reading"
+            bad[key] = f"{name} = {printable(str(raw))[:24]!r} is not a reading"
             continue
         values[key] = value
         if name_label:
             shown = metric.get(name_label)
             if type(shown) is str:
                 if shown not in names:
-                    names[shown] = _printable(shown)[:100]
+                    names[shown] = printable(shown)[:100]
                 vec.names[key] = names[shown]
     return malformed
 

@@ -171,7 +171,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
     (:func:`~gpuheal.sources.http_loop.run_exchanges`, at most ``probe.max_workers`` open)."""
     from gpuheal.sources.gpu_source import gpu_source
 
-    deadline = float(cfg.probe["timeout_s"])
+    deadline = cfg.probe.timeout_s
     source = gpu_source(cfg)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
         source_f = pool.submit(source.read, now, deadline, transports, memory)
@@ -179,7 +179,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
             ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
-            deadline_s=deadline, max_open=int(cfg.probe["max_workers"]),
+            deadline_s=deadline, max_open=cfg.probe.max_workers,
         ) if source.probes_endpoints else {}
         poll = source_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
@@ -261,11 +261,11 @@ def sense_smi_hosts(cfg: Config, deadline_s: float, transports: Any):
     from gpuheal.sources.smi_sense import pool_runner, sense_smi
 
     if transports is not None:
-        return sense_smi(cfg, deadline_s, pool_runner(cfg, transports), int(cfg.probe["max_workers"]))
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, transports), cfg.probe.max_workers)
     from gpuheal.transport import TransportPool
 
     with TransportPool.from_config(cfg.heal) as own:
-        return sense_smi(cfg, deadline_s, pool_runner(cfg, own), int(cfg.probe["max_workers"]))
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, own), cfg.probe.max_workers)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 from gpuheal.config import Config, GpuConfig
 from gpuheal.model import DataFault
+from gpuheal.parse.values import printable
 
 READING_KEYS = ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "power_limit_w")
 # (host, argv, timeout_s) -> CommandOutcome-like (ok, rc, stdout, error, timed_out, detail)
@@ -103,7 +104,7 @@ def _read_host(key: tuple[str, str, str], gpus: list[GpuConfig], outcome: Any, o
         kind = _fault_kind(outcome)
         detail = _describe(outcome)
         for gpu in gpus:
-            out.faults.append(DataFault(gpu.alias, kind, f"{tool} on {host}: {_printable(str(detail))}"))
+            out.faults.append(DataFault(gpu.alias, kind, f"{tool} on {host}: {printable(str(detail))}"))
         return False
     text = outcome.stdout or ""
     rows = parse_rocm_smi(text) if vendor == "amd" else parse_query_gpu(text)
@@ -156,10 +157,6 @@ def _describe(outcome: Any) -> str:
         return f"{error} ({detail})" if detail else str(error)
     first = (getattr(outcome, "stdout", "") or getattr(outcome, "stderr", "") or "").strip().splitlines()
     return f"exit status {getattr(outcome, 'rc', '?')}" + (f": {first[0][:120]}" if first else "")
-
-
-def _printable(text: str) -> str:
-    return "".join(ch if ch.isprintable() else " " for ch in text).strip()[:200]
 
 
 def pool_runner(cfg: Config, transports: Any) -> Runner:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import itertools
 import json
 import os
 import time
@@ -19,11 +18,11 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from gpuheal.atomic import WRITE_STEP, write_atomic
 from gpuheal.errors import GpuhealError, StateLockedError
 
 SCHEMA_VERSION = 1
 LOCK_FILE = ".lock"
-_WRITE_STEP = 1 << 20
 
 
 def _buffered(chunks: Iterable[str]) -> Iterator[str]:
@@ -33,7 +32,7 @@ def _buffered(chunks: Iterable[str]) -> Iterator[str]:
     for chunk in chunks:
         buf.append(chunk)
         size += len(chunk)
-        if size >= _WRITE_STEP:
+        if size >= WRITE_STEP:
             yield "".join(buf)
             buf, size = [], 0
     if buf:
@@ -165,30 +164,9 @@ class StateDir:
         return target
 
     def _atomic_write(self, path: Path, *parts: Iterable[str | bytes]) -> None:
-        """Temp file, fsync, rename; the temp file is removed if anything fails before the rename.
-        A ``str`` is encoded a megabyte at a time: the history of a large fleet is tens of MB, and
-        a whole encoded copy would be held at once (peak RSS)."""
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            try:
-                for payload in itertools.chain.from_iterable(parts):
-                    for start in range(0, len(payload), _WRITE_STEP):
-                        piece = payload[start : start + _WRITE_STEP]
-                        view = memoryview(piece.encode() if isinstance(piece, str) else piece)
-                        while view:
-                            written = os.write(fd, view)
-                            view = view[written:]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except BaseException:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            raise
-        os.replace(tmp, path)
+        """:func:`gpuheal.atomic.write_atomic` (mode 0600), then the directory fsynced so the
+        rename itself survives a crash."""
+        write_atomic(path, *parts)
         self._fsync_dir()
 
     def _fsync_dir(self) -> None:

@@ -8,7 +8,7 @@ when it was taken during an open incident of that GPU or inside the startup grac
 Then: history pruned to ``bench.keep_days`` and thinned as it ages, baselines recomputed (Design
 Decision 6: rolling 30-day average, weekly, seeded from the config), ``benchmark-regression.json``
 written (Rule 4 state per GPU), and the bench rules evaluated
-(:func:`gpuheal.steps.evaluate.evaluate_bench`: Rules 4 and 9 and the L1 api-key mismatch).
+(:func:`gpuheal.steps.evaluate.evaluate_bench_full`: Rules 4 and 9 and the L1 api-key mismatch).
 
 Lessons L1/L2: a 401 is recorded as ``unauthorized``, reported as the ``api-key-mismatch`` issue of
 that GPU with the key that was sent described, never in full (``describe_key``), not retried, and
@@ -110,7 +110,7 @@ def run(
     bench_cfg = cfg.bench
     incidents = open_incidents(store)
     restarts = recent_restarts(store)
-    grace_s = float(cfg.heal["startup_grace_s"])
+    grace_s = cfg.heal.startup_grace_s
     data = benchdata.normalise(store.read(files.BENCH, benchdata.empty()))
 
     results: list[dict[str, Any]] = []
@@ -120,10 +120,10 @@ def run(
         outcome = benchmark_inference(
             g.endpoint,
             cfg.litellm.api_key,
-            int(bench_cfg["n_predict"]),
-            float(bench_cfg["timeout_s"]),
-            bool(bench_cfg.get("warmup", True)),
-            prompt=bench_cfg.get("prompt"),
+            bench_cfg.n_predict,
+            bench_cfg.timeout_s,
+            bench_cfg.warmup,
+            prompt=bench_cfg.prompt,
         )
         reason = exclusion_reason(g.alias, now_s, incidents, restarts.get(g.alias, []), grace_s)
         record = result_record(outcome, now_s, reason)
@@ -132,7 +132,7 @@ def run(
         if progress:
             progress(g.alias, index, len(gpus), outcome)
 
-    benchdata.prune(data, now_s, float(bench_cfg["keep_days"]), cfg.aliases)
+    benchdata.prune(data, now_s, bench_cfg.keep_days, cfg.aliases)
     benchdata.downsample(data, now_s)
     for g in cfg.gpus:
         benchdata.recompute_baseline(data, g.alias, now_s, g.baseline_tok_s)
@@ -141,9 +141,9 @@ def run(
     regressions = regression_document(cfg, data, now_s)
     store.write_raw(files.BENCHMARK_REGRESSION, {"schema_version": 1, **regressions})
 
-    from gpuheal.steps.evaluate import evaluate_bench
+    from gpuheal.steps.evaluate import evaluate_bench_full
 
-    issues = [dict(i) for i in evaluate_bench(cfg, store, now)]
+    issues = [dict(i) for i in evaluate_bench_full(cfg, store, now).issues]
     issues = complete_issues(issues, results, now)
     return BenchRun(
         results=results,
@@ -187,9 +187,9 @@ def open_incidents(store: StateDir) -> list[dict[str, Any]]:
 
     book = load_book(store.read(files.ISSUES, {}))
     return [
-        rec
-        for rec in book["issues"].values()
-        if rec.get("state") == "firing" and rec.get("severity") in ("warning", "critical")
+        rec.public()
+        for rec in book.issues.values()
+        if rec.state == "firing" and rec.severity in ("warning", "critical")
     ]
 
 

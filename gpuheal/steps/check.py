@@ -41,9 +41,9 @@ def save_history(store: StateDir, cfg: Config, history: History, now: datetime) 
     hist_cfg = cfg.history
     history.compact(
         now.timestamp(),
-        float(hist_cfg["raw_hours"]),
-        int(hist_cfg["coarse_bucket_s"]),
-        float(hist_cfg["coarse_days"]),
+        hist_cfg.raw_hours,
+        hist_cfg.coarse_bucket_s,
+        hist_cfg.coarse_days,
     )
     store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
 
@@ -53,7 +53,7 @@ def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
     Rule 2's history path restarts its fit there; Prometheus runs that GPU's own window then."""
     from gpuheal.core.view import Restarts
 
-    restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, float(cfg.heal["startup_grace_s"]))
+    restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, cfg.heal.startup_grace_s)
     return {alias: t + restarts.grace_s for alias, t in restarts.last.items()}
 
 
@@ -131,7 +131,7 @@ def run(
         history.add(obs, cfg.aliases)
     evaluation = evaluate(cfg, store, obs, history, now)
     health = health_document(obs, evaluation.issues, actions=[])
-    _add_decode_progress(health, now.timestamp())
+    _add_decode_progress(health, evaluation.memory, now.timestamp())
     from gpuheal.core.coverage import rules_off
     from gpuheal.rules import ALL
 
@@ -166,15 +166,14 @@ def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, n
     return rules_step.run_full(cfg, store, obs, history, now)
 
 
-def _add_decode_progress(health: dict[str, Any], now_s: float) -> None:
+def _add_decode_progress(health: dict[str, Any], memory: dict[str, Any], now_s: float) -> None:
     """Per GPU, from llama-server's ``/metrics`` poll over poll (issue 12): ``polls_without_decode``
     (requests in flight, ``n_decode_total`` unchanged) and ``deferred_growing_polls`` (waiting
     requests growing while none finished) — shown in ``check``'s table, not an issue by itself."""
     from gpuheal.core.decode import decode_state
-    from gpuheal.steps.evaluate import last_memory
 
     for alias, row in health["gpus"].items():
-        state = decode_state(last_memory, alias, now_s)
+        state = decode_state(memory, alias, now_s)
         row["polls_without_decode"] = None if state is None else state.get("polls", 0)
         row["deferred_growing_polls"] = None if state is None else state.get("deferred_growing", 0)
 

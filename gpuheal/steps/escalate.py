@@ -127,15 +127,15 @@ class _Outbox:
         from gpuheal import zulip
 
         self.now, self.cfg, self.secrets = rt.now, rt.cfg, secrets
-        self.interval_s = float(rt.cfg.zulip["repeat_interval_h"]) * 3600.0
-        self.stream = str(rt.cfg.zulip["stream"])
-        self.topic = zulip.fit_topic(str(rt.cfg.zulip["topic"]))
+        self.interval_s = rt.cfg.zulip.repeat_interval_h * 3600.0
+        self.stream = rt.cfg.zulip.stream
+        self.topic = zulip.fit_topic(rt.cfg.zulip.topic)
         self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
-        group_by = rt.cfg.zulip.get("group_by")
+        group_by = rt.cfg.zulip.group_by
         self._group_by = str(group_by or "")
         self._labels = {g.alias: g.labels.get(group_by, "") if group_by else "" for g in rt.cfg.gpus}
         self._hosts = {g.alias: g.host for g in rt.cfg.gpus}
-        self.max_messages = int(rt.cfg.zulip["max_messages_per_run"])
+        self.max_messages = rt.cfg.zulip.max_messages_per_run
 
     def label_of(self, gpu: str) -> str:
         """The GPU's ``zulip.group_by`` label ("" = none, or not configured)."""

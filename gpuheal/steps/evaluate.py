@@ -2,7 +2,7 @@
 
 Two callers share :func:`evaluate_poll` (pure, in memory), so ``replay`` is exactly what cron runs:
 
-- :func:`run` / :func:`run_full` — ``check`` (and ``heal``) in the state directory: loads the issue
+- :func:`run_full` — ``check`` (and ``heal``) in the state directory: loads the issue
   book (``issues.json``), the bench results and ``heal``'s restarts, evaluates, saves the book, and
   writes the public ``vram-trend.json`` and ``circuit-breaker-status.json``::
 
@@ -13,7 +13,7 @@ Two callers share :func:`evaluate_poll` (pure, in memory), so ``replay`` is exac
                                    ALIAS: {"gpu", "open", "auto_reset_attempted", "last_reset",
                                            "opened_at"}}
 
-- :func:`evaluate_bench` — ``bench``, after recording results: only the bench-driven rules
+- :func:`evaluate_bench_full` — ``bench``, after recording results: only the bench-driven rules
   (benchmark-regression, context-window, api-key-mismatch), same book.
 - ``steps/replay`` — a recorded trace, with the trace's own clock, no state directory.
 
@@ -32,7 +32,7 @@ from gpuheal import benchdata
 from gpuheal.config import Config
 from gpuheal.core import engine, timing
 from gpuheal.core.decode import remember_decode
-from gpuheal.core.engine import Evaluation, iso, load_book
+from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.view import FleetView, Restarts, remember, vram_trend
 from gpuheal.model import Observation
@@ -42,21 +42,11 @@ from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
 
-# The last evaluation of this process (``heal`` reads ``resolved`` from it after ``check.run``).
-last_evaluation: Evaluation | None = None
-# The engine memory after it (``check`` shows each GPU's decode progress: issue 12).
-last_memory: dict[str, Any] = {}
-last_transitions: list[dict[str, Any]] = []
-
 __all__ = [
     "Evaluation",
-    "evaluate_bench",
     "evaluate_bench_full",
     "evaluate_poll",
     "ingest_monitor_bench",
-    "last_evaluation",
-    "last_transitions",
-    "run",
     "run_full",
 ]
 
@@ -68,7 +58,7 @@ def evaluate_poll(
     cfg: Config,
     obs: Observation | None,
     history: History,
-    book: dict[str, Any],
+    book: IssueBook,
     bench: dict[str, Any],
     restarts: Restarts,
     now_s: float,
@@ -79,14 +69,14 @@ def evaluate_poll(
     if obs is not None:
         weighted = frozenset(g.alias for g in cfg.gpus if g.weight is not None)
         keep_s = float(cfg.rules["workload-misrouted"]["window_s"])
-        remember(book.setdefault("memory", {}), obs, cfg.aliases, weighted, keep_s)
-        remember_decode(book["memory"], obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
-    view = FleetView(cfg, now_s, obs, history, bench, book.setdefault("memory", {}), restarts)
+        remember(book.memory, obs, cfg.aliases, weighted, keep_s)
+        remember_decode(book.memory, obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
+    view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     return engine.evaluate(ALL, view, book, only=only), view
 
 
 def ingest_monitor_bench(
-    cfg: Config, bench: dict[str, Any], obs: Observation, book: dict[str, Any], restarts: Restarts
+    cfg: Config, bench: dict[str, Any], obs: Observation, book: IssueBook, restarts: Restarts
 ) -> bool:
     """gpu-monitor's ``benchmarks`` entry counts as a result only with a new ``measured_at``
     (contract "Rule 4"); returns whether ``bench`` changed. A result taken inside a startup grace or
@@ -111,8 +101,8 @@ def ingest_monitor_bench(
         if last is not None and timing.within_last(at, last, restarts.grace_s):  # counted in polls (issue 9)
             reason = "startup grace"
         elif any(
-            rec["gpu"] == alias and rec["state"] == engine.FIRING and rec["severity"] != "info"
-            for rec in book["issues"].values()
+            rec.gpu == alias and rec.state == engine.FIRING and rec.severity != "info"
+            for rec in book.issues.values()
         ):
             reason = "open incident"
         result = {
@@ -164,19 +154,12 @@ def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- state directory
 
 
-def _load(cfg: Config, store: StateDir) -> tuple[dict[str, Any], dict[str, Any], Any, Restarts]:
+def _load(cfg: Config, store: StateDir) -> tuple[IssueBook, dict[str, Any], Any, Restarts]:
     book = load_book(store.read(files.ISSUES, None))
     bench = benchdata.normalise(store.read(files.BENCH, {}))
     heal_state = normalise_state(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
-    restarts = Restarts.from_heal_state(heal_state, float(cfg.heal["startup_grace_s"]))
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     return book, bench, heal_state, restarts
-
-
-def _remember(ev: Evaluation) -> Evaluation:
-    global last_evaluation, last_transitions
-    last_evaluation = ev
-    last_transitions = ev.transitions
-    return ev
 
 
 def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> Evaluation:
@@ -184,21 +167,14 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     book, bench, heal_state, restarts = _load(cfg, store)
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
-    global last_memory
-    last_memory = book.get("memory") or {}
-    store.write(files.ISSUES, book)
+    store.write(files.ISSUES, book.to_json())
     if bench_changed:
         store.write(files.BENCH, bench)
     store.write_raw(
         files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}}
     )
     store.write_raw(files.CIRCUIT_BREAKER_STATUS, {"schema_version": 1, **breaker_status(view, heal_state)})
-    return _remember(ev)
-
-
-def run(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> list[dict[str, Any]]:
-    """The open (pending + firing) issues after this poll; see :func:`run_full` for transitions."""
-    return run_full(cfg, store, obs, history, now).issues
+    return ev
 
 
 def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluation:
@@ -206,9 +182,5 @@ def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluati
     ``issues`` is every open issue of the book, as ``check`` would report it."""
     book, bench, _, restarts = _load(cfg, store)
     ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=BENCH_RULES)
-    store.write(files.ISSUES, book)
-    return _remember(ev)
-
-
-def evaluate_bench(cfg: Config, store: StateDir, now: datetime) -> list[dict[str, Any]]:
-    return evaluate_bench_full(cfg, store, now).issues
+    store.write(files.ISSUES, book.to_json())
+    return ev

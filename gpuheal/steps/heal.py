@@ -77,7 +77,7 @@ class Heal:
             self.effects.close()
         if self.apply:  # 6. count the clean cycle, save
             actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]  # never an info advice
-            self.rec.count_clean_cycle(not actionable and not acted, int(self.cfg.zulip["all_clear_every"]))
+            self.rec.count_clean_cycle(not actionable and not acted, self.cfg.zulip.all_clear_every)
             self.state = self.state.pruned(self.now_s, verify.OPEN)
             self._save()
             self.store.write(files.ALERTS, self.rec.alerts.to_json())
@@ -200,7 +200,7 @@ class Heal:
     # ------------------------------------------------------------------ 4. undo mitigations
     def _undo_mitigations(self, still_open: set, gpu_filter: str | None) -> bool:
         hot = {alias for alias, issue in still_open if issue in THERMAL}
-        after_s = float(self.cfg.heal["restore_after_s"])
+        after_s = self.cfg.heal.restore_after_s
         self.state, due = verify.cooldown(
             self.state, hot, set(self.cfg.aliases), self.now_s, after_s, gpu_filter, self.tol
         )
@@ -223,7 +223,7 @@ class Heal:
         """A GPU left at reduced load quietly costs capacity: retry next run, and after
         ``max_failed_verifications`` failures tell the humans instead."""
         failures = m.restore_failures + 1
-        if failures < int(self.cfg.heal["max_failed_verifications"]):
+        if failures < self.cfg.heal.max_failed_verifications:
             self.state = self.state.with_mitigation(subject.gpu, replace(m, restore_failures=failures))
             return
         reason = f"could not restore the load on {subject.gpu} after {failures} tries ({error}); it still runs shed"

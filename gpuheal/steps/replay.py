@@ -192,9 +192,9 @@ def replay(cfg: Config, observations: list[Observation]) -> ReplayResult:
         ev, _ = evaluate_poll(cfg, obs, history, book, bench, NO_RESTARTS, now_s)
         history.compact(
             now_s,
-            float(hist_cfg["raw_hours"]),
-            int(hist_cfg["coarse_bucket_s"]),
-            float(hist_cfg["coarse_days"]),
+            hist_cfg.raw_hours,
+            hist_cfg.coarse_bucket_s,
+            hist_cfg.coarse_days,
         )
         for t in ev.transitions:
             result.timeline.append({"poll": index, **t})

@@ -76,7 +76,7 @@ def command(rt, store, gpu: str | None = None):
     aliases = (gpu,) if gpu else cfg.aliases
     history = load_history(store)
     heal_state = normalise_state(store.read(files.HEAL, {}))
-    restarts = Restarts.from_heal_state(heal_state, float(cfg.heal["startup_grace_s"]))
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     now_s = rt.now.timestamp()
     doc = build(cfg, history, now_s, restarts, aliases)
     if gpu is None:

@@ -206,7 +206,7 @@ def test_a_restart_between_two_polls_resets_counters_without_firing(real_llama_s
     after = real_poll(1)
     assert before.requests_processing == after.requests_processing == 1
     assert after.n_decode_total < before.n_decode_total
-    state = decode_state(book["memory"], "real", (T0 + timedelta(seconds=60)).timestamp())
+    state = decode_state(book.memory, "real", (T0 + timedelta(seconds=60)).timestamp())
     assert state["reset_s"] == state["at_s"] and state["polls"] == 1
     time.sleep(1.0)
     third = real_poll(2)
