@@ -50,9 +50,20 @@ def lab(tmp_path, zulip):
     lab = Lab(tmp_path, scenario(gpus), zulip={"site": zulip.url, "stream": "agent-hub"})
     for g in lab.raw["gpus"]:
         g["litellm_model_id"] = g["alias"]
+        g["memcap_restart_command"] = g["restart_command"]  # the operator's capped restart (the sim has no cap)
     lab.write_config()
     yield lab
     lab.fleet.stop()
+
+
+def test_no_memcap_restart_command_warns_that_the_leak_restart_is_uncapped():
+    from gpuheal.doctor import checks
+
+    c = load_config_dict({"litellm": {"api_key": "k"}, "gpus": [
+        {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"},
+        {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:9", "memcap_restart_command": "restart-capped b"}]})
+    warned, ok = (checks.memcap_check(g) for g in c.gpus)
+    assert warned.status == "warn" and "uncapped" in warned.detail and ok.status == "ok"
 
 
 def test_doctor_on_the_simulated_fleet_is_all_ok_and_changes_nothing(lab, zulip, tmp_path):

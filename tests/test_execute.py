@@ -301,3 +301,10 @@ def test_a_single_gpu_host_keeps_the_plain_commands():
     runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout="250.00, 350.00, 400.00\n")})
     run_item(item_for("benchmark-regression", c), c, runner, ok_verify, ())
     assert all("-i" not in argv for _, argv in runner.calls)
+
+
+def test_vram_leak_without_memcap_command_audits_the_restart_as_uncapped():
+    c = cfg()
+    ex = run_item(item_for("vram-leak", c), c, FakeRunner(), ok_verify, ())
+    restart = [s for s in ex.steps if s.action == "restart-llama-server-memcap"][0]
+    assert restart.note.startswith("uncapped: no memcap_restart_command")

@@ -146,6 +146,14 @@ def test_rule9_reduce_by_25_percent_when_not_settling(store):
     ev = bench_eval(store, {DENSE: [result(5, 60.0, n_ctx=65536)]})
     d = ev.issues[0]["detected"]
     assert (d["recommendation"], d["n_ctx"], d["suggested_n_ctx"]) == ("reduce", 65536, 49152)
+    assert d["ctx_size_arg"] == 49152 and "--ctx-size 49152" in ev.issues[0]["summary"]
+
+
+def test_rule9_the_exact_ctx_size_counts_the_slots(store):
+    ev = bench_eval(store, {DENSE: [{**result(5, 60.0, n_ctx=1000), "slots": 4}]})
+    d = ev.issues[0]["detected"]
+    assert (d["suggested_n_ctx"], d["ctx_size_arg"]) == (750, 2048)  # 750 -> 512 a slot (256 steps) x 4
+    assert "--ctx-size 2048 (512 per slot x 4 slots)" in ev.issues[0]["summary"]
 
 
 def test_rule9_headroom_above_the_optimal_band(store):

@@ -73,6 +73,26 @@ def test_rule5_resolves_when_the_breaker_closes():
     assert polls(r, LIGHT, "circuit-breaker-stuck", "resolved") == [2]
 
 
+def test_rule5_resolves_only_when_litellm_also_answers_its_liveliness():
+    """The spec's verify: "LiteLLM returns healthy, circuit breaker clears" — a closed breaker
+    reported while LiteLLM's /health/liveliness fails is not yet the fix proved."""
+    from dataclasses import replace
+
+    opened = START - timedelta(minutes=20)
+    trace = fleet_trace(CFG, {LIGHT: {"breaker": "1 1 0 0 0", "breaker_opened_at": opened}})
+    alive = [True, True, False, None, True]  # None: not probed this poll (no litellm.url)
+    r = run(CFG, [replace(o, litellm_ok=ok) for o, ok in zip(trace, alive, strict=True)])
+    assert polls(r, LIGHT, "circuit-breaker-stuck") == [0]
+    assert polls(r, LIGHT, "circuit-breaker-stuck", "resolved") == [3]
+
+
+def test_rule5_alerts_on_detection_and_is_verified_within_60_s():
+    from gpuheal.core.catalog import REMEDIES
+
+    assert REMEDIES["circuit-breaker-stuck"].alert_now
+    assert CFG.rule_params("circuit-breaker-stuck", None)["verify_within_s"] == 60
+
+
 # --------------------------------------------------------------------------- Rule 6
 
 

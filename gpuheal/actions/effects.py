@@ -14,8 +14,9 @@ from gpuheal.core.actions import LiteLLMUpdate
 
 
 class Effects:
-    def __init__(self, cfg, runner=None, verify=None, litellm=None) -> None:
+    def __init__(self, cfg, runner=None, verify=None, litellm=None, model_health=None) -> None:
         self.cfg = cfg
+        self.model_health = model_health or self._model_health
         self._pool = None
         self.run = runner or self._run
         self._custom_runner = runner is not None
@@ -113,6 +114,23 @@ class Effects:
         return wait_ready_then_complete(
             g.endpoint, self.cfg.litellm.api_key, heal.reload_wait_s, heal.verify_timeout_s
         )
+
+
+    def _model_health(self, alias: str) -> dict[str, Any]:
+        """Rule 6's verify: LiteLLM's own health check of this GPU's deployment, when LiteLLM is
+        configured and the GPU names its deployment (``litellm_model_id``)."""
+        from gpuheal.credentials import env_or_dotenv
+        from gpuheal.sources.litellm_admin import model_health
+
+        g, lite = self.cfg.gpu(alias), self.cfg.litellm
+        if not lite.url:
+            return {"litellm": "not configured"}
+        if not g.litellm_model_id:
+            return {"litellm": "not asked", "litellm_detail": "no gpus[].litellm_model_id for this GPU"}
+        key = env_or_dotenv(lite.admin_key_env, self.cfg.path)
+        deadline_s = float(self.cfg.heal["verify_timeout_s"])
+        seen = model_health(str(lite.url), key, g.litellm_model_id, g.endpoint, deadline_s)
+        return {"litellm": seen.verdict, "litellm_detail": seen.detail} if seen.detail else {"litellm": seen.verdict}
 
 
 class _RunnerPool:

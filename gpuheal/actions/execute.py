@@ -72,6 +72,7 @@ def run_item(
     verify_restart: Callable[[str], dict[str, Any]],
     secrets: tuple[str, ...],
     litellm: LiteLLMCall | None = None,
+    model_health: Callable[[str], dict[str, Any]] | None = None,
 ) -> Execution:
     """Execute the steps of one ``act`` item in order; stop at the first failure."""
     ex = Execution(item=item)
@@ -79,6 +80,8 @@ def run_item(
     values = values_for(item.gpu, cfg)
     if item.gpu != "fleet" and any(ACTIONS[s.action].restarts or ACTIONS[s.action].evidence for s in item.steps):
         ex.evidence.update(gather_host_evidence(item.gpu, cfg, runner, values, min(timeout_s, 15.0), secrets))
+    if item.issue == "host-unreachable":
+        _look_first(ex, cfg, runner, values, min(timeout_s, 15.0))
     for step in item.steps:
         if step.action in ("restart-llama-server-memcap", "restart-llama-server") and item.issue == "vram-leak":
             if _leak_stops_restart(ex, step, cfg, runner, values, timeout_s, secrets):
@@ -107,6 +110,9 @@ def run_item(
             ex.restarted = True
         if isinstance(step, RunCommand) and step.then is not None and not _wait_ready(ex, step.then, verify_restart):
             return ex
+        if isinstance(step, RunCommand) and step.then is not None and item.issue == "host-unreachable":
+            if not _litellm_sees_it(ex, step.then.alias, model_health):
+                return ex
     ex.result = "pending"
     return ex
 
@@ -145,6 +151,45 @@ def _wait_ready(ex: Execution, step: WaitReady, verify_restart) -> bool:
         return False
     if not ex.verification.get("ok"):
         ex.result = "failed"
+        return False
+    return True
+
+
+def _look_first(ex: Execution, cfg, runner: Runner, values: dict[str, str], timeout_s: float) -> None:
+    """Rule 6.1: whether llama-server runs, asked where its restart runs, before the restart
+    (which is right either way: a hung server needs it too). Only evidence: never stops the fix."""
+    from gpuheal.actions import process_check
+
+    restart = next((s for s in ex.item.steps if isinstance(s, RunCommand) and ACTIONS[s.action].restarts), None)
+    if restart is None:
+        return
+    argv = process_check.check_argv(restart.argv)
+    try:
+        expanded = expand_argv(argv, values)
+    except Exception as exc:  # noqa: BLE001 — a bad unit template: the check is not known
+        expanded, outcome = list(argv), _NoRun(str(exc))
+    else:
+        outcome = runner(restart.target, expanded, timeout_s)
+    ex.evidence["process"] = process_check.judge(expanded, outcome, values["endpoint"]).record()
+
+
+@dataclass(frozen=True)
+class _NoRun:
+    error: str
+    rc: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+
+
+def _litellm_sees_it(ex: Execution, alias: str, model_health) -> bool:
+    """Rule 6's verify, second half: "LiteLLM reports model healthy". An unhealthy verdict fails
+    the attempt; LiteLLM not configured, or not answering, is recorded as such and does not."""
+    seen = model_health(alias) if model_health is not None else {"litellm": "not asked"}
+    ex.verification = {**ex.verification, **seen}
+    if seen.get("litellm") == "unhealthy":
+        ex.result = "failed"
+        ex.verification["error"] = f"LiteLLM reports the deployment unhealthy: {seen.get('litellm_detail', '')}"
         return False
     return True
 

@@ -100,7 +100,7 @@ class Recorder:
         done = [s.action for s in ex.steps] or extra["actions"]
         steps = [
             {"action": s.action, "command": s.argv or s.command, "target": s.target, "ok": s.ok, "rc": s.rc,
-             "error": s.error, "output": s.output[-1500:]}
+             "error": s.error, "output": s.output[-1500:], **({"note": s.note} if s.note else {})}
             for s in ex.steps
         ]  # fmt: skip
         extra = {**extra, "actions": done, "steps": steps, "evidence": ex.evidence or None}

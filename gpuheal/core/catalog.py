@@ -152,6 +152,7 @@ REMEDIES: dict[str, Remedy] = {
         Remedy(
             "circuit-breaker-stuck",
             ("restart-litellm",),
+            alert_now=True,  # Rule 5.2: "alert but do NOT reset" — the humans hear of it on detection
             why_escalate="LiteLLM restart did not clear the breaker — human investigation (Rule 5)",
         ),
         Remedy(

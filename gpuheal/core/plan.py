@@ -298,7 +298,7 @@ def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALO
     note = ""
     if argv is None and action == "restart-llama-server-memcap":
         argv = g.command("restart_command") or catalog.actions["restart-llama-server"].default_argv
-        note = "no memcap_restart_command configured: plain restart"
+        note = "uncapped: no memcap_restart_command configured, plain restart (Rule 2.2 asks for a memory cap)"
     if argv is None and action == "restore-power-limit" and g.vendor == "nvidia":
         return RestorePowerLimit(
             action, on_gpu(POWER_QUERY_ARGV, g.gpu_index), target,

@@ -40,6 +40,22 @@ def local_probes(ctx: Context) -> Iterable[Probe]:
         yield Probe("litellm", "admin key present", 2.0, lambda: admin_key_present(ctx))
     if cfg.wake.configured or Path(WAKE_SOCKET_UNIT).exists():
         yield Probe("state", "wake token", 2.0, lambda: wake_token(ctx))
+    for g in cfg.gpus:
+        yield Probe(g.alias, "vram-leak restart", 1.0, lambda g=g: memcap_check(g))
+
+
+def memcap_check(g) -> Check:
+    """Rule 2.2: "restart with memory cap flag". Without ``memcap_restart_command`` the leak's
+    restart is a plain one (the audit says "uncapped"), and the leak can come straight back."""
+    if g.command("memcap_restart_command"):
+        return Check(g.alias, "vram-leak restart", OK, "memcap_restart_command configured")
+    return Check(
+        g.alias,
+        "vram-leak restart",
+        WARN,
+        "no memcap_restart_command: a VRAM leak's restart is uncapped (Rule 2.2 asks for a memory cap flag); "
+        "configure one that restarts llama-server with e.g. a smaller --ctx-size / --cache-ram",
+    )
 
 
 WAKE_SOCKET_UNIT = "/etc/systemd/system/gpuheal-wake.socket"

@@ -4,8 +4,13 @@ the GPU's own ``/health`` answers 200.
 Counted from the monitor's ``opened_at`` when given, else from the first poll that saw it open
 (kept in the engine's memory, so a poll with ``/health`` not 200 does not restart the count); the
 engine's ``hold_s`` is ``open_for_s`` ("more than"). Only while ``/health`` is 200: a breaker open on
-a sick GPU is doing its job. Recovers when the breaker is seen closed (the spec's verify). Breakers
-the monitor does not list are closed.
+a sick GPU is doing its job. Breakers the monitor does not list are closed.
+
+The fix alerts on detection ("alert but do NOT reset", catalog ``alert_now``) and restarts LiteLLM.
+Verify, as the spec writes it: "LiteLLM returns healthy, circuit breaker clears within 60s" — it
+recovers when the breaker is seen closed *and* LiteLLM's ``/health/liveliness`` did not fail this
+poll (not probed, as with no ``litellm.url``, leaves the breaker alone to say); the window is the
+rule's ``verify_within_s`` (60).
 """
 
 from __future__ import annotations
@@ -66,4 +71,6 @@ def recovered(view, alias, p, record):
     sample = view.sample(alias)
     if sample is None:
         return None
-    return sample.breaker is None or not sample.breaker.open
+    if sample.breaker is not None and sample.breaker.open:
+        return False
+    return view.obs is None or view.obs.litellm_ok is not False  # closed, and LiteLLM answers

@@ -14,7 +14,9 @@ the RTX 3090 at 74.9 / 74.8 tok/s (100 %) optimal; so "above baseline" means abo
 band (``headroom_above_ratio`` 1.1 by default; set 1.0 for the literal reading).
 
 The running context comes from the latest result's ``n_ctx`` (L3: running state, not docs), else the
-config's ``n_ctx``.
+config's ``n_ctx``. ``/props`` gives ``n_ctx`` per slot; llama-server's ``--ctx-size`` is shared by
+its slots (``-np``), so the recommendation names the exact flag: the reduced per-slot context,
+rounded down to 256 tokens, times the result's ``slots`` (llama-server.md: "Slots and context").
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ def detect(view, alias, p):
     tok_s = sum(r["gen_tok_s"] for r in recent) / len(recent)
     ratio = tok_s / baseline
     n_ctx = next((r["n_ctx"] for r in reversed(recent) if isinstance(r.get("n_ctx"), int)), None)
+    slots = next((r["slots"] for r in reversed(recent) if isinstance(r.get("slots"), int) and r["slots"] > 0), None)
     if n_ctx is None:
         n_ctx = view.gpu(alias).n_ctx
-    suggested = None
+    suggested = ctx_size = None
     if ratio > p["headroom_above_ratio"]:
         recommendation = "increase"
         text = "context has headroom, consider increasing it"
@@ -53,6 +56,10 @@ def detect(view, alias, p):
             if n_ctx:
                 suggested = int(n_ctx * (1 - float(p["reduce_by_ratio"])))
             text = f"reduce the context by {show(100 * float(p['reduce_by_ratio']), 0)} % and retest"
+            if suggested:
+                ctx_size = max(256, suggested // 256 * 256) * (slots or 1)
+                each = f"{ctx_size // (slots or 1)} per slot x {slots} slots" if slots else "per slot: x -np if several"
+                text += f": restart llama-server with --ctx-size {ctx_size} ({each})"
     else:
         return False
     return Finding(
@@ -65,6 +72,7 @@ def detect(view, alias, p):
             "results": len(recent),
             "n_ctx": n_ctx,
             "suggested_n_ctx": suggested,
+            "ctx_size_arg": ctx_size,
         },
         f"{alias} at {show(100 * ratio, 0)} % of baseline ({show(tok_s)} / {show(baseline)} tok/s): {text}",
     )

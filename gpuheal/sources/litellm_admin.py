@@ -551,3 +551,67 @@ def run_update(
         return _failed(res.problem)
     effect = {"model_id": model_id, "field": field, "before": res.before, "after": res.after}
     return AdminOutcome(rc=0, stdout=res.describe(), effect=effect)
+
+
+# --------------------------------------------------------------------------- a deployment's health
+
+
+@dataclass(frozen=True)
+class ModelHealth:
+    """LiteLLM's view of one deployment (Rule 6's verify: "LiteLLM reports model healthy").
+    ``verdict``: healthy | unhealthy | not known; ``detail``: what LiteLLM said, or why not known."""
+
+    verdict: str
+    detail: str = ""
+
+
+def _same_base(api_base: object, endpoint: str) -> bool:
+    """Whether a ``/health`` entry's ``api_base`` (``http://h:p/v1``) is the GPU's endpoint."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(api_base, str):
+        return False
+    try:
+        a, b = urlsplit(api_base), urlsplit(endpoint)
+        return (a.hostname, a.port or 80) == (b.hostname, b.port or 80)
+    except ValueError:  # a port that is not a number
+        return False
+
+
+def _health_entries(payload: object, key: str) -> list[dict]:
+    rows = payload.get(key) if isinstance(payload, dict) else None
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def read_model_health(payload: object, model_id: str, endpoint: str) -> ModelHealth:
+    """Pure: the deployment's verdict in a ``GET /health`` answer. 1.108.7 answers
+    ``{"healthy_endpoints": [...], "unhealthy_endpoints": [...], ...}``; an entry carries
+    ``model_id`` (when asked by id) and ``api_base``, an unhealthy one an ``error``."""
+    for key, verdict in (("unhealthy_endpoints", "unhealthy"), ("healthy_endpoints", "healthy")):
+        for row in _health_entries(payload, key):
+            if row.get("model_id") == model_id or _same_base(row.get("api_base"), endpoint):
+                said = _printable(_text(row.get("error") or ""), 160) if verdict == "unhealthy" else ""
+                return ModelHealth(verdict, said)
+    if not isinstance(payload, dict):
+        return ModelHealth("not known", f"LiteLLM /health answered {type(payload).__name__}, not an object")
+    return ModelHealth("not known", f"LiteLLM /health does not list deployment {_printable(model_id, 60)!r}")
+
+
+def model_health(base_url: str, admin_key: str | None, model_id: str, endpoint: str, deadline_s: float) -> ModelHealth:
+    """``GET {url}/health?model_id=ID`` (admin key): LiteLLM makes one call through that deployment
+    and files it as healthy or unhealthy. 1.108.7 answers a request for one model with no healthy
+    endpoint 503, the body unchanged; only an admin key is shown ``api_base`` (an entry is matched by
+    ``model_id`` first). Never raises; a fault of the proxy is "not known"."""
+    if not admin_key:
+        return ModelHealth("not known", NO_KEY.line())
+    url = base_url.rstrip("/") + "/health?model_id=" + quote(model_id, safe="")
+    result = request("GET", url, deadline_s=deadline_s, max_bytes=MAX_BYTES, headers=_auth(admin_key))
+    if isinstance(result, HttpFault):
+        return ModelHealth("not known", _fault(result, "/health", deadline_s).line())
+    payload, bad = _decode(result, "/health")
+    if bad is not None:
+        return ModelHealth("not known", bad.line())
+    listed = isinstance(payload, dict) and "unhealthy_endpoints" in payload
+    if result.status == 200 or (result.status == 503 and listed):
+        return read_model_health(payload, model_id, endpoint)
+    return ModelHealth("not known", _error(result, payload, "/health").line())

@@ -175,7 +175,10 @@ class Heal:
         self.rec.intent(run_id, subject, item.actions, extra, [describe(s, item.gpu, self.cfg) for s in item.steps])
         if item.alert_now:
             self._queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
-        ex = run_item(item, self.cfg, self.effects.run, self.effects.verify, self.secrets, self.effects.litellm)
+        ex = run_item(item, self.cfg, self.effects.run, self.effects.verify, self.secrets, self.effects.litellm,
+                      self.effects.model_health)  # fmt: skip
+        if "process" in ex.evidence:  # Rule 6.1: which it was, hung or down, is part of what was detected
+            subject = replace(subject, detected={**subject.detected, "process": ex.evidence["process"]["case"]})
         self.rec.step_docs(subject, item.reason, ex)
         if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
             self.state = self.state.with_litellm_restart(self.now_s)

@@ -79,3 +79,18 @@ def test_the_proxy_killed_mid_run(litellm_bin, sim_backends, tmp_path):
         assert la.liveliness(proxy.url, 2).reason == "refused"
     finally:
         proxy.stop()
+
+
+def test_rule6_verify_asks_the_real_proxy_for_one_deployment(real_litellm, sim_backends):
+    """Rule 6's "LiteLLM reports model healthy": ``GET /health?model_id=`` on 1.108.7 runs one call
+    through that deployment only; its entry carries the api_base gpuheal matches."""
+    seen = la.model_health(real_litellm.url, real_litellm.master_key, "gpu-dense", sim_backends.endpoints["gpu-dense"], 30)
+    assert seen.verdict == "healthy", seen
+    wrong = la.model_health(real_litellm.url, "sk-wrong-key-1", "gpu-dense", sim_backends.endpoints["gpu-dense"], 30)
+    assert wrong.verdict == "not known" and "sk-wrong-key-1" not in wrong.detail
+    sim_backends.apply({"gpu": SOLO, "fault": "dead"})  # its llama-server refuses: LiteLLM files it unhealthy
+    try:
+        down = la.model_health(real_litellm.url, real_litellm.master_key, SOLO, sim_backends.endpoints[SOLO], 60)
+    finally:
+        sim_backends.apply({"gpu": SOLO, "fault": "none"})
+    assert down.verdict == "unhealthy" and down.detail, down

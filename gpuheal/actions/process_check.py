@@ -1,0 +1,108 @@
+"""Rule 6.1, "SSH to .15 → check llama-server process": before the restart, look whether the
+process runs. Running but not answering its ``/health`` is the hung case; not running is the down
+case. Rule 6.2's restart is right either way (a hung server is only cured by one); the audit's
+``detected`` records which it was, so the humans see a crash loop apart from a hang.
+
+How it looks: when the restart command is ``[sudo] systemctl restart UNIT``, ``systemctl is-active
+UNIT`` (the unit is the truth: a process of another unit is not ours); otherwise ``pgrep -af
+llama-server``, keeping only lines whose program is ``llama-server`` listening on the endpoint's
+port (``--port N``, default 8080). The shell that wraps a command over SSH also has
+``llama-server`` in its argv; its program is ``sh``, so it is never counted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+RUNNING, NOT_RUNNING, NOT_KNOWN = "running", "not-running", "not known"
+PGREP_ARGV = ("pgrep", "-af", "llama-server")
+LLAMA_DEFAULT_PORT = 8080  # llama-server's --port default (llama-server.md)
+# systemctl is-active's answers (systemctl(1)); activating/reloading: a process is there
+_UNIT_RUNNING = frozenset({"active", "activating", "reloading", "deactivating", "refreshing"})
+_UNIT_STOPPED = frozenset({"inactive", "failed"})
+
+
+@dataclass(frozen=True)
+class ProcessCheck:
+    state: str  # running | not-running | not known
+    how: str  # the command that told (shown in the audit)
+    pids: tuple[int, ...] = ()
+    detail: str = ""
+
+    def case(self) -> str:
+        """The one line ``detected`` carries."""
+        if self.state == RUNNING:
+            pids = f" (pid {', '.join(map(str, self.pids))})" if self.pids else ""
+            return f"hung: llama-server runs{pids} but does not answer"
+        if self.state == NOT_RUNNING:
+            return "down: llama-server is not running"
+        return f"not known whether llama-server runs ({self.detail})"
+
+    def record(self) -> dict:
+        return {"state": self.state, "case": self.case(), "check": self.how, "pids": list(self.pids)}
+
+
+def systemd_unit(restart_argv: tuple[str, ...] | None) -> str | None:
+    """``UNIT`` of ``[sudo [-n]] systemctl restart UNIT``; ``None`` for any other command."""
+    words = list(restart_argv or ())
+    while words and (os.path.basename(words[0]) == "sudo" or (words[0].startswith("-") and len(words) > 1)):
+        words.pop(0)
+    if len(words) != 3 or os.path.basename(words[0]) != "systemctl" or words[1] != "restart":
+        return None
+    return words[2] if not words[2].startswith("-") else None
+
+
+def check_argv(restart_argv: tuple[str, ...] | None) -> tuple[str, ...]:
+    unit = systemd_unit(restart_argv)
+    return ("systemctl", "is-active", unit) if unit else PGREP_ARGV
+
+
+def _port_of(words: list[str]) -> int | None:
+    for n, word in enumerate(words):
+        value = word.split("=", 1)[1] if word.startswith("--port=") else None
+        if word == "--port" and n + 1 < len(words):
+            value = words[n + 1]
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return LLAMA_DEFAULT_PORT
+
+
+def endpoint_port(endpoint: str) -> int | None:
+    try:
+        parts = urlsplit(endpoint)
+        return parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+
+
+def read_pgrep(stdout: str, port: int | None) -> tuple[int, ...]:
+    """Pure: the pids of ``llama-server`` processes on ``port`` in ``pgrep -af`` output."""
+    found = []
+    for line in stdout.splitlines()[:500]:
+        words = line.split()
+        if len(words) < 2 or not words[0].isdigit() or not os.path.basename(words[1]).startswith("llama-server"):
+            continue
+        if port is None or _port_of(words[2:]) == port:
+            found.append(int(words[0]))
+    return tuple(found)
+
+
+def judge(argv: list[str], outcome, endpoint: str) -> ProcessCheck:
+    """Pure: what the check's ``outcome`` (rc, stdout, error, timed_out) says."""
+    how = " ".join(argv)
+    if outcome.error or outcome.timed_out:
+        return ProcessCheck(NOT_KNOWN, how, detail=str(outcome.error or "timed out")[:160])
+    stdout = outcome.stdout or ""
+    if argv[:2] == ["systemctl", "is-active"]:
+        said = (stdout.strip().splitlines() or [""])[0].strip()
+        if said in _UNIT_RUNNING:
+            return ProcessCheck(RUNNING, how, detail=said)
+        if said in _UNIT_STOPPED:
+            return ProcessCheck(NOT_RUNNING, how, detail=said)
+        return ProcessCheck(NOT_KNOWN, how, detail=f"systemctl said {said[:60]!r} (exit {outcome.rc})")
+    if outcome.rc not in (0, 1):  # pgrep: 0 matched, 1 none; 2/3 a usage or fatal error
+        return ProcessCheck(NOT_KNOWN, how, detail=f"exit status {outcome.rc}")
+    pids = read_pgrep(stdout, endpoint_port(endpoint))
+    return ProcessCheck(RUNNING if pids else NOT_RUNNING, how, pids)
