@@ -128,7 +128,7 @@ class Effects:
         if not g.litellm_model_id:
             return {"litellm": "not asked", "litellm_detail": "no gpus[].litellm_model_id for this GPU"}
         key = env_or_dotenv(lite.admin_key_env, self.cfg.path)
-        deadline_s = float(self.cfg.heal["verify_timeout_s"])
+        deadline_s = self.cfg.heal.verify_timeout_s
         seen = model_health(str(lite.url), key, g.litellm_model_id, g.endpoint, deadline_s)
         return {"litellm": seen.verdict, "litellm_detail": seen.detail} if seen.detail else {"litellm": seen.verdict}
 

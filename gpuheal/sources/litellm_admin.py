@@ -590,11 +590,11 @@ def read_model_health(payload: object, model_id: str, endpoint: str) -> ModelHea
     for key, verdict in (("unhealthy_endpoints", "unhealthy"), ("healthy_endpoints", "healthy")):
         for row in _health_entries(payload, key):
             if row.get("model_id") == model_id or _same_base(row.get("api_base"), endpoint):
-                said = _printable(_text(row.get("error") or ""), 160) if verdict == "unhealthy" else ""
+                said = printable(_text(row.get("error") or ""), 160) if verdict == "unhealthy" else ""
                 return ModelHealth(verdict, said)
     if not isinstance(payload, dict):
         return ModelHealth("not known", f"LiteLLM /health answered {type(payload).__name__}, not an object")
-    return ModelHealth("not known", f"LiteLLM /health does not list deployment {_printable(model_id, 60)!r}")
+    return ModelHealth("not known", f"LiteLLM /health does not list deployment {printable(model_id, 60)!r}")
 
 
 def model_health(base_url: str, admin_key: str | None, model_id: str, endpoint: str, deadline_s: float) -> ModelHealth:
