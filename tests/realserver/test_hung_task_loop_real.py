@@ -208,3 +208,60 @@ def test_a_busy_server_with_every_slot_taken_and_requests_deferred_never_fires(
     decodes = [d["gpus"]["real"]["n_decode_total"] for d in docs]
     assert decodes == sorted(decodes) and decodes[-1] > decodes[0]
     srv.stop()
+
+
+def _answers(url: str, key: str | None) -> dict[str, object]:
+    """Each path's status code, or "timeout": what a client sees of a hung task loop."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    out: dict[str, object] = {}
+    for method, path in (("GET", "/health"), ("GET", "/props"), ("GET", "/metrics"), ("GET", "/slots"),
+                         ("POST", "/completion")):
+        try:
+            r = http.request(method, url + path, headers=headers, timeout=1.5,
+                             json={"prompt": "hi", "n_predict": 1} if method == "POST" else None)
+            out[path] = r.status_code
+        except requests.Timeout:
+            out[path] = "timeout"
+    return out
+
+
+def test_the_simulators_taskloop_hang_answers_as_the_frozen_real_server(real_llama_server):
+    """gpuheal/sim's ``taskloop-hang`` is a look-alike: it must answer path by path, and be sensed,
+    exactly as the real server with its main thread ptrace-stopped."""
+    from test_sim import scenario
+
+    from gpuheal.config import load_config_dict
+    from gpuheal.sim.fleet import SimFleet
+    from gpuheal.sources.sense import sense
+
+    srv = real_llama_server()
+    fleet = SimFleet(scenario([{"at": 0, "gpu": "gpu-dense", "fault": "taskloop-hang"}]), ports="ephemeral").start()
+    try:
+        sim_url = fleet.endpoints["gpu-dense"]
+        sim_key = None  # the test scenario's servers are started without --api-key
+        try:
+            with freeze_task_loop(srv.proc.pid):
+                real = _answers(srv.url, srv.api_key)
+                real_obs = sense(_sense_config(load_config_dict, srv.url, srv.api_key), datetime_now())
+        except PtraceDenied as exc:
+            pytest.skip(f"ptrace is not permitted here, so a task loop cannot be frozen: {exc}")
+        sim = _answers(sim_url, sim_key)
+        sim_obs = sense(_sense_config(load_config_dict, sim_url, sim_key), datetime_now())
+    finally:
+        fleet.stop()
+    assert real == {"/health": 200, "/props": 200, "/metrics": "timeout", "/slots": "timeout",
+                    "/completion": "timeout"}
+    assert sim == real
+    pick = [(g.endpoint, g.metrics, g.slots, g.n_decode_total) for g in (real_obs.gpus["x"], sim_obs.gpus["x"])]
+    assert pick[0] == pick[1] == ("ok", "timeout", "timeout", None)
+
+
+def _sense_config(load, url: str, key: str | None):
+    return load({"litellm": {"api_key": key or ""}, "probe": {"timeout_s": 1.5},
+                 "gpus": [{"alias": "x", "host": "127.0.0.1", "endpoint": url, "transport": "local"}]})
+
+
+def datetime_now():
+    from datetime import UTC, datetime
+
+    return datetime(2026, 7, 18, 8, 0, 1, 300000, tzinfo=UTC)
