@@ -14,6 +14,8 @@ from gpuheal.doctor import FAIL, OK, SKIP, WARN, Check, Context, Probe, register
 
 CMD_TIMEOUT_S = 5.0
 SHED_KEYS = ("shed_load_command", "redirect_command")
+RESTART_VERBS = {"restart", "try-restart", "reload-or-restart"}
+STOP_TIMEOUT_WARN_S = 30.0  # issue 20: past this a hung server's restart waits too long for SIGKILL
 SERVICE_VERBS = {"restart", "start", "stop", "reload", "try-restart", "reload-or-restart", "kill"}
 
 
@@ -639,7 +641,26 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
                         f"install the unit {unit}, or fix {key}",
                     )
                 ]
-            return rows + [Check(alias, key, OK, f"{where}; unit {unit} exists")]
+            rows.append(Check(alias, key, OK, f"{where}; unit {unit} exists"))
+            if key == "restart_command" and args[0] in RESTART_VERBS:
+                rows.append(stop_timeout_check(transport, alias, unit))
+            return rows
     return rows + [Check(alias, key, OK, f"{where} found")]
 
 
+def stop_timeout_check(transport, alias: str, unit: str) -> Check:
+    """A hung llama-server ignores SIGTERM: ``systemctl restart`` then waits the unit's
+    ``TimeoutStopSec`` before SIGKILL (issue 20). Past 30 s the GPU stays down that much longer."""
+    from gpuheal.parse.systemd import timeout_stop_s
+
+    fix = f"systemctl edit {unit}: [Service] TimeoutStopSec=15 (README: install)"
+    out = transport.run(["systemctl", "show", "-p", "TimeoutStopUSec", "--", unit], CMD_TIMEOUT_S)
+    stop_s = timeout_stop_s(out.stdout) if out.ok else None
+    if stop_s is None:
+        why = _clip(out.stdout or out.stderr or out.describe(), 80) if out.ok else _clip(out.stderr or out.describe())
+        return Check(alias, "stop timeout", WARN, f"systemctl show -p TimeoutStopUSec {unit}: not known ({why})", fix)
+    shown = "infinity" if stop_s == float("inf") else f"{stop_s:g} s"
+    if stop_s > STOP_TIMEOUT_WARN_S:
+        return Check(alias, "stop timeout", WARN, f"{unit}: TimeoutStopSec {shown} (> {STOP_TIMEOUT_WARN_S:g} s): "
+                     "a hung llama-server ignores SIGTERM, so each restart waits this long before SIGKILL", fix)
+    return Check(alias, "stop timeout", OK, f"{unit}: TimeoutStopSec {shown}")
