@@ -80,3 +80,21 @@ def test_recovers_once_the_task_loop_answers():
 ])
 def test_classify(sample, want):
     assert classify(sample)[0] is want
+
+
+@pytest.mark.parametrize("slots, why", [
+    ("ok", "judged by its task loop answering /slots"),
+    ("disabled", "task loop answers (/metrics, /slots)"),
+])
+def test_rules_off_says_which_signals_a_gpu_without_metrics_still_has(slots, why):
+    from gpuheal.core.coverage import rules_off
+    from gpuheal.rules import ALL
+
+    obs = fleet_trace(CFG, {G: {"metrics": "disabled", "slots": slots, **NO_MONITOR_COUNTS}})[0]
+    off = {o["rule"]: o for o in rules_off("smi", obs, ALL)}
+    assert off["model-stuck"]["gpus"] == [G] and why in off["model-stuck"]["why"], off["model-stuck"]
+
+
+def test_a_gpu_serving_neither_metrics_nor_slots_is_not_judged_by_the_task_loop():
+    r = trace("disabled*5", "disabled*5")
+    assert polls(r, G, "model-stuck", "pending") == []

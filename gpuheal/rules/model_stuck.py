@@ -39,7 +39,7 @@ from gpuheal.signals import Need, Signal, needs
 ID = "model-stuck"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS: tuple[Need, ...] = needs(Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS))
+NEEDS: tuple[Need, ...] = needs(Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS, Signal.TASK_LOOP))
 
 SOURCE_MONITOR = "gpu-monitor"
 SOURCE_METRICS = "llama-server /metrics"
