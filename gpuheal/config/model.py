@@ -74,6 +74,7 @@ class LiteLLMConfig:
     host: str | None
     transport: str
     admin_key_env: str = "LITELLM_MASTER_KEY"  # built-in load shedding via /model/update
+    read_metrics: bool = False  # issue 20: LiteLLM's /metrics per poll as Rule 3's failure ratio
 
     def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
         return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"

@@ -365,6 +365,8 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
             problem.fix if problem else "",
         )
     ]
+    if problem is None:
+        rows += litellm_requests_checks(cfg, t)
     builtin = [g for g in cfg.gpus if g.litellm_model_id and not g.command("shed_load_command")]
     rows += [shedding_by_command(g) for g in cfg.gpus if g.command("shed_load_command")]
     rows += [
@@ -394,6 +396,31 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
     ratio = float(cfg.heal["shed_rpm_ratio"])
     for g in builtin:
         rows.append(shedding_check(g, deps, db, ratio))
+    return rows
+
+
+def litellm_requests_checks(cfg, t: float) -> list[Check]:
+    """Issue 20: which GPUs have LiteLLM's per-deployment failure counts (Rule 3 with no gpu-monitor),
+    and how to turn the ``prometheus`` callback on where they are missing."""
+    from gpuheal.model import DataFault
+    from gpuheal.parse.litellm_metrics import HOW_TO_ENABLE
+    from gpuheal.sources.litellm_metrics import fetch_requests
+
+    if not cfg.litellm.read_metrics:
+        if cfg.monitor is not None:
+            return []
+        return [Check("litellm", "request counts", WARN, "litellm.read_metrics is off: without gpu-monitor Rule 3 "
+                      "sees no request failures, only a hung llama-server", HOW_TO_ENABLE)]
+    got = fetch_requests(str(cfg.litellm.url), cfg.litellm.api_key or None, t)
+    if isinstance(got, DataFault):
+        return [Check("litellm", "request counts", FAIL, _clip(got.detail), HOW_TO_ENABLE)]
+    rows = []
+    for g in cfg.gpus:
+        found = got.for_gpu(g.alias, g.endpoint)
+        rows.append(Check(g.alias, "request counts", OK, f"LiteLLM deployment {found.model_id!r}: "
+                          f"{found.total:g} requests, {found.failures:g} failed") if found is not None else
+                    Check(g.alias, "request counts", WARN, "no LiteLLM deployment counted for it yet (model_info.id = "
+                          "the alias, or api_base = its endpoint)", "send it a request through LiteLLM"))
     return rows
 
 

@@ -139,6 +139,8 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
     gpus: dict[str, GpuSample] = {}
     for gpu in cfg.gpus:
         gpus[gpu.alias] = _sample(gpu, polled, shared[gpu.host] > 1, faults)
+    if isinstance(polled.litellm_requests, DataFault):  # LiteLLM's /metrics/ (issue 20): not known this poll
+        faults.append(polled.litellm_requests)
     if polled.litellm_fault is not None:
         faults.append(polled.litellm_fault)
     configured = {g.host for g in cfg.gpus}
@@ -164,6 +166,7 @@ class _Polled:
     poll: Any  # gpu_source.SourcePoll
     litellm_fault: DataFault | None
     servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
+    litellm_requests: Any = None  # LiteLLMRequests | None (litellm.read_metrics, issue 20)
 
 
 def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
@@ -176,6 +179,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
         source_f = pool.submit(source.read, now, deadline, transports, memory)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
+        requests_f = pool.submit(_litellm_requests, cfg) if cfg.litellm.url and cfg.litellm.read_metrics else None
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
             ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
@@ -183,7 +187,14 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         ) if source.probes_endpoints else {}
         poll = source_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
-    return _Polled(poll, litellm_fault, servers)
+        counted = requests_f.result() if requests_f else None
+    return _Polled(poll, litellm_fault, servers, counted)
+
+
+def _litellm_requests(cfg: Config):
+    from gpuheal.sources.litellm_metrics import fetch_requests
+
+    return fetch_requests(cfg.litellm.url, cfg.litellm.api_key or None, cfg.litellm.timeout_s)
 
 
 def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault]) -> GpuSample:
@@ -208,6 +219,10 @@ def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault
     if server is not None:
         values.update(server.values(state))
         faults.extend(server.faults(gpu.alias, state))
+    if polled.litellm_requests is not None and not isinstance(polled.litellm_requests, DataFault):
+        counts = polled.litellm_requests.for_gpu(gpu.alias, gpu.endpoint)
+        if counts is not None:
+            values.update(litellm_requests_total=counts.total, litellm_failures_total=counts.failures)
     return GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
 
 
