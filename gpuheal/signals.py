@@ -146,9 +146,12 @@ def per_gpu(base: frozenset[Signal], *, serves_metrics: bool | None, reachable: 
     return frozenset(out)
 
 
-def serves_task_loop(metrics: str | None, slots: str | None) -> bool | None:
-    """Whether a llama-server serves any endpoint of its task loop (issue 20): ``False`` only when both
-    ``/metrics`` and ``/slots`` answered 501 (disabled); ``None`` when neither state is known."""
+def serves_task_loop(metrics: str | None, slots: str | None, canary: str | None = None) -> bool | None:
+    """Whether a llama-server's task loop shows itself this poll (issue 20): a canary completion ran,
+    or it serves ``/metrics`` or ``/slots`` — ``False`` only when both answered 501 (disabled) and no
+    canary ran; ``None`` when nothing is known."""
+    if canary is not None:
+        return True
     if metrics is None and slots is None:
         return None
     return not (metrics == "disabled" and slots in ("disabled", None))

@@ -98,3 +98,38 @@ def test_rules_off_says_which_signals_a_gpu_without_metrics_still_has(slots, why
 def test_a_gpu_serving_neither_metrics_nor_slots_is_not_judged_by_the_task_loop():
     r = trace("disabled*5", "disabled*5")
     assert polls(r, G, "model-stuck", "pending") == []
+
+
+@pytest.mark.parametrize("sample, now_s, every, want", [
+    (GpuSample(endpoint="ok", metrics="disabled", slots="disabled"), 120.0, 1, True),
+    (GpuSample(endpoint="ok", metrics="ok", slots="ok", requests_processing=2), 120.0, 1, False),  # busy: never
+    (GpuSample(endpoint="ok", metrics="ok", slots="idle"), 120.0, 1, False),  # the task loop answered
+    (GpuSample(endpoint="ok", metrics="timeout", slots="timeout"), 120.0, 1, False),  # already silent
+    (GpuSample(endpoint="ok", metrics="disabled", slots="disabled", is_sleeping=True), 120.0, 1, False),
+    (GpuSample(endpoint="refused"), 120.0, 1, False),
+    (GpuSample(endpoint="ok", metrics="disabled", slots="disabled"), 181.3, 2, False),  # minute 3 of every 2
+    (GpuSample(endpoint="ok", metrics="disabled", slots="disabled"), 241.9, 2, True),
+])
+def test_canary_runs_only_where_nothing_else_shows_the_task_loop(sample, now_s, every, want):
+    from gpuheal.core.taskloop import canary_due
+
+    assert canary_due(sample, now_s, every) is want
+
+
+def test_a_silent_canary_is_a_stalled_poll():
+    r = run(CFG, fleet_trace(CFG, {G: {"metrics": "disabled*4", "slots": "disabled*4", "canary": "ok timeout*3",
+                                       **NO_MONITOR_COUNTS}}))
+    assert polls(r, G, "model-stuck") == [3]
+    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
+    assert issue["detected"]["not_answered"] == ["/completion"]
+
+
+def test_without_gpu_monitor_a_canary_is_what_lets_rule_3_judge_a_server_without_metrics_or_slots():
+    from dataclasses import replace
+
+    def smi_run(fields):  # the polls as nvidia-smi / rocm-smi read them: no failure ratio
+        return run(CFG, [replace(o, source="smi") for o in fleet_trace(CFG, {G: fields})])
+
+    fields = {"metrics": "disabled*4", "slots": "disabled*4", "canary": "_ timeout*3"}
+    assert polls(smi_run({**fields, "canary": "_*4"}), G, "model-stuck", "pending") == []
+    assert polls(smi_run(fields), G, "model-stuck") == [3]

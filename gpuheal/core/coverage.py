@@ -53,7 +53,7 @@ def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dic
         gpus = sorted(a for a, s in obs.gpus.items()
                       if unmet(rule.NEEDS, per_gpu(mode.provides, serves_metrics=s.metrics != "disabled",
                                                    reachable=True,
-                                                   serves_task_loop=serves_task_loop(s.metrics, s.slots))))
+                                                   serves_task_loop=serves_task_loop(s.metrics, s.slots, s.canary))))
         if gpus:
             off.append({"rule": rule.ID, "gpus": gpus, "why": _gpu_why(rule, monitor_configured),
                         "fix": HOW_TO_ENABLE["metrics"]})

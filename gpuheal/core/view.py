@@ -205,7 +205,7 @@ class FleetView:
             return base | ALWAYS if subject not in self.gpus else frozenset(base & {Signal.SOURCE_HEALTH})
         provided = per_gpu(base, serves_metrics=sample.metrics != "disabled" if sample.metrics else None,
                            reachable=self.reachable(subject),
-                           serves_task_loop=serves_task_loop(sample.metrics, sample.slots))
+                           serves_task_loop=serves_task_loop(sample.metrics, sample.slots, sample.canary))
         if sample.litellm_requests_total is not None:  # LiteLLM's own counters (issue 20)
             provided |= {Signal.FAILURE_RATIO}
         return provided

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -188,7 +188,38 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         poll = source_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
         counted = requests_f.result() if requests_f else None
+    servers = _with_canaries(cfg, now, servers)
     return _Polled(poll, litellm_fault, servers, counted)
+
+
+def _with_canaries(cfg: Config, now: datetime, servers: dict[str, tuple]) -> dict[str, tuple]:
+    """``probe.canary`` (issue 20): a real 1-token completion to each server whose task loop this poll
+    says nothing about, all at once, each under the canary's own deadline."""
+    canary = cfg.probe.get("canary") or {}
+    if not canary.get("enabled") or not servers:
+        return servers
+    from gpuheal.core.taskloop import canary_due
+
+    def sample(alias: str) -> GpuSample:
+        (state, *_rest), telemetry = servers[alias]
+        return GpuSample(endpoint=state, **telemetry.values(state))
+
+    every = int(canary["every_polls"])
+    due = [g for g in cfg.gpus if g.alias in servers and canary_due(sample(g.alias), now.timestamp(), every)]
+    if not due:
+        return servers
+    with ThreadPoolExecutor(max_workers=min(len(due), int(cfg.probe["max_workers"]))) as pool:
+        answers = pool.map(lambda g: _canary(cfg, g.endpoint, canary), due)
+        states = {g.alias: state for g, state in zip(due, answers, strict=True)}
+    return {a: (h, replace(t, canary=states[a]) if a in states else t) for a, (h, t) in servers.items()}
+
+
+def _canary(cfg: Config, endpoint: str, canary: dict) -> str:
+    from gpuheal.sources.llama_server import benchmark_inference
+
+    out = benchmark_inference(endpoint, cfg.litellm.api_key or None, n_predict=int(canary["n_predict"]),
+                              deadline_s=float(canary["timeout_s"]), warmup=False, props=False)
+    return "ok" if out.ok else (out.error or "invalid")
 
 
 def _litellm_requests(cfg: Config):
@@ -290,6 +321,7 @@ class ServerTelemetry:
     metrics: lt.Answer
     slots: lt.Answer
     props: lt.Answer
+    canary: str | None = None  # probe.canary's completion (issue 20), when one ran
 
     def values(self, endpoint_state: str) -> dict:
         """The :class:`GpuSample` fields; nothing is known from a server whose /health failed."""
@@ -297,7 +329,7 @@ class ServerTelemetry:
             return {}
         m, sl = self.metrics.metrics, self.slots.slots
         out: dict = {"metrics": self.metrics.state, "slots": self.slots.state,
-                     "is_sleeping": self.props.is_sleeping}
+                     "is_sleeping": self.props.is_sleeping, "canary": self.canary}
         if m is not None:
             out.update(n_decode_total=m.n_decode_total, tokens_predicted_total=m.tokens_predicted_total,
                        requests_processing=m.requests_processing, requests_deferred=m.requests_deferred)

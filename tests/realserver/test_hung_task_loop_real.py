@@ -265,3 +265,26 @@ def datetime_now():
     from datetime import UTC, datetime
 
     return datetime(2026, 7, 18, 8, 0, 1, 300000, tzinfo=UTC)
+
+
+def test_a_canary_catches_a_hung_server_started_without_metrics_and_slots(real_llama_server):
+    """Without ``--metrics`` and with ``--no-slots`` no task-loop endpoint exists: ``probe.canary``'s
+    1-token completion is the signal. Idle: it answers; frozen: it does not, a stalled poll."""
+    from gpuheal.config import load_config_dict
+    from gpuheal.core.taskloop import classify
+    from gpuheal.sources.sense import sense
+
+    srv = real_llama_server(metrics=False, extra_args=["--no-slots"])
+    cfg = load_config_dict({"litellm": {"api_key": srv.api_key}, "probe": {"timeout_s": 2.0, "canary": {
+        "enabled": True, "timeout_s": 2.0}}, "gpus": [{"alias": "x", "host": "127.0.0.1", "endpoint": srv.url,
+                                                       "transport": "local"}]})
+    idle = sense(cfg, datetime_now()).gpus["x"]
+    assert (idle.endpoint, idle.metrics, idle.slots, idle.canary) == ("ok", "disabled", "disabled", "ok")
+    assert classify(idle)[0] is False
+    try:
+        with freeze_task_loop(srv.proc.pid):
+            hung = sense(cfg, datetime_now()).gpus["x"]
+    except PtraceDenied as exc:
+        pytest.skip(f"ptrace is not permitted here, so a task loop cannot be frozen: {exc}")
+    assert (hung.endpoint, hung.canary) == ("ok", "timeout")
+    assert classify(hung) == (True, ["/health"], ["/completion"])
