@@ -81,3 +81,34 @@ def test_histogram_and_quantiles_from_audit_records_skip_junk():
     assert h.count == 2 and h.sum_s == 400.0
     assert quantile([], 0.5) is None
     assert quantile([150.0, 250.0], 0.5) == 200.0 and quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == pytest.approx(4.6)
+
+
+def test_a_fix_is_resolved_only_after_a_real_completion_succeeds(tmp_path, monkeypatch):
+    """Issue 20 / the spec's "verify with benchmark inference test before declaring resolved": the
+    issue clearing is not enough; while the GPU's completion fails the attempt stays open."""
+    from gpuheal.actions.effects import Effects
+
+    real_prove = Effects.prove
+    failing = {"on": True}
+
+    def prove(self, alias):
+        if failing["on"]:
+            return {"ok": False, "completion_s": None, "gen_tok_s": None, "error": "timeout"}
+        return real_prove(self, alias)
+
+    monkeypatch.setattr(Effects, "prove", prove)
+    lab = Lab(tmp_path, scenario(
+        [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}, {"alias": "gpu-c", "host": "ct3"}],
+        [{"at": 30, "gpu": "gpu-a", "fault": "taskloop-hang"}]))
+    try:
+        for _ in range(6):
+            lab.heal()
+        assert lab.restarts("gpu-a") == 1
+        resolved = [r for r in lab.audit() if r["phase"] == "verification" and r["result"] == "resolved"]
+        assert resolved == [], "the issue cleared, but no completion proved the fix"
+        failing["on"] = False
+        lab.heal()
+        resolved = [r for r in lab.audit() if r["phase"] == "verification" and r["result"] == "resolved"]
+        assert [r["issue"] for r in resolved] == ["model-stuck"] and resolved[0]["detected"]["completion_s"] is not None
+    finally:
+        lab.close()

@@ -114,6 +114,17 @@ class Effects:
             g.endpoint, self.cfg.litellm.api_key, float(heal["reload_wait_s"]), float(heal["verify_timeout_s"])
         )
 
+    def prove(self, alias: str) -> dict[str, Any]:
+        """The spec's "verify with benchmark inference test before declaring resolved" (issue 20): a
+        real completion on the GPU's llama-server, for every fix (shedding, power limit, restarts)."""
+        from gpuheal.sources.llama_server import benchmark_inference
+
+        g = self.cfg.gpu(alias)
+        out = benchmark_inference(g.endpoint, self.cfg.litellm.api_key or None, n_predict=4,
+                                  deadline_s=float(self.cfg.heal["verify_timeout_s"]), warmup=False, props=False)
+        return {"ok": bool(out.ok), "completion_s": round(out.elapsed_s, 2) if out.ok else None,
+                "gen_tok_s": out.gen_tok_s, "error": out.error}
+
 
 class _RunnerPool:
     """``pool.get(target).run(argv, timeout_s)`` over a ``runner(target, argv, timeout_s)``."""

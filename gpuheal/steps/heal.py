@@ -109,6 +109,11 @@ class Heal:
             if event is None:
                 continue
             found = verify.resolution(attempt, self.now_s) if event == verify.ISSUE_CLEARED else None
+            if found is not None and attempt.gpu in self.cfg.aliases:
+                completion = self.effects.prove(attempt.gpu)  # resolved only after a real completion
+                if not completion.get("ok"):
+                    continue  # still pending: judged again next poll, until its window passes
+                found = {**found, "completion_s": completion["completion_s"], "proof_tok_s": completion["gen_tok_s"]}
             attempt = verify.transition(attempt, event, self.now_s, found)
             subject = Subject(attempt.gpu, attempt.issue, attempt.since, (issue or {}).get("detected") or {})
             if event == verify.ISSUE_CLEARED:
