@@ -238,7 +238,7 @@ def test_the_simulators_taskloop_hang_answers_as_the_frozen_real_server(real_lla
     fleet = SimFleet(scenario([{"at": 0, "gpu": "gpu-dense", "fault": "taskloop-hang"}]), ports="ephemeral").start()
     try:
         sim_url = fleet.endpoints["gpu-dense"]
-        sim_key = None  # the test scenario's servers are started without --api-key
+        sim_key = "not-needed"  # the simulated servers' default --api-key (sim/scenario.py)
         try:
             with freeze_task_loop(srv.proc.pid):
                 real = _answers(srv.url, srv.api_key)
