@@ -27,6 +27,7 @@ Families::
     gpuheal_alerts_queued, gpuheal_clean_cycles
     gpuheal_rule_off{rule,gpu}                    1 per rule that cannot judge a GPU ("fleet": any) with
                                                   the configured source, as check's rules_off (issue 19)
+    gpuheal_time_to_resolve_seconds{issue}        histogram: onset → proven fix, from the audit trail (issue 20)
 """
 
 from __future__ import annotations
@@ -69,6 +70,15 @@ class Exposition:
         if labels:
             label_text = "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()) + "}"
         family[2].append(f"{name}{label_text} {_format_value(value)}")
+
+    def add_histogram(self, name: str, help_text: str, hist, labels: dict[str, Any]) -> None:
+        """One labelled histogram (:class:`gpuheal.core.mttr.Histogram`): ``_bucket``s, ``_sum``, ``_count``."""
+        family = self._families.setdefault(name, (help_text, "histogram", []))
+        base = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
+        for le, count in hist.buckets:
+            family[2].append(f'{name}_bucket{{{base},le="{_format_value(float(le))}"}} {count}')
+        family[2].append(f"{name}_sum{{{base}}} {_format_value(float(hist.sum_s))}")
+        family[2].append(f"{name}_count{{{base}}} {hist.count}")
 
     def declare(self, name: str, help_text: str, kind: str = "gauge") -> None:
         self._families.setdefault(name, (help_text, kind, []))
@@ -127,7 +137,19 @@ def render(rt, store) -> str:
         "Consecutive clean heal cycles (All Clear every zulip.all_clear_every).",
         summary["alerts"]["clean_cycles"],
     )
+    _add_mttr(ex, store)
     return ex.text()
+
+
+def _add_mttr(ex: Exposition, store) -> None:
+    """``gpuheal_time_to_resolve_seconds`` per issue, from the resolved records of the audit trail."""
+    from gpuheal.core.mttr import histogram, resolve_times
+    from gpuheal.steps.report import audit_records
+
+    for issue, values in sorted(resolve_times(audit_records(store)).items()):
+        ex.add_histogram("gpuheal_time_to_resolve_seconds",
+                         "Seconds from an issue's onset to the poll that proved its fix, per resolved attempt.",
+                         histogram(values), {"issue": issue})
 
 
 def _add_run(ex: Exposition, now_s: float, health: dict[str, Any]) -> None:

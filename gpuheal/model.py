@@ -141,6 +141,10 @@ class GpuSample:
     slots_total: int | None = None
     slots_busy: int | None = None
     is_sleeping: bool | None = None
+    canary: str | None = None  # issue 20: the canary completion's state (probe.canary), when one ran
+    # LiteLLM's own counters of this GPU's deployment since the proxy started (issue 20; cumulative)
+    litellm_requests_total: float | None = None
+    litellm_failures_total: float | None = None
     # trends computed by the source (Prometheus: PromQL over the rule's window), issue 13
     vram_trend: SourceTrend | None = None
     temp_trend: SourceTrend | None = None

@@ -38,6 +38,7 @@ class Signal(StrEnum):
     POWER = "power"
     FAILURE_RATIO = "request failure ratio"
     DECODE_PROGRESS = "decode progress (/metrics)"
+    TASK_LOOP = "task loop answers (/metrics, /slots)"  # issue 20: /health ok, the task loop silent
     BREAKERS = "LiteLLM circuit breakers"
     REQUEST_SHARE = "per-GPU request counts"
     SOURCE_HEALTH = "GPU data source availability"
@@ -76,7 +77,7 @@ def needs(*groups: Signal | tuple[Signal, ...]) -> tuple[Need, ...]:
 _READINGS = frozenset({Signal.TEMP, Signal.VRAM, Signal.UTIL, Signal.POWER, Signal.TEMP_TREND, Signal.VRAM_TREND})
 # Signals every mode has: gpuheal's own direct probe, its own benchmarks, llama-server's /metrics
 # (whether a GPU's server serves it is per GPU, see :func:`per_gpu`).
-ALWAYS = frozenset({Signal.ENDPOINT, Signal.BENCHMARK, Signal.DECODE_PROGRESS})
+ALWAYS = frozenset({Signal.ENDPOINT, Signal.BENCHMARK, Signal.DECODE_PROGRESS, Signal.TASK_LOOP})
 
 
 @dataclass(frozen=True)
@@ -129,16 +130,31 @@ def spec(source: str) -> SourceSpec:
         return SourceSpec(Source.SMI, frozenset(), False, f"unknown GPU source {source!r}", "")
 
 
-def per_gpu(base: frozenset[Signal], *, serves_metrics: bool | None, reachable: bool | None) -> frozenset[Signal]:
+def per_gpu(base: frozenset[Signal], *, serves_metrics: bool | None, reachable: bool | None,
+            serves_task_loop: bool | None = None) -> frozenset[Signal]:
     """What one GPU has this poll: the source's signals, less decode progress when its llama-server
-    serves no ``/metrics`` (``False``; ``None`` = not known yet, assumed), less the direct probe when
-    it did not answer (``reachable`` not ``True``)."""
+    serves no ``/metrics`` (``False``; ``None`` = not known yet, assumed), less the task-loop signal
+    when it serves neither ``/metrics`` nor ``/slots`` (:func:`serves_task_loop`), less the direct
+    probe when it did not answer (``reachable`` not ``True``)."""
     out = set(base | ALWAYS)
     if serves_metrics is False:
         out.discard(Signal.DECODE_PROGRESS)
+    if serves_task_loop is False:
+        out.discard(Signal.TASK_LOOP)
     if reachable is not True:
         out.discard(Signal.ENDPOINT)
     return frozenset(out)
+
+
+def serves_task_loop(metrics: str | None, slots: str | None, canary: str | None = None) -> bool | None:
+    """Whether a llama-server's task loop shows itself this poll (issue 20): a canary completion ran,
+    or it serves ``/metrics`` or ``/slots`` — ``False`` only when both answered 501 (disabled) and no
+    canary ran; ``None`` when nothing is known."""
+    if canary is not None:
+        return True
+    if metrics is None and slots is None:
+        return None
+    return not (metrics == "disabled" and slots in ("disabled", None))
 
 
 def unmet(rule_needs: tuple[Need, ...], provided: frozenset[Signal]) -> tuple[Need, ...]:

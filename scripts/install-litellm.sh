@@ -34,8 +34,13 @@ install_ok() {
     [ -f "${DEST}/.gpuheal-installed" ] || return 1
     local v
     v="$("${DEST}/bin/python" -c 'import importlib.metadata as m; print(m.version("litellm"))' 2>/dev/null)" || return 1
-    [ "$v" = "$LITELLM_VERSION" ]
+    [ "$v" = "$LITELLM_VERSION" ] || return 1
+    "${DEST}/bin/python" -c 'import prometheus_client' 2>/dev/null
 }
+
+# The `prometheus` callback (LiteLLM's own /metrics: per-deployment request and failure counts, issue 20)
+# needs prometheus_client, which litellm[proxy] does not pull in (it is the `proxy-runtime` extra).
+PROM_CLIENT="prometheus-client>=0.20.0,<1.0"
 
 case "${1:-}" in
     "") ;;
@@ -48,6 +53,16 @@ esac
 if install_ok; then
     printf '%s\n' "$BIN"
     exit 0
+fi
+# an install from before the prometheus callback was used: add the one package, not 700 MB again
+if [ -f "${DEST}/.gpuheal-installed" ] && [ -x "${DEST}/bin/python" ] \
+    && ! "${DEST}/bin/python" -c 'import prometheus_client' 2>/dev/null; then
+    log "adding ${PROM_CLIENT} to ${DEST} (LiteLLM's prometheus callback)"
+    "${DEST}/bin/python" -m pip install --quiet --disable-pip-version-check "$PROM_CLIENT" >&2 || true
+    if install_ok; then
+        printf '%s\n' "$BIN"
+        exit 0
+    fi
 fi
 
 command -v flock >/dev/null 2>&1 || die "missing tool: flock (Debian package: util-linux)"
@@ -76,7 +91,7 @@ rm -rf "$DEST"
 "$PY" -m venv "$DEST"
 "${DEST}/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
 "${DEST}/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "litellm[proxy]==${LITELLM_VERSION}" >&2
+    "litellm[proxy]==${LITELLM_VERSION}" "$PROM_CLIENT" >&2
 [ -x "$BIN" ] || die "pip finished but $BIN is missing"
 LITELLM_LOCAL_MODEL_COST_MAP=True "${DEST}/bin/python" -c 'import litellm.proxy.proxy_server' >&2 \
     || die "litellm.proxy.proxy_server does not import in ${DEST}"

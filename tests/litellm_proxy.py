@@ -107,11 +107,14 @@ def start_proxy(
     model_list: list[dict[str, Any]],
     master_key: str = MASTER_KEY,
     router_settings: dict[str, Any] | None = None,
+    litellm_settings: dict[str, Any] | None = None,
 ) -> LiteLLMProxy:
     workdir.mkdir(parents=True, exist_ok=True)
     config: dict[str, Any] = {"model_list": model_list, "general_settings": {"master_key": master_key}}
     if router_settings:
         config["router_settings"] = router_settings
+    if litellm_settings:  # e.g. {"callbacks": ["prometheus"]}: LiteLLM's own /metrics (issue 20)
+        config["litellm_settings"] = litellm_settings
     (workdir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     port = free_port()
     log_path = workdir / "litellm.log"

@@ -276,3 +276,13 @@ def test_alert_queue_summary_survives_damaged_times():
                        {"fingerprint": "c/d", "created_at": 1_800_000_000.5}], "clean_cycles": 3}  # fmt: skip
     out = _alerts_summary(queue, 1_800_000_100.0)
     assert out["queued"] == 2 and out["oldest_queued_at"] == "2027-01-15T08:00:00Z" and out["not_before"] is None
+
+
+def test_weekly_time_to_resolve_has_median_and_p90_per_rule():
+    """Issue 20: MTTR per rule — the median and the 90th percentile, beside the max."""
+    incidents = [{"issue": "model-stuck", "start_s": 0.0, "end_s": float(s), "escalated": False}
+                 for s in (120, 150, 180, 200, 240, 260, 300, 330, 400, 900)]
+    incidents.append({"issue": "model-stuck", "start_s": 0.0, "end_s": None, "escalated": False})
+    row = weekly._by_issue(incidents)[0]
+    assert (row["count"], row["resolved"], row["open"]) == (11, 10, 1)
+    assert row["median_resolve_s"] == 250 and row["p90_resolve_s"] == 450 and row["max_resolve_s"] == 900

@@ -115,6 +115,17 @@ class Effects:
             g.endpoint, self.cfg.litellm.api_key, heal.reload_wait_s, heal.verify_timeout_s
         )
 
+    def prove(self, alias: str) -> dict[str, Any]:
+        """The spec's "verify with benchmark inference test before declaring resolved" (issue 20): a
+        real completion on the GPU's llama-server, for every fix (shedding, power limit, restarts)."""
+        from gpuheal.sources.llama_server import benchmark_inference
+
+        g = self.cfg.gpu(alias)
+        out = benchmark_inference(g.endpoint, self.cfg.litellm.api_key or None, n_predict=4,
+                                  deadline_s=self.cfg.heal.verify_timeout_s, warmup=False, props=False)
+        return {"ok": bool(out.ok), "completion_s": round(out.elapsed_s, 2) if out.ok else None,
+                "gen_tok_s": out.gen_tok_s, "error": out.error}
+
 
     def _model_health(self, alias: str) -> dict[str, Any]:
         """Rule 6's verify: LiteLLM's own health check of this GPU's deployment, when LiteLLM is

@@ -86,9 +86,9 @@ def run_item(
         if step.action in ("restart-llama-server-memcap", "restart-llama-server") and item.issue == "vram-leak":
             if _leak_stops_restart(ex, step, cfg, runner, values, timeout_s, secrets):
                 return ex
-        res = perform(step, values, runner, litellm, timeout_s, secrets, cfg)
-        ex.steps.append(res)
         spec = ACTIONS[step.action]
+        res = perform(step, values, runner, litellm, _step_timeout_s(cfg, spec, timeout_s), secrets, cfg)
+        ex.steps.append(res)
         if spec.evidence:
             ex.evidence.update(_parse_evidence(res.output, cfg, item.gpu))
             if not res.ok:
@@ -115,6 +115,14 @@ def run_item(
                 return ex
     ex.result = "pending"
     return ex
+
+
+def _step_timeout_s(cfg, spec, timeout_s: float) -> float:
+    """A restart of a hung llama-server waits out the unit's stop timeout before SIGKILL (issue 20):
+    ``systemctl restart`` is given ``heal.stop_timeout_s`` more than any other command."""
+    if not spec.restarts:
+        return timeout_s
+    return timeout_s + cfg.heal.stop_timeout_s
 
 
 def perform(

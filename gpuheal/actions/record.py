@@ -120,9 +120,11 @@ class Recorder:
             error = step.error or (ex.verification.get("error") if result == "failed" and ex.verification else None)
             self.doc(subject, step.action, step.note or why, result, step.command, step.target, error=error)
 
-    def verified(self, run_id: str, subject: Subject, attempt, attempts: int) -> None:
-        """An attempt whose issue cleared: audited, announced (a "resolved" alert), shown."""
-        primary, extra = primary_action(attempt.actions), {"attempt": attempt.n, "actions": list(attempt.actions)}
+    def verified(self, run_id: str, subject: Subject, attempt, attempts: int, mttr: dict | None = None) -> None:
+        """An attempt whose issue cleared: audited (with ``time_to_detect_s`` / ``time_to_resolve_s``,
+        issue 20), announced (a "resolved" alert), shown."""
+        primary = primary_action(attempt.actions)
+        extra = {"attempt": attempt.n, "actions": list(attempt.actions), **(mttr or {})}
         self.audit(run_id, subject, primary, "resolved", "verification", attempt.verification, extra=extra)
         summary = f"resolved after {'+'.join(attempt.actions)} (attempt {attempt.n})"
         remedy = REMEDIES.get(subject.issue)

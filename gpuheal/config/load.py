@@ -176,6 +176,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
             host=lite.get("host"),
             transport=lite.get("transport", "local"),
             admin_key_env=lite.get("admin_key_env") or "LITELLM_MASTER_KEY",
+            read_metrics=lite.get("read_metrics") is True,
         ),
         gpus=gpus,
         probe=section_record(ProbeConfig, merged["probe"]),

@@ -78,6 +78,7 @@ class LiteLLMConfig:
     host: str | None
     transport: str
     admin_key_env: str = "LITELLM_MASTER_KEY"  # built-in load shedding via /model/update
+    read_metrics: bool = False  # issue 20: LiteLLM's /metrics per poll as Rule 3's failure ratio
 
     def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
         return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"
@@ -130,6 +131,9 @@ class ProbeConfig:
 
     timeout_s: float
     max_workers: int
+    # issue 20: {enabled, every_polls, n_predict, timeout_s} — a 1-token completion when no decode
+    # progress was seen since the last poll (checked by the schema; read by sources/sense)
+    canary: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -193,6 +197,7 @@ class HealConfig:
     shed_rpm_ratio: float
     restore_after_s: float
     redirect_rpm: int
+    stop_timeout_s: float = 90.0  # the llama-server unit's TimeoutStopSec (issue 20: a hung server ignores SIGTERM)
     gpu_monitor_restart_command: str | list[str] | None = None
     gpu_monitor_host: str | None = None
     ssh_user: str | None = None

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
-from gpuheal.signals import ALWAYS, Signal, Source, per_gpu, spec, unmet
+from gpuheal.signals import ALWAYS, Signal, Source, per_gpu, serves_task_loop, spec, unmet
 
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
 
@@ -52,7 +52,8 @@ def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dic
             continue
         gpus = sorted(a for a, s in obs.gpus.items()
                       if unmet(rule.NEEDS, per_gpu(mode.provides, serves_metrics=s.metrics != "disabled",
-                                                   reachable=True)))
+                                                   reachable=True,
+                                                   serves_task_loop=serves_task_loop(s.metrics, s.slots, s.canary))))
         if gpus:
             off.append({"rule": rule.ID, "gpus": gpus, "why": _gpu_why(rule, monitor_configured),
                         "fix": HOW_TO_ENABLE["metrics"]})
@@ -70,11 +71,17 @@ def _gpu_why(rule: Any, monitor_configured: bool) -> str:
 
 
 def _partial_metrics(off: list[dict[str, Any]], obs: Observation, monitor_configured: bool) -> None:
-    """With gpu-monitor, a GPU without ``/metrics`` still has Rule 3's failure ratio, but a decode
-    that hangs with no request failing yet is not seen: said once, as before issue 19."""
-    if not monitor_configured or any(o["rule"] == "model-stuck" for o in off):
+    """A GPU without ``/metrics`` that Rule 3 still judges — by gpu-monitor's failure ratio, or by its
+    task loop answering ``/slots`` (issue 20) — does not see a decode that hangs with requests in
+    flight and no request failing yet: said once, naming what it still has."""
+    if any(o["rule"] == "model-stuck" for o in off):
         return
     no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
-    if no_metrics:
-        off.append({"rule": "model-stuck", "gpus": no_metrics,
-                    "why": f"llama-server serves no /metrics{without_metrics(True)}", "fix": HOW_TO_ENABLE["metrics"]})
+    if not no_metrics:
+        return
+    has = [Signal.FAILURE_RATIO.value] if monitor_configured else []
+    if any(serves_task_loop(obs.gpus[a].metrics, obs.gpus[a].slots) for a in no_metrics):
+        has.append("its task loop answering /slots")
+    why = (f"llama-server serves no /metrics: a decode frozen with requests in flight is not seen; "
+           f"judged by {' and '.join(has)}" if has else f"llama-server serves no /metrics{without_metrics(False)}")
+    off.append({"rule": "model-stuck", "gpus": no_metrics, "why": why, "fix": HOW_TO_ENABLE["metrics"]})

@@ -161,6 +161,41 @@ def resolution(attempt: Attempt, now_s: float) -> dict[str, Any]:
     return {**(attempt.verification or {}), "resolved_after_s": round(now_s - started)}
 
 
+# the readings of a GPU that say a fix worked (the spec's resolved record: ``temp_c: 76``, the completion)
+PROOF_FIELDS = ("temp_c", "vram_used_mb", "util_pct", "power_w", "power_limit_w", "endpoint", "metrics", "slots",
+                "n_decode_total", "requests_processing", "failures_60s", "requests_60s")
+
+
+def mttr(state: HealState, attempt: Attempt, now_s: float) -> dict[str, float]:
+    """Time to detect and to resolve one occurrence (issue 20), in seconds from its onset
+    (``since``): detected = its first attempt (acted on as it fired), resolved = now. Empty when the
+    onset is not known."""
+    from gpuheal.clock import parse_iso
+
+    try:
+        since_s = parse_iso(attempt.since).timestamp() if attempt.since else None
+    except ValueError:
+        since_s = None
+    if since_s is None or now_s < since_s:
+        return {}
+    starts = [a.started_at for a in state.attempts.values()
+              if (a.gpu, a.issue, a.since) == (attempt.gpu, attempt.issue, attempt.since) and a.started_at is not None]
+    out = {"time_to_resolve_s": round(now_s - since_s, 1)}
+    if starts:
+        out["time_to_detect_s"] = round(max(0.0, min(starts) - since_s), 1)
+    return out
+
+
+def proof(reading: dict[str, Any] | None, verification: dict[str, Any] | None, at: str) -> dict[str, Any]:
+    """The reading that proved the fix: this poll's values of the GPU, and the real completion."""
+    out: dict[str, Any] = {"at": at}
+    if isinstance(reading, dict):
+        out.update({k: reading[k] for k in PROOF_FIELDS if reading.get(k) is not None})
+    if isinstance(verification, dict) and verification.get("completion_s") is not None:
+        out["completion_s"] = verification["completion_s"]
+    return out
+
+
 def open_for_s(attempt: Attempt, now_s: float) -> int:
     return round(now_s - (attempt.started_at if attempt.started_at is not None else now_s))
 

@@ -20,7 +20,7 @@ from gpuheal.core import timing
 from gpuheal.core.heal_state import num
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
-from gpuheal.signals import ALWAYS, Signal, per_gpu, spec
+from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop, spec
 
 
 class History(Protocol):
@@ -204,8 +204,12 @@ class FleetView:
         sample = obs.gpus.get(subject)
         if sample is None:  # the fleet, or a GPU missing from the poll
             return base | ALWAYS if subject not in self.gpus else frozenset(base & {Signal.SOURCE_HEALTH})
-        return per_gpu(base, serves_metrics=sample.metrics != "disabled" if sample.metrics else None,
-                       reachable=self.reachable(subject))
+        provided = per_gpu(base, serves_metrics=sample.metrics != "disabled" if sample.metrics else None,
+                           reachable=self.reachable(subject),
+                           serves_task_loop=serves_task_loop(sample.metrics, sample.slots, sample.canary))
+        if sample.litellm_requests_total is not None:  # LiteLLM's own counters (issue 20)
+            provided |= {Signal.FAILURE_RATIO}
+        return provided
 
     def _trend_from_source(self) -> bool:
         """The poll's source computed the trends itself (it keeps its own history: Prometheus); a

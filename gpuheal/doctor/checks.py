@@ -14,6 +14,8 @@ from gpuheal.doctor import FAIL, OK, SKIP, WARN, Check, Context, Probe, register
 from gpuheal.parse.values import printable
 
 CMD_TIMEOUT_S = 5.0
+RESTART_VERBS = {"restart", "try-restart", "reload-or-restart"}
+STOP_TIMEOUT_WARN_S = 30.0  # issue 20: past this a hung server's restart waits too long for SIGKILL
 SERVICE_VERBS = {"restart", "start", "stop", "reload", "try-restart", "reload-or-restart", "kill"}
 
 
@@ -375,6 +377,8 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
             problem.fix if problem else "",
         )
     ]
+    if problem is None:
+        rows += litellm_requests_checks(cfg, t)
     builtin = [g for g in cfg.gpus if g.litellm_model_id and not g.command("shed_load_command")]
     rows += [shedding_by_command(g) for g in cfg.gpus if g.command("shed_load_command")]
     rows += [
@@ -404,6 +408,31 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
     ratio = cfg.heal.shed_rpm_ratio
     for g in builtin:
         rows.append(shedding_check(g, deps, db, ratio))
+    return rows
+
+
+def litellm_requests_checks(cfg, t: float) -> list[Check]:
+    """Issue 20: which GPUs have LiteLLM's per-deployment failure counts (Rule 3 with no gpu-monitor),
+    and how to turn the ``prometheus`` callback on where they are missing."""
+    from gpuheal.model import DataFault
+    from gpuheal.parse.litellm_metrics import HOW_TO_ENABLE
+    from gpuheal.sources.litellm_metrics import fetch_requests
+
+    if not cfg.litellm.read_metrics:
+        if cfg.monitor is not None:
+            return []
+        return [Check("litellm", "request counts", WARN, "litellm.read_metrics is off: without gpu-monitor Rule 3 "
+                      "sees no request failures, only a hung llama-server", HOW_TO_ENABLE)]
+    got = fetch_requests(str(cfg.litellm.url), cfg.litellm.api_key or None, t)
+    if isinstance(got, DataFault):
+        return [Check("litellm", "request counts", FAIL, printable(got.detail, 160), HOW_TO_ENABLE)]
+    rows = []
+    for g in cfg.gpus:
+        found = got.for_gpu(g.alias, g.endpoint)
+        rows.append(Check(g.alias, "request counts", OK, f"LiteLLM deployment {found.model_id!r}: "
+                          f"{found.total:g} requests, {found.failures:g} failed") if found is not None else
+                    Check(g.alias, "request counts", WARN, "no LiteLLM deployment counted for it yet (model_info.id = "
+                          "the alias, or api_base = its endpoint)", "send it a request through LiteLLM"))
     return rows
 
 
@@ -651,7 +680,27 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
                         f"install the unit {unit}, or fix {key}",
                     )
                 ]
-            return rows + [Check(alias, key, OK, f"{where}; unit {unit} exists")]
+            rows.append(Check(alias, key, OK, f"{where}; unit {unit} exists"))
+            if key == "restart_command" and args[0] in RESTART_VERBS:
+                rows.append(stop_timeout_check(transport, alias, unit))
+            return rows
     return rows + [Check(alias, key, OK, f"{where} found")]
 
 
+def stop_timeout_check(transport, alias: str, unit: str) -> Check:
+    """A hung llama-server ignores SIGTERM: ``systemctl restart`` then waits the unit's
+    ``TimeoutStopSec`` before SIGKILL (issue 20). Past 30 s the GPU stays down that much longer."""
+    from gpuheal.parse.systemd import timeout_stop_s
+
+    fix = f"systemctl edit {unit}: [Service] TimeoutStopSec=15 (README: install)"
+    out = transport.run(["systemctl", "show", "-p", "TimeoutStopUSec", "--", unit], CMD_TIMEOUT_S)
+    stop_s = timeout_stop_s(out.stdout) if out.ok else None
+    if stop_s is None:
+        said = out.stdout or out.stderr or out.describe() if out.ok else out.stderr or out.describe()
+        why = printable(said, 80 if out.ok else 160)
+        return Check(alias, "stop timeout", WARN, f"systemctl show -p TimeoutStopUSec {unit}: not known ({why})", fix)
+    shown = "infinity" if stop_s == float("inf") else f"{stop_s:g} s"
+    if stop_s > STOP_TIMEOUT_WARN_S:
+        return Check(alias, "stop timeout", WARN, f"{unit}: TimeoutStopSec {shown} (> {STOP_TIMEOUT_WARN_S:g} s): "
+                     "a hung llama-server ignores SIGTERM, so each restart waits this long before SIGKILL", fix)
+    return Check(alias, "stop timeout", OK, f"{unit}: TimeoutStopSec {shown}")

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from gpuheal.clock import format_epoch, format_iso
+from gpuheal.core.mttr import quantile
 from gpuheal.render.report import fmt_duration, fmt_time, md, to_datetime
 
 DAY_S = 86400.0
@@ -269,6 +270,8 @@ def _by_issue(incidents: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in sorted(by_issue.values(), key=lambda r: (-r["count"], r["issue"])):
         times = row.pop("_times")
         row["median_resolve_s"] = round(statistics.median(times)) if times else None
+        p90 = quantile(times, 0.9)  # issue 20: MTTR per rule, its tail beside the median
+        row["p90_resolve_s"] = round(p90) if p90 is not None else None
         row["max_resolve_s"] = round(max(times)) if times else None
         issue_rows.append(row)
     return issue_rows
@@ -468,12 +471,13 @@ def _incident_lines(inc: dict[str, Any], cap: int | None = None) -> list[str]:
     lines = [
         f"**Incidents** — {inc['total']} ({inc['resolved']} resolved, {inc['open']} open)",
         "",
-        "| issue | count | resolved | escalated | time to resolve (median / max) |",
+        "| issue | count | resolved | escalated | time to resolve (median / p90 / max) |",
         "|:--|--:|--:|--:|--:|",
     ]
     for row in inc["by_issue"][:cap]:
         ttr = (
-            f"{fmt_duration(row['median_resolve_s'])} / {fmt_duration(row['max_resolve_s'])}"
+            f"{fmt_duration(row['median_resolve_s'])} / {fmt_duration(row.get('p90_resolve_s'))} / "
+            f"{fmt_duration(row['max_resolve_s'])}"
             if row["median_resolve_s"] is not None
             else "–"
         )

@@ -16,6 +16,13 @@ poll on, so the same hold — 2 polls and more than ``grace_s`` since the run be
 ok all along: this is the hung decode only the server's own counters show. A counter that went down
 is a restart, never a stall. Recovers once a poll sees a decode, or nothing in flight.
 
+**A hung task loop** (issue 20, :mod:`gpuheal.core.taskloop`): ``/health`` ok while ``/metrics``,
+``/slots`` (and the canary completion, when configured) do not answer within the probe deadline is a
+stalled poll — the failure of llama.cpp#27388, where ``/metrics`` itself hangs so no counter exists.
+Same hold: the finding starts at the first stalled poll and fires at the 3rd. ``detected`` lists the
+endpoints that answered and those that did not. A busy server answers ``/metrics`` between decode
+steps, so it never stalls. Recovers once a task-loop endpoint answers.
+
 Deferred requests growing poll over poll while no request finishes are reported in ``detected``.
 Needs the llama-server to answer its probe: a server that does not is Rule 6's. The rule reads
 gpu-monitor only when it was usable this poll, so it works without gpu-monitor.
@@ -25,16 +32,20 @@ from __future__ import annotations
 
 from gpuheal.core.decode import decode_state
 from gpuheal.core.engine import Finding
+from gpuheal.core.litellm_rate import litellm_window
+from gpuheal.core.taskloop import taskloop_state
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
 ID = "model-stuck"
 SCOPE = "gpu"
 SEVERITY = "critical"
-NEEDS: tuple[Need, ...] = needs(Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS))
+NEEDS: tuple[Need, ...] = needs(Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS, Signal.TASK_LOOP))
 
 SOURCE_MONITOR = "gpu-monitor"
 SOURCE_METRICS = "llama-server /metrics"
+SOURCE_TASKLOOP = "llama-server task loop"
+SOURCE_LITELLM = "LiteLLM /metrics"
 
 
 def hold(p):
@@ -46,6 +57,24 @@ def _counts(view, alias):
     if sample is None or sample.requests_60s is None or sample.failures_60s is None:
         return None
     return sample.requests_60s, sample.failures_60s, sample.consecutive_timeouts
+
+
+def _from_litellm(view, alias, p):
+    """What users saw through LiteLLM since the previous poll (its ``prometheus`` callback, issue 20):
+    the spec's "> 50 % failures over 60 s" without gpu-monitor."""
+    window = litellm_window(view.memory, alias, view.now_s)
+    if window is None or window[0] < p["min_requests"]:
+        return None
+    requests, failed = window
+    ratio = failed / requests
+    if ratio <= p["failure_ratio"]:
+        return False
+    return Finding(
+        {"source": SOURCE_LITELLM, "failure_pct": num(100 * ratio), "threshold_pct": num(100 * p["failure_ratio"]),
+         "requests": num(requests), "failures": num(failed), "endpoint": view.endpoint(alias)},
+        f"{alias}: LiteLLM saw {show(failed, 0)} of {show(requests, 0)} requests fail since the last poll "
+        f"({show(100 * ratio, 0)} % > {show(100 * p['failure_ratio'], 0)} %)",
+    )
 
 
 def _from_monitor(view, alias, p):
@@ -102,15 +131,38 @@ def _from_metrics(view, alias):
     )
 
 
+def _from_taskloop(view, alias):
+    state = taskloop_state(view.memory, alias, view.now_s)
+    if state is None:
+        return None
+    polls = int(state.get("polls") or 0)
+    if polls < 2:
+        return False
+    first_s = state.get("first_s")
+    first_s = first_s if isinstance(first_s, int | float) else None
+    silent, answered = list(state.get("silent") or []), list(state.get("answered") or [])
+    detected = {"source": SOURCE_TASKLOOP, "answered": answered, "not_answered": silent,
+                "polls_stalled": polls, "endpoint": view.endpoint(alias)}
+    stalled_s = None if first_s is None else view.now_s - first_s
+    return Finding(
+        detected,
+        f"{alias}: /health says ok but {', '.join(silent)} did not answer for {polls} polls "
+        f"({show(stalled_s, 0)} s): the task loop is hung",
+        started_at=first_s,
+    )
+
+
 def detect(view, alias, p):
-    found = [f for f in (_from_metrics(view, alias), _from_monitor(view, alias, p)) if f is not None]
+    found = [f for f in (_from_metrics(view, alias), _from_taskloop(view, alias), _from_monitor(view, alias, p),
+                         _from_litellm(view, alias, p)) if f is not None]
     hits = [f for f in found if isinstance(f, Finding)]
     if hits:
         if len(hits) == 1:
             return hits[0]
-        both = hits[0]
-        return Finding({**hits[1].detected, **both.detected, "source": f"{SOURCE_METRICS} + {SOURCE_MONITOR}"},
-                       both.summary, both.started_at)
+        first = hits[0]
+        merged = {k: v for hit in reversed(hits) for k, v in hit.detected.items()}
+        source = " + ".join(str(hit.detected["source"]) for hit in hits)
+        return Finding({**merged, "source": source}, first.summary, first.started_at)
     return False if found else None
 
 
@@ -129,4 +181,13 @@ def recovered(view, alias, p, record):
         state = decode_state(view.memory, alias, view.now_s)
         if state is not None:
             judged.append(int(state.get("polls", 0)) < 2)
+    if SOURCE_LITELLM in source:
+        window = litellm_window(view.memory, alias, view.now_s)
+        if window is not None:
+            requests, failed = window
+            judged.append(failed == 0 or (requests > 0 and failed / requests <= p["clear_failure_ratio"]))
+    if SOURCE_TASKLOOP in source:
+        loop = taskloop_state(view.memory, alias, view.now_s)
+        if loop is not None:
+            judged.append(int(loop.get("polls") or 0) < 2)
     return all(judged) if judged else None

@@ -32,7 +32,11 @@ RESERVED_ALIASES = {"fleet", "monitor", "litellm", "control"}
 
 # decode-hang: /health ok, the decode loop wedged with a request in its slot; gpu-monitor sees no
 # failure yet (its clients are still waiting), only llama-server's own /metrics shows it (issue 12)
-GPU_FAULTS = ("none", "dead", "hang", "loading", "failing", "slow", "stuck", "wrong-key", "decode-hang")
+# taskloop-hang: the task loop (main thread) stopped, HTTP threads running: /health and /props answer,
+# /metrics, /slots and completions do not — as a real b11312 server with its main thread ptrace-stopped
+# (issue 20; tests/realserver/test_hung_task_loop_real.py compares the two)
+GPU_FAULTS = ("none", "dead", "hang", "loading", "failing", "slow", "stuck", "wrong-key", "decode-hang",
+              "taskloop-hang")
 MONITOR_MODES = ("ok", "down", "hang", "oversized", "garbage", "invalid", "dribble", "http-500")
 LITELLM_MODES = ("ok", "down", "hang", "http-503")
 

@@ -313,7 +313,7 @@ class LlamaHandler(_Base):
                 )
             return self.send(200, llama.dumps(doc))
         if get and path == "/slots":
-            if fault in ("stuck", "decode-hang"):  # served by the (wedged) inference loop: hangs too
+            if fault in ("stuck", "decode-hang", "taskloop-hang"):  # served by the (wedged) task loop: hangs too
                 return self.hang(changed)
             with world.lock:
                 busy = min(g.inflight, g.spec.parallel)
@@ -323,6 +323,8 @@ class LlamaHandler(_Base):
                 return self.send(503, llama.NO_SLOT_BODY, close=True)
             return self.send(200, llama.dumps(doc))
         if get and path == "/metrics":
+            if fault == "taskloop-hang" and g.metrics:  # 501 comes from the HTTP thread; the rest from the loop
+                return self.hang(changed)
             return self._metrics(g, wedged=fault == "decode-hang")
         if self.command == "POST" and (path in _COMPLETION or path in _CHAT):
             return self._complete(g, body, chat=path in _CHAT, changed=changed, fault=fault)
@@ -380,7 +382,7 @@ class LlamaHandler(_Base):
                 ),
                 close=True,
             )
-        if fault == "stuck":  # /health says ok, inference never returns (the lying /health)
+        if fault in ("stuck", "taskloop-hang"):  # /health says ok, inference never returns (the lying /health)
             return self.hang(changed)
         if fault == "decode-hang":  # queued behind the wedged slot: never decoded, never answered
             with self.world.lock:

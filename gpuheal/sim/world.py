@@ -235,7 +235,7 @@ class GpuState:
             return "hang"
         if self.is_loading():
             return "loading"
-        if self.fault in ("stuck", "failing", "slow", "wrong-key", "decode-hang"):
+        if self.fault in ("stuck", "failing", "slow", "wrong-key", "decode-hang", "taskloop-hang"):
             return self.fault
         return "ok"
 

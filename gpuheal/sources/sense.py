@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -139,6 +139,8 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
     gpus: dict[str, GpuSample] = {}
     for gpu in cfg.gpus:
         gpus[gpu.alias] = _sample(gpu, polled, shared[gpu.host] > 1, faults)
+    if isinstance(polled.litellm_requests, DataFault):  # LiteLLM's /metrics/ (issue 20): not known this poll
+        faults.append(polled.litellm_requests)
     if polled.litellm_fault is not None:
         faults.append(polled.litellm_fault)
     configured = {g.host for g in cfg.gpus}
@@ -164,6 +166,7 @@ class _Polled:
     poll: Any  # gpu_source.SourcePoll
     litellm_fault: DataFault | None
     servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
+    litellm_requests: Any = None  # LiteLLMRequests | None (litellm.read_metrics, issue 20)
 
 
 def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
@@ -176,6 +179,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
         source_f = pool.submit(source.read, now, deadline, transports, memory)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
+        requests_f = pool.submit(_litellm_requests, cfg) if cfg.litellm.url and cfg.litellm.read_metrics else None
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
             ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
@@ -183,7 +187,45 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         ) if source.probes_endpoints else {}
         poll = source_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
-    return _Polled(poll, litellm_fault, servers)
+        counted = requests_f.result() if requests_f else None
+    servers = _with_canaries(cfg, now, servers)
+    return _Polled(poll, litellm_fault, servers, counted)
+
+
+def _with_canaries(cfg: Config, now: datetime, servers: dict[str, tuple]) -> dict[str, tuple]:
+    """``probe.canary`` (issue 20): a real 1-token completion to each server whose task loop this poll
+    says nothing about, all at once, each under the canary's own deadline."""
+    canary = cfg.probe.canary or {}
+    if not canary.get("enabled") or not servers:
+        return servers
+    from gpuheal.core.taskloop import canary_due
+
+    def sample(alias: str) -> GpuSample:
+        (state, *_rest), telemetry = servers[alias]
+        return GpuSample(endpoint=state, **telemetry.values(state))
+
+    every = int(canary["every_polls"])
+    due = [g for g in cfg.gpus if g.alias in servers and canary_due(sample(g.alias), now.timestamp(), every)]
+    if not due:
+        return servers
+    with ThreadPoolExecutor(max_workers=min(len(due), cfg.probe.max_workers)) as pool:
+        answers = pool.map(lambda g: _canary(cfg, g.endpoint, canary), due)
+        states = {g.alias: state for g, state in zip(due, answers, strict=True)}
+    return {a: (h, replace(t, canary=states[a]) if a in states else t) for a, (h, t) in servers.items()}
+
+
+def _canary(cfg: Config, endpoint: str, canary: dict) -> str:
+    from gpuheal.sources.llama_server import benchmark_inference
+
+    out = benchmark_inference(endpoint, cfg.litellm.api_key or None, n_predict=int(canary["n_predict"]),
+                              deadline_s=float(canary["timeout_s"]), warmup=False, props=False)
+    return "ok" if out.ok else (out.error or "invalid")
+
+
+def _litellm_requests(cfg: Config):
+    from gpuheal.sources.litellm_metrics import fetch_requests
+
+    return fetch_requests(cfg.litellm.url, cfg.litellm.api_key or None, cfg.litellm.timeout_s)
 
 
 def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault]) -> GpuSample:
@@ -208,6 +250,10 @@ def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault
     if server is not None:
         values.update(server.values(state))
         faults.extend(server.faults(gpu.alias, state))
+    if polled.litellm_requests is not None and not isinstance(polled.litellm_requests, DataFault):
+        counts = polled.litellm_requests.for_gpu(gpu.alias, gpu.endpoint)
+        if counts is not None:
+            values.update(litellm_requests_total=counts.total, litellm_failures_total=counts.failures)
     return GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
 
 
@@ -275,6 +321,7 @@ class ServerTelemetry:
     metrics: lt.Answer
     slots: lt.Answer
     props: lt.Answer
+    canary: str | None = None  # probe.canary's completion (issue 20), when one ran
 
     def values(self, endpoint_state: str) -> dict:
         """The :class:`GpuSample` fields; nothing is known from a server whose /health failed."""
@@ -282,7 +329,7 @@ class ServerTelemetry:
             return {}
         m, sl = self.metrics.metrics, self.slots.slots
         out: dict = {"metrics": self.metrics.state, "slots": self.slots.state,
-                     "is_sleeping": self.props.is_sleeping}
+                     "is_sleeping": self.props.is_sleeping, "canary": self.canary}
         if m is not None:
             out.update(n_decode_total=m.n_decode_total, tokens_predicted_total=m.tokens_predicted_total,
                        requests_processing=m.requests_processing, requests_deferred=m.requests_deferred)

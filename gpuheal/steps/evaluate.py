@@ -34,6 +34,8 @@ from gpuheal.core import engine, timing
 from gpuheal.core.decode import remember_decode
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import normalise_state
+from gpuheal.core.litellm_rate import remember_litellm
+from gpuheal.core.taskloop import remember_taskloop
 from gpuheal.core.view import FleetView, Restarts, remember, vram_trend
 from gpuheal.model import Observation
 from gpuheal.rules import ALL, BENCH_RULES
@@ -71,6 +73,8 @@ def evaluate_poll(
         keep_s = float(cfg.rules["workload-misrouted"]["window_s"])
         remember(book.memory, obs, cfg.aliases, weighted, keep_s)
         remember_decode(book.memory, obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
+        remember_taskloop(book.memory, obs, cfg.aliases)  # Rule 3 from a hung task loop (issue 20)
+        remember_litellm(book.memory, obs, cfg.aliases)  # Rule 3 from LiteLLM's own counters (issue 20)
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     return engine.evaluate(ALL, view, book, only=only), view
 

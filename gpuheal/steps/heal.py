@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
+from gpuheal.clock import format_iso
 from gpuheal.core import alerts, timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
 from gpuheal.core.catalog import REMEDIES, THERMAL, primary_action
@@ -67,7 +68,7 @@ class Heal:
         self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
         try:
             if self.apply:  # 1. judge earlier attempts from this run's data
-                self._judge_attempts(still_open, set(hidden))
+                self._judge_attempts(still_open, set(hidden), health.get("gpus") or {})
                 self._settle_escalations(set(still_open))
             for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter, tol=self.tol):
                 acted |= self._handle(item)  # 2-3. plan, then show (dry-run) or act
@@ -101,17 +102,26 @@ class Heal:
             raise
 
     # ------------------------------------------------------------------ 1. judge earlier attempts
-    def _judge_attempts(self, still_open: dict, hidden: set) -> None:
+    def _judge_attempts(self, still_open: dict, hidden: set, readings: dict) -> None:
         for attempt in list(self.state.attempts.values()):
             issue = still_open.get((attempt.gpu, attempt.issue))
             event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, self.now_s, self.tol)
             if event is None:
                 continue
             found = verify.resolution(attempt, self.now_s) if event == verify.ISSUE_CLEARED else None
+            if found is not None and attempt.gpu in self.cfg.aliases:
+                completion = self.effects.prove(attempt.gpu)  # resolved only after a real completion
+                if not completion.get("ok"):
+                    continue  # still pending: judged again next poll, until its window passes
+                found = {**found, "completion_s": completion["completion_s"], "proof_tok_s": completion["gen_tok_s"]}
             attempt = verify.transition(attempt, event, self.now_s, found)
             subject = Subject(attempt.gpu, attempt.issue, attempt.since, (issue or {}).get("detected") or {})
             if event == verify.ISSUE_CLEARED:
-                self.rec.verified(attempt.run_id or self._run_id(), subject, attempt, self._attempts(subject))
+                # the resolved record carries the reading that proved the fix and the MTTR (issue 20)
+                proved = verify.proof(readings.get(attempt.gpu), found, format_iso(self.now))
+                subject = Subject(attempt.gpu, attempt.issue, attempt.since, proved)
+                timing_s = verify.mttr(self.state, attempt, self.now_s)
+                self.rec.verified(attempt.run_id or self._run_id(), subject, attempt, self._attempts(subject), timing_s)
             elif event in FAILED_VERIFICATION:  # (superseded: the new occurrence gets attempts of its own)
                 why = {"still_open_after_s": verify.open_for_s(attempt, self.now_s), "detected": issue.get("detected")}
                 text = FAILED_VERIFICATION[event]

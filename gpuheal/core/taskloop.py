@@ -1,0 +1,100 @@
+"""Is each llama-server's task loop answering, poll over poll? Pure (issue 20; contract "Rule timing",
+Rule 3 from a hung task loop).
+
+llama-server answers ``/health`` and ``/props`` on its HTTP threads, but ``/metrics``, ``/slots`` and
+every completion go through its task loop (the main thread). A deadlocked decode or a stuck CUDA
+kernel (llama.cpp#27388) leaves ``/health`` saying ok while those hang: measured on b11312 with the
+main thread stopped by ptrace, ``/health`` 200 in 10 ms, ``/metrics`` and ``/slots`` no answer.
+With no ``/metrics`` answer there is no ``n_decode_total`` either, so :mod:`gpuheal.core.decode`
+cannot see it.
+
+A **stalled poll**: ``/health`` ok, at least one task-loop endpoint asked and not answered within
+the probe deadline (``timeout``), and none answered. A busy server is not a hung one: it answers
+``/metrics`` between decode steps (measured: every slot busy, requests deferred, ``/metrics`` in
+milliseconds), so one answer ends the run. A poll that says neither (``/health`` failing is Rule 6's;
+``/metrics`` disabled and nothing else asked; a 401) neither advances nor resets it — as for
+``n_decode_total``, ``model-stuck`` fires at the rule's hold, the 3rd consecutive stalled poll.
+
+The run lives in the issue book's memory (``memory["taskloop"][ALIAS]``), so cron's one-shot runs and
+``replay`` see the same sequence::
+
+    {"polls": consecutive stalled polls (1 = the first), "first_s": that first poll,
+     "at_s": the poll this entry is of, "answered": [paths], "silent": [paths]}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuheal.model import Observation
+
+HEALTH_OK = "ok"
+ANSWERED = frozenset({"ok", "idle"})  # /slots "idle": not asked because /metrics answered "nothing in flight"
+SILENT = "timeout"
+# the GpuSample field of each task-loop endpoint, and the path people know it by
+ENDPOINTS = (("metrics", "/metrics"), ("slots", "/slots"), ("canary", "/completion"))
+
+
+def classify(sample: Any) -> tuple[bool | None, list[str], list[str]]:
+    """(stalled?, answered paths, silent paths) of one GPU's poll; ``None``: this poll cannot say."""
+    if getattr(sample, "endpoint", None) != HEALTH_OK:
+        return None, [], []
+    answered, silent = ["/health"], []
+    for field, path in ENDPOINTS:
+        state = getattr(sample, field, None)
+        if not isinstance(state, str):
+            continue
+        if state in ANSWERED:
+            answered.append(path)
+        elif state == SILENT:
+            silent.append(path)
+    if len(answered) > 1:
+        return False, answered, silent
+    if silent:
+        return True, answered, silent
+    return None, answered, silent
+
+
+def canary_due(sample: Any, now_s: float, every_polls: int) -> bool:
+    """Whether this poll's canary completion runs for a GPU (``probe.canary``): ``/health`` ok and
+    awake, and no decode progress can be seen otherwise — neither ``/metrics`` nor ``/slots``
+    answered or went silent this poll (a server started without ``--metrics``/``--slots``). A server
+    whose task loop answered ``/metrics`` is never loaded further; one whose endpoints are already
+    silent needs no more proof. At most once per ``every_polls`` poll minutes."""
+    if getattr(sample, "endpoint", None) != HEALTH_OK or getattr(sample, "is_sleeping", None) is True:
+        return False
+    states = {getattr(sample, "metrics", None), getattr(sample, "slots", None)}
+    if states & (ANSWERED | {SILENT}):
+        return False
+    return int(now_s // 60) % max(1, int(every_polls)) == 0
+
+
+def remember_taskloop(memory: dict[str, Any], obs: Observation, aliases: tuple[str, ...]) -> None:
+    """Fold this poll into ``memory["taskloop"]``. Mutates ``memory`` only."""
+    book = memory.setdefault("taskloop", {})
+    for alias in [a for a in book if a not in aliases]:
+        del book[alias]
+    now_s = obs.at.timestamp()
+    for alias in aliases:
+        stalled, answered, silent = classify(obs.gpus.get(alias))
+        if stalled is None:
+            continue
+        prev = book.get(alias)
+        if not isinstance(prev, dict) or not isinstance(prev.get("at_s"), int | float):
+            prev = None
+        if prev is not None and now_s <= float(prev["at_s"]):
+            continue  # the same poll again, or a clock step back: never counted twice
+        polls = int(prev.get("polls") or 0) if prev is not None else 0
+        if not stalled:
+            book[alias] = {"polls": 0, "first_s": None, "at_s": now_s, "answered": answered, "silent": silent}
+            continue
+        first_s = prev.get("first_s") if prev is not None and polls > 0 else now_s
+        book[alias] = {"polls": polls + 1, "first_s": first_s, "at_s": now_s, "answered": answered, "silent": silent}
+
+
+def taskloop_state(memory: dict[str, Any], alias: str, now_s: float) -> dict[str, Any] | None:
+    """This poll's entry for ``alias``; ``None`` when this poll could not say."""
+    entry = memory.get("taskloop", {}).get(alias)
+    if not isinstance(entry, dict) or entry.get("at_s") != now_s:
+        return None
+    return entry
