@@ -443,10 +443,15 @@ def execute(args: argparse.Namespace, run_dir: Path) -> dict:
 
 
 def gpuheal_version() -> str:
-    out = subprocess.run([sys.executable, "-m", "gpuheal", "--version"], capture_output=True, text=True)
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "gpuheal"], capture_output=True, text=True)
-    return f"{out.stdout.strip()} at {rev.stdout.strip() or '?'}{' (gpuheal/ modified)' if dirty.stdout else ''}"
+    """Which gpuheal ran: its version, where it was imported from, and that tree's commit."""
+    probe = "import gpuheal, os; print(gpuheal.__version__, os.path.dirname(os.path.dirname(gpuheal.__file__)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.split()
+    if len(out) != 2:
+        return "gpuheal not importable"
+    version, tree = out
+    rev = subprocess.run(["git", "-C", tree, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", tree, "status", "--porcelain", "gpuheal"], capture_output=True, text=True)
+    return f"{version} from {tree} at {rev.stdout.strip() or '?'}{' (gpuheal/ modified)' if dirty.stdout else ''}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -58,6 +58,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self._closed = threading.Event()
+        self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle of services
     def add(self, service: Service) -> Service:
@@ -106,6 +107,8 @@ class Supervisor:
         """``systemctl restart NAME``; returns the record kept in ``service.restarts``."""
         service = self.services[name]
         with self._lock:
+            if self._stopping:
+                raise RuntimeError("the drill is shutting down")
             t0 = time.time()
             old_pid = service.proc.pid if service.proc else None
             how = self._stop(service, self.stop_timeout_s)
@@ -116,7 +119,10 @@ class Supervisor:
             return rec
 
     def stop_all(self) -> None:
-        """Stop every service (SIGTERM, 5 s, SIGKILL) and reap it; idempotent."""
+        """Stop every service (SIGTERM, 5 s, SIGKILL) and reap it; idempotent. A restart in flight
+        finishes first (the lock); none starts after."""
+        with self._lock:
+            self._stopping = True
         for service in self.services.values():
             try:
                 self._stop(service, 5.0)
