@@ -206,7 +206,7 @@ class Gpuheal:
                 *args, "--json"]
         started = time.time()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
-                                start_new_session=True)
+                                cwd=self.state_dir.parent, start_new_session=True)  # no ./gpuheal to shadow it
         self.running.append(proc)
         try:
             out, err = proc.communicate(timeout=600)
@@ -436,16 +436,16 @@ def execute(args: argparse.Namespace, run_dir: Path) -> dict:
             "cadence_s": args.cadence_s, "fault_cycle": args.fault_cycle, "stop_timeout_s": args.stop_timeout_s,
             "slow_load_s": args.slow_load_s, "probe_every_s": args.probe_every_s,
             "probe_timeout_s": args.probe_timeout_s, "seed": args.seed,
-            "gpuheal": gpuheal_version(), "duration_s": run.end, "servers": summarize(run, sup, audit),
+            "gpuheal": gpuheal_version(run_dir), "duration_s": run.end, "servers": summarize(run, sup, audit),
             "busy_generations_done": run.busy_done, "zulip_messages": len(zulip.messages),
             "cycle_log": sorted(run.cycles, key=lambda c: c["cycle"]),
             "audit": audit}
 
 
-def gpuheal_version() -> str:
-    """Which gpuheal ran: its version, where it was imported from, and that tree's commit."""
+def gpuheal_version(cwd: Path) -> str:
+    """Which gpuheal ran (imported from ``cwd``, as the cycles run it): version, tree, commit."""
     probe = "import gpuheal, os; print(gpuheal.__version__, os.path.dirname(os.path.dirname(gpuheal.__file__)))"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=cwd).stdout.split()
     if len(out) != 2:
         return "gpuheal not importable"
     version, tree = out
