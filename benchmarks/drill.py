@@ -236,10 +236,26 @@ def heal_issues(stdout: str) -> list[dict] | None:
             if isinstance(i, dict)]
 
 
+SEEN = ("endpoint", "metrics", "slots", "requests_processing", "requests_deferred", "n_decode_total",
+        "polls_without_decode")
+
+
+def heal_view(stdout: str) -> dict[str, dict] | None:
+    """What one `heal --json` poll read of each server: /health, /metrics, /slots and the decode counters."""
+    try:
+        gpus = json.loads(stdout).get("gpus")
+    except (ValueError, AttributeError):
+        return None
+    if not isinstance(gpus, dict):
+        return None
+    return {alias: {k: row.get(k) for k in SEEN} for alias, row in gpus.items() if isinstance(row, dict)}
+
+
 def cycle(run: Run, k: int, gh: Gpuheal) -> None:
     rec: dict = {"cycle": k, "start": run.rel()}
     heal = gh.step("heal", *(["--apply"] if gh.apply else []))
     rec["issues"] = heal_issues(heal["stdout"])
+    rec["seen"] = heal_view(heal["stdout"])
     if rec["issues"] is not None:
         heal["stdout"] = heal["stdout"][-1500:]
     rec["heal"] = heal
@@ -267,7 +283,7 @@ def schedule(args: argparse.Namespace) -> list[tuple[float, str, object]]:
     rng = random.Random(args.seed)
     events: list[tuple[float, str, object]] = [(k * args.cadence_s + rng.uniform(0.3, 1.7), "cycle", k)
                                                for k in range(args.cycles)]
-    at = (args.fault_cycle - 0.5) * args.cadence_s
+    at = (args.fault_cycle - 0.5) * args.cadence_s + args.fault_offset_s
     events += [(at, "fault", n) for n in ("hang", "frozen", "kill")]
     events.append((at + args.slow_load_after * args.cadence_s, "fault", "slow-load"))
     return sorted(events, key=lambda e: e[0])
@@ -356,6 +372,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--cadence-s", type=float, default=60.0)
     ap.add_argument("--fault-cycle", type=int, default=2, help="hang/frozen/kill injected half a cadence before")
+    ap.add_argument("--fault-offset-s", type=float, default=2.5,
+                    help="after the half cadence: between two probes, so no client request is in flight")
     ap.add_argument("--slow-load-after", type=float, default=3.0, help="cycles after the others (fleet guard)")
     ap.add_argument("--slow-load-s", type=float, default=40.0)
     ap.add_argument("--stop-timeout-s", type=float, default=15.0, help="the supervisor's TimeoutStopSec")

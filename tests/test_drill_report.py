@@ -17,7 +17,8 @@ from drill_supervisor import Service, Supervisor  # noqa: E402
 
 
 def args(**kw) -> argparse.Namespace:
-    base = {"cycles": 10, "cadence_s": 60.0, "fault_cycle": 2, "slow_load_after": 3.0, "seed": 1}
+    base = {"cycles": 10, "cadence_s": 60.0, "fault_cycle": 2, "fault_offset_s": 2.5, "slow_load_after": 3.0,
+            "seed": 1}
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -28,7 +29,7 @@ def test_cycles_start_with_cron_jitter_and_faults_fall_between_polls():
     assert all(0.3 <= at - k * 60 <= 1.7 for at, k in starts)
     assert len({round(at - k * 60, 3) for at, k in starts}) > 1  # not one fixed offset
     faults = {what: at for at, kind, what in events if kind == "fault"}
-    assert faults == {"hang": 90.0, "frozen": 90.0, "kill": 90.0, "slow-load": 270.0}
+    assert faults == {"hang": 92.5, "frozen": 92.5, "kill": 92.5, "slow-load": 272.5}  # between 5 s probes
 
 
 def test_heal_issues_reads_the_poll_and_tolerates_garbage():
