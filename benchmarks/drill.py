@@ -457,6 +457,7 @@ def execute(args: argparse.Namespace, run_dir: Path) -> dict:
             "gpuheal": gpuheal_version(run_dir), "duration_s": run.end, "servers": summarize(run, sup, audit),
             "busy_generations_done": run.busy_done, "zulip_messages": len(zulip.messages),
             "cycle_log": sorted(run.cycles, key=lambda c: c["cycle"]),
+            "probes": sorted(run.probes, key=lambda p: (p["server"], p["sent"])),
             "audit": audit}
 
 
