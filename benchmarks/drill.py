@@ -476,6 +476,7 @@ def gpuheal_version(cwd: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C even where SIGINT came in ignored (`cmd &`)
     run_dir = Path(tempfile.mkdtemp(prefix="gpuheal-drill-"))
     try:
         result = execute(args, run_dir)
