@@ -20,7 +20,7 @@ from gpuheal.core import timing
 from gpuheal.core.heal_state import num
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
-from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop, spec
+from gpuheal.signals import ALWAYS, Signal, Source, per_gpu, serves_task_loop, spec
 
 
 class History(Protocol):
@@ -210,6 +210,15 @@ class FleetView:
         if sample.litellm_requests_total is not None:  # LiteLLM's own counters (issue 20)
             provided |= {Signal.FAILURE_RATIO}
         return provided
+
+    def gap(self, subject: str) -> frozenset[Signal]:
+        """What the configured source declares but this poll did not deliver (gpu-monitor down, its
+        Rule 7.3 fallback answering): a rule with alternatives reads a finding of such a signal as
+        "not known" this poll, never as quiet (issue 19: the hold neither advances nor resets)."""
+        if self.obs is None:
+            return frozenset()
+        home = "monitor" if self.obs.source == Source.FALLBACK else self.obs.source
+        return spec(home).provides - self.provided(subject)
 
     def _trend_from_source(self) -> bool:
         """The poll's source computed the trends itself (it keeps its own history: Prometheus); a
