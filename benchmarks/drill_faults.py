@@ -13,94 +13,24 @@ death to it anyway; ending first keeps no traced zombie behind whatever the orde
 ``python benchmarks/drill_faults.py delayed-exec SECONDS -- ARGV...`` sleeps, then execs ARGV: the
 supervisor starts a restarted "slow-load" server through it, so its port stays closed that long.
 
-(tests/taskloop.py on the wave3-hung branch holds a similar freezer for the real-server tier; the
-two are to be unified.)
+The ptrace freezer itself is tests/taskloop.py's (the real-server tier uses the same one).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
 import signal
 import sys
-import threading
 import time
+from pathlib import Path
 
-PTRACE_DETACH = 17
-PTRACE_SEIZE = 0x4206
-PTRACE_INTERRUPT = 0x4207
-WALL = 0x40000000  # __WALL: wait for a thread that is not our child
-
-
-class PtraceDenied(RuntimeError):
-    """ptrace is not permitted here (Yama ptrace_scope, no CAP_SYS_PTRACE, seccomp)."""
-
-
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-    libc.ptrace.restype = ctypes.c_long
-    return libc
-
-
-class Freeze:
-    """One tracer thread holding thread ``tid`` stopped until :meth:`end` (idempotent)."""
-
-    def __init__(self, tid: int) -> None:
-        self.tid = tid
-        self._libc = _libc()
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._trace, name=f"drill-ptrace-{tid}", daemon=True)
-
-    def start(self, timeout_s: float = 10.0) -> Freeze:
-        self._thread.start()
-        if not self._ready.wait(timeout_s):
-            self._error = RuntimeError(f"ptrace of {self.tid}: no interrupt stop within {timeout_s} s")
-        if self._error is not None:
-            self.end()
-            raise self._error
-        return self
-
-    @property
-    def active(self) -> bool:
-        return self._thread.is_alive()
-
-    def end(self) -> None:
-        """Detach (from any thread). After it the process may be reaped."""
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(10)
-
-    def _call(self, request: int) -> int:
-        ctypes.set_errno(0)
-        result = self._libc.ptrace(request, self.tid, None, None)
-        return 0 if result == 0 else ctypes.get_errno()
-
-    def _trace(self) -> None:
-        err = self._call(PTRACE_SEIZE)
-        if err:
-            self._error = PtraceDenied(f"PTRACE_SEIZE of {self.tid}: {os.strerror(err)}")
-            self._ready.set()
-            return
-        err = self._call(PTRACE_INTERRUPT)
-        if err:
-            self._error = RuntimeError(f"PTRACE_INTERRUPT of {self.tid}: {os.strerror(err)}")
-        else:
-            try:  # the interrupt stop: from here on the thread is halted
-                os.waitpid(self.tid, WALL)
-            except ChildProcessError as exc:
-                self._error = RuntimeError(f"waiting for the ptrace stop of {self.tid}: {exc}")
-        self._ready.set()
-        if self._error is None:
-            self._stop.wait()
-        self._call(PTRACE_DETACH)  # ESRCH when it was killed meanwhile: nothing left to release
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from taskloop import Freeze, PtraceDenied  # noqa: E402,F401  (PtraceDenied: for the drill's callers)
 
 
 def freeze_task_loop(pid: int) -> Freeze:
-    """Stop the main thread of ``pid`` (llama-server's task loop); its HTTP threads keep running."""
+    """Stop the main thread of ``pid`` (llama-server's task loop) until ``.end()``; its HTTP threads
+    keep running. The freezer is the real-server tier's (tests/taskloop.py): one copy."""
     return Freeze(pid).start()
 
 

@@ -29,14 +29,14 @@ from contextlib import contextmanager
 PTRACE_DETACH = 17
 PTRACE_SEIZE = 0x4206
 PTRACE_INTERRUPT = 0x4207
-WALL = 0x40000000  # __WALL: wait for a thread that is not a child process
+WALL = 0x40000000  # __WALL: wait for a thread that is not our child
 
 
 class PtraceDenied(RuntimeError):
-    """ptrace is not permitted here (Yama ptrace_scope, a container without CAP_SYS_PTRACE, seccomp)."""
+    """ptrace is not permitted here (Yama ptrace_scope, no CAP_SYS_PTRACE, seccomp)."""
 
 
-def _libc():
+def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
     libc.ptrace.restype = ctypes.c_long
@@ -44,25 +44,31 @@ def _libc():
 
 
 class Freeze:
-    """One tracer thread holding ``tid`` stopped until :meth:`end`."""
+    """One tracer thread holding thread ``tid`` stopped until :meth:`end` (idempotent)."""
 
     def __init__(self, tid: int) -> None:
         self.tid = tid
         self._libc = _libc()
         self._stop = threading.Event()
-        self._started = threading.Event()
+        self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._trace, name=f"ptrace-{tid}", daemon=True)
+        self._thread = threading.Thread(target=self._trace, name=f"drill-ptrace-{tid}", daemon=True)
 
-    def start(self) -> Freeze:
+    def start(self, timeout_s: float = 10.0) -> Freeze:
         self._thread.start()
-        self._started.wait(10)
+        if not self._ready.wait(timeout_s):
+            self._error = RuntimeError(f"ptrace of {self.tid}: no interrupt stop within {timeout_s} s")
         if self._error is not None:
+            self.end()
             raise self._error
         return self
 
+    @property
+    def active(self) -> bool:
+        return self._thread.is_alive()
+
     def end(self) -> None:
-        """Detach (from any thread); idempotent. After it the process may be reaped."""
+        """Detach (from any thread). After it the process may be reaped."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(10)
@@ -76,18 +82,19 @@ class Freeze:
         err = self._call(PTRACE_SEIZE)
         if err:
             self._error = PtraceDenied(f"PTRACE_SEIZE of {self.tid}: {os.strerror(err)}")
-            self._started.set()
+            self._ready.set()
             return
         err = self._call(PTRACE_INTERRUPT)
-        if not err:
-            try:  # the interrupt stop: the thread is halted from here on
-                os.waitpid(self.tid, WALL)
-            except ChildProcessError:
-                err = 1
         if err:
-            self._error = RuntimeError(f"PTRACE_INTERRUPT of {self.tid} failed")
-        self._started.set()
-        self._stop.wait()
+            self._error = RuntimeError(f"PTRACE_INTERRUPT of {self.tid}: {os.strerror(err)}")
+        else:
+            try:  # the interrupt stop: from here on the thread is halted
+                os.waitpid(self.tid, WALL)
+            except ChildProcessError as exc:
+                self._error = RuntimeError(f"waiting for the ptrace stop of {self.tid}: {exc}")
+        self._ready.set()
+        if self._error is None:
+            self._stop.wait()
         self._call(PTRACE_DETACH)  # ESRCH when it was killed meanwhile: nothing left to release
 
 
