@@ -60,7 +60,7 @@ REAL_LINE = ('litellm_deployment_total_requests_total{api_base="http://127.0.0.1
 def test_parser_sums_series_and_skips_garbage():
     text = "\n".join([
         "# HELP litellm_deployment_total_requests_total x", REAL_LINE,
-        REAL_LINE.replace('client_ip="127.0.0.1"', 'client_ip="10.0.0.2"').replace("} 3.0", "} 4.0"),
+        REAL_LINE.replace('client_ip="127.0.0.1"', 'client_ip="127.0.0.2"').replace("} 3.0", "} 4.0"),
         'litellm_deployment_failure_responses_total{model_id="gpu-a",exception_status="500"} 2.0',
         'litellm_deployment_failure_responses_total{model_id="gpu-a" broken} 9',
         'litellm_deployment_total_requests_total{model_id="gpu-b"} NaN',

@@ -104,6 +104,8 @@ def parse_litellm_metrics(text: str) -> LiteLLMRequests:
         entry["total" if m.group(1) == TOTAL else "failures"] += value  # type: ignore[operator]
     if not sums and not seen and "litellm_" not in text:
         raise InvalidLiteLLMMetrics("no litellm_deployment_* counters: is the prometheus callback on?")
-    deployments = {k: DeploymentRequests(k, v["group"], v["base"], float(v["total"]), float(v["failures"]))  # type: ignore[arg-type]
-                   for k, v in sums.items()}
+    deployments = {
+        k: DeploymentRequests(k, v["group"], v["base"], float(v["total"]), float(v["failures"]))  # type: ignore[arg-type]
+        for k, v in sums.items()
+    }
     return LiteLLMRequests(deployments, tuple(problems[:20]))
