@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TOTAL = "litellm_deployment_total_requests_total"
 FAILURES = "litellm_deployment_failure_responses_total"
@@ -80,7 +80,7 @@ def _labels(text: str) -> dict[str, str] | None:
 def parse_litellm_metrics(text: str) -> LiteLLMRequests:
     """The exposition text → :class:`LiteLLMRequests`; :class:`InvalidLiteLLMMetrics` when it holds no
     deployment counter (the callback is off, or this is not LiteLLM)."""
-    sums: dict[str, dict[str, object]] = {}
+    sums: dict[str, DeploymentRequests] = {}
     problems: list[str] = []
     seen = 0
     for line in text.splitlines():
@@ -99,13 +99,12 @@ def parse_litellm_metrics(text: str) -> LiteLLMRequests:
         if m is None or labels is None or not labels.get("model_id") or not math.isfinite(value) or value < 0:
             problems.append(f"skipped: {line[:80]!r}")
             continue
-        entry = sums.setdefault(labels["model_id"], {"total": 0.0, "failures": 0.0, "group": labels.get("model_group"),
-                                                     "base": labels.get("api_base")})
-        entry["total" if m.group(1) == TOTAL else "failures"] += value  # type: ignore[operator]
+        key = labels["model_id"]
+        was = sums.get(key) or DeploymentRequests(key, labels.get("model_group"), labels.get("api_base"), 0.0, 0.0)
+        if m.group(1) == TOTAL:
+            sums[key] = replace(was, total=was.total + value)
+        else:
+            sums[key] = replace(was, failures=was.failures + value)
     if not sums and not seen and "litellm_" not in text:
         raise InvalidLiteLLMMetrics("no litellm_deployment_* counters: is the prometheus callback on?")
-    deployments = {
-        k: DeploymentRequests(k, v["group"], v["base"], float(v["total"]), float(v["failures"]))  # type: ignore[arg-type]
-        for k, v in sums.items()
-    }
-    return LiteLLMRequests(deployments, tuple(problems[:20]))
+    return LiteLLMRequests(sums, tuple(problems[:20]))
