@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.prom import free_port
+from tests.prom import free_port, wait_ready
 
 
 def alertmanager_binary() -> str | None:
@@ -113,19 +113,8 @@ class Alertmanager:
                 f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=", "--log.level=warn"]  # fmt: skip
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"alertmanager exited: {self.log_path.read_text('utf-8', 'replace')[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("alertmanager did not become ready")
+        wait_ready(self, "alertmanager", timeout_s)
+        return self
 
     def fire(self, alertname: str, **labels: str) -> None:
         """POST /api/v2/alerts, as Prometheus or gpu-monitor's exporter rules would."""

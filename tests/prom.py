@@ -24,6 +24,24 @@ import pytest
 import yaml
 
 
+def wait_ready(server, name: str, timeout_s: float) -> None:
+    """Poll ``server.url + "/-/ready"`` (Prometheus and Alertmanager both serve it) until 200; a
+    process that exits or never gets ready is stopped and reported with its log's tail."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"{name} exited: {server.log_path.read_text('utf-8', 'replace')[-2000:]}")
+        try:
+            with urllib.request.urlopen(server.url + "/-/ready", timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"{name} did not become ready")
+
+
 def prometheus_binary() -> str | None:
     found = os.environ.get("PROMETHEUS_BIN") or shutil.which("prometheus")
     if found:
@@ -97,19 +115,8 @@ class PrometheusServer:
         ]
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited: {self.log_text()[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/-/ready", timeout=1) as resp:
-                    if resp.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("prometheus did not become ready")
+        wait_ready(self, "prometheus", timeout_s)
+        return self
 
     def log_text(self) -> str:
         try:

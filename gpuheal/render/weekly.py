@@ -374,7 +374,8 @@ def _summary_table(gpus: list[dict[str, Any]], room: int) -> list[str]:
         budget -= len(row) + 1
         shown += 1
     if shown < len(notable):
-        lines.append(f"… and {len(notable) - shown} more GPUs changed or without a figure (`report --weekly --full`).")
+        more = len(notable) - shown
+        lines.append(f"… and {more} more GPUs changed or without a figure (`report --weekly --full`).")
     if not notable:
         lines = []
     return lines + ([""] if lines and footer else []) + footer
