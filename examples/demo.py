@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STATE = ROOT / "demo-state"
+STATE = Path(os.environ.get("GPUHEAL_DEMO_STATE", ROOT / "demo-state"))  # tests/test_demo.py: a tmp dir
 CONFIG = ROOT / "examples" / "lab.yaml"
 SCENARIO = ROOT / "examples" / "scenarios" / "demo.yaml"
 BIN = Path(sys.executable).parent
@@ -147,7 +147,7 @@ def main() -> int:
             gpuheal("bench", now=fleet.now().strftime("%Y-%m-%dT%H:%M:%SZ"))
         report = gpuheal("report", "--weekly", now=fleet.now().strftime("%Y-%m-%dT%H:%M:%SZ"))
         print(report.stdout or report.stderr)
-        print(f"{DIM}state kept in {STATE.relative_to(ROOT)}/ — try: .venv/bin/gpuheal --config examples/lab.yaml --state-dir demo-state report{RESET}")
+        print(f"{DIM}state kept in {STATE}/ — try: .venv/bin/gpuheal --config examples/lab.yaml --state-dir {STATE} report{RESET}")
         return 0
     finally:
         zulip.stop()
