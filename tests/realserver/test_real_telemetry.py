@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import requests
@@ -145,6 +146,25 @@ def test_a_long_generation_is_busy_and_decoding_never_stuck(real_llama_server, l
     second.join(timeout=30)
 
 
+def _stop_and_wait(pid: int, timeout_s: float = 10.0) -> None:
+    """SIGSTOP is delivered asynchronously: under load, kill() returns while a thread is still running
+    and can answer one more /health (seen once at a load average of 9). Wait until every thread of the
+    process shows state T in /proc, so the test starts from a server that is really stopped."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                continue  # a thread that exited meanwhile
+        if states and all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"pid {pid} did not stop within {timeout_s} s")
+
+
 def test_a_stopped_server_is_a_probe_timeout_not_stuck(real_llama_server, long_model):
     """SIGSTOP with a request in flight: /health, /metrics, everything times out. That is Rule 6's
     (host-unreachable) business; Rule 3 sees no counters and must not fire."""
@@ -157,7 +177,7 @@ def test_a_stopped_server_is_a_probe_timeout_not_stuck(real_llama_server, long_m
     _wait_busy(srv.url, srv.api_key)
     cfg = config(srv.url, srv.api_key, timeout_s=1.0)
     book, history = new_book(), History()
-    os.kill(srv.proc.pid, signal.SIGSTOP)
+    _stop_and_wait(srv.proc.pid)
     try:
         for i in range(4):
             obs = sense(cfg, T0 + timedelta(seconds=60 * i))
