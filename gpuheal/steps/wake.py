@@ -221,9 +221,14 @@ def command(load_runtime: Callable[[], object], in_fd: int = 0, out_fd: int = 1)
 
 
 def _heal_cycle(rt, store) -> str:
-    """One ``heal --apply`` run on the store the wake already holds. The metrics textfile is left to
-    the next cron run (the CLI writes it; ``steps`` does not import ``metrics``)."""
-    from gpuheal.steps import heal
+    """The minute cycle cron runs, on the store the wake already holds: ``heal --apply``, then
+    ``escalate``, so an incident the wake found reaches the humans now, not at the next cron minute.
+    The metrics textfile is left to the next cron run (the CLI writes it; ``steps`` does not import
+    ``metrics``)."""
+    from gpuheal.steps import escalate, heal
 
     result = heal.command(rt, store, apply=True)
-    return f"fleet {result.document.get('status')}, exit {result.exit_code}"
+    sent = escalate.command(rt, store)
+    delivered = len(sent.document.get("sent", []))
+    queued = len(sent.document.get("queued", []))
+    return f"fleet {result.document.get('status')}, exit {result.exit_code}; alerts sent {delivered}, queued {queued}"

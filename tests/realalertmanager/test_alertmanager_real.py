@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuheal.sim.zulip import DEFAULT_EMAIL, DEFAULT_KEY, ZulipLookalike
 from tests.alertmanager import Alertmanager, WakeListener
 from tests.lab import Lab, scenario
 
@@ -40,8 +41,9 @@ def hot_lab(tmp_path):
     lab.close()
 
 
-def listener(lab: Lab, token: str | None = TOKEN) -> WakeListener:
-    env = {**os.environ, "GPUHEAL_NOW": lab.fleet.now().strftime("%Y-%m-%dT%H:%M:%SZ"), "NO_COLOR": "1"}
+def listener(lab: Lab, token: str | None = TOKEN, extra_env: dict[str, str] | None = None) -> WakeListener:
+    env = {**os.environ, "GPUHEAL_NOW": lab.fleet.now().strftime("%Y-%m-%dT%H:%M:%SZ"), "NO_COLOR": "1",
+           **(extra_env or {})}  # fmt: skip
     env.pop("GPUHEAL_WAKE_TOKEN", None)
     if token:
         env["GPUHEAL_WAKE_TOKEN"] = token
@@ -74,6 +76,30 @@ def test_an_alert_fired_into_alertmanager_runs_a_heal_cycle_within_seconds(hot_l
     finally:
         am.stop()
         wake.close()
+
+
+def test_the_woken_cycle_delivers_what_it_could_not_fix(hot_lab, tmp_path, alertmanager_bin):
+    """The woken cycle is cron's whole minute cycle, heal then escalate: with no way to shed load on
+    gpu-a, thermal-critical is escalated at once, and the humans read it seconds after the alert
+    fired, not at the next cron minute."""
+    for key in ("shed_load_command", "restore_load_command"):
+        hot_lab.gpu_raw("gpu-a").pop(key)
+    zulip = ZulipLookalike().start()
+    hot_lab.raw["zulip"] = {"site": zulip.url, "timeout_s": 3}
+    hot_lab.write_config()
+    wake = listener(hot_lab, extra_env={"ZULIP_EMAIL": DEFAULT_EMAIL, "ZULIP_API_KEY": DEFAULT_KEY})
+    am = Alertmanager(tmp_path / "am", alertmanager_bin, wake.url, TOKEN).start()
+    try:
+        am.fire("GpuFleetDegraded", severity="critical", gpu="gpu-a")
+        run = wake.wait_runs(1, timeout_s=30)[0]
+        assert run.returncode == 0 and "alerts sent 1, queued 0" in run.stderr, run.stderr
+        titles = [m["content"].splitlines()[0] for m in zulip.messages]
+        assert titles == ["⚠ GPU Self-Heal — gpu-a needs attention"], titles
+        assert DEFAULT_KEY not in run.stderr
+    finally:
+        am.stop()
+        wake.close()
+        zulip.stop()
 
 
 def test_alertmanager_with_a_wrong_token_gets_401_and_nothing_runs(hot_lab, tmp_path, alertmanager_bin):
