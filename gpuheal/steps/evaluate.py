@@ -76,9 +76,14 @@ def evaluate_poll(
         remember_decode(book.memory, obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
         remember_taskloop(book.memory, obs, cfg.aliases)  # Rule 3 from a hung task loop (issue 20)
         remember_litellm(book.memory, obs, cfg.aliases)  # Rule 3 from LiteLLM's own counters (issue 20)
-        remember_context(book.memory, obs, cfg.aliases, lambda a: benchdata.baseline(bench, a, cfg.gpu(a).baseline_tok_s)[0])
+        remember_context(book.memory, obs, cfg.aliases, lambda a: _target_tok_s(cfg, bench, a))  # Rule 9
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     return engine.evaluate(ALL, view, book, only=only), view
+
+
+def _target_tok_s(cfg: Config, bench: dict[str, Any], alias: str) -> float | None:
+    """Rule 9's "target" for a context change: the GPU's baseline now (rolling, else the config's)."""
+    return benchdata.baseline(bench, alias, cfg.gpu(alias).baseline_tok_s)[0]
 
 
 def ingest_monitor_bench(
