@@ -18,8 +18,9 @@ it notices that the running context changed and then does the verify and escalat
 - **Verdict.** At least ``floor_ratio`` of the target (Rule 9's ``reduce_below_ratio``, 0.9: "within
   10 %"; faster than the target is headroom, not a loss) → ``verified``. Below it → ``perf-loss``:
   Rule 9 reports the spec's escalation as its ``info`` issue (a recommendation: never paged, never
-  acted on). No target known → ``no-target`` (said, never guessed). A later result judges again, so a
-  GPU whose speed comes back clears the escalation; a newer change replaces the record.
+  acted on). No target known → ``no-target`` (said, never guessed). While at a perf loss, each later
+  result judges again, so a GPU whose speed comes back clears the escalation; a newer change
+  replaces the record. The audit trail gets a line when the verdict is new, not every bench run.
 
 Entry shape::
 
@@ -32,7 +33,7 @@ Entry shape::
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuheal.model import Observation
@@ -69,6 +70,11 @@ class Verdict:
     gen_tok_s: float
     ratio_pct: float | None
     measured_at_s: float
+    previous: str = PENDING  # the change's state before this verdict (a new state is an audit line)
+
+    @property
+    def is_news(self) -> bool:
+        return self.state != self.previous
 
 
 def known_n_ctx(value: object) -> int | None:
@@ -145,22 +151,25 @@ def settle(
     floor_ratio: Callable[[str], float],
     aliases: tuple[str, ...],
 ) -> list[Verdict]:
-    """Judge every recorded change of a configured GPU by the latest successful benchmark taken
-    after it (``results(alias)``: that GPU's recorded results; ``floor_ratio(alias)``: its Rule 9
-    ``reduce_below_ratio``). Only a result newer than the last one judged gives a verdict, so each
-    bench run reports each measurement once. Mutates ``memory``."""
+    """Judge each change of a configured GPU still pending or at a perf loss by the latest
+    successful benchmark taken after it (``results(alias)``: that GPU's recorded results;
+    ``floor_ratio(alias)``: its Rule 9 ``reduce_below_ratio``). Only a result newer than the last
+    one judged gives a verdict; a verified change is done (its re-bench cleared), a perf loss is
+    judged again by the next result, so a GPU whose speed comes back clears the escalation.
+    Mutates ``memory``."""
     verdicts = []
     for alias, entry in _entries(memory):
         change = _change(alias, entry) if alias in aliases else None
-        if change is None:
+        if change is None or entry["change"]["state"] not in (PENDING, PERF_LOSS):
             continue
         record = entry["change"]
+        previous = record["state"]
         after = _float(record.get("checked_at_s")) or change.at_s
         latest = _latest_ok(results(alias), after, change.to_n_ctx)
         if latest is None:
             continue
         measured_s, tok_s = latest
-        verdict = judge(change, tok_s, measured_s, floor_ratio(alias))
+        verdict = replace(judge(change, tok_s, measured_s, floor_ratio(alias)), previous=previous)
         record.update(state=verdict.state, gen_tok_s=round(tok_s, 2), ratio_pct=verdict.ratio_pct,
                       checked_at_s=measured_s)
         verdicts.append(verdict)

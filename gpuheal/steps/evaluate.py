@@ -200,10 +200,11 @@ def evaluate_bench_full(
     verdicts = settle_context_changes(cfg, book.memory, bench)
     ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=BENCH_RULES)
     store.write(files.ISSUES, book.to_json())
-    if verdicts:
+    news = [v for v in verdicts if v.is_news]  # a perf loss judged again the same is no new line
+    if news:
         from gpuheal.clock import format_iso
 
-        store.append_lines(files.AUDIT_LOG, [context_change.verdict_audit(v, format_iso(now), iso) for v in verdicts])
+        store.append_lines(files.AUDIT_LOG, [context_change.verdict_audit(v, format_iso(now), iso) for v in news])
     if verdicts_out is not None:
         verdicts_out.extend(context_change.verdict_fields(v, iso) for v in verdicts)
     return ev
