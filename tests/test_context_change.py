@@ -179,3 +179,18 @@ def test_audit_lines_say_from_to_when_and_what_proved_it():
     assert (line["action"], line["result"], line["escalated"]) == ("re-benchmark", "escalated", True)
     assert line["verification"]["gen_tok_s"] == 60.0 and line["verification"]["ratio_pct"] == 80.2
     assert line["detected"]["escalation"] == cc.ESCALATION
+
+
+def test_bench_table_says_each_verdict_in_one_line_with_markup_escaped(capsys):
+    from gpuheal.render.bench import render_bench
+
+    render_bench({"generated_at": "2026-07-18T08:05:00Z", "results": [], "context_changes": [
+        {"gpu": "gpu-dense", "from_n_ctx": 131072, "to_n_ctx": 98304, "state": "perf-loss", "gen_tok_s": 61.0,
+         "ratio_pct": 81.6, "target_tok_s": 74.8},
+        {"gpu": "g[bold]x", "from_n_ctx": 1, "to_n_ctx": 2, "state": "no-target", "gen_tok_s": 1.0,
+         "ratio_pct": None, "target_tok_s": None},
+    ]})
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "CONTEXT  gpu-dense n_ctx 131072 -> 98304: perf-loss, 61.0 tok/s = 81.6 % of target 74.8" in text
+    assert "g[bold]x n_ctx 1 -> 2: no-target" in text
