@@ -110,7 +110,8 @@ def remember_context(
         n_ctx = known_n_ctx(getattr(sample, "n_ctx", None))
         if n_ctx is None:
             continue  # not known this poll: neither a change nor a reset
-        prev = book.get(alias) if isinstance(book.get(alias), dict) else {}
+        found = book.get(alias)
+        prev: dict[str, Any] = found if isinstance(found, dict) else {}
         last, last_s = known_n_ctx(prev.get("n_ctx")), _float(prev.get("at_s"))
         if last_s is not None and now_s <= last_s:
             continue  # the same poll again, or a clock step back
@@ -205,7 +206,9 @@ def escalation(memory: dict[str, Any], alias: str, iso: Callable[[float], str]) 
     """The ``detected`` of Rule 9's escalation when the GPU's last change lost significant
     performance at its re-benchmark; ``None`` otherwise."""
     entry = _entry(memory, alias)
-    change = _change(alias, entry) if entry is not None else None
+    if entry is None:
+        return None
+    change = _change(alias, entry)
     if change is None or entry["change"].get("state") != PERF_LOSS:
         return None
     record = entry["change"]
