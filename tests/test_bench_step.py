@@ -189,7 +189,7 @@ def test_rules_engine_issue_wins_and_gets_the_key(tmp_path, fakes, evaluate, mon
         "since": "2026-07-18T07:00:00Z",
         "detected": {"status": 401},
     }
-    monkeypatch.setattr(evaluate, "evaluate_bench_full", lambda cfg, store, now: Evaluation(issues=[dict(engine_issue)]))
+    monkeypatch.setattr(evaluate, "evaluate_bench_full", lambda cfg, store, now, *verdicts: Evaluation(issues=[dict(engine_issue)]))
     doc = run_bench(cfg, tmp_path).document
     (issue,) = doc["issues"]
     assert issue["since"] == "2026-07-18T07:00:00Z"

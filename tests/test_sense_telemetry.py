@@ -45,7 +45,8 @@ def poll(url, timeout_s=1.0, key="test-key"):
 def test_metrics_slots_and_props_of_a_busy_server():
     with server() as srv:
         obs = poll(srv.url)
-        assert srv.hits("/props") == 0  # requests processing: awake, /slots is safe to ask
+        assert srv.hits("/props") == 1  # every poll: Rule 9's running context (n_ctx), never waking it
+        assert srv.hits("/slots") == 1  # requests processing: awake, /slots is safe to ask
     g = obs.gpus["g"]
     assert (g.endpoint, g.metrics, g.slots) == ("ok", "ok", "ok")
     assert (g.n_decode_total, g.requests_processing, g.requests_deferred) == (383, 2, 1)
@@ -79,9 +80,10 @@ def test_an_idle_server_is_not_asked_for_slots_it_may_be_sleeping():
     sleeping = (DATA / "metrics-sleeping.txt").read_text()
     with server({"/metrics": Reply(200, sleeping), "/props": json_reply({**PROPS_AWAKE, "is_sleeping": True})}) as srv:
         obs = poll(srv.url)
-        assert srv.hits("/slots") == 0 and srv.hits("/props") == 0
+        assert srv.hits("/slots") == 0 and srv.hits("/props") == 1
     g = obs.gpus["g"]
     assert (g.metrics, g.slots, g.requests_processing, g.slots_busy) == ("ok", "idle", 0, 0)
+    assert g.is_sleeping is True
     assert g.slots_total is None and [f for f in obs.faults if f.source == "g"] == []
 
 
@@ -92,6 +94,29 @@ def test_without_metrics_a_sleeping_server_is_not_woken_by_slots():
         assert srv.hits("/slots") == 0 and srv.hits("/props") == 1
     g = obs.gpus["g"]
     assert g.is_sleeping is True and g.slots == "sleeping" and g.slots_busy is None
+
+
+def test_the_running_context_is_read_from_props_every_poll():
+    """Rule 9 (core/context_change): the real b11312 /props of a sleeping server still says n_ctx."""
+    props = (DATA / "props-sleeping.json").read_text()
+    with server({"/props": Reply(200, props)}) as srv:
+        obs = poll(srv.url)
+    assert obs.gpus["g"].n_ctx == 2048
+    assert obs.to_dict()["gpus"]["g"]["n_ctx"] == 2048  # recorded for replay
+
+
+def test_bad_n_ctx_in_props_is_not_known_and_not_a_fault():
+    for bad in ({"n_ctx": 0}, {"n_ctx": -1}, {"n_ctx": "4096"}, {"n_ctx": 1e30}, {"n_ctx": None}, "x", {}):
+        with server({"/props": json_reply({**PROPS_AWAKE, "default_generation_settings": bad})}) as srv:
+            obs = poll(srv.url)
+        assert obs.gpus["g"].n_ctx is None, bad
+        assert [f for f in obs.faults if f.source == "g"] == []
+    with server({"/props": Reply(200, "garbage{")}) as srv:
+        obs = poll(srv.url)
+    assert obs.gpus["g"].n_ctx is None and obs.gpus["g"].metrics == "ok"
+    with server({"/props": Hang()}) as srv:
+        obs = poll(srv.url, timeout_s=0.6)
+    assert obs.gpus["g"].n_ctx is None and obs.gpus["g"].endpoint == "ok"
 
 
 def test_garbage_is_a_data_fault():

@@ -64,6 +64,7 @@ def gpu_rows(obs: Observation) -> dict[str, dict[str, Any]]:
             "slots_busy": s.slots_busy,
             "slots_total": s.slots_total,
             "is_sleeping": s.is_sleeping,
+            "n_ctx": s.n_ctx,  # Rule 9: the running per-slot context (/props)
         }
     return rows
 

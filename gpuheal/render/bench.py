@@ -60,6 +60,14 @@ def render_bench(doc: dict[str, Any]) -> None:
             print_line(f"EXCLUDED {clean(r['gpu'])} from the baseline: {clean(r.get('excluded_reason'))}", "dim")
     for s in doc.get("skipped", []):
         print_line(f"SKIPPED  {clean(s['gpu'])}: {clean(s['reason'])}", "dim")
+    for v in doc.get("context_changes", []):  # Rule 9: re-benchmark after a context change
+        style = {"verified": "green", "perf-loss": "yellow"}.get(v.get("state"), "dim")
+        print_line(
+            f"CONTEXT  {clean(v['gpu'])} n_ctx {fmt_num(v.get('from_n_ctx'))} -> {fmt_num(v.get('to_n_ctx'))}: "
+            f"{clean(v.get('state'))}, {fmt_num(v.get('gen_tok_s'), digits=1)} tok/s = "
+            f"{fmt_num(v.get('ratio_pct'), digits=1)} % of target {fmt_num(v.get('target_tok_s'), digits=1)}",
+            style,
+        )
     for issue in doc.get("issues", []):
         state = issue.get("state", "firing")
         severity = str(issue.get("severity", "?")).upper()

@@ -17,10 +17,17 @@ The running context comes from the latest result's ``n_ctx`` (L3: running state,
 config's ``n_ctx``. ``/props`` gives ``n_ctx`` per slot; llama-server's ``--ctx-size`` is shared by
 its slots (``-np``), so the recommendation names the exact flag: the reduced per-slot context,
 rounded down to 256 tokens, times the result's ``slots`` (llama-server.md: "Slots and context").
+
+Verify and Escalate ("Re-benchmark after context change, confirm within 10% of target"; "If context
+can't be adjusted without significant perf loss"): a change of the running context is seen between
+polls and re-benchmarked by ``bench`` (:mod:`gpuheal.core.context_change`); while its re-benchmark is
+below ``reduce_below_ratio`` of the target, this issue is that escalation (still ``info``: no page).
 """
 
 from __future__ import annotations
 
+from gpuheal.clock import format_epoch
+from gpuheal.core import context_change
 from gpuheal.core.engine import Finding
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
@@ -32,6 +39,9 @@ NEEDS: tuple[Need, ...] = needs(Signal.BENCHMARK)
 
 
 def detect(view, alias, p):
+    escalated = context_change.escalation(view.memory, alias, format_epoch)  # Rule 9's "Escalate"
+    if escalated is not None:
+        return Finding(escalated, context_change.escalation_summary(alias, escalated))
     baseline, source = view.baseline(alias)
     results = view.bench_ok(alias, view.now_s - float(p["max_age_h"]) * 3600)
     if not baseline or not results:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from gpuheal.core.context_change import known_n_ctx
 from gpuheal.parse.llama_metrics import (
     HOW_TO_ENABLE,
     InvalidMetrics,
@@ -56,6 +57,7 @@ class Answer:
     metrics: ServerMetrics | None = None
     slots: Slots | None = None
     is_sleeping: bool | None = None
+    n_ctx: int | None = None  # /props default_generation_settings.n_ctx (per slot), Rule 9
 
 
 def fetch_metrics(endpoint: str, api_key: str | None, deadline_s: float) -> Answer:
@@ -108,7 +110,9 @@ def sleeping_answer(result: HttpResult | Answer) -> Answer:
     if not isinstance(doc, dict):
         return Answer("invalid", "GET /props: not a JSON object")
     sleeping = doc.get("is_sleeping")
-    return Answer(OK, is_sleeping=sleeping if isinstance(sleeping, bool) else None)
+    settings = doc.get("default_generation_settings")
+    n_ctx = known_n_ctx(settings.get("n_ctx") if isinstance(settings, dict) else doc.get("n_ctx"))
+    return Answer(OK, is_sleeping=sleeping if isinstance(sleeping, bool) else None, n_ctx=n_ctx)
 
 
 def metrics_enabled(endpoint: str, api_key: str | None, deadline_s: float) -> tuple[bool | None, str]:

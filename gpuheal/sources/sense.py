@@ -329,7 +329,7 @@ class ServerTelemetry:
             return {}
         m, sl = self.metrics.metrics, self.slots.slots
         out: dict = {"metrics": self.metrics.state, "slots": self.slots.state,
-                     "is_sleeping": self.props.is_sleeping, "canary": self.canary}
+                     "is_sleeping": self.props.is_sleeping, "canary": self.canary, "n_ctx": self.props.n_ctx}
         if m is not None:
             out.update(n_decode_total=m.n_decode_total, tokens_predicted_total=m.tokens_predicted_total,
                        requests_processing=m.requests_processing, requests_deferred=m.requests_deferred)
@@ -371,25 +371,24 @@ def server_exchange(api_key: str | None, deadline_s: float) -> Exchange:
 
 
 def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -> Exchange:
-    """``/metrics``; then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a
-    sleeping one (llama-server.md §5). A server with requests processing is awake; an idle one
+    """``/metrics``; then ``/props`` — every poll: its ``n_ctx`` is the running context Rule 9 watches
+    for a change (``core/context_change``), and it says whether the server sleeps without waking it;
+    then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a sleeping one
+    (llama-server.md §5). A server with requests processing is awake; an idle one
     (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
-    Without usable ``/metrics``, ``/props`` says whether it sleeps. All within what is left of the
-    deadline that started at ``started`` (the /health probe); a busy server costs three requests."""
+    All within what is left of the deadline that started at ``started`` (the /health probe); a busy
+    server costs four requests."""
     auth = tuple(lt.auth_headers(api_key).items())
     metrics = lt.metrics_answer((yield from _ask("/metrics", auth, deadline_s, started)))
     busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
     if metrics.state == lt.UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
         return ServerTelemetry(metrics, lt.Answer(lt.UNAUTHORIZED, metrics.detail), NOT_ASKED)
-    if busy == 0:
-        return ServerTelemetry(metrics, lt.Answer(lt.IDLE, "GET /slots not asked: nothing in flight"), NOT_ASKED)
-    if busy is not None:
-        return ServerTelemetry(metrics, lt.slots_answer((yield from _ask("/slots", auth, deadline_s, started))),
-                               NOT_ASKED)
     props = lt.sleeping_answer((yield from _ask("/props", auth, deadline_s, started)))
-    if props.is_sleeping:
+    if busy == 0:
+        slots = lt.Answer(lt.IDLE, "GET /slots not asked: nothing in flight")
+    elif busy is None and props.is_sleeping:
         slots = lt.Answer(lt.SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
-    elif props.state in (lt.UNAUTHORIZED, lt.LOADING, "refused", "timeout"):
+    elif busy is None and props.state in (lt.UNAUTHORIZED, lt.LOADING, "refused", "timeout"):
         slots = lt.Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
     else:
         slots = lt.slots_answer((yield from _ask("/slots", auth, deadline_s, started)))

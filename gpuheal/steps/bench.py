@@ -56,6 +56,7 @@ class BenchRun:
     issues: list[dict[str, Any]]
     skipped: list[dict[str, str]] = field(default_factory=list)
     generated_at: str = ""
+    context_changes: list[dict[str, Any]] = field(default_factory=list)  # Rule 9 verdicts (core/context_change)
 
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -66,6 +67,8 @@ class BenchRun:
         }
         if self.skipped:
             doc["skipped"] = self.skipped
+        if self.context_changes:
+            doc["context_changes"] = self.context_changes
         return doc
 
     def needs_attention(self) -> bool:
@@ -143,7 +146,8 @@ def run(
 
     from gpuheal.steps.evaluate import evaluate_bench_full
 
-    issues = [dict(i) for i in evaluate_bench_full(cfg, store, now).issues]
+    verdicts: list[dict[str, Any]] = []  # Rule 9: context changes re-benchmarked by this run
+    issues = [dict(i) for i in evaluate_bench_full(cfg, store, now, verdicts).issues]
     issues = complete_issues(issues, results, now)
     return BenchRun(
         results=results,
@@ -151,6 +155,7 @@ def run(
         issues=issues,
         skipped=skipped,
         generated_at=format_iso(now),
+        context_changes=verdicts,
     )
 
 

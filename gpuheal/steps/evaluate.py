@@ -30,7 +30,8 @@ from typing import Any
 
 from gpuheal import benchdata
 from gpuheal.config import Config
-from gpuheal.core import engine, timing
+from gpuheal.core import context_change, engine, timing
+from gpuheal.core.context_change import remember_context
 from gpuheal.core.decode import remember_decode
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import normalise_state
@@ -75,8 +76,14 @@ def evaluate_poll(
         remember_decode(book.memory, obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
         remember_taskloop(book.memory, obs, cfg.aliases)  # Rule 3 from a hung task loop (issue 20)
         remember_litellm(book.memory, obs, cfg.aliases)  # Rule 3 from LiteLLM's own counters (issue 20)
+        remember_context(book.memory, obs, cfg.aliases, lambda a: _target_tok_s(cfg, bench, a))  # Rule 9
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     return engine.evaluate(ALL, view, book, only=only), view
+
+
+def _target_tok_s(cfg: Config, bench: dict[str, Any], alias: str) -> float | None:
+    """Rule 9's "target" for a context change: the GPU's baseline now (rolling, else the config's)."""
+    return benchdata.baseline(bench, alias, cfg.gpu(alias).baseline_tok_s)[0]
 
 
 def ingest_monitor_bench(
@@ -172,6 +179,7 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
     store.write(files.ISSUES, book.to_json())
+    _audit_context_changes(store, book.memory, now.timestamp())
     if bench_changed:
         store.write(files.BENCH, bench)
     store.write_raw(
@@ -181,10 +189,40 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     return ev
 
 
-def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluation:
+def evaluate_bench_full(
+    cfg: Config, store: StateDir, now: datetime, verdicts_out: list[dict[str, Any]] | None = None
+) -> Evaluation:
     """Only the bench-driven rules, over the recorded results (``bench`` calls this after recording).
-    ``issues`` is every open issue of the book, as ``check`` would report it."""
+    ``issues`` is every open issue of the book, as ``check`` would report it. First, Rule 9's context
+    changes are judged by the results recorded since (their audit lines written; their verdicts added
+    to ``verdicts_out``)."""
     book, bench, _, restarts = _load(cfg, store)
+    verdicts = settle_context_changes(cfg, book.memory, bench)
     ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=BENCH_RULES)
     store.write(files.ISSUES, book.to_json())
+    news = [v for v in verdicts if v.is_news]  # a perf loss judged again the same is no new line
+    if news:
+        from gpuheal.clock import format_iso
+
+        store.append_lines(files.AUDIT_LOG, [context_change.verdict_audit(v, format_iso(now), iso) for v in news])
+    if verdicts_out is not None:
+        verdicts_out.extend(context_change.verdict_fields(v, iso) for v in verdicts)
     return ev
+
+
+def settle_context_changes(cfg: Config, memory: dict[str, Any], bench: dict[str, Any]) -> list:
+    """Rule 9's "re-benchmark after context change": each recorded change judged by the results
+    recorded since (:func:`gpuheal.core.context_change.settle`)."""
+    return context_change.settle(
+        memory,
+        lambda alias: benchdata.results(bench, alias),
+        lambda alias: float(cfg.gpu(alias).rules["context-window"]["reduce_below_ratio"]),
+        cfg.aliases,
+    )
+
+
+def _audit_context_changes(store: StateDir, memory: dict[str, Any], now_s: float) -> None:
+    """The audit line of each context change this poll saw (from, to, when): a re-benchmark is due."""
+    seen = context_change.awaiting(memory, seen_at_s=now_s)
+    if seen:
+        store.append_lines(files.AUDIT_LOG, [context_change.detected_audit(c, iso) for c in seen.values()])

@@ -1,0 +1,305 @@
+"""Rule 9's follow-through: a change of a GPU's running context, its re-benchmark and its verdict. Pure.
+
+The spec (Rule 9): "Verify: Re-benchmark after context change, confirm within 10% of target" and
+"Escalate: If context can't be adjusted without significant perf loss". gpuheal does not change the
+context itself (the recommendation names the exact ``--ctx-size``; an operator restarts the server);
+it notices that the running context changed and then does the verify and escalate steps:
+
+- **Seen between polls.** Each poll reads ``n_ctx`` (per slot) from llama-server's ``GET /props``
+  (Lesson L3: the running state, not the config). The last value known is kept in the issue book's
+  memory, ``memory["context"][ALIAS]``, so cron's one-shot runs and ``replay`` see the same
+  sequence. A value that differs from it is a context change. The first sighting is not a change; a
+  poll that does not know ``n_ctx`` (server down, restarting, a fault, garbage) changes nothing, so
+  a restart that keeps ``n_ctx`` is not a change either.
+- **Re-benchmark.** A change waits (``state: pending``, kept in the book, across runs) for the next
+  ``bench`` run that measures that GPU, or ``bench --gpu ALIAS`` at once. The latest successful
+  result taken after the change is compared with the target: the GPU's baseline (rolling or from the
+  config, as Rules 4 and 9 use it) when the change was seen.
+- **Verdict.** At least ``floor_ratio`` of the target (Rule 9's ``reduce_below_ratio``, 0.9: "within
+  10 %"; faster than the target is headroom, not a loss) → ``verified``. Below it → ``perf-loss``:
+  Rule 9 reports the spec's escalation as its ``info`` issue (a recommendation: never paged, never
+  acted on). No target known → ``no-target`` (said, never guessed). While at a perf loss, each later
+  result judges again, so a GPU whose speed comes back clears the escalation; a newer change
+  replaces the record. The audit trail gets a line when the verdict is new, not every bench run.
+
+Entry shape::
+
+    {"n_ctx": int, "at_s": poll of that value,
+     "change": None | {"from_n_ctx": int, "to_n_ctx": int, "at_s": seen at, "target_tok_s": float|None,
+                       "state": "pending|verified|perf-loss|no-target", "gen_tok_s": float|None,
+                       "ratio_pct": float|None, "checked_at_s": float|None}}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpuheal.model import Observation
+
+MEMORY_KEY = "context"
+# The largest per-slot context believed: 2**27 tokens (134 M) is far beyond any model's n_ctx_train
+# today (10 M is the longest advertised); a bigger number is garbage, "not known".
+MAX_N_CTX = 1 << 27
+
+PENDING = "pending"
+VERIFIED = "verified"
+PERF_LOSS = "perf-loss"
+NO_TARGET = "no-target"
+ESCALATION = "context can't be adjusted without significant perf loss"  # the spec's words (Rule 9)
+
+
+@dataclass(frozen=True)
+class ContextChange:
+    """A running context that differs from the last one known (from → to, seen at ``at_s``)."""
+
+    gpu: str
+    from_n_ctx: int
+    to_n_ctx: int
+    at_s: float
+    target_tok_s: float | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The re-benchmark of a change: ``state`` is verified, perf-loss or no-target."""
+
+    change: ContextChange
+    state: str
+    gen_tok_s: float
+    ratio_pct: float | None
+    measured_at_s: float
+    previous: str = PENDING  # the change's state before this verdict (a new state is an audit line)
+
+    @property
+    def is_news(self) -> bool:
+        return self.state != self.previous
+
+
+def known_n_ctx(value: object) -> int | None:
+    """A context size gpuheal believes: a whole number in 1..``MAX_N_CTX`` (``2048.0`` counts);
+    anything else — missing, 0, negative, fractional, a string, a bool, huge — is not known."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value or value < 1 or value > MAX_N_CTX or value != int(value):
+        return None
+    return int(value)
+
+
+# --------------------------------------------------------------------------- polls
+
+
+def remember_context(
+    memory: dict[str, Any],
+    obs: Observation,
+    aliases: tuple[str, ...],
+    target: Callable[[str], float | None],
+) -> list[ContextChange]:
+    """Fold this poll's ``n_ctx`` into ``memory["context"]``; the changes seen this poll.
+    ``target(alias)``: the GPU's baseline tok/s now (asked only on a change). Mutates ``memory``."""
+    book = memory.setdefault(MEMORY_KEY, {})
+    if not isinstance(book, dict):
+        book = memory[MEMORY_KEY] = {}
+    for alias in [a for a in book if a not in aliases]:
+        del book[alias]
+    now_s = obs.at.timestamp()
+    changes = []
+    for alias in aliases:
+        sample = obs.gpus.get(alias)
+        n_ctx = known_n_ctx(getattr(sample, "n_ctx", None))
+        if n_ctx is None:
+            continue  # not known this poll: neither a change nor a reset
+        found = book.get(alias)
+        prev: dict[str, Any] = found if isinstance(found, dict) else {}
+        last, last_s = known_n_ctx(prev.get("n_ctx")), _float(prev.get("at_s"))
+        if last_s is not None and now_s <= last_s:
+            continue  # the same poll again, or a clock step back
+        entry = {"n_ctx": n_ctx, "at_s": now_s, "change": _record_or_none(prev.get("change"))}
+        if last is not None and n_ctx != last:
+            change = ContextChange(alias, last, n_ctx, now_s, _positive(target(alias)))
+            entry["change"] = _pending(change)
+            changes.append(change)
+        book[alias] = entry
+    return changes
+
+
+def _pending(change: ContextChange) -> dict[str, Any]:
+    return {"from_n_ctx": change.from_n_ctx, "to_n_ctx": change.to_n_ctx, "at_s": change.at_s,
+            "target_tok_s": change.target_tok_s, "state": PENDING, "gen_tok_s": None, "ratio_pct": None,
+            "checked_at_s": None}
+
+
+# --------------------------------------------------------------------------- bench
+
+
+def awaiting(memory: dict[str, Any], seen_at_s: float | None = None) -> dict[str, ContextChange]:
+    """Changes still waiting for their re-benchmark, by alias (only those seen at ``seen_at_s``:
+    this poll's, for its audit lines)."""
+    out = {}
+    for alias, entry in _entries(memory):
+        change = _change(alias, entry)
+        if change is None or entry["change"].get("state") != PENDING:
+            continue
+        if seen_at_s is None or change.at_s == seen_at_s:
+            out[alias] = change
+    return out
+
+
+def settle(
+    memory: dict[str, Any],
+    results: Callable[[str], Iterable[dict[str, Any]]],
+    floor_ratio: Callable[[str], float],
+    aliases: tuple[str, ...],
+) -> list[Verdict]:
+    """Judge each change of a configured GPU still pending or at a perf loss by the latest
+    successful benchmark taken after it (``results(alias)``: that GPU's recorded results;
+    ``floor_ratio(alias)``: its Rule 9 ``reduce_below_ratio``). Only a result newer than the last
+    one judged gives a verdict; a verified change is done (its re-bench cleared), a perf loss is
+    judged again by the next result, so a GPU whose speed comes back clears the escalation.
+    Mutates ``memory``."""
+    verdicts = []
+    for alias, entry in _entries(memory):
+        change = _change(alias, entry) if alias in aliases else None
+        if change is None or entry["change"]["state"] not in (PENDING, PERF_LOSS):
+            continue
+        record = entry["change"]
+        previous = record["state"]
+        after = _float(record.get("checked_at_s")) or change.at_s
+        latest = _latest_ok(results(alias), after, change.to_n_ctx)
+        if latest is None:
+            continue
+        measured_s, tok_s = latest
+        verdict = replace(judge(change, tok_s, measured_s, floor_ratio(alias)), previous=previous)
+        record.update(state=verdict.state, gen_tok_s=round(tok_s, 2), ratio_pct=verdict.ratio_pct,
+                      checked_at_s=measured_s)
+        verdicts.append(verdict)
+    return verdicts
+
+
+def judge(change: ContextChange, tok_s: float, measured_s: float, floor_ratio: float) -> Verdict:
+    """The spec's "confirm within 10 % of target": ``tok_s >= floor_ratio * target``."""
+    if change.target_tok_s is None:
+        return Verdict(change, NO_TARGET, tok_s, None, measured_s)
+    ratio = tok_s / change.target_tok_s
+    state = VERIFIED if ratio >= floor_ratio else PERF_LOSS
+    return Verdict(change, state, tok_s, round(100 * ratio, 1), measured_s)
+
+
+def _latest_ok(results: Iterable[dict[str, Any]], after_s: float, to_n_ctx: int) -> tuple[float, float] | None:
+    best = None
+    for r in results:
+        at, tok_s = _float(r.get("at")), _positive(r.get("gen_tok_s"))
+        n_ctx = known_n_ctx(r.get("n_ctx"))
+        if n_ctx is not None and n_ctx != to_n_ctx:
+            continue  # measured at yet another context, one the polls have not seen yet
+        if r.get("ok") is True and at is not None and tok_s is not None and at > after_s:
+            if best is None or at > best[0]:
+                best = (at, tok_s)
+    return best
+
+
+# --------------------------------------------------------------------------- rule 9 and reports
+
+
+def escalation(memory: dict[str, Any], alias: str, iso: Callable[[float], str]) -> dict[str, Any] | None:
+    """The ``detected`` of Rule 9's escalation when the GPU's last change lost significant
+    performance at its re-benchmark; ``None`` otherwise."""
+    entry = _entry(memory, alias)
+    if entry is None:
+        return None
+    change = _change(alias, entry)
+    if change is None or entry["change"].get("state") != PERF_LOSS:
+        return None
+    record = entry["change"]
+    return {"recommendation": "escalate", "escalation": ESCALATION, "from_n_ctx": change.from_n_ctx,
+            "to_n_ctx": change.to_n_ctx, "changed_at": iso(change.at_s), "gen_tok_s": record.get("gen_tok_s"),
+            "target_tok_s": change.target_tok_s, "ratio_pct": record.get("ratio_pct")}
+
+
+def escalation_summary(alias: str, detected: dict[str, Any]) -> str:
+    return (f"{alias}: {ESCALATION}: n_ctx {detected['from_n_ctx']} -> {detected['to_n_ctx']}, "
+            f"re-benchmark {detected['gen_tok_s']} tok/s = {detected['ratio_pct']} % of target "
+            f"{detected['target_tok_s']}")
+
+
+def change_fields(change: ContextChange, iso: Callable[[float], str]) -> dict[str, Any]:
+    """What the audit trail and ``bench --json`` say about a change: from, to, when, target."""
+    return {"from_n_ctx": change.from_n_ctx, "to_n_ctx": change.to_n_ctx, "changed_at": iso(change.at_s),
+            "target_tok_s": change.target_tok_s}
+
+
+def verdict_fields(verdict: Verdict, iso: Callable[[float], str]) -> dict[str, Any]:
+    return {"gpu": verdict.change.gpu, **change_fields(verdict.change, iso), "state": verdict.state,
+            "gen_tok_s": round(verdict.gen_tok_s, 2), "ratio_pct": verdict.ratio_pct,
+            "measured_at": iso(verdict.measured_at_s)}
+
+
+def detected_audit(change: ContextChange, iso: Callable[[float], str]) -> dict[str, Any]:
+    """The audit line of a change seen by a poll: a re-benchmark is now due."""
+    return _audit(change.gpu, iso(change.at_s), {"context_change": change_fields(change, iso)},
+                  "context-change", PENDING, None, False)
+
+
+def verdict_audit(verdict: Verdict, now_iso: str, iso: Callable[[float], str]) -> dict[str, Any]:
+    """The audit line of a re-benchmark's verdict; a perf loss is the spec's escalation (info: no page)."""
+    fields = verdict_fields(verdict, iso)
+    proof = {k: fields[k] for k in ("gen_tok_s", "target_tok_s", "ratio_pct", "measured_at")}
+    result = {VERIFIED: "resolved", PERF_LOSS: "escalated", NO_TARGET: "failed"}[verdict.state]
+    detected = {"context_change": change_fields(verdict.change, iso), "verdict": verdict.state}
+    if verdict.state == PERF_LOSS:
+        detected["escalation"] = ESCALATION
+    return _audit(verdict.change.gpu, now_iso, detected, "re-benchmark", result, proof, verdict.state == PERF_LOSS)
+
+
+def _audit(gpu: str, at: str, detected: dict[str, Any], action: str, result: str,
+           verification: dict[str, Any] | None, escalated: bool) -> dict[str, Any]:
+    return {"run_id": None, "timestamp": at, "gpu": gpu, "issue": "context-window", "detected": detected,
+            "action": action, "result": result, "verification": verification, "escalated": escalated}
+
+
+# --------------------------------------------------------------------------- memory, tolerant
+
+
+def _entries(memory: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    book = memory.get(MEMORY_KEY)
+    if not isinstance(book, dict):
+        return []
+    return [(str(a), e) for a, e in book.items() if isinstance(e, dict)]
+
+
+def _entry(memory: dict[str, Any], alias: str) -> dict[str, Any] | None:
+    book = memory.get(MEMORY_KEY)
+    entry = book.get(alias) if isinstance(book, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
+def _change(alias: str, entry: dict[str, Any]) -> ContextChange | None:
+    """The entry's change as a record; ``None`` when there is none or it is damaged."""
+    record = _record_or_none(entry.get("change"))
+    if record is None:
+        entry["change"] = None
+        return None
+    return ContextChange(alias, record["from_n_ctx"], record["to_n_ctx"], record["at_s"],
+                         _positive(record.get("target_tok_s")))
+
+
+def _record_or_none(record: object) -> dict[str, Any] | None:
+    if not isinstance(record, dict):
+        return None
+    if known_n_ctx(record.get("from_n_ctx")) is None or known_n_ctx(record.get("to_n_ctx")) is None:
+        return None
+    if _float(record.get("at_s")) is None or record.get("state") not in (PENDING, VERIFIED, PERF_LOSS, NO_TARGET):
+        return None
+    return record
+
+
+def _float(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return float(value) if abs(value) != float("inf") else None
+
+
+def _positive(value: object) -> float | None:
+    got = _float(value)
+    return got if got is not None and got > 0 else None
