@@ -91,7 +91,8 @@ def _page(url: str, key: str, start_s: float, end_s: float, page: int, deadline_
     if result.status != 200:
         if any(w.lower() in body.lower() for w in _NO_DB_WORDS):
             return DataFault("litellm", NO_DATABASE, f"{where}: HTTP {result.status}: {NO_DATABASE_HINT}")
-        return DataFault("litellm", f"http-{result.status:03d}", f"{where}: HTTP {result.status} {printable(body, 120)}")
+        status = result.status
+        return DataFault("litellm", f"http-{status:03d}", f"{where}: HTTP {status} {printable(body, 120)}")
     try:
         return parse_spend_page(json.loads(result.body))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, InvalidSpendLogs
