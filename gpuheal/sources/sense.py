@@ -142,7 +142,7 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
         gpus[gpu.alias] = _sample(gpu, polled, shared[gpu.host] > 1, faults)
     if isinstance(polled.litellm_requests, DataFault):  # LiteLLM's /metrics/ (issue 20): not known this poll
         faults.append(polled.litellm_requests)
-    if isinstance(polled.spend, DataFault) and polled.spend.kind != NO_DATABASE:  # no database: doctor says so
+    if isinstance(polled.spend, DataFault) and polled.spend.fault != NO_DATABASE:  # no database: doctor says so
         faults.append(polled.spend)  # Rule 10's spend logs (issue 22): not known this poll
     if polled.litellm_fault is not None:
         faults.append(polled.litellm_fault)
