@@ -153,3 +153,53 @@ def test_followup_alerts_once_waits_24h_then_audits_past_48h_under_a_cron_clock(
     assert followup(since, alerted, at(47.99), **step) is Followup.NOT_VERIFIED
     assert followup(since, alerted, at(48) - 3, **step) is Followup.AUDIT  # a poll that starts a second early
     assert followup(since, None, at(49), **step) is Followup.AUDIT
+
+
+# --------------------------------------------------------------------------- heal --apply, run after run
+
+
+def heal_run(tmp_path, cfg, now_s: float, issues: list[dict]):
+    """One ``heal --apply`` run on a real state directory, its poll's issues given (the engine's part is
+    tested above): what it queued and audited."""
+    import json
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from gpuheal.model import Observation
+    from gpuheal.state.store import StateDir
+    from gpuheal.steps.heal import Heal
+
+    now = datetime.fromtimestamp(now_s, UTC)
+    obs = Observation(at=now, gpus={}, monitor_ok=True)
+    result = SimpleNamespace(issues=issues, obs=obs, health={"status": "healthy", "issues": issues, "gpus": {}},
+                             evaluation=SimpleNamespace(inhibited=[], tolerance_s=15.0))
+    with StateDir(tmp_path, 10) as store, mock.patch.object(Heal, "_check", lambda self, gpu: result):
+        Heal(cfg, store, now, apply=True).run(None, None)
+        queue = store.read("alerts.json", {})["queue"]
+    log = tmp_path / "gpu-self-heal-log.jsonl"
+    audit = [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
+    return queue, audit
+
+
+def test_heal_alerts_once_then_asks_for_an_alias_audit_past_48h_then_says_resolved(tmp_path):
+    cfg = role_config({"name": "vision, light tasks", "model_groups": ["light"]})
+    since_s = 1_784_361_600.0
+    since = "2026-07-18T08:00:00Z"
+    misrouted = [{"gpu": "gpu-light", "issue": ISSUE, "severity": "info", "state": "firing", "since": since,
+                  "summary": "gpu-light (vision, light tasks) 100 % of its requests are outside its role",
+                  "detected": {"source": "litellm-counters", "outside_role_pct": 100.0}}]
+    late = random.Random(7)
+    runs = {}
+    for hours in (0, 0.02, 2, 25, 47.99, 48, 49):
+        runs[hours] = heal_run(tmp_path, cfg, since_s + hours * H + late.uniform(0.2, 2.0), misrouted)
+    first_queue, first_audit = runs[0]
+    assert [(a["gpu"], a["kind"], a["state_key"]) for a in first_queue] == [("gpu-light", "escalated", f"escalated:{since}")]
+    assert len([r for r in first_audit if r["escalated"]]) == 1
+    assert runs[47.99][0] == first_queue and len(runs[47.99][1]) == len(first_audit)  # nothing new for 48 h
+    queue, audit = runs[49]
+    audits = [a for a in queue if a["state_key"] == f"audit:{since}"]
+    assert len(audits) == 1 and "agent alias audit needed" in audits[0]["summary"]
+    assert len([r for r in audit if r["escalated"]]) == 2  # the alert, then the audit: once each
+    queue, _ = heal_run(tmp_path, cfg, since_s + 50 * H, [])  # its pattern matches its role again
+    assert ("gpu-light", "resolved") in {(a["gpu"], a["kind"]) for a in queue}
