@@ -46,7 +46,8 @@ def rules_off(source: str, obs: Observation, rules: tuple[Any, ...],
     monitor_configured = mode.source == Source.MONITOR
     off: list[dict[str, Any]] = []
     counted = any(s.litellm_requests_total is not None or s.routing is not None for s in obs.gpus.values())
-    fleet_has = mode.provides | ALWAYS | litellm | ({Signal.REQUEST_SHARE} if counted else set())
+    provides = mode.provides | litellm | ({Signal.REQUEST_SHARE} if counted else set())
+    fleet_has = provides | ALWAYS
     for rule in rules:
         missing = unmet(rule.NEEDS, fleet_has)
         if missing:
@@ -55,7 +56,7 @@ def rules_off(source: str, obs: Observation, rules: tuple[Any, ...],
                         "fix": mode.lacks_fix})
             continue
         gpus = sorted(a for a, s in obs.gpus.items()
-                      if unmet(rule.NEEDS, per_gpu(mode.provides, serves_metrics=s.metrics != "disabled",
+                      if unmet(rule.NEEDS, per_gpu(provides, serves_metrics=s.metrics != "disabled",
                                                    reachable=True,
                                                    serves_task_loop=serves_task_loop(s.metrics, s.slots, s.canary))))
         if gpus:
