@@ -108,24 +108,26 @@ def tally(rows: Iterable[SpendRow], gpus: Iterable[Deployment], window_s: float)
     """Every GPU's requests in the rows, judged against its role. A GPU with no row has 0 requests
     (the spend logs list every request LiteLLM routed); rows of no configured GPU are not counted."""
     gpus = tuple(gpus)
-    counts = {g.alias: [0, 0, 0, {}] for g in gpus}
+    seen = {g.alias: 0 for g in gpus}
+    unknown = dict(seen)
+    outside: dict[str, dict[str, int]] = {g.alias: {} for g in gpus}
     roles = {g.alias: g.role for g in gpus}
     for row in rows:
         alias = owner(row, gpus)
         if alias is None:
             continue
-        c = counts[alias]
-        c[0] += 1
+        seen[alias] += 1
         role = roles[alias]
         if role is None or not role.judged:
             continue
         inside, broke = judge_request(role, row)
         if inside is None:
-            c[2] += 1
-        elif inside is False:
-            c[1] += 1
-            c[3][broke.value] = c[3].get(broke.value, 0) + 1
-    return {a: RoleTally(n, out, unk, window_s, tuple(sorted(by.items()))) for a, (n, out, unk, by) in counts.items()}
+            unknown[alias] += 1
+        elif broke is not None:
+            by = outside[alias]
+            by[broke.value] = by.get(broke.value, 0) + 1
+    return {a: RoleTally(n, sum(outside[a].values()), unknown[a], window_s, tuple(sorted(outside[a].items())))
+            for a, n in seen.items()}
 
 
 def counter_increase(points: list[tuple[float, float]]) -> float | None:

@@ -140,8 +140,10 @@ class Heal:
     def _handle(self, item: PlanItem) -> bool:
         """Show or perform one plan item; True if anything was acted on."""
         subject = Subject(item.gpu, item.issue, item.since, item.detected)
-        if item.decision == "recommend":
-            return self._recommend(item, subject) if item.issue == "workload-misrouted" else False
+        if item.decision == "recommend":  # Rule 10's follow-through (issue 22): steps/heal_routing.py
+            from gpuheal.steps.heal_routing import follow_up
+
+            return follow_up(self, item, subject)
         if item.decision == "blocked":
             remedy = REMEDIES.get(item.issue)
             self.rec.blocked(subject, primary_action(item.actions or list(remedy.steps if remedy else ())), item.reason)
@@ -154,34 +156,6 @@ class Heal:
             return False
         self._act(item, subject)
         return True
-
-    def _recommend(self, item: PlanItem, subject: Subject) -> bool:
-        """Rule 10 (issue 22 item 6): alert once per incident, give it the spec's 24 h to match its role
-        again, and past 48 h ask for an agent alias audit, a message of its own (core/routing)."""
-        from gpuheal.clock import parse_iso
-        from gpuheal.core import routing
-
-        p = self.cfg.rule_params(item.issue, item.gpu)
-        esc = self.state.escalated.get(f"{item.gpu}/{item.issue}")
-        alerted_s = esc.at if esc is not None and esc.since == item.since else None
-        step = routing.followup(parse_iso(str(item.since)).timestamp(), alerted_s, self.now_s, tolerance_s=self.tol,
-                                verify_within_s=float(p["verify_within_s"]),
-                                escalate_after_s=float(p["escalate_after_s"]))
-        if not self.apply:
-            self.rec.doc(subject, "alert", f"{step.value}: {item.reason}", "planned")
-            return False
-        if step is routing.Followup.ALERT or (step is routing.Followup.AUDIT and alerted_s is None):
-            self._escalate(subject, item.reason, [])
-        if step is routing.Followup.NOT_VERIFIED:
-            self.rec.doc(subject, "alert", "not verified: still misrouted "
-                         f"{float(p['verify_within_s']) / 3600:g} h after the alert", "not-verified")
-        if step is routing.Followup.AUDIT:
-            text = routing.AUDIT_TEXT.format(hours=float(p["escalate_after_s"]) / 3600)
-            run_id = self._run_id()
-            if self.rec.queue(subject, "escalated", text, run_id, [], 0, key=f"audit:{item.since}"):
-                self.rec.audit(run_id, subject, "alert", "escalated", "outcome", escalated=True, extra={"reason": text})
-            self.rec.doc(subject, "alert", text, "escalated")
-        return step in (routing.Followup.ALERT, routing.Followup.AUDIT)
 
     def _show(self, item: PlanItem, subject: Subject) -> None:
         from gpuheal.actions.execute import describe
