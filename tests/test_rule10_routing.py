@@ -203,3 +203,34 @@ def test_heal_alerts_once_then_asks_for_an_alias_audit_past_48h_then_says_resolv
     assert len([r for r in audit if r["escalated"]]) == 2  # the alert, then the audit: once each
     queue, _ = heal_run(tmp_path, cfg, since_s + 50 * H, [])  # its pattern matches its role again
     assert ("gpu-light", "resolved") in {(a["gpu"], a["kind"]) for a in queue}
+
+
+def test_rule10_from_spend_tallies_judges_tags_and_names_its_source():
+    from dataclasses import replace
+
+    from gpuheal.model import RoleTally
+
+    cfg = role_config({"name": "vision, light tasks", "request_tags": ["vision"]})
+    tallies = {"gpu-dense": RoleTally(550, 0, 0, 3600.0), "strix-moe": RoleTally(300, 0, 0, 3600.0),
+               "gpu-light": RoleTally(150, 60, 10, 3600.0, (("request tags", 60),))}
+    trace = [replace(o, gpus={a: replace(s, routing=tallies[a]) for a, s in o.gpus.items()})
+             for o in fleet_trace(cfg, n=70)]
+    r = run(cfg, trace)
+    assert polls(r, "gpu-light", ISSUE, "pending") == [0] and polls(r, "gpu-light", ISSUE) == [61]
+    d = next(i for i in r.open_at_end if i["gpu"] == "gpu-light")["detected"]
+    assert (d["source"], d["outside_role_pct"], d["outside_by"], d["role_unknown"]) == (
+        "spend-logs", 42.9, {"request tags": 60}, 10)  # 60 of the 140 judgeable
+    assert "not_judged" not in d and polls(r, "gpu-dense", ISSUE, "pending") == []
+
+
+def test_litellms_request_counts_keep_rule10_on_without_gpu_monitor():
+    from datetime import UTC, datetime
+
+    from gpuheal.core.coverage import from_litellm, rules_off
+    from gpuheal.model import Observation
+    from gpuheal.rules import ALL
+
+    obs = Observation(datetime(2026, 7, 18, tzinfo=UTC), {}, True, source="smi")
+    assert ISSUE in {o["rule"] for o in rules_off("smi", obs, ALL)}
+    assert ISSUE not in {o["rule"] for o in rules_off("smi", obs, ALL, from_litellm("http://127.0.0.1:4000", True, False))}
+    assert from_litellm(None, True, True) == frozenset() and from_litellm("http://x", False, False) == frozenset()

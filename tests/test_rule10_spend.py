@@ -110,3 +110,53 @@ def test_bad_answers_are_one_fault_never_a_crash(behaviour, kind):
 def test_without_an_admin_key_nothing_is_sent():
     got = fetch_spend("http://127.0.0.1:9", None, 0.0, 1.0, deadline_s=1.0, max_rows=100)
     assert isinstance(got, DataFault) and got.fault == "http-401" and "admin key" in got.detail
+
+
+# --------------------------------------------------------------------------- through sense
+
+
+def test_sense_tallies_the_spend_logs_per_gpu_against_its_role(monkeypatch):
+    import copy
+    from datetime import UTC, datetime
+
+    try:
+        from tests.series import FLEET_YAML
+    except ImportError:
+        from series import FLEET_YAML
+    from gpuheal.config import load_config_dict
+    from gpuheal.sources.sense import sense
+
+    rows = [{**ROW, "model_id": "gpu-light"}] * 6 + [{**ROW, "model_id": "gpu-light", "request_tags": ["code"]}] * 4
+    rows += [{**ROW, "model_id": "gpu-dense", "model_group": "heavy"}] * 5 + [{"model_id": "gpu-dense"}]
+    seen: list[dict] = []
+    with LoopbackServer({"/spend/logs/v2": pager(rows, seen), "/health/liveliness": Reply(200, '"alive"')}) as srv:
+        data = copy.deepcopy(FLEET_YAML)
+        data["litellm"] = {"url": srv.url, "read_spend_logs": True, "timeout_s": 2}
+        data["gpus"][1]["role"] = {"name": "vision", "request_tags": ["vision"]}
+        monkeypatch.setenv("LITELLM_MASTER_KEY", KEY)
+        obs = sense(load_config_dict(data), datetime(2026, 7, 18, 9, 0, tzinfo=UTC))
+    light, dense, strix = (obs.gpus[a].routing for a in ("gpu-light", "gpu-dense", "strix-moe"))
+    assert (light.requests, light.outside, light.outside_by) == (10, 4, (("request tags", 4),))
+    assert (dense.requests, dense.outside, dense.unknown) == (6, 0, 0) and strix.requests == 0
+    assert (seen[0]["start_date"], seen[0]["end_date"]) == ("2026-07-18 08:00:00", "2026-07-18 09:00:00")
+    assert not [f for f in obs.faults if f.source == "litellm"]
+
+
+def test_sense_without_a_database_adds_no_fault_and_no_tally(monkeypatch):
+    import copy
+    from datetime import UTC, datetime
+
+    try:
+        from tests.series import FLEET_YAML
+    except ImportError:
+        from series import FLEET_YAML
+    from gpuheal.config import load_config_dict
+    from gpuheal.sources.sense import sense
+
+    with LoopbackServer({"/spend/logs/v2": NO_DB, "/health/liveliness": Reply(200, '"alive"')}) as srv:
+        data = copy.deepcopy(FLEET_YAML)
+        data["litellm"] = {"url": srv.url, "read_spend_logs": True, "timeout_s": 2}
+        monkeypatch.setenv("LITELLM_MASTER_KEY", KEY)
+        obs = sense(load_config_dict(data), datetime(2026, 7, 18, 9, 0, tzinfo=UTC))
+    assert all(s.routing is None for s in obs.gpus.values())
+    assert not [f for f in obs.faults if f.source == "litellm"]  # doctor says it once; not every poll's fault
