@@ -160,3 +160,37 @@ def test_sense_without_a_database_adds_no_fault_and_no_tally(monkeypatch):
         obs = sense(load_config_dict(data), datetime(2026, 7, 18, 9, 0, tzinfo=UTC))
     assert all(s.routing is None for s in obs.gpus.values())
     assert not [f for f in obs.faults if f.source == "litellm"]  # doctor says it once; not every poll's fault
+
+
+# --------------------------------------------------------------------------- doctor
+
+
+def doctor_rows(url: str, role, **litellm):
+    import copy
+
+    try:
+        from tests.series import FLEET_YAML
+    except ImportError:
+        from series import FLEET_YAML
+    from gpuheal.config import load_config_dict
+    from gpuheal.doctor.checks import spend_logs_checks
+
+    data = copy.deepcopy(FLEET_YAML)
+    data["litellm"] = {"url": url, "timeout_s": 2, **litellm}
+    data["gpus"][1]["role"] = role
+    return [(c.target, c.check, c.status, c.detail) for c in spend_logs_checks(load_config_dict(data), KEY, 2.0)]
+
+
+def test_doctor_says_in_one_line_that_spend_logs_need_a_database_and_what_is_used_instead():
+    role = {"name": "vision", "model_groups": ["light"], "request_tags": ["vision"]}
+    with LoopbackServer({"/spend/logs/v2": NO_DB}) as srv:
+        rows = doctor_rows(srv.url, role, read_spend_logs=True, read_metrics=True)
+        assert rows[0] == ("litellm", "spend logs", "warn", "spend logs need LiteLLM's database; using LiteLLM's counters")
+        assert rows[1][:3] == ("gpu-light", "role", "warn") and "request tags are not known" in rows[1][3]
+        rows = doctor_rows(srv.url, role, read_spend_logs=True)  # gpu-monitor only: weight alone
+        assert rows[0][3] == "spend logs need LiteLLM's database; using gpu-monitor"
+        assert "model group and request tags are not known" in rows[1][3] and rows[1][3].endswith("weight only")
+    with LoopbackServer({"/spend/logs/v2": pager([ROW] * 3, [])}) as srv:
+        assert doctor_rows(srv.url, role, read_spend_logs=True) == [
+            ("litellm", "spend logs", "ok", "GET /spend/logs/v2: 3 requests in the last minute")]
+    assert doctor_rows("http://127.0.0.1:9", "plain text") == []  # nothing to judge, nothing asked

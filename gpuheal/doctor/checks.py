@@ -466,12 +466,14 @@ def spend_logs_checks(cfg, key: str | None, t: float) -> list[Check]:
     else:
         row = Check("litellm", "spend logs", OK, f"GET /spend/logs/v2: {len(got.rows)} requests in the last minute")
     rows = [row]
-    if row.status != OK:  # what the counters cannot judge, said once per GPU
+    if row.status != OK:  # what the fallback cannot judge, said once per GPU
+        counters = cfg.litellm.read_metrics
         for g in roles:
-            lost = [c.value for c in criteria(g.role_kinds) if c is not Criterion.MODEL_GROUP]
+            lost = [c.value for c in criteria(g.role_kinds) if not (counters and c is Criterion.MODEL_GROUP)]
             if lost:
+                kept = "model group and weight" if counters else "weight"
                 rows.append(Check(g.alias, "role", WARN, f"its role's {' and '.join(lost)} are not known without "
-                                  "spend logs: judged on model group and weight only", row.fix))
+                                  f"spend logs: judged on {kept} only", row.fix))
     return rows
 
 
