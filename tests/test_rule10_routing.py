@@ -234,3 +234,16 @@ def test_litellms_request_counts_keep_rule10_on_without_gpu_monitor():
     assert ISSUE in {o["rule"] for o in rules_off("smi", obs, ALL)}
     assert ISSUE not in {o["rule"] for o in rules_off("smi", obs, ALL, from_litellm("http://127.0.0.1:4000", True, False))}
     assert from_litellm(None, True, True) == frozenset() and from_litellm("http://x", False, False) == frozenset()
+
+
+def test_a_rule10_alert_gets_no_reminders_once_sent():
+    from gpuheal.core import alerts
+
+    data = alerts.AlertQueue()
+    now = 1_800_000_000.0
+    for gpu, issue in (("gpu-light", ISSUE), ("gpu-a", "model-stuck")):
+        alert = alerts.issue_alert(gpu, issue, "escalated", "2026-07-18T08:00:00Z", now - 5 * H, "x",
+                                   run_id=None, detected={}, tried=[], attempts=0)
+        alerts.record_sent(data, alert, now - 5 * H, 1)
+    due = alerts.due_reminders(data, {("gpu-light", ISSUE), ("gpu-a", "model-stuck")}, now, 4 * H)
+    assert [r.fingerprint for r in due] == ["gpu-a/model-stuck"]  # once per incident; its 48 h audit is its own
