@@ -190,7 +190,8 @@ class Verdict:
 
 
 def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], role_name: str | None,
-          *, tolerance_ratio: float, role_tolerance_ratio: float, min_requests: float) -> Verdict | bool | None:
+          *, tolerance_ratio: float, role_tolerance_ratio: float, min_requests: float,
+          window_s: float | None = None) -> Verdict | bool | None:
     """Misrouted (a :class:`Verdict`), quiet (``False``) or not known (``None``). ``readings``: every
     GPU of the fleet that has one this poll; ``weights``: the weighted GPUs (shares need all of them)."""
     mine = readings.get(alias)
@@ -202,7 +203,8 @@ def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, flo
         return None
     if not (share and share["off"]) and not (role and role["off"]):
         return False
-    detected: dict[str, Any] = {"source": mine.source, "requests": round(mine.requests), "role": role_name}
+    detected: dict[str, Any] = {"source": mine.source, "requests": round(mine.requests), "role": role_name,
+                                "window_s": window_s}
     lines = []
     if share is not None:
         detected.update({k: v for k, v in share.items() if k != "off"})
@@ -217,7 +219,7 @@ def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, flo
     if mine.not_judged:
         detected["not_judged"] = list(mine.not_judged)
     summary = (f"{alias} ({role_name or 'no role set'}) " + "; ".join(lines)
-               + f" [{mine.source}]: recommend agent alias updates (gpu-dense, gpu-light, strix-moe)")
+               + f" [{mine.source}]: recommend agent alias updates to match the GPU roles")
     return Verdict(detected, summary)
 
 
@@ -330,7 +332,7 @@ class Followup(StrEnum):
 
 
 AUDIT_TEXT = ("role mismatch persists more than {hours:g} h: agent alias audit needed: check which model alias "
-              "each agent uses (gpu-dense, gpu-light, strix-moe) against the GPU roles")
+              "each agent uses against the GPU roles (stable aliases, Lesson L6)")
 
 
 def followup(since_s: float, alerted_s: float | None, now_s: float, *, verify_within_s: float,

@@ -31,6 +31,6 @@ def detect(view, alias, p):
     verdict = routing.judge(
         alias, routing.fleet_readings(view, float(fleet["window_s"])), weights, gpu.role,
         tolerance_ratio=float(p["tolerance_ratio"]), role_tolerance_ratio=float(p["role_tolerance_ratio"]),
-        min_requests=float(fleet["min_requests"]),
+        min_requests=float(fleet["min_requests"]), window_s=float(fleet["window_s"]),
     )
     return Finding(verdict.detected, verdict.summary) if isinstance(verdict, routing.Verdict) else verdict
