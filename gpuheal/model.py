@@ -96,6 +96,35 @@ class SourceTrend:
         return cls.from_dict({"slope": row[0], "n": row[1], "span_s": row[2], "per_s": row[3], "halves": halves})
 
 
+@dataclass(frozen=True)
+class RoleTally:
+    """One GPU's requests over Rule 10's window as LiteLLM's spend logs record them, judged against the
+    GPU's configured role (issue 22, item 6): how many fell outside it, and how many could not be
+    judged (a row without the field the role names). ``outside_by``: ``[[criterion, n], ...]``."""
+
+    requests: int
+    outside: int
+    unknown: int
+    window_s: float
+    outside_by: tuple[tuple[str, int], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": self.requests, "outside": self.outside, "unknown": self.unknown,
+                "window_s": self.window_s, "outside_by": [list(p) for p in self.outside_by]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RoleTally | None:
+        """From a recorded trace; ``None`` for anything that is not a well-formed tally."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            by = tuple((str(k), int(_finite(n))) for k, n in data.get("outside_by") or ())
+            return cls(int(_finite(data["requests"])), int(_finite(data["outside"])), int(_finite(data["unknown"])),
+                       _finite(data["window_s"]), by)
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return None
+
+
 def _finite(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value or value in (
         float("inf"),
@@ -146,6 +175,8 @@ class GpuSample:
     # LiteLLM's own counters of this GPU's deployment since the proxy started (issue 20; cumulative)
     litellm_requests_total: float | None = None
     litellm_failures_total: float | None = None
+    litellm_model_group: str | None = None  # that deployment's model group (Rule 10's role, issue 22)
+    routing: RoleTally | None = None  # Rule 10 from LiteLLM's spend logs over its window (issue 22)
     # trends computed by the source (Prometheus: PromQL over the rule's window), issue 13
     vram_trend: SourceTrend | None = None
     temp_trend: SourceTrend | None = None
@@ -163,7 +194,7 @@ class GpuSample:
                 }
             elif isinstance(value, datetime):
                 value = format_iso_exact(value)
-            elif isinstance(value, SourceTrend):
+            elif isinstance(value, SourceTrend | RoleTally):
                 value = value.to_dict()
             out[f.name] = value
         return out
@@ -181,6 +212,8 @@ class GpuSample:
         for key in ("vram_trend", "temp_trend"):
             if key in kwargs:
                 kwargs[key] = SourceTrend.from_dict(kwargs[key])
+        if "routing" in kwargs:
+            kwargs["routing"] = RoleTally.from_dict(kwargs["routing"])
         if isinstance(kwargs.get("bench_measured_at"), str):
             kwargs["bench_measured_at"] = parse_iso(kwargs["bench_measured_at"])
         return cls(**kwargs)

@@ -7,7 +7,7 @@ nothing); the alert queue is the ``alerts.json`` document, saved by the heal ste
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -159,13 +159,17 @@ class Recorder:
         self.actions.append(redact(entry, self.secrets))
 
     def queue(
-        self, subject: Subject, kind: str, summary: str, run_id: str | None, tried: list[str], attempts: int
-    ) -> None:
+        self, subject: Subject, kind: str, summary: str, run_id: str | None, tried: list[str], attempts: int,
+        key: str | None = None,
+    ) -> bool:
+        """Queue one alert (``key``: a state of its own, e.g. Rule 10's audit); False when deduplicated."""
         alert = alerts.issue_alert(
             subject.gpu, subject.issue, kind, subject.since, self.now_s, summary,
             run_id=run_id, detected=subject.detected, tried=tried, attempts=attempts,
         )  # fmt: skip
-        self.alerts.enqueue(alert.mapped(lambda doc: redact(doc, self.secrets)))
+        if key is not None:
+            alert = replace(alert, state_key=key)
+        return self.alerts.enqueue(alert.mapped(lambda doc: redact(doc, self.secrets)))
 
     def count_clean_cycle(self, clean: bool, every: int) -> None:
         alerts.count_clean_cycle(self.alerts, clean, every, self.now_s)

@@ -27,6 +27,7 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     MonitorConfig,
     ProbeConfig,
     PrometheusConfig,
+    Role,
     StateConfig,
     WakeConfig,
     ZulipConfig,
@@ -177,6 +178,8 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
             transport=lite.get("transport", "local"),
             admin_key_env=lite.get("admin_key_env") or "LITELLM_MASTER_KEY",
             read_metrics=lite.get("read_metrics") is True,
+            read_spend_logs=lite.get("read_spend_logs") is True,
+            spend_logs_max_rows=int(lite.get("spend_logs_max_rows") or 20000),
         ),
         gpus=gpus,
         probe=section_record(ProbeConfig, merged["probe"]),
@@ -305,6 +308,16 @@ def _fleet_rules_copy(fleet_rules: dict[str, dict[str, Any]]) -> dict[str, dict[
     return {rule_id: dict(params) for rule_id, params in fleet_rules.items()}
 
 
+def _role(raw: Any) -> Role | None:
+    """``gpus[].role`` as an object (the schema checked its types) → :class:`Role`; a plain string
+    names the role without saying which requests belong to it (``None``: Rule 10 judges weight only)."""
+    if not isinstance(raw, dict):
+        return None
+    return Role(name=raw.get("name"), model_groups=tuple(raw.get("model_groups") or ()),
+                request_tags=tuple(raw.get("request_tags") or ()), min_prompt_tokens=raw.get("min_prompt_tokens"),
+                max_prompt_tokens=raw.get("max_prompt_tokens"))
+
+
 def _gpu(
     index: int, raw: dict[str, Any], fleet_rules: dict[str, dict[str, Any]], shared: dict[str, dict[str, Any]]
 ) -> GpuConfig:
@@ -333,7 +346,8 @@ def _gpu(
         name=raw.get("name"),
         ssh_user=raw.get("ssh_user"),
         ssh_port=raw.get("ssh_port", SSH_PORT),
-        role=raw.get("role"),
+        role=raw["role"].get("name") if isinstance(raw.get("role"), dict) else raw.get("role"),
+        role_kinds=_role(raw.get("role")),
         weight=raw.get("weight"),
         n_ctx=raw.get("n_ctx"),
         litellm_model_id=raw.get("litellm_model_id"),

@@ -79,9 +79,30 @@ class LiteLLMConfig:
     transport: str
     admin_key_env: str = "LITELLM_MASTER_KEY"  # built-in load shedding via /model/update
     read_metrics: bool = False  # issue 20: LiteLLM's /metrics per poll as Rule 3's failure ratio
+    read_spend_logs: bool = False  # issue 22: Rule 10 from /spend/logs/v2 (needs LiteLLM's database)
+    spend_logs_max_rows: int = 20000  # more requests in Rule 10's window: not known
 
     def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
         return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"
+
+
+@dataclass(frozen=True)
+class Role:
+    """``gpus[].role`` written as an object (issue 22, item 6; spec Rule 10 "designated role"): the
+    request kinds the GPU should serve. Each criterion given must hold for a request to be inside the
+    role: its model group among ``model_groups``, one of its tags among ``request_tags``, its prompt
+    within ``min_prompt_tokens``..``max_prompt_tokens``. No criterion: the role is a name only."""
+
+    name: str | None = None
+    model_groups: tuple[str, ...] = ()
+    request_tags: tuple[str, ...] = ()
+    min_prompt_tokens: int | None = None
+    max_prompt_tokens: int | None = None
+
+    @property
+    def judged(self) -> bool:
+        return bool(self.model_groups or self.request_tags) or self.min_prompt_tokens is not None \
+            or self.max_prompt_tokens is not None
 
 
 @dataclass(frozen=True)
@@ -97,8 +118,9 @@ class GpuConfig:
     name: str | None = None
     ssh_user: str | None = None
     ssh_port: int = SSH_PORT
-    role: str | None = None
+    role: str | None = None  # the role's name (a plain string, or role.name)
     weight: float | None = None
+    role_kinds: Role | None = None  # role written as an object: what requests it should serve (Rule 10)
     n_ctx: int | None = None
     litellm_model_id: str | None = None  # the deployment's id in LiteLLM (built-in load shedding)
     litellm_rpm: int | None = None  # its normal rpm, restored after shedding

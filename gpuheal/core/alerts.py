@@ -40,6 +40,8 @@ FILE = "alerts.json"
 HOST_UNREACHABLE = "host-unreachable"
 SENT_KEEP_S = 30 * 86400  # settled entries of the dedup memory are forgotten after this
 OPEN_STATES = ("firing", "pending", "verifying")
+# Rule 10 alerts once per incident, then past 48 h asks for its agent alias audit (issue 22 item 6): no reminders
+NO_REMINDERS = frozenset({"workload-misrouted"})
 # Alert.to_json's keys; any other key of a queued document (a renderer's "severity",
 # "verification") is kept in Alert.extra and written back as it came.
 _KEYS = ("fingerprint", "gpu", "issue", "kind", "state_key", "created_at", "run_id", "detected", "tried",
@@ -421,6 +423,8 @@ def due_reminders(
     for fp, sent in data.sent.items():
         alert = _sent_alert(sent, fp)
         if sent.get("kind") != "escalated" or fp in queued or sent.get("folded_into") or alert is None:
+            continue
+        if alert.issue in NO_REMINDERS:
             continue
         if (str(alert.gpu), str(alert.issue)) not in open_keys:
             continue

@@ -35,14 +35,19 @@ def without_metrics(monitor_configured: bool) -> str:
     return f" and {NO_MONITOR}: a stuck model is not detected"
 
 
-def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dict[str, Any]]:
+def rules_off(source: str, obs: Observation, rules: tuple[Any, ...],
+              litellm: frozenset[Signal] = frozenset()) -> list[dict[str, Any]]:
     """``[{"rule", "gpus", "why", "fix"}]`` for a fleet whose configured GPU source is ``source``
     (``monitor`` | ``prometheus`` | ``smi``; a fallback poll counts as ``monitor``); ``gpus`` is
-    ``["fleet"]`` or the aliases concerned. ``rules``: the registry (:data:`gpuheal.rules.ALL`)."""
+    ``["fleet"]`` or the aliases concerned. ``rules``: the registry (:data:`gpuheal.rules.ALL`).
+    ``litellm``: what the configured LiteLLM reads add whatever the GPU source (:func:`from_litellm`);
+    a recorded poll that carries LiteLLM's counts or spend tallies adds the request counts too."""
     mode = spec(home(source))
     monitor_configured = mode.source == Source.MONITOR
     off: list[dict[str, Any]] = []
-    fleet_has = mode.provides | ALWAYS
+    counted = any(s.litellm_requests_total is not None or s.routing is not None for s in obs.gpus.values())
+    provides = mode.provides | litellm | ({Signal.REQUEST_SHARE} if counted else set())
+    fleet_has = provides | ALWAYS
     for rule in rules:
         missing = unmet(rule.NEEDS, fleet_has)
         if missing:
@@ -51,7 +56,7 @@ def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dic
                         "fix": mode.lacks_fix})
             continue
         gpus = sorted(a for a, s in obs.gpus.items()
-                      if unmet(rule.NEEDS, per_gpu(mode.provides, serves_metrics=s.metrics != "disabled",
+                      if unmet(rule.NEEDS, per_gpu(provides, serves_metrics=s.metrics != "disabled",
                                                    reachable=True,
                                                    serves_task_loop=serves_task_loop(s.metrics, s.slots, s.canary))))
         if gpus:
@@ -63,6 +68,12 @@ def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dic
         off.append({"rule": "slots (report only)", "gpus": no_slots, "why": "llama-server serves no /slots",
                     "fix": HOW_TO_ENABLE["slots"]})
     return off
+
+
+def from_litellm(url: str | None, read_metrics: bool, read_spend_logs: bool) -> frozenset[Signal]:
+    """Per-GPU request counts from LiteLLM itself — its ``/metrics`` counters or its spend logs (Rule 10,
+    issue 22) — whatever the GPU source."""
+    return frozenset({Signal.REQUEST_SHARE}) if url and (read_metrics or read_spend_logs) else frozenset()
 
 
 def _gpu_why(rule: Any, monitor_configured: bool) -> str:

@@ -208,7 +208,9 @@ class FleetView:
                            reachable=self.reachable(subject),
                            serves_task_loop=serves_task_loop(sample.metrics, sample.slots, sample.canary))
         if sample.litellm_requests_total is not None:  # LiteLLM's own counters (issue 20)
-            provided |= {Signal.FAILURE_RATIO}
+            provided |= {Signal.FAILURE_RATIO, Signal.REQUEST_SHARE}
+        if sample.routing is not None:  # LiteLLM's spend logs (issue 22)
+            provided |= {Signal.REQUEST_SHARE}
         return provided
 
     def gap(self, subject: str) -> frozenset[Signal]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -198,13 +199,14 @@ def coverage_checks(cfg) -> list[Check]:
     when every rule can. Skips are neutral: a source that lacks a signal is a choice, not a fault."""
     from datetime import UTC, datetime
 
-    from gpuheal.core.coverage import rules_off
+    from gpuheal.core.coverage import from_litellm, rules_off
     from gpuheal.model import Observation
     from gpuheal.rules import ALL
     from gpuheal.signals import configured_source
 
-    source = configured_source(cfg)
-    off = rules_off(source.value, Observation(datetime.now(UTC), {}, True, source=source.value), ALL)
+    source, lite = configured_source(cfg), cfg.litellm
+    off = rules_off(source.value, Observation(datetime.now(UTC), {}, True, source=source.value), ALL,
+                    from_litellm(lite.url, lite.read_metrics, lite.read_spend_logs))
     if not off:
         return [Check("rules", "rules off", OK, f"every rule can judge with GPU source {source.value}")]
     return [Check("rules", f"rule {o['rule']}", SKIP, f"off: {o['why']}", o["fix"]) for o in off]
@@ -379,6 +381,7 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
     ]
     if problem is None:
         rows += litellm_requests_checks(cfg, t)
+        rows += spend_logs_checks(cfg, admin_key(ctx), t)
     builtin = [g for g in cfg.gpus if g.litellm_model_id and not g.command("shed_load_command")]
     rows += [shedding_by_command(g) for g in cfg.gpus if g.command("shed_load_command")]
     rows += [
@@ -433,6 +436,44 @@ def litellm_requests_checks(cfg, t: float) -> list[Check]:
                           f"{found.total:g} requests, {found.failures:g} failed") if found is not None else
                     Check(g.alias, "request counts", WARN, "no LiteLLM deployment counted for it yet (model_info.id = "
                           "the alias, or api_base = its endpoint)", "send it a request through LiteLLM"))
+    return rows
+
+
+def spend_logs_checks(cfg, key: str | None, t: float) -> list[Check]:
+    """Issue 22 item 6: whether Rule 10 can read LiteLLM's spend logs (they need its database), and what
+    it reads instead; asked only when spend logs are on or a GPU's role names request kinds. ``t``: the
+    probe's deadline (s)."""
+    from gpuheal.core.routing import Criterion, criteria
+    from gpuheal.model import DataFault
+    from gpuheal.sources.litellm_spend import NO_DATABASE, NO_DATABASE_HINT, fetch_spend
+
+    roles = [g for g in cfg.gpus if g.role_kinds is not None and g.role_kinds.judged]
+    if not cfg.litellm.read_spend_logs and not roles:
+        return []
+    instead = ("LiteLLM's counters" if cfg.litellm.read_metrics else "gpu-monitor" if cfg.monitor is not None
+               else "nothing: Rule 10 is not judged")
+    now_s = time.time()  # the last minute's rows: enough to see that the route answers
+    got = fetch_spend(str(cfg.litellm.url), key, now_s - 60.0, now_s, deadline_s=t,
+                      max_rows=cfg.litellm.spend_logs_max_rows) if cfg.litellm.read_spend_logs else None
+    if got is None:
+        row = Check("litellm", "spend logs", WARN, f"litellm.read_spend_logs is off: Rule 10 reads {instead}",
+                    "set litellm.read_spend_logs: true (needs LiteLLM's database)")
+    elif isinstance(got, DataFault) and got.fault == NO_DATABASE:
+        row = Check("litellm", "spend logs", WARN, f"{NO_DATABASE_HINT}; using {instead}",
+                    "connect LiteLLM to a database (DATABASE_URL) to judge request tags and prompt sizes")
+    elif isinstance(got, DataFault):
+        row = Check("litellm", "spend logs", FAIL, printable(got.detail, 160), "check the admin key and LiteLLM's logs")
+    else:
+        row = Check("litellm", "spend logs", OK, f"GET /spend/logs/v2: {len(got.rows)} requests in the last minute")
+    rows = [row]
+    if row.status != OK:  # what the fallback cannot judge, said once per GPU
+        counters = cfg.litellm.read_metrics
+        for g in roles:
+            lost = [c.value for c in criteria(g.role_kinds) if not (counters and c is Criterion.MODEL_GROUP)]
+            if lost:
+                kept = "model group and weight" if counters else "weight"
+                rows.append(Check(g.alias, "role", WARN, f"its role's {' and '.join(lost)} are not known without "
+                                  f"spend logs: judged on {kept} only", row.fix))
     return rows
 
 

@@ -667,7 +667,23 @@ class LitellmHandler(_Base):
             if not self._authorised():
                 return None
             return self._model_update(body) if path == "/model/update" else self._model_info()
+        if path in ("/spend/logs", "/spend/logs/v2") and self.command == "GET":
+            return self._spend_logs(path) if self._authorised() else None
         return self.send_json(404, {"detail": "Not Found"}, close=True)
+
+    def _spend_logs(self, path: str) -> None:
+        """Rule 10's spend logs (issue 22): without a database the real proxy refuses both routes; with
+        one, nothing was routed through this look-alike (it proxies no completions): no rows."""
+        if self._store == "config-no-db":
+            if path.endswith("/v2"):
+                return self._proxy_error(401, "Prisma Client is not initialized", "internal_error")
+            return self._proxy_error(500, "/spend/logs ErrorDatabase not connected. Connect a database to your proxy "
+                                     "- https://docs.litellm.ai/docs/simple_proxy#managing-auth---virtual-keys",
+                                     "internal_error")
+        if path.endswith("/v2"):
+            return self.send_json(200, {"data": [], "total": 0, "page": 1, "page_size": 50, "total_pages": 0,
+                                        "total_is_capped": False})
+        return self.send_json(200, [])
 
     @property
     def _store(self) -> str:

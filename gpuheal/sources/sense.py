@@ -29,6 +29,7 @@ from gpuheal.parse.gpu_data import InvalidDocument, MonitorDocument, parse_gpu_d
 from gpuheal.sources import llama_telemetry as lt
 from gpuheal.sources.http import HttpFault, HttpResult, printable, request
 from gpuheal.sources.http_loop import Ask, Exchange, run_exchanges
+from gpuheal.sources.litellm_spend import NO_DATABASE
 from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
 
 HEALTH_MAX_BYTES = PROBE_MAX_BYTES  # one byte cap for /health, /metrics, /slots, /props
@@ -141,6 +142,8 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
         gpus[gpu.alias] = _sample(gpu, polled, shared[gpu.host] > 1, faults)
     if isinstance(polled.litellm_requests, DataFault):  # LiteLLM's /metrics/ (issue 20): not known this poll
         faults.append(polled.litellm_requests)
+    if isinstance(polled.spend, DataFault) and polled.spend.fault != NO_DATABASE:  # no database: doctor says so
+        faults.append(polled.spend)  # Rule 10's spend logs (issue 22): not known this poll
     if polled.litellm_fault is not None:
         faults.append(polled.litellm_fault)
     configured = {g.host for g in cfg.gpus}
@@ -167,6 +170,7 @@ class _Polled:
     litellm_fault: DataFault | None
     servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
     litellm_requests: Any = None  # LiteLLMRequests | None (litellm.read_metrics, issue 20)
+    spend: Any = None  # {alias: RoleTally} | DataFault | None (litellm.read_spend_logs, issue 22)
 
 
 def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
@@ -176,10 +180,11 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
 
     deadline = cfg.probe.timeout_s
     source = gpu_source(cfg)
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="probe") as pool:
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="probe") as pool:
         source_f = pool.submit(source.read, now, deadline, transports, memory)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
         requests_f = pool.submit(_litellm_requests, cfg) if cfg.litellm.url and cfg.litellm.read_metrics else None
+        spend_f = pool.submit(_spend, cfg, now.timestamp()) if cfg.litellm.url and cfg.litellm.read_spend_logs else None
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
             ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
@@ -188,8 +193,9 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         poll = source_f.result()
         litellm_fault = litellm_f.result() if litellm_f else None
         counted = requests_f.result() if requests_f else None
+        spend = spend_f.result() if spend_f else None
     servers = _with_canaries(cfg, now, servers)
-    return _Polled(poll, litellm_fault, servers, counted)
+    return _Polled(poll, litellm_fault, servers, counted, spend)
 
 
 def _with_canaries(cfg: Config, now: datetime, servers: dict[str, tuple]) -> dict[str, tuple]:
@@ -228,6 +234,23 @@ def _litellm_requests(cfg: Config):
     return fetch_requests(cfg.litellm.url, cfg.litellm.api_key or None, cfg.litellm.timeout_s)
 
 
+def _spend(cfg: Config, now_s: float):
+    """Rule 10's window of LiteLLM's spend logs, tallied per GPU against its role (issue 22)."""
+    from gpuheal.core.routing import Deployment, tally
+    from gpuheal.credentials import env_or_dotenv
+    from gpuheal.sources.litellm_spend import fetch_spend
+
+    window_s = float(cfg.rules["workload-misrouted"]["window_s"])
+    key = env_or_dotenv(cfg.litellm.admin_key_env, cfg.path)
+    got = fetch_spend(cfg.litellm.url, key, now_s - window_s, now_s, deadline_s=2 * cfg.litellm.timeout_s,
+                      max_rows=cfg.litellm.spend_logs_max_rows)
+    if isinstance(got, DataFault):
+        return got
+    gpus = [Deployment(g.alias, frozenset({g.alias, g.litellm_model_id} - {None}), g.endpoint, g.role_kinds)
+            for g in cfg.gpus]
+    return tally(got.rows, gpus, window_s)
+
+
 def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault]) -> GpuSample:
     """One configured GPU's reading of this poll from every source; its data faults go to ``faults``."""
     if gpu.alias in polled.servers:
@@ -253,7 +276,10 @@ def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault
     if polled.litellm_requests is not None and not isinstance(polled.litellm_requests, DataFault):
         counts = polled.litellm_requests.for_gpu(gpu.alias, gpu.endpoint)
         if counts is not None:
-            values.update(litellm_requests_total=counts.total, litellm_failures_total=counts.failures)
+            values.update(litellm_requests_total=counts.total, litellm_failures_total=counts.failures,
+                          litellm_model_group=counts.model_group)
+    if isinstance(polled.spend, dict) and gpu.alias in polled.spend:
+        values["routing"] = polled.spend[gpu.alias]
     return GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
 
 

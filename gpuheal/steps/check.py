@@ -132,10 +132,12 @@ def run(
     evaluation = evaluate(cfg, store, obs, history, now)
     health = health_document(obs, evaluation.issues, actions=[])
     _add_decode_progress(health, evaluation.memory, now.timestamp())
-    from gpuheal.core.coverage import rules_off
+    from gpuheal.core.coverage import from_litellm, rules_off
     from gpuheal.rules import ALL
 
-    health["rules_off"] = rules_off(obs.source, obs, ALL)
+    lite = cfg.litellm
+    litellm_reads = from_litellm(lite.url, lite.read_metrics, lite.read_spend_logs)
+    health["rules_off"] = rules_off(obs.source, obs, ALL, litellm_reads)
     if keep_history:
         save_history(store, cfg, history, now)
     return CheckResult(obs=obs, history=history, issues=evaluation.issues, health=health, evaluation=evaluation)

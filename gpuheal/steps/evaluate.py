@@ -30,14 +30,14 @@ from typing import Any
 
 from gpuheal import benchdata
 from gpuheal.config import Config
-from gpuheal.core import context_change, engine, timing
+from gpuheal.core import context_change, engine, routing, timing
 from gpuheal.core.context_change import remember_context
 from gpuheal.core.decode import remember_decode
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.litellm_rate import remember_litellm
 from gpuheal.core.taskloop import remember_taskloop
-from gpuheal.core.view import FleetView, Restarts, remember, vram_trend
+from gpuheal.core.view import REQUEST_BUCKET_S, FleetView, Restarts, remember, vram_trend
 from gpuheal.model import Observation
 from gpuheal.rules import ALL, BENCH_RULES
 from gpuheal.rules.circuit_breaker_stuck import opened_at as breaker_opened_at
@@ -77,6 +77,10 @@ def evaluate_poll(
         remember_taskloop(book.memory, obs, cfg.aliases)  # Rule 3 from a hung task loop (issue 20)
         remember_litellm(book.memory, obs, cfg.aliases)  # Rule 3 from LiteLLM's own counters (issue 20)
         remember_context(book.memory, obs, cfg.aliases, lambda a: _target_tok_s(cfg, bench, a))  # Rule 9
+        seen = {a: obs.gpus.get(a) for a in cfg.aliases}  # Rule 10 from LiteLLM's counters (issue 22)
+        routing.remember_counters(book.memory, obs.at.timestamp(), {a: getattr(s, "litellm_requests_total", None)
+                                  for a, s in seen.items()}, {a: getattr(s, "litellm_model_group", None)
+                                  for a, s in seen.items()}, keep_s + REQUEST_BUCKET_S)
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     return engine.evaluate(ALL, view, book, only=only), view
 

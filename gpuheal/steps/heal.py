@@ -140,8 +140,10 @@ class Heal:
     def _handle(self, item: PlanItem) -> bool:
         """Show or perform one plan item; True if anything was acted on."""
         subject = Subject(item.gpu, item.issue, item.since, item.detected)
-        if item.decision == "recommend":
-            return False
+        if item.decision == "recommend":  # Rule 10's follow-through (issue 22): steps/heal_routing.py
+            from gpuheal.steps.heal_routing import follow_up
+
+            return follow_up(self, item, subject)
         if item.decision == "blocked":
             remedy = REMEDIES.get(item.issue)
             self.rec.blocked(subject, primary_action(item.actions or list(remedy.steps if remedy else ())), item.reason)

@@ -66,6 +66,12 @@ CASES = {
     "update wrong key": ("POST", "/model/update", WRONG, UPDATE),
     "update garbage json": ("POST", "/model/update", "master", b'{"model_info":'),
     "update with GET": ("GET", "/model/update", "master", None),
+    # Rule 10's spend logs (issue 22): refused without a database, whatever the key
+    "spend logs v2": ("GET", "/spend/logs/v2?start_date=2026-07-18%2007:00:00&end_date=2026-07-18%2008:00:00"
+                      "&page=1&page_size=1000", "master", None),
+    "spend logs": ("GET", "/spend/logs", "master", None),
+    "spend logs wrong key": ("GET", "/spend/logs/v2", WRONG, None),
+    "spend logs no key": ("GET", "/spend/logs/v2", None, None),
 }
 
 

@@ -1,0 +1,349 @@
+"""Rule 10, workload distribution, judged as the spec writes it (issue 22, item 6). Pure: values in,
+values out; time is a parameter.
+
+Spec Rule 10: "Alert if any GPU is handling workload outside its designated role … Track per-GPU
+request distribution via LiteLLM spend logs … Verify: each GPU's request pattern matches its
+designated role within 24h. Escalate: if role mismatch persists >48h → agent alias audit needed."
+
+**Where the distribution comes from**, in this order, and every reading says which it was:
+
+1. ``spend-logs``: LiteLLM's spend logs over the window (``sources/litellm_spend``), one row per
+   request, each judged against the GPU's role here (:func:`tally`) — model group, request tags and
+   prompt size are all judgeable;
+2. ``litellm-counters``: with no database, LiteLLM's per-deployment request counters
+   (``litellm_deployment_total_requests_total``), their increase over the window
+   (:func:`counter_increase`; a counter that went down is a proxy restart, and counts from zero).
+   The deployment's model group is known; request tags and prompt sizes are not;
+3. ``gpu-monitor``: its per-host ``requests_60s`` summed over the window — weight only.
+
+**Weight**: a GPU's share of the fleet's requests against its weight over the sum of weights; off by
+more than ``tolerance_ratio`` of the target (at least 2 points) is misrouted. **Role**: the requests
+outside its role over those that could be judged, more than ``role_tolerance_ratio``, is misrouted.
+A role criterion the source cannot judge is listed in ``not_judged``, never guessed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from gpuheal.config.model import Role
+from gpuheal.model import RoleTally
+from gpuheal.parse.litellm_spend import SpendRow
+
+SPEND_LOGS = "spend-logs"
+COUNTERS = "litellm-counters"
+MONITOR = "gpu-monitor"
+MIN_BAND = 0.02  # a share within 2 points of its target is never "misrouted", however small the target
+
+
+class Criterion(StrEnum):
+    MODEL_GROUP = "model group"
+    TAGS = "request tags"
+    PROMPT = "prompt tokens"
+
+
+def criteria(role: Role | None) -> tuple[Criterion, ...]:
+    """The criteria a role names."""
+    if role is None:
+        return ()
+    out = [Criterion.MODEL_GROUP] if role.model_groups else []
+    out += [Criterion.TAGS] if role.request_tags else []
+    out += [Criterion.PROMPT] if role.min_prompt_tokens is not None or role.max_prompt_tokens is not None else []
+    return tuple(out)
+
+
+def judge_request(role: Role, row: SpendRow) -> tuple[bool | None, Criterion | None]:
+    """(inside the role: True / False / None = not known, the first criterion it broke). A request
+    is outside when any criterion it can be judged on fails; not known when none fails but one
+    cannot be judged (the row lacks that field)."""
+    unknown = False
+    for c in criteria(role):
+        ok = _holds(role, c, row)
+        if ok is False:
+            return False, c
+        unknown = unknown or ok is None
+    return (None if unknown else True), None
+
+
+def _holds(role: Role, c: Criterion, row: SpendRow) -> bool | None:
+    if c is Criterion.MODEL_GROUP:
+        return None if row.model_group is None else row.model_group in role.model_groups
+    if c is Criterion.TAGS:
+        return None if row.request_tags is None else bool(set(row.request_tags) & set(role.request_tags))
+    if row.prompt_tokens is None:
+        return None
+    lo, hi = role.min_prompt_tokens, role.max_prompt_tokens
+    return (lo is None or row.prompt_tokens >= lo) and (hi is None or row.prompt_tokens <= hi)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """How a GPU is known in LiteLLM: its alias or ``litellm_model_id`` as ``model_id``, else its endpoint
+    as ``api_base`` (with or without ``/v1``)."""
+
+    alias: str
+    ids: frozenset[str]
+    endpoint: str
+    role: Role | None
+
+
+def owner(row: SpendRow, gpus: Iterable[Deployment]) -> str | None:
+    """The GPU that served ``row``: by ``model_id``, else by ``api_base`` when exactly one GPU matches."""
+    gpus = tuple(gpus)
+    if row.model_id is not None:
+        for g in gpus:
+            if row.model_id in g.ids:
+                return g.alias
+    if row.api_base is None:
+        return None
+    base = row.api_base.rstrip("/").removesuffix("/v1")
+    found = [g.alias for g in gpus if g.endpoint.rstrip("/") == base]
+    return found[0] if len(found) == 1 else None
+
+
+def tally(rows: Iterable[SpendRow], gpus: Iterable[Deployment], window_s: float) -> dict[str, RoleTally]:
+    """Every GPU's requests in the rows, judged against its role. A GPU with no row has 0 requests
+    (the spend logs list every request LiteLLM routed); rows of no configured GPU are not counted."""
+    gpus = tuple(gpus)
+    seen = {g.alias: 0 for g in gpus}
+    unknown = dict(seen)
+    outside: dict[str, dict[str, int]] = {g.alias: {} for g in gpus}
+    roles = {g.alias: g.role for g in gpus}
+    for row in rows:
+        alias = owner(row, gpus)
+        if alias is None:
+            continue
+        seen[alias] += 1
+        role = roles[alias]
+        if role is None or not role.judged:
+            continue
+        inside, broke = judge_request(role, row)
+        if inside is None:
+            unknown[alias] += 1
+        elif broke is not None:
+            by = outside[alias]
+            by[broke.value] = by.get(broke.value, 0) + 1
+    return {a: RoleTally(n, sum(outside[a].values()), unknown[a], window_s, tuple(sorted(outside[a].items())))
+            for a, n in seen.items()}
+
+
+def counter_increase(points: list[tuple[float, float]]) -> float | None:
+    """The increase of a monotonic counter over ``[(t, value), ...]`` (oldest first), as Prometheus's
+    ``increase`` without extrapolation: a value lower than the one before is a restart of the proxy,
+    and the new value counts from zero. ``None`` with fewer than two points."""
+    if len(points) < 2:
+        return None
+    total = 0.0
+    for (_t0, before), (_t1, after) in zip(points, points[1:], strict=False):
+        total += after - before if after >= before else after
+    return total
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One GPU's requests over the window from one source; ``outside`` / ``unknown``: of those, outside
+    its role and not judgeable; ``judged`` / ``not_judged``: the role's criteria this source could and
+    could not judge."""
+
+    requests: float
+    source: str
+    outside: float = 0.0
+    unknown: float = 0.0
+    outside_by: tuple[tuple[str, int], ...] = ()
+    judged: tuple[str, ...] = ()
+    not_judged: tuple[str, ...] = ()
+
+
+def from_spend(t: RoleTally, role: Role | None) -> Reading:
+    names = tuple(c.value for c in criteria(role))
+    return Reading(float(t.requests), SPEND_LOGS, float(t.outside), float(t.unknown), t.outside_by, names, ())
+
+
+def from_counters(requests: float, model_group: str | None, role: Role | None) -> Reading:
+    """A deployment's increase; its requests are all outside the role when its model group is not one
+    the role names. Tags and prompt sizes are not known from counters."""
+    names = criteria(role)
+    not_judged = tuple(c.value for c in names if c is not Criterion.MODEL_GROUP)
+    if Criterion.MODEL_GROUP not in names:
+        return Reading(requests, COUNTERS, not_judged=not_judged)
+    if model_group is None:
+        return Reading(requests, COUNTERS, unknown=requests, not_judged=(Criterion.MODEL_GROUP.value, *not_judged))
+    assert role is not None
+    outside = 0.0 if model_group in role.model_groups else requests
+    by = ((Criterion.MODEL_GROUP.value, int(outside)),) if outside else ()
+    return Reading(requests, COUNTERS, outside, 0.0, by, (Criterion.MODEL_GROUP.value,), not_judged)
+
+
+def from_monitor(requests: int, role: Role | None) -> Reading:
+    return Reading(float(requests), MONITOR, not_judged=tuple(c.value for c in criteria(role)))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Rule 10's finding for one GPU: its evidence (units in the names) and one line."""
+
+    detected: dict[str, Any]
+    summary: str
+
+
+def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], role_name: str | None,
+          *, tolerance_ratio: float, role_tolerance_ratio: float, min_requests: float,
+          window_s: float | None = None) -> Verdict | bool | None:
+    """Misrouted (a :class:`Verdict`), quiet (``False``) or not known (``None``). ``readings``: every
+    GPU of the fleet that has one this poll; ``weights``: the weighted GPUs (shares need all of them)."""
+    mine = readings.get(alias)
+    if mine is None:
+        return None
+    share = _share(alias, readings, weights, tolerance_ratio, min_requests)
+    role = _role_check(mine, role_tolerance_ratio, min_requests)
+    if share is None and role is None:
+        return None
+    if not (share and share["off"]) and not (role and role["off"]):
+        return False
+    detected: dict[str, Any] = {"source": mine.source, "requests": round(mine.requests), "role": role_name,
+                                "window_s": window_s}
+    lines = []
+    if share is not None:
+        detected.update({k: v for k, v in share.items() if k != "off"})
+        if share["off"]:
+            lines.append(f"gets {_pct(share['share_pct'])} % of requests, target {_pct(share['target_pct'])} %: "
+                         f"{share['direction']}-used")
+    if role is not None:
+        detected.update({k: v for k, v in role.items() if k != "off"})
+        if role["off"]:
+            lines.append(f"{_pct(role['outside_role_pct'])} % of its requests are outside its role "
+                         f"({', '.join(f'{k}: {n}' for k, n in mine.outside_by) or 'model group'})")
+    if mine.not_judged:
+        detected["not_judged"] = list(mine.not_judged)
+    summary = (f"{alias} ({role_name or 'no role set'}) " + "; ".join(lines)
+               + f" [{mine.source}]: recommend agent alias updates to match the GPU roles")
+    return Verdict(detected, summary)
+
+
+def _share(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], tolerance_ratio: float,
+           min_requests: float) -> dict[str, Any] | None:
+    if alias not in weights or len(weights) < 2 or any(a not in readings for a in weights):
+        return None
+    total, weight_sum = sum(readings[a].requests for a in weights), sum(weights.values())
+    if total < min_requests or weight_sum <= 0:
+        return None
+    share, target = readings[alias].requests / total, weights[alias] / weight_sum
+    band = max(tolerance_ratio * target, MIN_BAND)
+    return {"off": abs(share - target) > band, "share_pct": round(100 * share, 1), "target_pct": round(100 * target, 1),
+            "tolerance_pct": round(100 * band, 1), "fleet_requests": round(total),
+            "direction": "over" if share > target else "under"}
+
+
+def _role_check(mine: Reading, tolerance_ratio: float, min_requests: float) -> dict[str, Any] | None:
+    known = mine.requests - mine.unknown
+    if not mine.judged or known < max(min_requests, 1):
+        return None
+    ratio = mine.outside / known
+    return {"off": ratio > tolerance_ratio, "outside_role_pct": round(100 * ratio, 1),
+            "outside_role": round(mine.outside), "role_unknown": round(mine.unknown), "judged": list(mine.judged),
+            "outside_by": dict(mine.outside_by)}
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0f}"
+
+
+# --------------------------------------------------------------------------- the fleet's readings
+
+
+def remember_counters(memory: dict[str, Any], now_s: float, totals: Mapping[str, float | None],
+                      groups: Mapping[str, str | None], keep_s: float) -> None:
+    """Fold this poll's LiteLLM counters into ``memory["routing"]`` (``{ALIAS: [[t, total, group], ...]}``,
+    kept ``keep_s``), so that one-shot cron runs see their increase over the window. A poll that did
+    not know a GPU's counter adds nothing for it. Mutates ``memory`` only."""
+    book = memory.setdefault("routing", {})
+    for alias in [a for a in book if a not in totals]:
+        del book[alias]
+    for alias, total in totals.items():
+        points = book.setdefault(alias, [])
+        if total is not None and (not points or now_s > points[-1][0]):
+            points.append([now_s, total, groups.get(alias)])
+        while points and points[0][0] < now_s - keep_s:
+            points.pop(0)
+        if not points:
+            del book[alias]
+
+
+def counter_points(memory: Mapping[str, Any], alias: str, start_s: float) -> list[tuple[float, float]]:
+    """The remembered counter values of ``alias`` from ``start_s`` on (anything malformed is skipped)."""
+    points = memory.get("routing", {}).get(alias)
+    if not isinstance(points, list):
+        return []
+    return [(float(p[0]), float(p[1])) for p in points
+            if isinstance(p, list) and len(p) == 3 and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                           for v in p[:2]) and p[0] >= start_s]
+
+
+def last_group(memory: Mapping[str, Any], alias: str) -> str | None:
+    points = memory.get("routing", {}).get(alias)
+    if isinstance(points, list) and points and isinstance(points[-1], list) and len(points[-1]) == 3:
+        group = points[-1][2]
+        return group if isinstance(group, str) else None
+    return None
+
+
+def fleet_readings(view: Any, window_s: float) -> dict[str, Reading]:
+    """Every GPU's :class:`Reading` over the trailing window from the best source this poll has: the
+    spend logs when this poll read them, else LiteLLM's counters when remembered, else gpu-monitor's
+    counts. One source for the whole fleet, so that shares compare like with like. Cached per view."""
+    key = ("routing", window_s)
+    if key in view.cache:
+        cached: dict[str, Reading] = view.cache[key]
+        return cached
+    gpus = view.gpus
+    out: dict[str, Reading] = {}
+    samples = {a: view.sample(a) for a in gpus}
+    if any(s is not None and s.routing is not None for s in samples.values()):
+        for a, s in samples.items():
+            if s is not None and s.routing is not None:
+                out[a] = from_spend(s.routing, gpus[a].role_kinds)
+    elif any(counter_points(view.memory, a, 0.0) for a in gpus):
+        for a, g in gpus.items():
+            increase = counter_increase(counter_points(view.memory, a, view.now_s - window_s - view.tolerance_s))
+            if increase is not None:
+                out[a] = from_counters(increase, last_group(view.memory, a), g.role_kinds)
+    else:
+        for a, g in gpus.items():
+            n = view.requests_in_window(a, window_s)
+            if n is not None:
+                out[a] = from_monitor(n, g.role_kinds)
+    view.cache[key] = out
+    return out
+
+
+# --------------------------------------------------------------------------- what heal does about it
+
+
+class Followup(StrEnum):
+    """What ``heal --apply`` does about an open Rule 10 incident this run."""
+
+    ALERT = "alert"  # first run that sees it firing: one alert per incident (grouped by core/alerts)
+    WAITING = "waiting"  # alerted, inside the spec's 24 h to match its role again
+    NOT_VERIFIED = "not-verified"  # 24 h after the alert and still misrouted
+    AUDIT = "audit"  # open more than 48 h: "agent alias audit needed" (its own message, once)
+
+
+AUDIT_TEXT = ("role mismatch persists more than {hours:g} h: agent alias audit needed: check which model alias "
+              "each agent uses against the GPU roles (stable aliases, Lesson L6)")
+
+
+def followup(since_s: float, alerted_s: float | None, now_s: float, *, verify_within_s: float,
+             escalate_after_s: float, tolerance_s: float) -> Followup:
+    """The step for an incident open since ``since_s`` (its first firing poll), alerted at ``alerted_s``
+    (``None``: not yet). Durations compare with the clock's tolerance (cron starts a second or two late):
+    "persists > 48 h" is more than 48 h less the tolerance."""
+    if now_s - since_s > escalate_after_s - tolerance_s:
+        return Followup.AUDIT
+    if alerted_s is None:
+        return Followup.ALERT
+    if now_s - alerted_s > verify_within_s - tolerance_s:
+        return Followup.NOT_VERIFIED
+    return Followup.WAITING
