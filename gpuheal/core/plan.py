@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.config.model import Config, GpuConfig
-from gpuheal.core import timing
+from gpuheal.core import rule4, timing
 from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
 from gpuheal.core.catalog import (
     CATALOG,
@@ -104,7 +104,7 @@ def plan(
     for issue in firing:
         if (gpu_filter and issue["gpu"] != gpu_filter) or (issue_filter and issue["issue"] != issue_filter):
             continue
-        item = _plan_one(issue, state, cfg, now_s, guard, catalog, tol)
+        item = _joins_heat(_plan_one(issue, state, cfg, now_s, guard, catalog, tol), firing)
         if item.decision == "act":
             # Two issues of one GPU (model-stuck + vram-leak), or stuck breakers of two GPUs, must
             # not restart the same thing twice in one run: the guards above saw the state before
@@ -116,6 +116,20 @@ def plan(
             restarting |= item.restart_targets
         items.append(item)
     return items
+
+
+def _joins_heat(item: PlanItem, firing: list[dict[str, Any]]) -> PlanItem:
+    """Rule 4.3, "check thermal — if hot, apply Rule 1": the regression carries the same poll's heat,
+    and while a thermal issue of its GPU is open that issue's own fix runs and the regression does
+    nothing of its own (one incident, not two; :func:`gpuheal.core.rule4.hot_join`)."""
+    if item.issue != rule4.ISSUE or item.gpu == "fleet":
+        return item
+    heat = rule4.heat_of(item.detected.get("temp_c"), item.gpu, ((i["gpu"], i["issue"]) for i in firing))
+    detected = {**item.detected, "heat": heat.record()}
+    why = rule4.hot_join(heat)
+    if why is None or item.decision not in ("act", "escalate"):
+        return replace(item, detected=detected)
+    return replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=why, detected=detected)
 
 
 @dataclass(frozen=True)
@@ -300,9 +314,10 @@ def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALO
         argv = g.command("restart_command") or catalog.actions["restart-llama-server"].default_argv
         note = "uncapped: no memcap_restart_command configured, plain restart (Rule 2.2 asks for a memory cap)"
     if argv is None and action == "restore-power-limit" and g.vendor == "nvidia":
+        restore = cfg.heal.power_restore
         return RestorePowerLimit(
             action, on_gpu(POWER_QUERY_ARGV, g.gpu_index), target,
-            "built-in: back to the default limit, only if it was lowered"
+            f"built-in: back to the {restore} limit, only if it is below it", restore
         )
     if argv is None and action == "snapshot-processes":
         argv = on_gpu(default_smi_argv(g.vendor), g.gpu_index)

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
+from gpuheal.actions.rule4 import found as rule4_found
 from gpuheal.clock import format_iso
 from gpuheal.core import alerts, timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
@@ -189,6 +190,8 @@ class Heal:
                       self.effects.model_health)  # fmt: skip
         if "process" in ex.evidence:  # Rule 6.1: which it was, hung or down, is part of what was detected
             subject = replace(subject, detected={**subject.detected, "process": ex.evidence["process"]["case"]})
+        if "rule4" in ex.evidence:  # Rule 4's three checks, and the re-benchmark that will verify the fix
+            subject = rule4_found(self.store, subject, ex, run_id, self.now_s)
         self.rec.step_docs(subject, item.reason, ex)
         if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
             self.state = self.state.with_litellm_restart(self.now_s)
