@@ -1,0 +1,251 @@
+"""Rule 4's three checks as decisions (issue 22, item 2): competing process, throttled power limit,
+heat — each yes / no / not known from real tool output (../shared/fixtures/smi), what the attempt
+then does, the verifying re-benchmark and its audit line. Bad input never acts."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from smi_captures import FIXTURES, NVIDIA_CAPTURES, ROCM_CAPTURES
+from test_bench_step import config as bench_config
+from test_bench_step import (
+    fakes,  # noqa: F401 — the loopback llama-server fake fixture
+    run_bench,
+    speed_routes,
+)
+from test_execute import Board, Outcome, ok_verify
+
+from gpuheal.actions.execute import run_item
+from gpuheal.config import load_config_dict
+from gpuheal.core import rebench, rule4
+from gpuheal.core.alerts import Alert, Message, group
+from gpuheal.core.plan import empty_state, plan
+from gpuheal.parse.rule4 import PowerLimits, parse_power_limits, parse_rocm_pids, parse_rocm_power_cap
+from gpuheal.parse.smi import GpuProcess
+from gpuheal.state import files
+from gpuheal.state.store import StateDir
+
+Y, N, U = rule4.Verdict.YES, rule4.Verdict.NO, rule4.Verdict.NOT_KNOWN
+LLAMA = GpuProcess(1106871, "/app/llama-server", 21000.0)
+MINER = GpuProcess(4242, "python3 miner.py", 2300.0)
+
+
+def power_row(capture: str) -> str:
+    """The capture's real power.limit, power.default_limit, power.max_limit, as gpuheal's query
+    prints them (``nounits``): taken by header name from the full ``--query-gpu --format=csv``."""
+    lines = (FIXTURES / capture).read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("timestamp, ") and "power.default_limit [W]" in line:
+            header, values = line.split(", "), lines[i + 1].split(", ")
+            row = dict(zip([h.strip() for h in header], [v.strip() for v in values], strict=False))
+            names = ("power.limit [W]", "power.default_limit [W]", "power.max_limit [W]")
+            return ", ".join(row[n].removesuffix(" W") for n in names) + "\n"
+    raise LookupError(capture)
+
+
+# ----------------------------------------------------------------------------- parsing real output
+
+
+@pytest.mark.skipif(len(NVIDIA_CAPTURES) < 4, reason="the real smi captures are not here")
+def test_power_limits_of_every_real_capture_parse_and_none_is_throttled():
+    for capture in NVIDIA_CAPTURES:
+        limits = parse_power_limits(power_row(capture))
+        assert limits is not None and limits.current_w and limits.default_w and limits.max_w, capture
+        assert rule4.judge_power(limits, "default").throttled is N, capture
+    rtx = parse_power_limits(power_row("linux-x86_64__nvidia-geforce-rtx-2080-super__595.71.05.txt"))
+    assert rtx == PowerLimits(250.0, 250.0, 350.0)
+    # the spec's "restore to max": the same board is 100 W below its max
+    check = rule4.judge_power(rtx, "max")
+    assert check.throttled is Y and check.target_w == 350.0
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[N/A], [N/A], [N/A]\n", "garbage\n", "", "NVIDIA-SMI has failed because it couldn't communicate\n",
+     "250.00, 350.00\n", "-5, 350.00, 400.00\n", "1e9, 350, 400\n", "nan, inf, 400\n"],
+)
+def test_bad_power_answers_are_not_known_never_throttled(text):
+    check = rule4.judge_power(parse_power_limits(text), "default")
+    assert check.throttled is U and check.target_w is None
+
+
+def test_contradicting_limits_are_not_known():
+    assert rule4.judge_power(PowerLimits(450.0, 350.0, 400.0), "default").throttled is U  # above the max
+    assert rule4.judge_power(PowerLimits(250.0, 500.0, 400.0), "default").throttled is U  # default above max
+    assert rule4.judge_power(PowerLimits(250.0, 350.0, None), "max").throttled is U  # max asked, not known
+    assert rule4.judge_power(PowerLimits(349.5, 350.0, 400.0), "default").throttled is N  # within the tolerance
+
+
+@pytest.mark.skipif(not ROCM_CAPTURES, reason="the real rocm-smi captures are not here")
+def test_rocm_pids_and_power_cap_from_real_captures():
+    text = (FIXTURES / "rocm-smi__mi100_rocm571.json").read_text()
+    assert parse_rocm_pids(text) == [GpuProcess(104225, "mlir-cpu-runner", 0.0)]
+    assert parse_rocm_power_cap(text, None) == PowerLimits(290.0)
+    assert rule4.judge_power(parse_rocm_power_cap(text, None), "default").throttled is U  # no default from rocm-smi
+    for bad in ("", "[]", '{"system": "x"}', '{"system": {"PIDx": "a, 1", "PID7": 3, "PID0": "b, 1, 2"}}'):
+        assert parse_rocm_pids(bad) in (None, [])
+
+
+# ----------------------------------------------------------------------------- the competing process
+
+
+def test_competing_process_is_named_only_when_the_gpu_is_busy():
+    busy = rule4.judge_competition(97.0, 90.0, [LLAMA, MINER])
+    assert busy.competing is Y and busy.others == (MINER,)
+    assert busy.named() == "python3 miner.py (pid 4242, 2300 MB VRAM)"
+    assert rule4.judge_competition(40.0, 90.0, [LLAMA, MINER]).competing is N  # not busy: nothing competes
+    assert rule4.judge_competition(97.0, 90.0, [LLAMA]).competing is N  # its own load
+
+
+def test_own_pid_decides_over_the_name():
+    """Another GPU's llama-server on this GPU competes; this GPU's is known by the pid on its port."""
+    other_llama = GpuProcess(777, "/opt/llama/llama-server", 9000.0)
+    found = rule4.judge_competition(97.0, 90.0, [LLAMA, other_llama], own_pids=frozenset({LLAMA.pid}))
+    assert found.competing is Y and found.others == (other_llama,)
+
+
+@pytest.mark.parametrize(
+    ("util", "procs"),
+    [(97.0, None), (None, [LLAMA, MINER]), (97.0, []), (97.0, [LLAMA, GpuProcess(312710, "[Not Found]", None)])],
+)
+def test_competition_not_known(util, procs):
+    assert rule4.judge_competition(util, 90.0, procs).competing is U
+
+
+# ----------------------------------------------------------------------------- the attempt decides
+
+
+def _cfg(**heal):
+    gpu = {"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "vendor": "nvidia"}
+    return load_config_dict({"heal": heal, "gpus": [gpu]})
+
+
+def _item(c, util=97.0, temp=60.0, firing=()):
+    issue = {"gpu": "gpu-a", "issue": "benchmark-regression", "state": "firing", "since": "2026-07-18T08:00:00Z",
+             "severity": "warning", "detected": {"util_pct": util, "temp_c": temp}}
+    return plan([issue, *firing], empty_state(), c, 1e9)
+
+
+class Gpu(Board):
+    """The board, plus the GPU's compute apps and pgrep's view of llama-server on port 9."""
+
+    def __init__(self, apps: str, **kw):
+        super().__init__(**kw)
+        self.apps = apps
+
+    def __call__(self, target, argv, timeout_s):
+        if argv[0] == "pgrep":
+            self.calls.append((target, list(argv)))
+            return Outcome(stdout="1106871 /app/llama-server --port 9 -m m.gguf\n")
+        if any(a.startswith("--query-compute-apps") for a in argv):
+            self.calls.append((target, list(argv)))
+            return Outcome(stdout=self.apps)
+        return super().__call__(target, argv, timeout_s)
+
+
+APPS = "1106871, /app/llama-server, 21000\n4242, python3 miner.py, 2300\n"
+
+
+def test_throttled_power_is_restored_read_back_and_a_rebench_is_due():
+    c = _cfg()
+    runner = Gpu("1106871, /app/llama-server, 21000\n")
+    ex = run_item(_item(c)[0], c, runner, ok_verify, ())
+    assert ex.result == "pending" and ex.verification["rebench"].startswith("due")
+    assert ex.evidence["rule4"]["power"]["throttled"] == "yes"
+    assert ex.evidence["rule4"]["competition"]["competing"] == "no" and ex.evidence["rule4"]["own_pids"] == [1106871]
+    assert runner.limits[0] == 350.0
+
+
+def test_restore_max_when_configured():
+    c = _cfg(power_restore="max")
+    runner = Gpu("1106871, /app/llama-server, 21000\n", current_w=350.0)
+    ex = run_item(_item(c)[0], c, runner, ok_verify, ())
+    assert ["nvidia-smi", "-pl", "400"] in [a for _, a in runner.calls] and ex.result == "pending"
+
+
+def test_a_limit_that_does_not_stick_fails_the_step():
+    c = _cfg()
+    ex = run_item(_item(c)[0], c, Gpu("1106871, /app/llama-server, 21000\n", sticks=False), ok_verify, ())
+    step = next(s for s in ex.steps if s.action == "restore-power-limit")
+    assert ex.result == "failed" and step.error == "the new power limit is not seen on the board"
+
+
+def test_a_competing_process_is_named_and_escalated():
+    c = _cfg()
+    ex = run_item(_item(c)[0], c, Gpu(APPS, current_w=350.0), ok_verify, ())
+    assert ex.result == "escalated" and "python3 miner.py (pid 4242, 2300 MB VRAM)" in ex.escalate_reason
+    assert ex.evidence["rule4"]["competition"]["processes"] == [{"pid": 4242, "name": "python3 miner.py",
+                                                                 "vram_mb": 2300.0}]
+
+
+def test_nothing_found_escalates_at_once_and_unknown_says_so():
+    c = _cfg()
+    ex = run_item(_item(c, util=40.0)[0], c, Gpu(APPS, current_w=350.0), ok_verify, ())
+    assert ex.result == "escalated" and "possible hardware degradation" in ex.escalate_reason
+
+    class NA(Gpu):
+        def __call__(self, target, argv, timeout_s):
+            if any(a.startswith("--query-gpu=power.limit") for a in argv):
+                return Outcome(stdout="[N/A], [N/A], [N/A]\n")
+            return super().__call__(target, argv, timeout_s)
+
+    na = NA("")
+    ex = run_item(_item(c)[0], c, na, ok_verify, ())
+    assert ex.result == "escalated" and "not known" in ex.escalate_reason
+    assert not any("-pl" in argv for _, argv in na.calls)
+
+
+# ----------------------------------------------------------------------------- heat joins Rule 1
+
+
+def test_hot_gpu_regression_joins_the_thermal_incident():
+    c = _cfg()
+    hot = {"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "2026-07-18T08:00:00Z",
+           "severity": "critical", "detected": {"temp_c": 88}}
+    items = {i.issue: i for i in _item(c, temp=88.0, firing=(hot,))}
+    assert items["thermal-critical"].decision in ("act", "escalate")  # Rule 1's own fix (or its escalation)
+    reg = items["benchmark-regression"]
+    assert reg.decision == "blocked" and "thermal-critical is open" in reg.reason and not reg.steps
+    assert reg.detected["heat"] == {"hot": "yes", "temp_c": 88.0, "thermal_issue": "thermal-critical"}
+    cool = _item(c)[0]
+    assert cool.decision == "act" and cool.detected["heat"]["hot"] == "no"
+
+
+def test_one_message_for_a_hot_gpus_regression_and_its_thermal_critical():
+    def alert(issue):
+        return Alert(f"gpu-a/{issue}", "gpu-a", issue, "escalated", "k", 1.0, issue)
+
+    msgs = group([Message(alert("thermal-critical")), Message(alert("benchmark-regression"))], lambda g: "", 10)
+    assert len(msgs) == 1 and [a.issue for a in msgs[0].members] == ["thermal-critical", "benchmark-regression"]
+
+
+# ----------------------------------------------------------------------------- the verifying re-benchmark
+
+
+def test_rebench_marks_are_tolerant():
+    assert rebench.due(None) == {} and rebench.due({"due": {"a": 3, "b": {"issue": 1}}}) == {}
+    doc = rebench.marked({}, "gpu-a", "benchmark-regression", "why", 5.0, "run-1", "restore-power-limit")
+    rest, took = rebench.taken(doc, ["gpu-b"])
+    assert took == {} and rebench.due(rest) == rebench.due(doc)
+
+
+@pytest.mark.parametrize(("gen", "verdict"), [(72.0, "resolved"), (50.0, "failed")])
+def test_next_bench_takes_the_mark_and_audits_what_proved_it(tmp_path, fakes, gen, verdict):  # noqa: F811
+    srv = fakes(speed_routes(gen))
+    c = bench_config({"gpu-dense": srv.url})
+    mark = rebench.marked({}, "gpu-dense", "benchmark-regression", "power limit 250 W is below the default 350 W",
+                          0.0, "gpu-self-heal-20260718-004", "restore-power-limit")  # fmt: skip
+    with StateDir(tmp_path) as store:
+        store.write(files.REBENCH, mark)
+    res = run_bench(c, tmp_path, now=datetime(2026, 7, 18, 9, 0, 3, tzinfo=UTC))
+    proof = res.document["rebench"]["gpu-dense"]
+    assert proof["recovered_tok_s"] == pytest.approx(74.8 * 0.9) and proof["within_threshold"] is (verdict == "resolved")
+    lines = [json.loads(x) for x in (tmp_path / files.AUDIT_LOG).read_text().splitlines()]
+    assert [(x["phase"], x["result"], x["run_id"], x["action"]) for x in lines] == [
+        ("rebench", verdict, "gpu-self-heal-20260718-004", "restore-power-limit")]
+    with StateDir(tmp_path) as store:
+        assert rebench.due(store.read(files.REBENCH, {})) == {}
+    again = run_bench(c, tmp_path, now=datetime(2026, 7, 18, 9, 7, 1, tzinfo=UTC))  # taken once, never twice
+    assert "rebench" not in again.document
