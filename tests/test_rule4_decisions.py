@@ -249,3 +249,50 @@ def test_next_bench_takes_the_mark_and_audits_what_proved_it(tmp_path, fakes, ge
         assert rebench.due(store.read(files.REBENCH, {})) == {}
     again = run_bench(c, tmp_path, now=datetime(2026, 7, 18, 9, 7, 1, tzinfo=UTC))  # taken once, never twice
     assert "rebench" not in again.document
+
+
+# ----------------------------------------------------------------------------- end to end on the simulator
+
+
+def test_sim_regression_power_restored_rebench_proves_it_and_heal_resolves(tmp_path):
+    """The simulated GPU slows to 50 tok/s (baseline 75) for three benchmarks; heal --apply finds its
+    power limit lowered (the board look-alike), sets the default, reads it back and marks the GPU;
+    the next bench (back at 74 tok/s) writes what proved it; the next heal resolves the attempt."""
+    from lab import Lab, scenario
+
+    from gpuheal.steps import bench
+    from gpuheal.steps.heal import Heal
+    from gpuheal.transport import LocalTransport
+
+    lab = Lab(tmp_path, scenario([{"alias": "gpu-a", "host": "ct1", "tok_s": 50.0}]))
+    try:
+        for _ in range(3):
+            lab.fleet.advance(600)
+            with StateDir(lab.state_dir) as store:
+                bench.run(lab.cfg, store, lab.fleet.now())
+        board, local = Gpu("1106871, /app/llama-server, 21000\n"), LocalTransport()
+
+        def run(target, argv, timeout_s):  # nvidia-smi and pgrep: the board; the rest really runs
+            return board(target, argv, timeout_s) if argv[0] in ("nvidia-smi", "pgrep") else local.run(argv, timeout_s)
+
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir) as store:
+            Heal(lab.cfg, store, lab.fleet.now(), apply=True, runner=run).run(None, None)
+        assert board.limits[0] == 350.0
+        outcome = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["phase"] == "outcome"]
+        assert outcome and outcome[-1]["result"] == "pending"
+        assert outcome[-1]["detected"]["power_throttled"] == "yes" and outcome[-1]["detected"]["competing"] == "no"
+        assert set(rebench.due(lab.read(files.REBENCH))) == {"gpu-a"}
+
+        lab.fleet.set("gpu-a", {"tok_s": 74.0})
+        lab.fleet.advance(600)
+        with StateDir(lab.state_dir) as store:
+            doc = bench.run(lab.cfg, store, lab.fleet.now()).document()
+        assert doc["rebench"]["gpu-a"]["within_threshold"] is True
+        proof = [x for x in lab.audit() if x["phase"] == "rebench"]
+        assert proof[-1]["result"] == "resolved" and proof[-1]["run_id"] == outcome[-1]["run_id"]
+        lab.heal()
+        resolved = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["result"] == "resolved"]
+        assert any(x["phase"] == "verification" for x in resolved)
+    finally:
+        lab.close()
