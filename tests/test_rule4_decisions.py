@@ -254,45 +254,69 @@ def test_next_bench_takes_the_mark_and_audits_what_proved_it(tmp_path, fakes, ge
 # ----------------------------------------------------------------------------- end to end on the simulator
 
 
-def test_sim_regression_power_restored_rebench_proves_it_and_heal_resolves(tmp_path):
-    """The simulated GPU slows to 50 tok/s (baseline 75) for three benchmarks; heal --apply finds its
-    power limit lowered (the board look-alike), sets the default, reads it back and marks the GPU;
-    the next bench (back at 74 tok/s) writes what proved it; the next heal resolves the attempt."""
+@pytest.fixture
+def sim_lab(tmp_path, monkeypatch):
+    """A simulated GPU whose board is throttled (250 W of its default 350 W: it generates at 250/350
+    of 75 tok/s), with the simulator's nvidia-smi look-alike on PATH; nothing else is faked."""
+    import os
+    import stat
+    import sys
+
     from lab import Lab, scenario
 
+    gpu = {"alias": "gpu-a", "host": "ct1", "power_limit_w": 250, "power_default_limit_w": 350,
+           "power_max_limit_w": 400}  # fmt: skip
+    lab = Lab(tmp_path, scenario([gpu]))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "nvidia-smi"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m gpuheal.sim.smi {lab.fleet.control_url} --sim-gpu gpu-a "$@"\n')
+    shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    yield lab
+    lab.close()
+
+
+def _bench(lab, advance_s=600):
     from gpuheal.steps import bench
-    from gpuheal.steps.heal import Heal
-    from gpuheal.transport import LocalTransport
 
-    lab = Lab(tmp_path, scenario([{"alias": "gpu-a", "host": "ct1", "tok_s": 50.0}]))
-    try:
-        for _ in range(3):
-            lab.fleet.advance(600)
-            with StateDir(lab.state_dir) as store:
-                bench.run(lab.cfg, store, lab.fleet.now())
-        board, local = Gpu("1106871, /app/llama-server, 21000\n"), LocalTransport()
+    lab.fleet.advance(advance_s)
+    with StateDir(lab.state_dir) as store:
+        return bench.run(lab.cfg, store, lab.fleet.now()).document()
 
-        def run(target, argv, timeout_s):  # nvidia-smi and pgrep: the board; the rest really runs
-            return board(target, argv, timeout_s) if argv[0] in ("nvidia-smi", "pgrep") else local.run(argv, timeout_s)
 
-        lab.fleet.advance(60)
-        with StateDir(lab.state_dir) as store:
-            Heal(lab.cfg, store, lab.fleet.now(), apply=True, runner=run).run(None, None)
-        assert board.limits[0] == 350.0
-        outcome = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["phase"] == "outcome"]
-        assert outcome and outcome[-1]["result"] == "pending"
-        assert outcome[-1]["detected"]["power_throttled"] == "yes" and outcome[-1]["detected"]["competing"] == "no"
-        assert set(rebench.due(lab.read(files.REBENCH))) == {"gpu-a"}
+def test_sim_throttled_board_restored_rebench_proves_it_and_heal_resolves(sim_lab):
+    """Three slow benchmarks; heal --apply reads the board's limits through nvidia-smi, sets the
+    default, sees it; the next bench (at full speed now) writes what proved it; the next heal
+    resolves the attempt."""
+    lab = sim_lab
+    for _ in range(3):
+        _bench(lab)
+    lab.heal()
+    assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 350
+    outcome = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["phase"] == "outcome"]
+    assert outcome and outcome[-1]["result"] == "pending"
+    assert outcome[-1]["detected"]["power_throttled"] == "yes" and outcome[-1]["detected"]["competing"] == "no"
+    assert set(rebench.due(lab.read(files.REBENCH))) == {"gpu-a"}
 
-        lab.fleet.set("gpu-a", {"tok_s": 74.0})
-        lab.fleet.advance(600)
-        with StateDir(lab.state_dir) as store:
-            doc = bench.run(lab.cfg, store, lab.fleet.now()).document()
-        assert doc["rebench"]["gpu-a"]["within_threshold"] is True
-        proof = [x for x in lab.audit() if x["phase"] == "rebench"]
-        assert proof[-1]["result"] == "resolved" and proof[-1]["run_id"] == outcome[-1]["run_id"]
-        lab.heal()
-        resolved = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["result"] == "resolved"]
-        assert any(x["phase"] == "verification" for x in resolved)
-    finally:
-        lab.close()
+    doc = _bench(lab)
+    assert doc["rebench"]["gpu-a"]["within_threshold"] is True and doc["results"][0]["gen_tok_s"] > 70
+    proof = [x for x in lab.audit() if x["phase"] == "rebench"]
+    assert proof[-1]["result"] == "resolved" and proof[-1]["run_id"] == outcome[-1]["run_id"]
+    lab.heal()
+    resolved = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["result"] == "resolved"]
+    assert any(x["phase"] == "verification" for x in resolved)
+
+
+def test_sim_competing_process_is_named_in_the_audit_and_the_alert(sim_lab):
+    lab = sim_lab
+    lab.fleet.set("gpu-a", {"util_pct": 97, "competing_pid": 4242, "competing_vram_mb": 2300})
+    for _ in range(3):
+        _bench(lab)
+    lab.heal()
+    esc = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["result"] == "escalated"]
+    assert esc and "python3 (pid 4242, 2300 MB VRAM)" in json.dumps(esc[-1])
+    assert esc[-1]["detected"]["competing_processes"] == [{"pid": 4242, "name": "python3", "vram_mb": 2300.0}]
+    assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 350  # the throttled limit restored too
+    queued = json.dumps(lab.read(files.ALERTS))
+    assert "python3 (pid 4242, 2300 MB VRAM)" in queued
