@@ -16,6 +16,7 @@ from test_bench_step import (
     speed_routes,
 )
 from test_execute import Board, Outcome, ok_verify
+from test_execute import FakeRunner as FakeRunnerFor
 
 from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
@@ -320,3 +321,35 @@ def test_sim_competing_process_is_named_in_the_audit_and_the_alert(sim_lab):
     assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 350  # the throttled limit restored too
     queued = json.dumps(lab.read(files.ALERTS))
     assert "python3 (pid 4242, 2300 MB VRAM)" in queued
+
+
+@pytest.mark.skipif(not ROCM_CAPTURES, reason="the real rocm-smi captures are not here")
+def test_amd_reads_the_cap_and_the_pids_and_never_sets_a_limit():
+    """rocm-smi prints the cap in force but no default: throttled is not known, nothing is set; the
+    KFD process list (host-wide, one GPU here) names the competing process."""
+    c = load_config_dict({"gpus": [{"alias": "gpu-a", "host": "ct15", "endpoint": "http://127.0.0.1:9",
+                                    "vendor": "amd"}]})  # fmt: skip
+    real = (FIXTURES / "rocm-smi__mi100_rocm571.json").read_text()
+    doc = json.loads(real)  # what --showmaxpower alone prints: each card's cap, as captured
+    caps = {k: {"Max Graphics Package Power (W)": v["Max Graphics Package Power (W)"]} for k, v in doc.items()
+            if k.startswith("card")}  # fmt: skip
+    # the snapshot of a one-GPU host: card0's captured readings, then the captured KFD process list
+    snapshot = {"card0": {k: v for k, v in doc["card0"].items() if "Temperature" in k or "Power" in k or "use" in k},
+                "system": {k: v for k, v in doc["system"].items() if k.startswith("PID")}}  # fmt: skip
+    runner = FakeRunnerFor({"--showmaxpower": Outcome(stdout=json.dumps(caps, indent=4)),
+                            "--showpids": Outcome(stdout=json.dumps(snapshot, indent=4))})  # fmt: skip
+    ex = run_item(_item(c)[0], c, runner, ok_verify, ())
+    assert ex.evidence["rule4"]["power"]["throttled"] == "not known"
+    assert ex.evidence["rule4"]["power"]["why"].startswith("cap 290 W;")
+    assert ex.evidence["rule4"]["competition"]["processes"] == [{"pid": 104225, "name": "mlir-cpu-runner",
+                                                                 "vram_mb": 0.0}]  # fmt: skip
+    assert ex.result == "escalated" and "mlir-cpu-runner (pid 104225" in ex.escalate_reason
+    assert not any("--setpoweroverdrive" in argv or "-pl" in argv for _, argv in runner.calls)
+
+
+def test_a_failing_power_query_is_not_known_not_a_failed_fix():
+    c = _cfg()
+    runner = FakeRunnerFor({"--query-gpu=power.limit": Outcome(rc=127, stderr="nvidia-smi: not found")})
+    ex = run_item(_item(c, util=40.0)[0], c, runner, ok_verify, ())
+    assert ex.result == "escalated" and "power limits not read (exit status 127)" in ex.escalate_reason
+    assert not any("-pl" in argv for _, argv in runner.calls)

@@ -289,16 +289,26 @@ def _restore_power_limit(
     (:func:`gpuheal.core.rule4.judge_power`: below the board's default, or its max with
     ``heal.power_restore: max``), and only when throttled set the target read from the board with
     ``nvidia-smi -pl``, then read it back: the change counts only when the board shows it. A limit
-    not known (``[N/A]``, garbage, above the max) changes nothing; the check is kept in ``check``."""
-    from gpuheal.core.rule4 import Verdict, judge_power
-    from gpuheal.parse.rule4 import parse_power_limits
+    not known (``[N/A]``, garbage, above the max, a query that failed) changes nothing and fails
+    nothing: the check, kept in ``check``, says "not known" and why. On AMD only the cap in force is
+    read (``rocm-smi --showmaxpower``): rocm-smi prints no default, so it is never "throttled"."""
+    from gpuheal.core.rule4 import PowerCheck, Verdict, judge_power
+    from gpuheal.parse.rule4 import parse_power_limits, parse_rocm_power_cap
 
     query = run_command(
         RunCommand(step.action, step.query_argv, step.target, step.note), values, runner, timeout_s, secrets
     )
     if not query.ok:
-        return query
-    power = judge_power(parse_power_limits(query.output), step.restore)
+        unread = PowerCheck(Verdict.NOT_KNOWN, f"power limits not read ({query.error})")
+        return replace(query, ok=True, error=None, note=unread.why, check=unread.record())
+    if step.query_argv[0] == "rocm-smi":
+        flag = gpu_flag(step.query_argv)
+        limits = parse_rocm_power_cap(query.output, int(flag[1]) if flag else None)
+        power = judge_power(limits, step.restore)
+        cap = f"cap {limits.current_w:g} W; " if limits and limits.current_w else ""
+        power = replace(power, why=f"{cap}{power.why} (rocm-smi prints no default limit)")
+    else:
+        power = judge_power(parse_power_limits(query.output), step.restore)
     if power.throttled is not Verdict.YES or power.target_w is None:  # nothing to do, or not known: change nothing
         return replace(query, note=power.why, check=power.record())
     setter = run_command(

@@ -34,6 +34,7 @@ from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCo
 from gpuheal.core.catalog import (
     CATALOG,
     POWER_QUERY_ARGV,
+    ROCM_POWER_QUERY_ARGV,
     SERVICE_OF,
     Catalog,
     Remedy,
@@ -313,12 +314,12 @@ def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALO
     if argv is None and action == "restart-llama-server-memcap":
         argv = g.command("restart_command") or catalog.actions["restart-llama-server"].default_argv
         note = "uncapped: no memcap_restart_command configured, plain restart (Rule 2.2 asks for a memory cap)"
-    if argv is None and action == "restore-power-limit" and g.vendor == "nvidia":
-        restore = cfg.heal.power_restore
-        return RestorePowerLimit(
-            action, on_gpu(POWER_QUERY_ARGV, g.gpu_index), target,
-            f"built-in: back to the {restore} limit, only if it is below it", restore
-        )
+    if argv is None and action == "restore-power-limit":
+        restore, query = cfg.heal.power_restore, POWER_QUERY_ARGV if g.vendor == "nvidia" else ROCM_POWER_QUERY_ARGV
+        note = f"built-in: back to the {restore} limit, only if it is below it"
+        if g.vendor == "amd":
+            note = "built-in: reads the cap only (rocm-smi prints no default limit); set power_limit_command to restore"
+        return RestorePowerLimit(action, on_gpu(query, g.gpu_index), target, note, restore)
     if argv is None and action == "snapshot-processes":
         argv = on_gpu(default_smi_argv(g.vendor), g.gpu_index)
     if argv is None:

@@ -14,9 +14,8 @@ board's power is "not known" (``None``), never zero.
 
 from __future__ import annotations
 
-import json
+import re
 from dataclasses import dataclass
-from typing import Any
 
 from gpuheal.parse.gpu_data import LIMITS
 from gpuheal.parse.smi import PID_MAX, GpuProcess
@@ -25,6 +24,7 @@ from gpuheal.parse.values import clean_text, number_text, parse_integer
 MAX_WATTS = LIMITS["power_limit_w"]
 MAX_PROCESSES = 256  # a process list longer than this is truncated: the rest is "not read"
 MIB = 1024 * 1024
+MAX_TEXT = 1024 * 1024  # only the last MiB of an answer is read
 
 
 @dataclass(frozen=True)
@@ -59,41 +59,32 @@ def parse_power_limits(text: str) -> PowerLimits | None:
     return None
 
 
-def _json(text: str) -> Any:
-    start = [i for i in (text.find("{"), text.find("[")) if i >= 0]
-    if not start:
-        return None
-    try:
-        return json.loads(text[min(start) :])
-    except (ValueError, RecursionError):
-        return None
+# Read entry by entry rather than as one JSON document: the evidence gpuheal keeps is the tail of a
+# long answer (its start cut off), and rocm-smi prints the process list last, under "system".
+_CAP = re.compile(r'"card(\d{1,4})"\s*:\s*\{[^{}]*?"Max Graphics Package Power \(W\)"\s*:\s*"([^"]{0,64})"')
+_PID = re.compile(r'"PID(\d{1,8})"\s*:\s*"([^"]{0,400})"')
 
 
 def parse_rocm_power_cap(text: str, card: int | None) -> PowerLimits | None:
     """``rocm-smi --showmaxpower --json``: the cap of ``card`` (``card0`` when ``None``); default and
-    max not known. ``None`` when the answer is not rocm-smi's JSON or has no such card."""
-    doc = _json(text)
-    entry = doc.get(f"card{card or 0}") if isinstance(doc, dict) else None
-    if not isinstance(entry, dict):
-        return None
-    raw = entry.get("Max Graphics Package Power (W)")
-    return PowerLimits(_watts(raw) if isinstance(raw, str) else None)
+    max not known. ``None`` when the answer has no such card."""
+    for m in _CAP.finditer(text[-MAX_TEXT :]):
+        if int(m.group(1)) == (card or 0):
+            return PowerLimits(_watts(m.group(2)))
+    return None
 
 
 def parse_rocm_pids(text: str) -> list[GpuProcess] | None:
-    """``rocm-smi --showpids --json``: one :class:`GpuProcess` per ``PID<n>`` key, VRAM in MB; ``None``
-    when the answer is not rocm-smi's JSON (no ``system`` section: nothing was read). A pid that is
-    not a pid, or a row without a name, is skipped."""
-    doc = _json(text)
-    system = doc.get("system") if isinstance(doc, dict) else None
-    if not isinstance(system, dict):
+    """``rocm-smi --showpids --json``: one :class:`GpuProcess` per ``PID<n>`` entry, VRAM in MB;
+    ``None`` when the answer has no ``"system"`` section (nothing was read). A pid that is not a pid,
+    or an entry without a name, is skipped; at most :data:`MAX_PROCESSES`."""
+    text = text[-MAX_TEXT :]
+    if '"system"' not in text:
         return None
     out: list[GpuProcess] = []
-    for key, value in list(system.items())[: MAX_PROCESSES * 4]:
-        if not (isinstance(key, str) and key.startswith("PID") and isinstance(value, str)):
-            continue
-        pid = parse_integer(key[3:], lo=1, hi=PID_MAX)
-        fields = [f.strip() for f in value.split(",")]
+    for m in _PID.finditer(text):
+        pid = parse_integer(m.group(1), lo=1, hi=PID_MAX)
+        fields = [f.strip() for f in m.group(2).split(",")]
         if pid is None or not fields[0]:
             continue
         vram = number_text(fields[2], hi=LIMITS["vram_used_mb"] * MIB) if len(fields) >= 3 else None
