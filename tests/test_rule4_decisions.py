@@ -353,3 +353,22 @@ def test_a_failing_power_query_is_not_known_not_a_failed_fix():
     ex = run_item(_item(c, util=40.0)[0], c, runner, ok_verify, ())
     assert ex.result == "escalated" and "power limits not read (exit status 127)" in ex.escalate_reason
     assert not any("-pl" in argv for _, argv in runner.calls)
+
+
+def test_sim_a_rebench_that_stays_slow_fails_the_attempt_and_escalates_at_once(sim_lab):
+    """The board was throttled, but the GPU stays slow once restored (50 tok/s of 75): the re-benchmark
+    disproves the fix, and the next heal fails the attempt and escalates, not a day later."""
+    lab = sim_lab
+    lab.fleet.set("gpu-a", {"tok_s": 50.0})
+    for _ in range(3):
+        _bench(lab)
+    lab.heal()
+    assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 350
+    doc = _bench(lab)
+    assert doc["rebench"]["gpu-a"]["within_threshold"] is False
+    lab.heal()
+    lab.heal()
+    reg = [x for x in lab.audit() if x["issue"] == "benchmark-regression"]
+    assert any(x["result"] == "failed" and x["phase"] == "verification" for x in reg), reg
+    esc = [x for x in reg if x["result"] == "escalated"]
+    assert esc and "persistent regression" in json.dumps(esc[-1])

@@ -57,6 +57,18 @@ def found(store, subject, ex, run_id: str, now_s: float):
     return replace(subject, detected={**subject.detected, **detected_of(ex)})
 
 
+def rebench_verdict(store, attempt) -> str | None:
+    """``still-broken`` for a pending attempt whose verifying re-benchmark (taken by ``bench``) did
+    not reach the recovered level: it fails now, and the regression escalates (Rule 4)."""
+    from gpuheal.core import rebench, verify
+    from gpuheal.state import files
+
+    if attempt.status != verify.PENDING or attempt.issue != rule4.ISSUE:
+        return None
+    failed = rebench.disproved(store.read(files.REBENCH, {}), attempt.gpu, attempt.issue, attempt.run_id)
+    return verify.STILL_BROKEN if failed else None
+
+
 def detected_of(ex) -> dict[str, Any]:
     """What the checks found, for the audit's ``detected`` and the alert (one line each)."""
     found = ex.evidence.get("rule4")

@@ -202,6 +202,8 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
                 "issue": mark["issue"], "detected": {}, "action": mark.get("action"), "result": verdict,
                 "verification": out[gpu], "escalated": False, "phase": "rebench"}  # fmt: skip
         store.append_lines(files.AUDIT_LOG, [line])
+        if verdict == "failed":  # the next heal fails the attempt this was verifying
+            store.write(files.REBENCH, rebench.with_failure(store.read(files.REBENCH, {}), gpu, mark, now.timestamp()))
     return out
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
 from gpuheal.actions.rule4 import found as rule4_found
+from gpuheal.actions.rule4 import rebench_verdict
 from gpuheal.clock import format_iso
 from gpuheal.core import alerts, timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
@@ -107,6 +108,7 @@ class Heal:
         for attempt in list(self.state.attempts.values()):
             issue = still_open.get((attempt.gpu, attempt.issue))
             event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, self.now_s, self.tol)
+            event = event or rebench_verdict(self.store, attempt)  # Rule 4: a re-benchmark disproved the fix
             if event is None:
                 continue
             found = verify.resolution(attempt, self.now_s) if event == verify.ISSUE_CLEARED else None
