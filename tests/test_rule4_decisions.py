@@ -372,3 +372,19 @@ def test_sim_a_rebench_that_stays_slow_fails_the_attempt_and_escalates_at_once(s
     assert any(x["result"] == "failed" and x["phase"] == "verification" for x in reg), reg
     esc = [x for x in reg if x["result"] == "escalated"]
     assert esc and "persistent regression" in json.dumps(esc[-1])
+
+
+def test_sim_hot_gpu_regression_waits_for_rule_1_and_changes_nothing_of_its_own(sim_lab):
+    """Slow and hot (88 °C): thermal-critical fires at its 2nd poll and its fix is planned; the
+    regression is blocked behind it with the same poll's heat, and the power limit is left alone."""
+    lab = sim_lab
+    lab.fleet.set("gpu-a", {"temp_c": 88})
+    for _ in range(3):
+        _bench(lab)
+    health = lab.heal()
+    health = lab.heal()
+    states = {(i["gpu"], i["issue"]) for i in health["issues"]}
+    assert ("gpu-a", "thermal-critical") in states and ("gpu-a", "benchmark-regression") in states
+    blocked = [a for a in health["actions"] if a["issue"] == "benchmark-regression"]
+    assert blocked and all("thermal-critical is open" in a["why"] for a in blocked), blocked
+    assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 250  # Rule 1 first; nothing of its own

@@ -105,7 +105,7 @@ def plan(
     for issue in firing:
         if (gpu_filter and issue["gpu"] != gpu_filter) or (issue_filter and issue["issue"] != issue_filter):
             continue
-        item = _joins_heat(_plan_one(issue, state, cfg, now_s, guard, catalog, tol), firing)
+        item = _joins_heat(_plan_one(issue, state, cfg, now_s, guard, catalog, tol), issues)
         if item.decision == "act":
             # Two issues of one GPU (model-stuck + vram-leak), or stuck breakers of two GPUs, must
             # not restart the same thing twice in one run: the guards above saw the state before
@@ -119,13 +119,14 @@ def plan(
     return items
 
 
-def _joins_heat(item: PlanItem, firing: list[dict[str, Any]]) -> PlanItem:
+def _joins_heat(item: PlanItem, issues: list[dict[str, Any]]) -> PlanItem:
     """Rule 4.3, "check thermal — if hot, apply Rule 1": the regression carries the same poll's heat,
-    and while a thermal issue of its GPU is open that issue's own fix runs and the regression does
-    nothing of its own (one incident, not two; :func:`gpuheal.core.rule4.hot_join`)."""
+    and while a thermal issue of its GPU is open — firing, or pending its hold (hot at this poll, the
+    Rule 1 fix one poll away) — that issue's own fix runs and the regression does nothing of its own
+    (one incident, not two; :func:`gpuheal.core.rule4.hot_join`)."""
     if item.issue != rule4.ISSUE or item.gpu == "fleet":
         return item
-    heat = rule4.heat_of(item.detected.get("temp_c"), item.gpu, ((i["gpu"], i["issue"]) for i in firing))
+    heat = rule4.heat_of(item.detected.get("temp_c"), item.gpu, ((i["gpu"], i["issue"]) for i in issues))
     detected = {**item.detected, "heat": heat.record()}
     why = rule4.hot_join(heat)
     if why is None or item.decision not in ("act", "escalate"):
