@@ -105,6 +105,8 @@ def test_own_pid_decides_over_the_name():
     other_llama = GpuProcess(777, "/opt/llama/llama-server", 9000.0)
     found = rule4.judge_competition(97.0, 90.0, [LLAMA, other_llama], own_pids=frozenset({LLAMA.pid}))
     assert found.competing is Y and found.others == (other_llama,)
+    # a pid on the port that the GPU's list does not show (another pid namespace): the names decide
+    assert rule4.judge_competition(97.0, 90.0, [LLAMA], own_pids=frozenset({99})).competing is N
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,8 @@ def judge_competition(
         return Competition(Verdict.NOT_KNOWN, unread or "the GPU's process list could not be read")
     if not processes and util_pct is not None:  # busy, yet not even llama-server listed: the list is wrong
         return Competition(Verdict.NOT_KNOWN, f"utilisation {util_pct:g} % but no compute process listed")
+    if own_pids and not any(p.pid in own_pids for p in processes):
+        own_pids = frozenset()  # the pid on the port is not on the list (another pid namespace): names decide
     mine = [(p, is_own(p, own_pids, own_names)) for p in processes]
     others = tuple(p for p, own in mine if own is False)
     unsure = tuple(p for p, own in mine if own is None)
