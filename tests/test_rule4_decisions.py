@@ -390,3 +390,36 @@ def test_sim_hot_gpu_regression_waits_for_rule_1_and_changes_nothing_of_its_own(
     blocked = [a for a in health["actions"] if a["issue"] == "benchmark-regression"]
     assert blocked and all("thermal-critical is open" in a["why"] for a in blocked), blocked
     assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 250  # Rule 1 first; nothing of its own
+
+
+def test_sim_amd_gpu_names_the_competing_process_and_never_sets_a_cap(tmp_path, monkeypatch):
+    """An AMD GPU read through the simulator's rocm-smi look-alike: the cap is read (not known
+    whether throttled: no default), the KFD process list names the competing process."""
+    import os
+    import stat
+    import sys
+
+    from lab import Lab, scenario
+
+    gpu = {"alias": "gpu-a", "host": "ct15", "vendor": "amd", "power_limit_w": 120, "util_pct": 97,
+           "competing_pid": 4242, "competing_vram_mb": 2300, "tok_s": 50.0}  # fmt: skip
+    lab = Lab(tmp_path, scenario([gpu]))
+    try:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        shim = bin_dir / "rocm-smi"
+        url = lab.fleet.control_url
+        shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m gpuheal.sim.rocm_smi {url} --sim-gpu gpu-a "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IXUSR)
+        monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+        for _ in range(3):
+            _bench(lab)
+        lab.heal()
+        esc = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["result"] == "escalated"]
+        assert esc and esc[-1]["detected"]["competing_processes"] == [
+            {"pid": 4242, "name": "python3", "vram_mb": 2300.0}]  # fmt: skip
+        assert esc[-1]["detected"]["power_throttled"] == "not known"
+        assert esc[-1]["detected"]["power_check"].startswith("cap 120 W;")
+        assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 120
+    finally:
+        lab.close()

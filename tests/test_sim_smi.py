@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from lab import scenario
-from smi_captures import FIXTURES, NVIDIA_CAPTURES
+from smi_captures import FIXTURES, NVIDIA_CAPTURES, ROCM_CAPTURES
 from test_rule4_decisions import power_row
 
 from gpuheal.parse.rule4 import PowerLimits, parse_power_limits
@@ -84,3 +84,37 @@ def test_power_limit_set_shows_in_the_next_query_and_speeds_up_generation(fleet)
     assert smi(fleet, "--query-gpu=power.bogus", "--format=csv").returncode == 2
     assert slow["power_limit_w"] == 250 and fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 350
     assert _tok_s(fleet) == pytest.approx(75.0, abs=0.1)
+
+
+def rocm(fleet, *args: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "gpuheal.sim.rocm_smi", fleet.control_url, "--sim-gpu", "gpu-a", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=30)
+
+
+@pytest.mark.skipif(not ROCM_CAPTURES, reason="the real rocm-smi captures are not here")
+def test_rocm_smi_answers_with_the_real_tools_keys_and_shapes(fleet):
+    import json
+
+    from gpuheal.parse.rule4 import parse_rocm_pids, parse_rocm_power_cap
+    from gpuheal.parse.smi import parse_rocm_smi
+
+    real_keys, real_pids = set(), []
+    for capture in ROCM_CAPTURES:
+        doc = json.loads((FIXTURES / capture).read_text())
+        for key, entry in doc.items():
+            if key.startswith("card"):
+                real_keys |= set(entry)
+        real_pids += [v for k, v in doc.get("system", {}).items() if k.startswith("PID")]
+    flags = ["--showtemp", "--showmeminfo", "vram", "gtt", "--showuse", "--showpower", "--showmaxpower",
+             "--showpids", "--json"]  # fmt: skip
+    out = rocm(fleet, *flags)
+    assert out.returncode == 0
+    doc = json.loads(out.stdout)
+    assert set(doc["card0"]) <= real_keys and all(isinstance(v, str) for v in doc["card0"].values())
+    pid_shape = re.compile(r"^[^,]+(, \d+){4}$")
+    assert real_pids and all(pid_shape.match(v) for v in real_pids + list(doc["system"].values()))
+    assert parse_rocm_power_cap(out.stdout, None) == PowerLimits(250.0)
+    assert [(p.pid, p.name, p.used_mb) for p in parse_rocm_pids(out.stdout)] == [
+        (40000, "llama-server", 21000.0), (4242, "python3", 2300.0)]  # fmt: skip
+    row = parse_rocm_smi(out.stdout)[0]
+    assert row["vram_used_mb"] == 23300 and row["util_pct"] == 97
