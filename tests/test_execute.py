@@ -139,13 +139,31 @@ def _regression_cfg():
     return load_config_dict({"gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "vendor": "nvidia"}]})
 
 
+class Board(FakeRunner):
+    """nvidia-smi's power query and ``-pl`` on one board whose limit ``-pl`` changes (or not: ``sticks``)."""
+
+    def __init__(self, current_w=250.0, default_w=350.0, max_w=400.0, sticks=True):
+        super().__init__()
+        self.limits, self.sticks = [current_w, default_w, max_w], sticks
+
+    def __call__(self, target, argv, timeout_s):
+        self.calls.append((target, list(argv)))
+        if argv[0] == "nvidia-smi" and "-pl" in argv:
+            if self.sticks:
+                self.limits[0] = float(argv[argv.index("-pl") + 1])
+            return Outcome(stdout="Power limit for GPU 00000000:01:00.0 was set to 350.00 W from 250.00 W.\n")
+        if any(a.startswith("--query-gpu=power.limit") for a in argv):
+            return Outcome(stdout=", ".join(f"{v:.2f}" for v in self.limits) + "\n")
+        return Outcome()
+
+
 def test_builtin_power_limit_is_restored_only_when_lowered():
     c = _regression_cfg()
-    runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout="250.00, 350.00, 400.00\n")})
+    runner = Board()
     ex = run_item(item_for("benchmark-regression", c), c, runner, ok_verify, ())
     assert ["nvidia-smi", "-pl", "350"] in [argv for _, argv in runner.calls]
     step = next(s for s in ex.steps if s.action == "restore-power-limit")
-    assert step.ok and "was 250 W" in step.note
+    assert step.ok and "250 W is below the default 350 W" in step.note and step.check["after_w"] == 350
 
 
 def test_builtin_power_limit_left_alone_at_default_or_unreadable():
@@ -263,7 +281,7 @@ def _item(issue_id, c, gpu):
 
 def test_power_limit_of_the_second_gpu_is_read_and_restored_on_that_gpu():
     c = _two_gpu_host()
-    runner = FakeRunner({"--query-gpu=power.limit": Outcome(stdout="250.00, 350.00, 400.00\n")})
+    runner = Board()
     run_item(_item("benchmark-regression", c, "gpu-b"), c, runner, ok_verify, ())
     argvs = [argv for _, argv in runner.calls]
     assert ["nvidia-smi", "-i", "1", "--query-gpu=power.limit,power.default_limit,power.max_limit",

@@ -38,6 +38,7 @@ class StepResult:
     command: str = ""  # how it is shown: the argv, or the HTTP call
     effect: dict[str, Any] | None = None  # a LiteLLM change the read-back proved (restore puts back "before")
     impossible: bool = False  # the built-in LiteLLM path cannot work in this setup (not a network fault)
+    check: dict[str, Any] | None = None  # what a step that judges before it acts decided (Rule 4.2)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -114,6 +115,10 @@ def run_item(
             if not _litellm_sees_it(ex, step.then.alias, model_health):
                 return ex
     ex.result = "pending"
+    if item.issue == "benchmark-regression" and item.gpu != "fleet":  # Rule 4's checks decide (issue 22)
+        from gpuheal.actions import rule4
+
+        rule4.conclude(ex, cfg, runner, values, min(timeout_s, 15.0))
     return ex
 
 
@@ -280,35 +285,48 @@ def gather_host_evidence(
 def _restore_power_limit(
     step: RestorePowerLimit, values: dict[str, str], runner: Runner, timeout_s: float, secrets
 ) -> StepResult:
-    """Rule 4.2, "if throttled, restore to max": query the limits; only when the enforced limit is
-    below the board's default, set it back with ``nvidia-smi -pl``. An unreadable answer changes
-    nothing and fails the step (the regression then escalates with the evidence)."""
+    """Rule 4.2, "if throttled, restore to max": query the limits, judge them
+    (:func:`gpuheal.core.rule4.judge_power`: below the board's default, or its max with
+    ``heal.power_restore: max``), and only when throttled set the target read from the board with
+    ``nvidia-smi -pl``, then read it back: the change counts only when the board shows it. A limit
+    not known (``[N/A]``, garbage, above the max, a query that failed) changes nothing and fails
+    nothing: the check, kept in ``check``, says "not known" and why. On AMD only the cap in force is
+    read (``rocm-smi --showmaxpower``): rocm-smi prints no default, so it is never "throttled"."""
+    from gpuheal.core.rule4 import PowerCheck, Verdict, judge_power
+    from gpuheal.parse.rule4 import parse_power_limits, parse_rocm_power_cap
+
     query = run_command(
         RunCommand(step.action, step.query_argv, step.target, step.note), values, runner, timeout_s, secrets
     )
     if not query.ok:
-        return query
-    fields = [f.strip() for f in (query.output.splitlines() or [""])[0].split(",")]
-    numbers = [_watts(f) for f in fields[:3]] if len(fields) >= 3 else [None, None, None]
-    limit_w, default_w, _max_w = numbers
-    if limit_w is None or default_w is None:
-        return replace(query, ok=False, error="power limits not readable", note="")
-    if limit_w >= default_w - 1:
-        return replace(query, note=f"power limit {limit_w:g} W is already the default {default_w:g} W")
+        unread = PowerCheck(Verdict.NOT_KNOWN, f"power limits not read ({query.error})")
+        return replace(query, ok=True, error=None, note=unread.why, check=unread.record())
+    if step.query_argv[0] == "rocm-smi":
+        flag = gpu_flag(step.query_argv)
+        limits = parse_rocm_power_cap(query.output, int(flag[1]) if flag else None)
+        power = judge_power(limits, step.restore)
+        cap = f"cap {limits.current_w:g} W; " if limits and limits.current_w else ""
+        power = replace(power, why=f"{cap}{power.why} (rocm-smi prints no default limit)")
+    else:
+        power = judge_power(parse_power_limits(query.output), step.restore)
+    if power.throttled is not Verdict.YES or power.target_w is None:  # nothing to do, or not known: change nothing
+        return replace(query, note=power.why, check=power.record())
     setter = run_command(
-        RunCommand(step.action, ("nvidia-smi", *gpu_flag(step.query_argv), "-pl", f"{default_w:g}"), step.target),
+        RunCommand(step.action, ("nvidia-smi", *gpu_flag(step.query_argv), "-pl", f"{power.target_w:g}"), step.target),
         values,
         runner,
         timeout_s,
         secrets,
     )
-    return replace(setter, note=f"power limit was {limit_w:g} W, restored to the default {default_w:g} W")
-
-
-def _watts(text: str) -> float | None:
-    from gpuheal.parse.values import number_text
-
-    return None if text.startswith("[") else number_text(text, hi=10000.0)
+    if not setter.ok:
+        return replace(setter, note=power.why, check=power.record())
+    seen = run_command(RunCommand(step.action, step.query_argv, step.target), values, runner, timeout_s, secrets)
+    after = parse_power_limits(seen.output) if seen.ok else None
+    check = {**power.record(), "after_w": None if after is None else after.current_w}
+    if after is None or after.current_w is None or abs(after.current_w - power.target_w) > 1.0:
+        unseen = "the new power limit is not seen on the board"
+        return replace(setter, ok=False, error=unseen, note=power.why, check=check)
+    return replace(setter, note=f"{power.why}: set to {power.target_w:g} W, read back", check=check)
 
 
 def values_for(gpu: str, cfg) -> dict[str, str]:

@@ -219,6 +219,8 @@ class HealConfig:
     shed_rpm_ratio: float
     restore_after_s: float
     redirect_rpm: int
+    power_restore: str = "default"  # Rule 4.2: restore a throttled limit to the board's "default" or "max"
+    competing_util_pct: float = 90.0  # Rule 4.1: "if >90%, other process is competing"
     stop_timeout_s: float = 90.0  # the llama-server unit's TimeoutStopSec (issue 20: a hung server ignores SIGTERM)
     gpu_monitor_restart_command: str | list[str] | None = None
     gpu_monitor_host: str | None = None

@@ -64,6 +64,7 @@ class RestorePowerLimit:
     query_argv: tuple[str, ...]
     target: str
     note: str = ""
+    restore: str = "default"  # heal.power_restore: the board's default limit, or its max (Rule 4.2)
 
 
 Action = RunCommand | LiteLLMUpdate | RestorePowerLimit

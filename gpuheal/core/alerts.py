@@ -316,8 +316,8 @@ class Message:
 # Alertmanager's inhibit_rules, per GPU: a firing tier hides the lower tiers of the same cause in the
 # message (Rule 1 over Rule 8's two tiers; Rule 8 tier 2 over tier 1) — one incident, one line each.
 TIER_INHIBITS: dict[str, tuple[str, ...]] = {
-    "thermal-critical": ("thermal-rising", "thermal-warning"),
-    "thermal-rising": ("thermal-warning",),
+    "thermal-critical": ("thermal-rising", "thermal-warning", "benchmark-regression"),
+    "thermal-rising": ("thermal-warning", "benchmark-regression"),  # Rule 4.3: a hot GPU's regression joins it
 }
 GROUPED_KINDS = ("escalated", "resolved")
 

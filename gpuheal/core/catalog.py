@@ -222,6 +222,8 @@ POWER_QUERY_ARGV = (
     "--query-gpu=power.limit,power.default_limit,power.max_limit",
     "--format=csv,noheader,nounits",
 )
+# AMD: the cap in force only (formats.md §3: "Max Graphics Package Power (W)"); read, never set.
+ROCM_POWER_QUERY_ARGV = ("rocm-smi", "--showmaxpower", "--json")
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.config.model import Config, GpuConfig
-from gpuheal.core import timing
+from gpuheal.core import rule4, timing
 from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
 from gpuheal.core.catalog import (
     CATALOG,
     POWER_QUERY_ARGV,
+    ROCM_POWER_QUERY_ARGV,
     SERVICE_OF,
     Catalog,
     Remedy,
@@ -104,7 +105,7 @@ def plan(
     for issue in firing:
         if (gpu_filter and issue["gpu"] != gpu_filter) or (issue_filter and issue["issue"] != issue_filter):
             continue
-        item = _plan_one(issue, state, cfg, now_s, guard, catalog, tol)
+        item = _joins_heat(_plan_one(issue, state, cfg, now_s, guard, catalog, tol), issues)
         if item.decision == "act":
             # Two issues of one GPU (model-stuck + vram-leak), or stuck breakers of two GPUs, must
             # not restart the same thing twice in one run: the guards above saw the state before
@@ -116,6 +117,21 @@ def plan(
             restarting |= item.restart_targets
         items.append(item)
     return items
+
+
+def _joins_heat(item: PlanItem, issues: list[dict[str, Any]]) -> PlanItem:
+    """Rule 4.3, "check thermal — if hot, apply Rule 1": the regression carries the same poll's heat,
+    and while a thermal issue of its GPU is open — firing, or pending its hold (hot at this poll, the
+    Rule 1 fix one poll away) — that issue's own fix runs and the regression does nothing of its own
+    (one incident, not two; :func:`gpuheal.core.rule4.hot_join`)."""
+    if item.issue != rule4.ISSUE or item.gpu == "fleet":
+        return item
+    heat = rule4.heat_of(item.detected.get("temp_c"), item.gpu, ((i["gpu"], i["issue"]) for i in issues))
+    detected = {**item.detected, "heat": heat.record()}
+    why = rule4.hot_join(heat)
+    if why is None or item.decision not in ("act", "escalate"):
+        return replace(item, detected=detected)
+    return replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=why, detected=detected)
 
 
 @dataclass(frozen=True)
@@ -299,11 +315,12 @@ def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALO
     if argv is None and action == "restart-llama-server-memcap":
         argv = g.command("restart_command") or catalog.actions["restart-llama-server"].default_argv
         note = "uncapped: no memcap_restart_command configured, plain restart (Rule 2.2 asks for a memory cap)"
-    if argv is None and action == "restore-power-limit" and g.vendor == "nvidia":
-        return RestorePowerLimit(
-            action, on_gpu(POWER_QUERY_ARGV, g.gpu_index), target,
-            "built-in: back to the default limit, only if it was lowered"
-        )
+    if argv is None and action == "restore-power-limit":
+        restore, query = cfg.heal.power_restore, POWER_QUERY_ARGV if g.vendor == "nvidia" else ROCM_POWER_QUERY_ARGV
+        note = f"built-in: back to the {restore} limit, only if it is below it"
+        if g.vendor == "amd":
+            note = "built-in: reads the cap only (rocm-smi prints no default limit); set power_limit_command to restore"
+        return RestorePowerLimit(action, on_gpu(query, g.gpu_index), target, note, restore)
     if argv is None and action == "snapshot-processes":
         argv = on_gpu(default_smi_argv(g.vendor), g.gpu_index)
     if argv is None:

@@ -53,7 +53,13 @@ RAMPABLE = (
     "consecutive_timeouts",
 )
 # Numeric values an event may `set` (ramped ones plus slow-changing configuration).
-SETTABLE_NUMBERS = RAMPABLE + ("power_limit_w", "baseline_tok_s", "vram_total_mb", "n_ctx")
+# The board's power limits (``power_limit_w`` is the one enforced; below the default the GPU
+# generates proportionally slower, see GpuState.gen_tok_s) and another compute process on the GPU
+# (``competing_pid`` 0 = none), as nvidia-smi reports them (gpuheal.sim.smi).
+POWER_LIMITS = ("power_limit_w", "power_default_limit_w", "power_max_limit_w")
+NULLABLE = ("power_w", *POWER_LIMITS)
+SETTABLE_NUMBERS = RAMPABLE + (*POWER_LIMITS, "baseline_tok_s", "vram_total_mb", "n_ctx",
+                               "competing_pid", "competing_vram_mb")  # fmt: skip
 SETTABLE_BOOLS = ("breaker_open", "reported", "metrics")
 SETTABLE_STRINGS = ("api_key", "model")
 INTEGER_FIELDS = (
@@ -63,6 +69,7 @@ INTEGER_FIELDS = (
     "consecutive_timeouts",
     "n_ctx",
     "parallel",
+    "competing_pid",
 )
 
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -299,6 +306,10 @@ def _gpu_defaults(vram_total: float, baseline: float) -> dict[str, float]:
         "util_pct": 0.0,
         "power_w": None,
         "power_limit_w": None,
+        "power_default_limit_w": None,
+        "power_max_limit_w": None,
+        "competing_pid": 0,
+        "competing_vram_mb": 0,
         "tok_s": baseline,
         "prompt_tok_s": 900.0,
         "baseline_tok_s": baseline,
@@ -329,7 +340,7 @@ def _parse_gpu(d: Any, path: str) -> GpuSpec:
     values = _gpu_defaults(vram_total, baseline)
     for k in SETTABLE_NUMBERS:
         if k in d and k not in ("vram_total_mb", "baseline_tok_s"):
-            if d[k] is None and k in ("power_w", "power_limit_w"):
+            if d[k] is None and k in NULLABLE:
                 values[k] = None
                 continue
             values[k] = _number(
@@ -468,7 +479,7 @@ def parse_event(
         for k, v in raw.items():
             kp = f"{path}.set.{k}"
             if k in SETTABLE_NUMBERS:
-                if v is None and k in ("power_w", "power_limit_w"):
+                if v is None and k in NULLABLE:
                     sets[k] = None
                 else:
                     sets[k] = _number(

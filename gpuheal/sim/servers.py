@@ -452,7 +452,7 @@ class LlamaHandler(_Base):
             seq = g.requests_served
             g.requests_served += 1
             timing = llama.timings(
-                tok_s=float(g.value("tok_s", t) or 0.0),
+                tok_s=g.gen_tok_s(t),
                 prompt_tok_s=float(g.value("prompt_tok_s", t) or 0.0),
                 prompt_n=prompt_n,
                 predicted_n=n_predict,

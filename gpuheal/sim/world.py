@@ -189,6 +189,15 @@ class GpuState:
             self.values[name] = v
             r.base, r.anchor_t = v, t
 
+    def gen_tok_s(self, t: float) -> float:
+        """Generation speed now: ``tok_s``, slowed in proportion while the enforced power limit
+        is below the board's default (a throttled board: what Rule 4.2 restores)."""
+        tok_s = float(self.value("tok_s", t) or 0.0)
+        limit, default = self.values.get("power_limit_w"), self.values.get("power_default_limit_w")
+        if limit is not None and default and limit < default:
+            return tok_s * float(limit) / float(default)
+        return tok_s
+
     def set_value(self, name: str, v: Any, t: float) -> None:
         self.ramps.pop(name, None)
         self.values[name] = v
@@ -504,7 +513,7 @@ class World:
                     else:
                         gpus.append(entry)
                     benchmarks[g.spec.host] = {
-                        "current_tok_s": _rnd(v["tok_s"], 1),
+                        "current_tok_s": _rnd(g.gen_tok_s(t), 1),
                         "baseline_tok_s": _rnd(v["baseline_tok_s"], 1),
                     }
                 requests = int(round(v["requests_60s"]))

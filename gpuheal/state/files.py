@@ -18,4 +18,5 @@ BENCH = "bench-results.json"      # benchdata.py
 ALERTS = "alerts.json"            # alerts.py
 KG_LOG = "knowledge-graph.jsonl"  # kg.py
 WAKE = "wake.json"                # steps/wake.py: the last woken cycle
+REBENCH = "rebench.json"          # core/rebench.py: GPUs whose next benchmark verifies a fix (Rule 4)
 KG_STATE = "kg-state.json"        # kg.py: offset into the audit log, undelivered nodes

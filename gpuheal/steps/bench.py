@@ -57,6 +57,7 @@ class BenchRun:
     skipped: list[dict[str, str]] = field(default_factory=list)
     generated_at: str = ""
     context_changes: list[dict[str, Any]] = field(default_factory=list)  # Rule 9 verdicts (core/context_change)
+    rebench: dict[str, dict[str, Any]] = field(default_factory=dict)  # what a re-benchmark proved (Rule 4)
 
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -69,6 +70,8 @@ class BenchRun:
             doc["skipped"] = self.skipped
         if self.context_changes:
             doc["context_changes"] = self.context_changes
+        if self.rebench:
+            doc["rebench"] = self.rebench
         return doc
 
     def needs_attention(self) -> bool:
@@ -143,6 +146,7 @@ def run(
 
     regressions = regression_document(cfg, data, now_s)
     store.write_raw(files.BENCHMARK_REGRESSION, {"schema_version": 1, **regressions})
+    proved = rebench_proofs(cfg, store, now, results, regressions)
 
     from gpuheal.steps.evaluate import evaluate_bench_full
 
@@ -156,6 +160,7 @@ def run(
         skipped=skipped,
         generated_at=format_iso(now),
         context_changes=verdicts,
+        rebench=proved,
     )
 
 
@@ -179,6 +184,32 @@ def command(rt, store: StateDir, gpu: str | None = None):
         exit_code=exit_codes.ATTENTION if result.needs_attention() else exit_codes.OK,
         render=render,
     )
+
+
+def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, regressions: dict) -> dict[str, Any]:
+    """Take the re-benchmark marks of the GPUs benchmarked now (``rebench.json``, set by ``heal``
+    after a fix only a benchmark can prove) and write what each result proved to the audit trail,
+    under the run id of the heal run that applied the fix (Rule 4: "Verify: benchmark returns to
+    within 10% of baseline")."""
+    from gpuheal.core import rebench
+
+    doc, took = rebench.taken(store.read(files.REBENCH, {}), [r["gpu"] for r in results])
+    if not took:
+        return {}
+    store.write(files.REBENCH, doc)
+    out: dict[str, Any] = {}
+    for r in (r for r in results if r["gpu"] in took):
+        mark, gpu = took[r["gpu"]], r["gpu"]
+        within = cfg.rule_params(mark["issue"], gpu).get("recovered_within_ratio")
+        out[gpu] = rebench.proof(mark, r, regressions.get(gpu, {}).get("baseline_tok_sec"), within)
+        verdict = {True: "resolved", False: "failed"}.get(out[gpu]["within_threshold"], "pending")
+        line = {"run_id": mark.get("attempt") or None, "timestamp": format_iso(now), "gpu": gpu,
+                "issue": mark["issue"], "detected": {}, "action": mark.get("action"), "result": verdict,
+                "verification": out[gpu], "escalated": False, "phase": "rebench"}  # fmt: skip
+        store.append_lines(files.AUDIT_LOG, [line])
+        if verdict == "failed":  # the next heal fails the attempt this was verifying
+            store.write(files.REBENCH, rebench.with_failure(store.read(files.REBENCH, {}), gpu, mark, now.timestamp()))
+    return out
 
 
 # --------------------------------------------------------------------------- state readers

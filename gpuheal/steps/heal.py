@@ -24,6 +24,8 @@ from typing import Any
 
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
+from gpuheal.actions.rule4 import found as rule4_found
+from gpuheal.actions.rule4 import rebench_verdict
 from gpuheal.clock import format_iso
 from gpuheal.core import alerts, timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
@@ -106,6 +108,7 @@ class Heal:
         for attempt in list(self.state.attempts.values()):
             issue = still_open.get((attempt.gpu, attempt.issue))
             event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, self.now_s, self.tol)
+            event = event or rebench_verdict(self.store, attempt)  # Rule 4: a re-benchmark disproved the fix
             if event is None:
                 continue
             found = verify.resolution(attempt, self.now_s) if event == verify.ISSUE_CLEARED else None
@@ -191,6 +194,8 @@ class Heal:
                       self.effects.model_health)  # fmt: skip
         if "process" in ex.evidence:  # Rule 6.1: which it was, hung or down, is part of what was detected
             subject = replace(subject, detected={**subject.detected, "process": ex.evidence["process"]["case"]})
+        if "rule4" in ex.evidence:  # Rule 4's three checks, and the re-benchmark that will verify the fix
+            subject = rule4_found(self.store, subject, ex, run_id, self.now_s)
         self.rec.step_docs(subject, item.reason, ex)
         if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
             self.state = self.state.with_litellm_restart(self.now_s)

@@ -1,0 +1,162 @@
+"""An ``nvidia-smi`` look-alike for the simulated fleet: the subset gpuheal runs, answered as the real
+tool does (checked against real captures by tests/test_sim_smi.py), from the sim's live state.
+
+    python -m gpuheal.sim.smi CONTROL_URL [--sim-gpu ALIAS] [-i INDEX] ARGS...
+
+Install it as ``nvidia-smi`` on PATH (a two-line shell script ``exec``-ing this), one per simulated
+host: ``--sim-gpu`` names the GPU, else ``-i INDEX`` picks it by its place in the scenario.
+
+- ``--query-gpu=FIELDS --format=csv[,noheader][,nounits]``: ``index``, ``name``, ``temperature.gpu``,
+  ``memory.used``, ``memory.total``, ``utilization.gpu``, ``power.draw``, ``power.limit``,
+  ``power.default_limit``, ``power.max_limit``; power with 2 decimals, ``[N/A]`` when not known;
+  an unknown field: ``Field "x" is not a valid field to query.``, exit 2.
+- ``--query-compute-apps=pid,process_name,used_memory``: the GPU's llama-server (pid ``40000 +
+  index``, ``/usr/local/bin/llama-server``, its VRAM) and, when ``competing_pid`` is set, that
+  process (``python3``, ``competing_vram_mb``); nothing while the server is down.
+- ``-pl WATTS``: sets ``power_limit_w``; outside the board's max: nvidia-smi's refusal, exit 2.
+
+Stdlib only, like the rest of the simulator.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from gpuheal.sim.control import ControlError, call
+
+BAD_ARG = 2  # nvidia-smi(1) RETURN VALUE: "A supplied argument or flag is invalid"
+LLAMA_PID_BASE = 40000
+UNITS = {"memory.used": "MiB", "memory.total": "MiB", "utilization.gpu": "%", "power.draw": "W",
+         "power.limit": "W", "power.default_limit": "W", "power.max_limit": "W"}  # fmt: skip
+FIELDS = {
+    "temperature.gpu": ("temp_c", 0),
+    "memory.used": ("vram_used_mb", 0),
+    "memory.total": ("vram_total_mb", 0),
+    "utilization.gpu": ("util_pct", 0),
+    "power.draw": ("power_w", 2),
+    "power.limit": ("power_limit_w", 2),
+    "power.default_limit": ("power_default_limit_w", 2),
+    "power.max_limit": ("power_max_limit_w", 2),
+}
+HEADERS = {"temperature.gpu": "temperature.gpu", "index": "index", "name": "name"}
+
+
+def _pick(state: dict[str, Any], alias: str | None, index: int) -> tuple[str, dict[str, Any], int]:
+    gpus = list(state["gpus"].items())
+    if alias is not None:
+        for n, (a, g) in enumerate(gpus):
+            if a == alias:
+                return a, g, n
+        raise ControlError(f"no simulated GPU {alias!r}")
+    if not 0 <= index < len(gpus):
+        raise ControlError(f"No devices were found (index {index})")
+    return gpus[index][0], gpus[index][1], index
+
+
+def _value(field: str, g: dict[str, Any], n: int, alias: str, units: bool) -> str:
+    if field == "index":
+        return str(n)
+    if field == "name":
+        return str(g.get("name") or alias)
+    key, places = FIELDS[field]
+    v = g.get(key)
+    if v is None:
+        return "[N/A]"
+    text = f"{float(v):.{places}f}"
+    return f"{text} {UNITS[field]}" if units and field in UNITS else text
+
+
+def _header(field: str, units: bool) -> str:
+    unit = UNITS.get(field)
+    return f"{field} [{unit}]" if units and unit else field
+
+
+def query_gpu(fields: list[str], fmt: set[str], g: dict[str, Any], n: int, alias: str) -> tuple[int, str]:
+    for f in fields:
+        if f not in FIELDS and f not in ("index", "name"):
+            return BAD_ARG, f'Field "{f}" is not a valid field to query.\n\n'
+    units = "nounits" not in fmt
+    rows = [] if "noheader" in fmt else [", ".join(_header(f, units) for f in fields)]
+    rows.append(", ".join(_value(f, g, n, alias, units) for f in fields))
+    return 0, "\n".join(rows) + "\n"
+
+
+def compute_apps(fmt: set[str], g: dict[str, Any], n: int) -> str:
+    units = "nounits" not in fmt
+    mib = " MiB" if units else ""
+    rows = [] if "noheader" in fmt else [f"pid, process_name, used_gpu_memory{' [MiB]' if units else ''}"]
+    other = int(g.get("competing_vram_mb") or 0) if g.get("competing_pid") else 0
+    if g.get("endpoint") not in ("refused",):
+        own = max(0, int(round(float(g.get("vram_used_mb") or 0))) - other)
+        rows.append(f"{LLAMA_PID_BASE + n}, /usr/local/bin/llama-server, {own}{mib}")
+    if g.get("competing_pid"):
+        rows.append(f"{int(g['competing_pid'])}, python3, {other}{mib}")
+    return "".join(r + "\n" for r in rows)
+
+
+def set_limit(url: str, alias: str, g: dict[str, Any], n: int, raw: str) -> tuple[int, str, str]:
+    bus = f"00000000:{n + 1:02X}:00.0"
+    try:
+        watts = float(raw)
+    except ValueError:
+        return BAD_ARG, "", f'Invalid value "{raw}" for power limit.\n'
+    top = g.get("power_max_limit_w")
+    if watts <= 0 or (top is not None and watts > float(top)):
+        lo = f"{(float(top or 0) * 0.3):.2f}"
+        return BAD_ARG, "", (f"Provided power limit {watts:.2f} W is not a valid power limit which should be between "
+                             f"{lo} W and {float(top or 0):.2f} W for GPU {bus}\nTerminating early due to previous "
+                             "errors.\n")  # fmt: skip
+    old = g.get("power_limit_w")
+    call(url, "POST", "/set", {"gpu": alias, "set": {"power_limit_w": watts}})
+    return 0, f"Power limit for GPU {bus} was set to {watts:.2f} W from {float(old or 0):.2f} W.\nAll done.\n", ""
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of one invocation."""
+    url, args = argv[0], argv[1:]
+    alias, index, fmt, query, apps, limit = None, 0, set(), None, False, None
+    while args:
+        a = args.pop(0)
+        if a == "--sim-gpu" and args:
+            alias = args.pop(0)
+        elif a == "-i" and args:
+            index = int(args.pop(0)) if args[0].isdigit() else -1
+        elif a.startswith("--format="):
+            fmt = set(a.split("=", 1)[1].split(","))
+        elif a.startswith("--query-gpu="):
+            query = [f.strip() for f in a.split("=", 1)[1].split(",")]
+        elif a.startswith("--query-compute-apps="):
+            apps = True
+        elif a == "-pl" and args:
+            limit = args.pop(0)
+        else:
+            return BAD_ARG, "", "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+    name, g, n = _pick(call(url, "GET", "/state"), alias, index)
+    if limit is not None:
+        return set_limit(url, name, g, n, limit)
+    if query is not None:
+        rc, out = query_gpu(query, fmt, g, n, name)
+        return (rc, out, "") if rc == 0 else (rc, "", out)
+    if apps:
+        return 0, compute_apps(fmt, g, n), ""
+    return BAD_ARG, "", "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        print("usage: python -m gpuheal.sim.smi CONTROL_URL [--sim-gpu ALIAS] ARGS...", file=sys.stderr)
+        return BAD_ARG
+    try:
+        rc, out, err = run(args)
+    except ControlError as exc:
+        print(f"Unable to determine the device handle: {exc}", file=sys.stderr)
+        return 9  # nvidia-smi(1): "NVIDIA driver is not loaded" — the board cannot be reached
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    return rc
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
