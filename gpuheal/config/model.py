@@ -197,6 +197,7 @@ class HealConfig:
     shed_rpm_ratio: float
     restore_after_s: float
     redirect_rpm: int
+    leak_attribution_share: float = 0.5  # Rule 2: the grown process's least share of the summed growth
     stop_timeout_s: float = 90.0  # the llama-server unit's TimeoutStopSec (issue 20: a hung server ignores SIGTERM)
     gpu_monitor_restart_command: str | list[str] | None = None
     gpu_monitor_host: str | None = None
