@@ -84,10 +84,6 @@ def track(store, still_open, cfg, runner, now_s: float, secrets) -> dict[str, va
 def wait_reason(onsets: dict[str, va.Onset], item, cfg, now_s: float, tol_s: float) -> str | None:
     """Why the plan ``item``'s remedy waits this run: a vram-leak's until its two snapshots can be
     compared (see :func:`vram_attribution.wait_reason`); ``None`` for every other issue."""
-    from gpuheal.core.engine import engine_param
-
     if item.issue != ISSUE or item.gpu not in cfg.aliases:
         return None
-    gpu = item.gpu
-    hold_s = float(engine_param(cfg.rule_params(ISSUE, gpu), "hold_s"))
-    return va.wait_reason(onsets.get(gpu), now_s, hold_s, tol_s)
+    return va.wait_reason(onsets.get(item.gpu), now_s, cfg.heal.leak_attribution_wait_s, tol_s)

@@ -198,6 +198,7 @@ class HealConfig:
     restore_after_s: float
     redirect_rpm: int
     leak_attribution_share: float = 0.5  # Rule 2: the grown process's least share of the summed growth
+    leak_attribution_wait_s: float = 600.0  # Rule 2: from the onset snapshot to the remedy, at the least
     stop_timeout_s: float = 90.0  # the llama-server unit's TimeoutStopSec (issue 20: a hung server ignores SIGTERM)
     gpu_monitor_restart_command: str | list[str] | None = None
     gpu_monitor_host: str | None = None

@@ -297,20 +297,21 @@ def onsets_kept(book: dict[str, Onset], open_leaks: dict[str, OpenLeak]) -> dict
     return {alias: o for alias, o in book.items() if alias in open_leaks}
 
 
-def wait_reason(onset: Onset | None, now_s: float, hold_s: float, tol_s: float) -> str | None:
+def wait_reason(onset: Onset | None, now_s: float, wait_s: float, tol_s: float) -> str | None:
     """Why the leak's remedy waits this run, or ``None`` to go ahead. Attribution compares two
-    snapshots, so the onset one must come from an earlier run and at least the rule's ``hold_s``
-    ago (the engine holds vram-leak pending that long: normally it is exactly that old when the
-    rule fires). Without any onset snapshot the remedy waits for one."""
+    snapshots, so the onset one must come from an earlier run and at least ``wait_s``
+    (``heal.leak_attribution_wait_s``) ago: Rule 2 fires on the first poll its 6 h fit holds, so
+    its onset snapshot is taken then, and the remedy waits for growth the second one can show (a
+    leak of 300 MB/h grows 50 MB in 10 minutes). Without any onset snapshot it waits for one."""
     from gpuheal.core import timing
 
     if onset is None:
         return "waiting for attribution: no per-process VRAM snapshot from the leak's onset yet"
     age_s = now_s - onset.snapshot.taken_s
-    if age_s <= 0 or not timing.at_least(age_s, hold_s, tol_s):
+    if age_s <= 0 or not timing.at_least(age_s, wait_s, tol_s):
         return (
             f"waiting for attribution: the onset snapshot is {max(age_s, 0.0):.0f} s old; the second is "
-            f"taken {hold_s:.0f} s after it at the earliest"
+            f"taken {wait_s:.0f} s after it at the earliest"
         )
     return None
 
