@@ -300,6 +300,7 @@ def test_vram_leak_is_snapshotted_restarted_and_verified_over_hours(make_lab):
     assert [s["action"] for s in outcome["steps"]] == ["snapshot-processes", "restart-llama-server-memcap"]
     assert ("gpu-a", "vram-leak") not in issues_of(health)
     assert [r["result"] for r in audit if r["phase"] == "verification" and r["issue"] == "vram-leak"] == ["resolved"]
+    assert lab.read("vram-onset.json") == {}  # the onset snapshot is dropped once the issue cleared
 
 
 CONTRACT_ACTIONS = {
