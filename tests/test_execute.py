@@ -359,3 +359,26 @@ def test_vram_leak_without_memcap_command_audits_the_restart_as_uncapped():
     ex = leak_run(c, runner, ["77, llama-server, 8000"])
     restart = [s for s in ex.steps if s.action == "restart-llama-server-memcap"][0]
     assert restart.note.startswith("uncapped: no memcap_restart_command")
+
+
+PGREP = Outcome(stdout="77 /app/llama-server --port 9 -m a.gguf\n78 /app/llama-server --port 8081 -m b.gguf\n")
+
+
+def test_this_gpus_llama_server_is_known_by_its_endpoints_port():
+    """Two llama-servers on the GPU: the one that grew listens on another endpoint's port, so it is
+    not this GPU's llama-server — a protected process: escalated, nothing restarted or killed."""
+    c = cfg(kill_unknown_processes=True)
+    runner = FakeRunner({"pgrep": PGREP, "nvidia-smi": smi(["77, /app/llama-server, 9000", "78, /app/llama-server, 5000"])})
+    ex = leak_run(c, runner, ["77, /app/llama-server, 9000", "78, /app/llama-server, 4000"])
+    assert ex.evidence["attribution"]["llama_server_pids"] == [77]
+    assert ex.evidence["attribution"]["pid"] == 78 and ex.evidence["attribution"]["is_llama_server"] is False
+    assert ex.result == "escalated" and "protected" in ex.escalate_reason
+    assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
+
+
+def test_the_endpoints_llama_server_that_grew_is_restarted():
+    c = cfg()
+    runner = FakeRunner({"pgrep": PGREP, "nvidia-smi": smi(["77, /app/llama-server, 9600", "78, /app/llama-server, 5000"])})
+    ex = leak_run(c, runner, ["77, /app/llama-server, 9000", "78, /app/llama-server, 5000"])
+    assert ex.evidence["attribution"]["decision"] == "restart"
+    assert any(argv[0] == "systemctl" for _, argv in runner.calls)

@@ -233,12 +233,14 @@ def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeou
     snapshots decides (:mod:`gpuheal.core.vram_attribution`). This GPU's llama-server: the restart
     goes ahead. Another process: killed (opt-in, not protected) and alerted, else escalated. Not
     attributable: escalated with both snapshots, no restart, no kill. True: the attempt ends here."""
+    from gpuheal.actions.leak import llama_pids
     from gpuheal.core import vram_attribution as va
 
     heal = cfg.heal
     snap = onset.snapshot if onset is not None else None
-    result = va.attribute(snap, ex.fire_snapshot, heal.leak_attribution_share)
-    ex.evidence["attribution"] = va.record(result, snap, ex.fire_snapshot)
+    ours = llama_pids(step.target, values["endpoint"], runner, min(timeout_s, 15.0))
+    result = va.attribute(snap, ex.fire_snapshot, heal.leak_attribution_share, llama_pids=ours)
+    ex.evidence["attribution"] = {**va.record(result, snap, ex.fire_snapshot), "llama_server_pids": sorted(ours)}
     decision = va.decide(result, heal.kill_unknown_processes, tuple(heal.protect_processes or ()))
     ex.evidence["attribution"]["decision"] = decision.kind
     if decision.kind == "restart":

@@ -87,3 +87,19 @@ def wait_reason(onsets: dict[str, va.Onset], item, cfg, now_s: float, tol_s: flo
     if item.issue != ISSUE or item.gpu not in cfg.aliases:
         return None
     return va.wait_reason(onsets.get(item.gpu), now_s, cfg.heal.leak_attribution_wait_s, tol_s)
+
+
+def llama_pids(target: str, endpoint: str, runner, timeout_s: float) -> frozenset[int]:
+    """This GPU's llama-server by its endpoint's port: ``pgrep -af llama-server`` where the GPU's
+    commands run, the ``llama-server`` programs listening on that port (process_check). Empty when
+    not known (pgrep missing or failing, or the server runs under another name): the attribution
+    then knows llama-server by its program name."""
+    from gpuheal.actions import process_check
+
+    try:
+        outcome = runner(target, list(process_check.PGREP_ARGV), timeout_s)
+    except Exception:  # noqa: BLE001 — a runner that trips is "not known", never a crash
+        return frozenset()
+    if outcome.error or outcome.timed_out or outcome.rc != 0:
+        return frozenset()
+    return frozenset(process_check.read_pgrep(outcome.stdout or "", process_check.endpoint_port(endpoint)))
