@@ -100,6 +100,23 @@ def smi(lines):
 NOW_S = 1e9
 
 
+class KillingRunner(FakeRunner):
+    """A kill takes effect: the GPU's process list no longer shows the pid (or, ``stubborn``, it does)."""
+
+    def __init__(self, replies=None, stubborn=False):
+        super().__init__(replies)
+        self.killed, self.stubborn = set(), stubborn
+
+    def __call__(self, target, argv, timeout_s):
+        reply = super().__call__(target, argv, timeout_s)
+        if argv[0] == "kill":
+            self.killed.add(argv[-1])
+        if argv[0] == "nvidia-smi" and not self.stubborn:
+            lines = [ln for ln in reply.stdout.splitlines() if ln.split(",")[0] not in self.killed]
+            return Outcome(stdout="".join(f"{ln}\n" for ln in lines))
+        return reply
+
+
 def onset(lines, age_s=610.0):
     """Rule 2's onset snapshot of the same GPU, taken ``age_s`` before the remedy runs."""
     from gpuheal.core import vram_attribution as va
@@ -130,10 +147,25 @@ def test_vram_leak_from_unknown_process_is_not_killed_unless_enabled():
 
 def test_vram_leak_unknown_process_killed_when_enabled_with_alert():
     c = cfg(kill_unknown_processes=True)
-    runner = FakeRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])})
+    runner = KillingRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])})
     ex = leak_run(c, runner, ["4242, python3 miner.py, 8000"])
     assert ["kill", "-TERM", "4242"] in [argv for _, argv in runner.calls]
     assert ex.result == "escalated" and ex.escalate_reason.startswith("killed unknown process 'python3 miner.py'")
+    # the kill counts when it is seen: the GPU's list no longer shows the pid
+    assert ex.verification == {"killed_pid": 4242, "gone_from_gpu": True}
+    assert ex.escalate_reason.endswith("gone from the GPU's process list")
+
+
+def test_a_kill_that_does_not_take_says_so(monkeypatch):
+    from gpuheal.actions import leak
+
+    monkeypatch.setattr(leak, "KILL_SEEN_WITHIN_S", 0.2)
+    monkeypatch.setattr(leak, "KILL_POLL_S", 0.05)
+    c = cfg(kill_unknown_processes=True)
+    runner = KillingRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])}, stubborn=True)
+    ex = leak_run(c, runner, ["4242, python3 miner.py, 8000"])
+    assert ex.verification == {"killed_pid": 4242, "gone_from_gpu": False}
+    assert "still listed after" in ex.escalate_reason
 
 
 def test_protected_process_is_never_killed():
@@ -148,7 +180,7 @@ def test_largest_process_that_did_not_grow_is_never_blamed():
     """The old rule blamed whoever held the most VRAM: a 20 GB llama-server that stayed flat and a
     small process that grew. The small one is named, and with the kill off nothing is restarted."""
     c = cfg(kill_unknown_processes=True)
-    runner = FakeRunner({"nvidia-smi": smi(["77, /app/llama-server, 20000", "4242, leaky.py, 1700"])})
+    runner = KillingRunner({"nvidia-smi": smi(["77, /app/llama-server, 20000", "4242, leaky.py, 1700"])})
     ex = leak_run(c, runner, ["77, /app/llama-server, 20000", "4242, leaky.py, 300"])
     assert ex.evidence["attribution"]["name"] == "leaky.py" and ex.evidence["attribution"]["grew_mb"] == 1400
     assert ["kill", "-TERM", "4242"] in [argv for _, argv in runner.calls]

@@ -15,7 +15,10 @@ from tests.lab import Lab, scenario
 LEAK = [{"at": 0, "gpu": "gpu-a", "ramp": {"vram_used_mb": 10.0}}]  # 600 MB/h
 GPUS = [{"alias": "gpu-a", "host": "ct1", "vram_used_mb": 4000}, {"alias": "gpu-b", "host": "ct2"}]
 CAT = "import sys; sys.stdout.write(open(sys.argv[1]).read())"
-RECORD = "import sys; open(sys.argv[1], 'a').write(sys.argv[2] + '\\n')"
+# the kill: record the pid, and the process is gone from the GPU's list (as a real SIGTERM does)
+KILL = ("import sys, pathlib; killed, listing, pid = sys.argv[1:]; open(killed, 'a').write(pid + '\\n'); "
+        "p = pathlib.Path(listing); "
+        "p.write_text(''.join(ln for ln in p.read_text().splitlines(True) if not ln.startswith(pid + ',')))")
 
 
 def leak_lab(tmp_path, kill_unknown: bool) -> tuple[Lab, object, object]:
@@ -23,7 +26,7 @@ def leak_lab(tmp_path, kill_unknown: bool) -> tuple[Lab, object, object]:
     listing, killed = tmp_path / "compute-apps.csv", tmp_path / "killed"
     gpu = lab.gpu_raw("gpu-a")
     gpu["smi_command"] = [sys.executable, "-c", CAT, str(listing)]
-    gpu["kill_command"] = [sys.executable, "-c", RECORD, str(killed), "{pid}"]
+    gpu["kill_command"] = [sys.executable, "-c", KILL, str(killed), str(listing), "{pid}"]
     lab.write_config()
     return lab, listing, killed
 
@@ -57,7 +60,7 @@ def test_the_small_process_that_grew_is_killed_and_the_largest_left_alone(tmp_pa
             4242, "python3 miner.py", False)
         assert 80 <= attribution["grew_mb"] <= 200  # ~10 minutes of a 600 MB/h leak
         assert attribution["onset"]["taken_s"] < attribution["fire"]["taken_s"]
-        assert outcome["result"] == "escalated"
+        assert outcome["result"] == "escalated" and outcome["verification"]["gone_from_gpu"] is True
         assert [s["action"] for s in outcome["steps"]] == ["snapshot-processes", "kill-process"]
         # the onset snapshot was kept across cron runs, in the state directory
         assert lab.read(files.VRAM_ONSET)["gpu-a"]["snapshot"]["taken_s"] == attribution["onset"]["taken_s"]

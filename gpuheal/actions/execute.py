@@ -89,7 +89,7 @@ def run_item(
         _look_first(ex, cfg, runner, values, min(timeout_s, 15.0))
     for step in item.steps:
         if step.action in ("restart-llama-server-memcap", "restart-llama-server") and item.issue == "vram-leak":
-            if _leak_stops_restart(ex, step, cfg, runner, values, timeout_s, secrets, onset):
+            if _leak_stops_restart(ex, step, cfg, runner, values, timeout_s, secrets, onset, now_s):
                 return ex
         spec = ACTIONS[step.action]
         if spec.evidence and item.issue == "vram-leak" and isinstance(step, RunCommand):
@@ -228,17 +228,17 @@ def _fire_snapshot(ex: Execution, step: RunCommand, cfg, runner, values, timeout
     return res
 
 
-def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeout_s, secrets, onset) -> bool:
+def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeout_s, secrets, onset, now_s) -> bool:
     """Rule 2.2/2.3 before the restart: the process that grew between the onset and fire-time
     snapshots decides (:mod:`gpuheal.core.vram_attribution`). This GPU's llama-server: the restart
     goes ahead. Another process: killed (opt-in, not protected) and alerted, else escalated. Not
     attributable: escalated with both snapshots, no restart, no kill. True: the attempt ends here."""
-    from gpuheal.actions.leak import llama_pids
+    from gpuheal.actions import leak
     from gpuheal.core import vram_attribution as va
 
     heal = cfg.heal
     snap = onset.snapshot if onset is not None else None
-    ours = llama_pids(step.target, values["endpoint"], runner, min(timeout_s, 15.0))
+    ours = leak.llama_pids(step.target, values["endpoint"], runner, min(timeout_s, 15.0))
     result = va.attribute(snap, ex.fire_snapshot, heal.leak_attribution_share, llama_pids=ours)
     ex.evidence["attribution"] = {**va.record(result, snap, ex.fire_snapshot), "llama_server_pids": sorted(ours)}
     decision = va.decide(result, heal.kill_unknown_processes, tuple(heal.protect_processes or ()))
@@ -255,8 +255,16 @@ def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeou
         {**values, "pid": str(decision.pid)}, runner, timeout_s, secrets,
     )  # fmt: skip
     ex.steps.append(replace(res, note=decision.reason))
-    verb = "killed" if res.ok else "could not kill"
-    ex.escalate_reason = f"{verb} {decision.reason}"
+    if not res.ok:
+        ex.escalate_reason = f"could not kill {decision.reason}"
+        return True
+    snapshot = next((s for s in ex.item.steps if isinstance(s, RunCommand) and ACTIONS[s.action].evidence), None)
+    taken_s = now_s if now_s is not None else time.time()
+    gone = leak.kill_seen(snapshot, decision.pid, ex.item.gpu, cfg, values, runner, min(timeout_s, 15.0), secrets,
+                          taken_s)  # fmt: skip
+    ex.verification = {"killed_pid": decision.pid, "gone_from_gpu": gone}
+    seen = "gone from the GPU's process list" if gone else f"still listed after {leak.KILL_SEEN_WITHIN_S:g} s"
+    ex.escalate_reason = f"killed {decision.reason}; {seen}"
     return True
 
 

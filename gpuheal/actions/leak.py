@@ -103,3 +103,26 @@ def llama_pids(target: str, endpoint: str, runner, timeout_s: float) -> frozense
     if outcome.error or outcome.timed_out or outcome.rc != 0:
         return frozenset()
     return frozenset(process_check.read_pgrep(outcome.stdout or "", process_check.endpoint_port(endpoint)))
+
+
+KILL_SEEN_WITHIN_S = 5.0  # SIGTERM frees a CUDA context in well under a second: still listed after this = not gone
+KILL_POLL_S = 0.5
+
+
+def kill_seen(snapshot: RunCommand | None, pid: int, gpu: str, cfg, values, runner, timeout_s: float, secrets,
+              now_s: float) -> bool:
+    """Whether the killed ``pid`` is gone from the GPU's process list (an action counts only when
+    its effect is seen): the snapshot command again, every ``KILL_POLL_S`` for up to
+    ``KILL_SEEN_WITHIN_S``. A list that cannot be read proves nothing."""
+    import time
+
+    if snapshot is None:
+        return False
+    deadline = time.monotonic() + KILL_SEEN_WITHIN_S
+    while True:
+        snap = snapshot_step(snapshot, gpu, cfg, values, runner, timeout_s, secrets, now_s)[1]
+        if snap.error is None and all(p.pid != pid for p in snap.processes):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(KILL_POLL_S)
