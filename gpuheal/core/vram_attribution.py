@@ -2,8 +2,9 @@
 
 Spec, Rule 2: "If llama-server is the growth source → restart with memory cap flag; if unknown
 process → kill and alert." The *growth source* is the process whose VRAM went up, so it is read
-from two per-process snapshots of the same GPU: one at the leak's onset (when ``vram-leak`` goes
-pending, kept in the state directory) and one when the rule fires and the remedy runs. The
+from two per-process snapshots of the same GPU: one at the leak's onset (the first heal run that
+sees ``vram-leak`` open, kept in the state directory) and one when the remedy runs, at least
+``heal.leak_attribution_wait_s`` later (:func:`wait_reason`). The
 process that grew is the one whose ``used_mb`` went up by more than ``share`` (default 0.5) of
 the summed growth of all processes. A pid that appeared since the onset grew from 0; a pid that
 has exited is ignored; a pid seen with another name is another process (pid reuse) and grew from 0.
