@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuheal.actions.execute import _leak_source, run_item
+from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
 from gpuheal.core.plan import empty_state, plan
 
@@ -97,35 +97,111 @@ def smi(lines):
     return Outcome(stdout="\n".join(lines) + "\n")
 
 
+NOW_S = 1e9
+
+
+class KillingRunner(FakeRunner):
+    """A kill takes effect: the GPU's process list no longer shows the pid (or, ``stubborn``, it does)."""
+
+    def __init__(self, replies=None, stubborn=False):
+        super().__init__(replies)
+        self.killed, self.stubborn = set(), stubborn
+
+    def __call__(self, target, argv, timeout_s):
+        reply = super().__call__(target, argv, timeout_s)
+        if argv[0] == "kill":
+            self.killed.add(argv[-1])
+        if argv[0] == "nvidia-smi" and not self.stubborn:
+            lines = [ln for ln in reply.stdout.splitlines() if ln.split(",")[0] not in self.killed]
+            return Outcome(stdout="".join(f"{ln}\n" for ln in lines))
+        return reply
+
+
+def onset(lines, age_s=610.0):
+    """Rule 2's onset snapshot of the same GPU, taken ``age_s`` before the remedy runs."""
+    from gpuheal.core import vram_attribution as va
+
+    return va.Onset("2026-07-18T08:00:00Z", va.from_nvidia("\n".join(lines), NOW_S - age_s))
+
+
+def leak_run(c, runner, before, item=None):
+    return run_item(item or item_for("vram-leak", c), c, runner, ok_verify, (), onset=onset(before), now_s=NOW_S)
+
+
 def test_vram_leak_from_llama_server_restarts_it():
     c = cfg()
     runner = FakeRunner({"nvidia-smi": smi(["1106871, /app/llama-server, 23342", "900, Xorg, 40"])})
-    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
+    ex = leak_run(c, runner, ["1106871, /app/llama-server, 22000", "900, Xorg, 40"])
     assert any(argv[0] == "systemctl" for _, argv in runner.calls)
     assert ex.evidence["gpu_processes"][0]["name"] == "/app/llama-server"
+    assert ex.evidence["attribution"]["pid"] == 1106871 and ex.evidence["attribution"]["decision"] == "restart"
 
 
 def test_vram_leak_from_unknown_process_is_not_killed_unless_enabled():
     c = cfg()
     runner = FakeRunner({"nvidia-smi": smi(["1106871, /app/llama-server, 2000", "4242, python3 miner.py, 9000"])})
-    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
+    ex = leak_run(c, runner, ["1106871, /app/llama-server, 2000", "4242, python3 miner.py, 5000"])
     assert ex.result == "escalated" and "kill_unknown_processes is off" in ex.escalate_reason
     assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
 
 
 def test_vram_leak_unknown_process_killed_when_enabled_with_alert():
     c = cfg(kill_unknown_processes=True)
-    runner = FakeRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])})
-    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
+    runner = KillingRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])})
+    ex = leak_run(c, runner, ["4242, python3 miner.py, 8000"])
     assert ["kill", "-TERM", "4242"] in [argv for _, argv in runner.calls]
-    assert ex.result == "escalated" and "killed unknown VRAM process" in ex.escalate_reason
+    assert ex.result == "escalated" and ex.escalate_reason.startswith("killed unknown process 'python3 miner.py'")
+    # the kill counts when it is seen: the GPU's list no longer shows the pid
+    assert ex.verification == {"killed_pid": 4242, "gone_from_gpu": True}
+    assert ex.escalate_reason.endswith("gone from the GPU's process list")
+
+
+def test_a_kill_that_does_not_take_says_so(monkeypatch):
+    from gpuheal.actions import leak
+
+    monkeypatch.setattr(leak, "KILL_SEEN_WITHIN_S", 0.2)
+    monkeypatch.setattr(leak, "KILL_POLL_S", 0.05)
+    c = cfg(kill_unknown_processes=True)
+    runner = KillingRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])}, stubborn=True)
+    ex = leak_run(c, runner, ["4242, python3 miner.py, 8000"])
+    assert ex.verification == {"killed_pid": 4242, "gone_from_gpu": False}
+    assert "still listed after" in ex.escalate_reason
 
 
 def test_protected_process_is_never_killed():
     c = cfg(kill_unknown_processes=True, protect_processes=["miner"])
-    assert _leak_source({"gpu_processes": [{"pid": 1, "name": "miner", "used_mb": 9000}]}, c)[0] == "escalate"
-    assert _leak_source({"gpu_processes": []}, c) is None
-    assert _leak_source({"gpu_processes": [{"pid": 1, "name": "[Not Found]", "used_mb": None}]}, c) is None
+    runner = FakeRunner({"nvidia-smi": smi(["4242, miner, 9000"])})
+    ex = leak_run(c, runner, ["4242, miner, 8000"])
+    assert ex.result == "escalated" and "protected process 'miner'" in ex.escalate_reason
+    assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
+
+
+def test_largest_process_that_did_not_grow_is_never_blamed():
+    """The old rule blamed whoever held the most VRAM: a 20 GB llama-server that stayed flat and a
+    small process that grew. The small one is named, and with the kill off nothing is restarted."""
+    c = cfg(kill_unknown_processes=True)
+    runner = KillingRunner({"nvidia-smi": smi(["77, /app/llama-server, 20000", "4242, leaky.py, 1700"])})
+    ex = leak_run(c, runner, ["77, /app/llama-server, 20000", "4242, leaky.py, 300"])
+    assert ex.evidence["attribution"]["name"] == "leaky.py" and ex.evidence["attribution"]["grew_mb"] == 1400
+    assert ["kill", "-TERM", "4242"] in [argv for _, argv in runner.calls]
+    assert not any(argv[0] == "systemctl" or "77" in argv for _, argv in runner.calls)
+
+
+def test_unattributed_leak_neither_restarts_nor_kills():
+    c = cfg(kill_unknown_processes=True)
+    runner = FakeRunner({"nvidia-smi": smi(["77, /app/llama-server, 20000", "4242, [Not Found], [N/A]"])})
+    ex = leak_run(c, runner, ["77, /app/llama-server, 19000", "4242, [Not Found], [N/A]"])
+    assert ex.result == "escalated" and "not attributed" in ex.escalate_reason and "[N/A]" in ex.escalate_reason
+    assert ex.evidence["attribution"]["attributed"] is False and "pid" not in ex.evidence["attribution"]
+    assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
+
+
+def test_leak_without_an_onset_snapshot_is_not_attributed():
+    c = cfg(kill_unknown_processes=True)
+    runner = FakeRunner({"nvidia-smi": smi(["4242, miner, 9000"])})
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, (), onset=None, now_s=NOW_S)
+    assert ex.result == "escalated" and "onset" in ex.escalate_reason
+    assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
 
 
 def test_hostile_host_value_stays_one_argument():
@@ -185,18 +261,24 @@ def test_unreadable_evidence_is_a_note_never_the_end_of_the_action():
     assert "processes" in ex.evidence or "unreadable" in ex.evidence.get("processes_error", "")
 
 
-def test_unreadable_smi_snapshot_is_a_note_and_the_restart_still_runs(monkeypatch):
+def test_unreadable_smi_snapshot_is_a_note_and_nothing_is_restarted(monkeypatch):
     from gpuheal.actions import execute
 
     def broken(text):
         raise ValueError("1²234")
 
-    monkeypatch.setattr(execute, "parse_compute_apps", broken)
+    from gpuheal.core import vram_attribution
+
     c = cfg()
+    before = onset(["1106871, /app/llama-server, 1000"])
+    monkeypatch.setattr(execute, "parse_compute_apps", broken)
+    monkeypatch.setattr(vram_attribution, "parse_compute_apps", broken)
     runner = FakeRunner({"nvidia-smi": smi(["1106871, /app/llama-server, 1²234"])})
-    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, ())
-    assert ex.result == "pending" and any(argv[0] == "systemctl" for _, argv in runner.calls)
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, (), onset=before, now_s=NOW_S)
     assert "unreadable snapshot" in ex.evidence["snapshot_parse_error"]
+    # Rule 2 since issue 22: an unreadable fire-time list attributes nothing: no restart on a guess
+    assert ex.result == "escalated" and "unreadable snapshot" in ex.escalate_reason
+    assert not any(argv[0] == "systemctl" for _, argv in runner.calls)
 
 
 def test_litellm_update_is_an_http_call_not_a_command():
@@ -292,7 +374,7 @@ def test_power_limit_of_the_second_gpu_is_read_and_restored_on_that_gpu():
 
 def test_vram_snapshot_and_kill_decision_use_that_gpus_processes_only():
     """GPU 0 of the host runs an unknown process that holds more VRAM than anything; the leak is on
-    GPU 1, whose own process list says llama-server grows: restart it, kill nothing."""
+    GPU 1, whose own process lists say llama-server grew: restart it, kill nothing."""
     c = _two_gpu_host(kill_unknown_processes=True)
 
     class PerGpu(FakeRunner):
@@ -305,7 +387,7 @@ def test_vram_snapshot_and_kill_decision_use_that_gpus_processes_only():
             return Outcome()
 
     runner = PerGpu()
-    ex = run_item(_item("vram-leak", c, "gpu-b"), c, runner, ok_verify, ())
+    ex = leak_run(c, runner, ["1106871, /app/llama-server, 20000"], _item("vram-leak", c, "gpu-b"))
     argvs = [argv for _, argv in runner.calls]
     snapshots = [argv for argv in argvs if argv[0] == "nvidia-smi"]
     assert snapshots and all(argv[1:3] == ["-i", "1"] for argv in snapshots)
@@ -323,6 +405,30 @@ def test_a_single_gpu_host_keeps_the_plain_commands():
 
 def test_vram_leak_without_memcap_command_audits_the_restart_as_uncapped():
     c = cfg()
-    ex = run_item(item_for("vram-leak", c), c, FakeRunner(), ok_verify, ())
+    runner = FakeRunner({"nvidia-smi": smi(["77, llama-server, 9000"])})
+    ex = leak_run(c, runner, ["77, llama-server, 8000"])
     restart = [s for s in ex.steps if s.action == "restart-llama-server-memcap"][0]
     assert restart.note.startswith("uncapped: no memcap_restart_command")
+
+
+PGREP = Outcome(stdout="77 /app/llama-server --port 9 -m a.gguf\n78 /app/llama-server --port 8081 -m b.gguf\n")
+
+
+def test_this_gpus_llama_server_is_known_by_its_endpoints_port():
+    """Two llama-servers on the GPU: the one that grew listens on another endpoint's port, so it is
+    not this GPU's llama-server — a protected process: escalated, nothing restarted or killed."""
+    c = cfg(kill_unknown_processes=True)
+    runner = FakeRunner({"pgrep": PGREP, "nvidia-smi": smi(["77, /app/llama-server, 9000", "78, /app/llama-server, 5000"])})
+    ex = leak_run(c, runner, ["77, /app/llama-server, 9000", "78, /app/llama-server, 4000"])
+    assert ex.evidence["attribution"]["llama_server_pids"] == [77]
+    assert ex.evidence["attribution"]["pid"] == 78 and ex.evidence["attribution"]["is_llama_server"] is False
+    assert ex.result == "escalated" and "protected" in ex.escalate_reason
+    assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
+
+
+def test_the_endpoints_llama_server_that_grew_is_restarted():
+    c = cfg()
+    runner = FakeRunner({"pgrep": PGREP, "nvidia-smi": smi(["77, /app/llama-server, 9600", "78, /app/llama-server, 5000"])})
+    ex = leak_run(c, runner, ["77, /app/llama-server, 9000", "78, /app/llama-server, 5000"])
+    assert ex.evidence["attribution"]["decision"] == "restart"
+    assert any(argv[0] == "systemctl" for _, argv in runner.calls)

@@ -54,6 +54,7 @@ class Execution:
     evidence: dict[str, Any] = field(default_factory=dict)
     escalate_reason: str | None = None
     restarted: bool = False
+    fire_snapshot: Any = None  # Rule 2: the vram-leak's per-process snapshot taken as the remedy runs
 
 
 def expand_argv(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
@@ -74,8 +75,12 @@ def run_item(
     secrets: tuple[str, ...],
     litellm: LiteLLMCall | None = None,
     model_health: Callable[[str], dict[str, Any]] | None = None,
+    onset: Any = None,
+    now_s: float | None = None,
 ) -> Execution:
-    """Execute the steps of one ``act`` item in order; stop at the first failure."""
+    """Execute the steps of one ``act`` item in order; stop at the first failure. ``onset``: the
+    vram-leak's per-process snapshot from its onset (:mod:`gpuheal.actions.leak`), ``now_s`` this
+    run's time (the fire-time snapshot's)."""
     ex = Execution(item=item)
     timeout_s = cfg.heal.command_timeout_s
     values = values_for(item.gpu, cfg)
@@ -85,10 +90,13 @@ def run_item(
         _look_first(ex, cfg, runner, values, min(timeout_s, 15.0))
     for step in item.steps:
         if step.action in ("restart-llama-server-memcap", "restart-llama-server") and item.issue == "vram-leak":
-            if _leak_stops_restart(ex, step, cfg, runner, values, timeout_s, secrets):
+            if _leak_stops_restart(ex, step, cfg, runner, values, timeout_s, secrets, onset, now_s):
                 return ex
         spec = ACTIONS[step.action]
-        res = perform(step, values, runner, litellm, _step_timeout_s(cfg, spec, timeout_s), secrets, cfg)
+        if spec.evidence and item.issue == "vram-leak" and isinstance(step, RunCommand):
+            res = _fire_snapshot(ex, step, cfg, runner, values, timeout_s, secrets, now_s)
+        else:
+            res = perform(step, values, runner, litellm, _step_timeout_s(cfg, spec, timeout_s), secrets, cfg)
         ex.steps.append(res)
         if spec.evidence:
             ex.evidence.update(_parse_evidence(res.output, cfg, item.gpu))
@@ -216,25 +224,52 @@ def _load_command(cfg, gpu: str) -> bool:
     return bool(g.command("shed_load_command") or g.command("redirect_command"))
 
 
-def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeout_s, secrets) -> bool:
-    """Rule 2.2/2.3 before the restart: when another process is the growth source, kill it (opt-in)
-    or escalate instead of restarting llama-server. True: the attempt ends here (escalated)."""
-    decision = _leak_source(ex.evidence, cfg)
-    if decision is None:
+def _fire_snapshot(ex: Execution, step: RunCommand, cfg, runner, values, timeout_s, secrets, now_s) -> StepResult:
+    """Rule 2's second snapshot, taken as the remedy runs; kept for the attribution."""
+    from gpuheal.actions import leak
+
+    taken_s = now_s if now_s is not None else time.time()
+    res, ex.fire_snapshot = leak.snapshot_step(step, ex.item.gpu, cfg, values, runner, timeout_s, secrets, taken_s)
+    return res
+
+
+def _leak_stops_restart(ex: Execution, step: Action, cfg, runner, values, timeout_s, secrets, onset, now_s) -> bool:
+    """Rule 2.2/2.3 before the restart: the process that grew between the onset and fire-time
+    snapshots decides (:mod:`gpuheal.core.vram_attribution`). This GPU's llama-server: the restart
+    goes ahead. Another process: killed (opt-in, not protected) and alerted, else escalated. Not
+    attributable: escalated with both snapshots, no restart, no kill. True: the attempt ends here."""
+    from gpuheal.actions import leak
+    from gpuheal.core import vram_attribution as va
+
+    heal = cfg.heal
+    snap = onset.snapshot if onset is not None else None
+    ours = leak.llama_pids(step.target, values["endpoint"], runner, min(timeout_s, 15.0))
+    result = va.attribute(snap, ex.fire_snapshot, heal.leak_attribution_share, llama_pids=ours)
+    ex.evidence["attribution"] = {**va.record(result, snap, ex.fire_snapshot), "llama_server_pids": sorted(ours)}
+    decision = va.decide(result, heal.kill_unknown_processes, tuple(heal.protect_processes or ()))
+    ex.evidence["attribution"]["decision"] = decision.kind
+    if decision.kind == "restart":
         return False
-    kind, detail = decision
     ex.result = "escalated"
-    if kind != "kill":
-        ex.escalate_reason = detail
+    ex.escalate_reason = decision.reason
+    if decision.kind != "kill" or decision.pid is None:
         return True
-    pid, name = detail
     argv = cfg.gpu(ex.item.gpu).command("kill_command") or ACTIONS["kill-process"].default_argv
     res = run_command(
-        RunCommand("kill-process", tuple(argv), step.target), {**values, "pid": str(pid)}, runner, timeout_s, secrets
-    )
-    ex.steps.append(replace(res, note=f"unknown process {name!r} (pid {pid}) is the VRAM growth source"))
-    verb = "killed" if res.ok else "could not kill"
-    ex.escalate_reason = f"{verb} unknown VRAM process {name!r} (pid {pid})"
+        RunCommand("kill-process", tuple(argv), step.target),
+        {**values, "pid": str(decision.pid)}, runner, timeout_s, secrets,
+    )  # fmt: skip
+    ex.steps.append(replace(res, note=decision.reason))
+    if not res.ok:
+        ex.escalate_reason = f"could not kill {decision.reason}"
+        return True
+    snapshot = next((s for s in ex.item.steps if isinstance(s, RunCommand) and ACTIONS[s.action].evidence), None)
+    taken_s = now_s if now_s is not None else time.time()
+    gone = leak.kill_seen(snapshot, decision.pid, ex.item.gpu, cfg, values, runner, min(timeout_s, 15.0), secrets,
+                          taken_s)  # fmt: skip
+    ex.verification = {"killed_pid": decision.pid, "gone_from_gpu": gone}
+    seen = "gone from the GPU's process list" if gone else f"still listed after {leak.KILL_SEEN_WITHIN_S:g} s"
+    ex.escalate_reason = f"killed {decision.reason}; {seen}"
     return True
 
 
@@ -404,28 +439,6 @@ def _parse_evidence(output: str, cfg, gpu: str) -> dict[str, Any]:
         "smi": smi,
         "snapshot": output[-2000:],
     }
-
-
-def _leak_source(evidence: dict[str, Any], cfg) -> tuple[str, Any] | None:
-    """Rule 2.2/2.3: restart when llama-server is the growth source; an unknown process is killed
-    (only when enabled and not protected) and alerted. ``None`` = go ahead with the restart."""
-    procs = evidence.get("gpu_processes") or []
-    known = [p for p in procs if p.get("used_mb") is not None]
-    if not known:
-        return None  # no attribution possible (AMD, or smi failed): llama-server is the suspect
-    top = max(known, key=lambda p: p["used_mb"])
-    name = str(top["name"])
-    if "llama" in name.lower():
-        return None
-    protect = [str(p).lower() for p in cfg.heal.protect_processes or []]
-    if any(p and p in name.lower() for p in protect):
-        return ("escalate", f"VRAM growth source is protected process {name!r} (pid {top['pid']}): not touching it")
-    if not cfg.heal.kill_unknown_processes:
-        return (
-            "escalate",
-            f"unknown process {name!r} (pid {top['pid']}) holds {top['used_mb']:.0f} MB; kill_unknown_processes is off",
-        )
-    return ("kill", (top["pid"], name))
 
 
 def wait_ready_then_complete(

@@ -221,6 +221,8 @@ class HealConfig:
     redirect_rpm: int
     power_restore: str = "default"  # Rule 4.2: restore a throttled limit to the board's "default" or "max"
     competing_util_pct: float = 90.0  # Rule 4.1: "if >90%, other process is competing"
+    leak_attribution_share: float = 0.5  # Rule 2: the grown process's least share of the summed growth
+    leak_attribution_wait_s: float = 600.0  # Rule 2: from the onset snapshot to the remedy, at the least
     stop_timeout_s: float = 90.0  # the llama-server unit's TimeoutStopSec (issue 20: a hung server ignores SIGTERM)
     gpu_monitor_restart_command: str | list[str] | None = None
     gpu_monitor_host: str | None = None

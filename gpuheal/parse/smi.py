@@ -251,3 +251,32 @@ def select_row(
         gpu_index = 0
     matches = [row for row in rows if row_index(row) == gpu_index]
     return matches[0] if len(matches) == 1 else None
+
+
+def parse_rocm_pids(text: str) -> tuple[list[GpuProcess], int] | None:
+    """``rocm-smi --showpids --json``: the ``system`` object's ``"PID<pid>": "<name>, <gpus>,
+    <vram bytes>, <sdma>, <cu occupancy>"`` entries (rocm_smi.py's showPids; a real MI100 capture
+    holds ``"PID104225": "mlir-cpu-runner, 0, 0, 0, 0"``). The four numbers are split from the
+    right, so a name with ", " survives; ``UNKNOWN`` VRAM is ``None``. Returns the processes and
+    how many entries could not be read, or ``None`` when the output holds no such JSON at all."""
+    doc = _first_json(text)
+    system = doc.get("system") if isinstance(doc, dict) else None
+    if not isinstance(system, dict):
+        return None if not isinstance(doc, dict) else ([], 0)
+    out: list[GpuProcess] = []
+    unreadable = 0
+    for key, value in system.items():
+        if not (isinstance(key, str) and key.startswith("PID")):
+            continue
+        pid = parse_integer(key[3:], lo=1, hi=PID_MAX)
+        parts = value.rsplit(", ", 4) if isinstance(value, str) else []
+        if pid is None or len(parts) != 5:
+            unreadable += 1
+            continue
+        vram_b = None if parts[2].strip().upper() == "UNKNOWN" else number_text(parts[2], hi=2.0**54)
+        if vram_b is None and parts[2].strip().upper() != "UNKNOWN":
+            unreadable += 1
+            continue
+        used_mb = round(vram_b / 1048576, 1) if vram_b is not None else None
+        out.append(GpuProcess(pid=pid, name=clean_text(parts[0].strip()[:200]), used_mb=used_mb))
+    return out, unreadable

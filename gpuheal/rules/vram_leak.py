@@ -8,6 +8,12 @@ external reload), so a reload never reads as a leak. "Sustained": each half of t
 also grow at ``sustain_ratio`` of the threshold, so one step up (a bigger KV cache allocated once)
 is not a leak. Recovers when the rate drops below the threshold (the spec's verify), fitted over
 ``recover_span_h`` (2 h) of fresh data.
+
+The fix ("If llama-server is the growth source → restart with memory cap flag; if unknown process
+→ kill and alert") acts on the process that GREW between a per-process snapshot at onset and one
+at fire time (core/vram_attribution.py). Not attributable: escalate with both snapshots, no
+restart — the spec restarts llama-server only when it *is* the source, and a restart on a guess
+frees the VRAM for an hour while the real source keeps growing.
 """
 
 from __future__ import annotations

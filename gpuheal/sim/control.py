@@ -4,6 +4,7 @@
     python -m gpuheal.sim.control CONTROL_URL advance SECONDS
     python -m gpuheal.sim.control CONTROL_URL now
     python -m gpuheal.sim.control CONTROL_URL state
+    python -m gpuheal.sim.control CONTROL_URL smi ALIAS     # the GPU's per-process VRAM, as its smi prints it
     python -m gpuheal.sim.control CONTROL_URL set ALIAS '{"temp_c": 90}'
 
 CONTROL_URL is the fleet's ``control_url`` (``http://127.0.0.1:P/_sim``). Prints the answer
@@ -21,7 +22,7 @@ from typing import Any
 
 USAGE = (
     "usage: python -m gpuheal.sim.control CONTROL_URL "
-    "(restart ALIAS | advance SECONDS | now | state | set ALIAS JSON)"
+    "(restart ALIAS | advance SECONDS | now | state | smi ALIAS | set ALIAS JSON)"
 )
 TIMEOUT_S = 5.0
 
@@ -78,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
             result = call(url, "POST", "/advance", {"seconds": seconds})
         elif cmd == "now" and not rest:
             print(call(url, "GET", "/now")["now"])
+            return 0
+        elif cmd == "smi" and len(rest) == 1:
+            from urllib.parse import quote
+
+            text = call(url, "GET", "/smi?gpu=" + quote(rest[0], safe="")).get("text", "")
+            sys.stdout.write(text if isinstance(text, str) else "")
             return 0
         elif cmd == "state" and not rest:
             result = call(url, "GET", "/state")

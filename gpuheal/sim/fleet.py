@@ -289,6 +289,8 @@ class SimFleet:
                         "restart",
                         "{alias}",
                     ],
+                    # Rule 2: the per-process VRAM, printed as the GPU's nvidia-smi / rocm-smi does
+                    "smi_command": [sys.executable, "-m", "gpuheal.sim.control", control, "smi", "{alias}"],
                 }
             )
         return {

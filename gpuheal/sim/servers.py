@@ -858,6 +858,11 @@ class ControlHandler(_Base):
                 return self.send_json(200, world.state())
             if path == "/_sim/gpu-data" and method == "GET":
                 return self.send_json(200, world.gpu_data())
+            if path == "/_sim/smi" and method == "GET":  # Rule 2: the per-process VRAM query's output
+                alias = parse_qs(urlsplit(self.path).query).get("gpu", [""])[0]
+                if alias not in world.gpus:
+                    return self.send_json(404, {"error": f"gpu: unknown {alias!r} (known: {', '.join(world.gpus)})"})
+                return self.send_json(200, {"gpu": alias, "text": world.smi_processes(alias)})
             if path == "/_sim/advance" and method == "POST":
                 if "seconds" not in data:
                     return self.send_json(400, {"error": "body.seconds: is required"})
@@ -898,6 +903,7 @@ class ControlHandler(_Base):
                 "/_sim/now",
                 "/_sim/state",
                 "/_sim/gpu-data",
+                "/_sim/smi",
                 "/_sim/advance",
                 "/_sim/restart",
                 "/_sim/set",

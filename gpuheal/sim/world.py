@@ -17,6 +17,7 @@ is back to >= normal the ramp resumes from the temperature reached. Both are clo
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 import time
@@ -39,6 +40,8 @@ from .scenario import (
 # Faults a monitor would see as failed requests in its 60 s window.
 _FAILING_FAULTS = {"dead", "hang", "loading", "failing", "stuck", "wrong-key"}
 _TIMEOUT_FAULTS = {"hang", "stuck"}
+SIM_PID_BASE = 40000  # the simulated llama-servers' pids: 40000 + 1000 × GPU + restarts
+CONTEXT_MB = 250  # memory.used counts the driver's context too; the processes' list does not
 
 
 @dataclass
@@ -419,6 +422,26 @@ class World:
                 count = g.restart_count
         self._changed()
         return count
+
+    # ----------------------------------------------------------------- per-process VRAM
+
+    def smi_processes(self, alias: str) -> str:
+        """What the GPU's per-process query prints, as the real tools do (Rule 2's attribution):
+        NVIDIA ``nvidia-smi --query-compute-apps=pid,process_name,used_memory
+        --format=csv,noheader,nounits`` lines, AMD ``rocm-smi --showpids --json``'s ``system``
+        object (VRAM in bytes). One process: the GPU's llama-server, holding its VRAM less the
+        driver's context (a leak grows it); a restart gives it a new pid. A dead server: none."""
+        with self.lock:
+            g = self.gpus[alias]
+            used_mb = float(self._reported_values(g, self.t).get("vram_used_mb") or 0.0)
+            alive = g.fault != "dead"
+            pid = SIM_PID_BASE + 1000 * list(self.gpus).index(alias) + g.restart_count
+            vendor = g.spec.vendor
+        procs = [(pid, "/usr/local/bin/llama-server", max(round(used_mb - CONTEXT_MB), 0))] if alive else []
+        if vendor == "amd":
+            entries = {f"PID{p}": f"{name.rsplit('/', 1)[-1]}, 1, {mb * 1048576}, 0, 0" for p, name, mb in procs}
+            return json.dumps({"system": entries}, indent=4) + "\n"
+        return "".join(f"{p}, {name}, {mb}\n" for p, name, mb in procs)
 
     # ----------------------------------------------------------------- what is listening
 

@@ -20,3 +20,4 @@ KG_LOG = "knowledge-graph.jsonl"  # kg.py
 WAKE = "wake.json"                # steps/wake.py: the last woken cycle
 REBENCH = "rebench.json"          # core/rebench.py: GPUs whose next benchmark verifies a fix (Rule 4)
 KG_STATE = "kg-state.json"        # kg.py: offset into the audit log, undelivered nodes
+VRAM_ONSET = "vram-onset.json"    # actions/leak.py: Rule 2's per-process VRAM snapshot at each leak's onset

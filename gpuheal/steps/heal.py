@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuheal.actions import leak
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.record import Recorder, Subject, health_doc
 from gpuheal.actions.rule4 import found as rule4_found
@@ -56,6 +57,7 @@ class Heal:
         self.effects = Effects(cfg, runner, verify)
         self.warnings: list[str] = []
         self.tol = timing.TOLERANCE_S  # until this run's evaluation says the history's own
+        self.onsets: dict = {}  # Rule 2: each open vram-leak's per-process VRAM snapshot at its onset
 
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
@@ -70,6 +72,7 @@ class Heal:
         self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
         try:
             if self.apply:  # 1. judge earlier attempts from this run's data
+                self.onsets = leak.track(self.store, still_open, self.cfg, self.effects.run, self.now_s, self.secrets)
                 self._judge_attempts(still_open, set(hidden), health.get("gpus") or {})
                 self._settle_escalations(set(still_open))
             for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter, tol=self.tol):
@@ -157,6 +160,9 @@ class Heal:
         if not self.apply:
             self._show(item, subject)
             return False
+        if wait := leak.wait_reason(self.onsets, item, self.cfg, self.now_s, self.tol):
+            self.rec.blocked(subject, primary_action(item.actions), wait)
+            return False
         self._act(item, subject)
         return True
 
@@ -191,7 +197,9 @@ class Heal:
         if item.alert_now:
             self._queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
         ex = run_item(item, self.cfg, self.effects.run, self.effects.verify, self.secrets, self.effects.litellm,
-                      self.effects.model_health)  # fmt: skip
+                      self.effects.model_health, self.onsets.get(item.gpu), self.now_s)  # fmt: skip
+        if "attribution" in ex.evidence:  # Rule 2: which process grew, or why none can be named
+            subject = replace(subject, detected={**subject.detected, "attribution": ex.evidence["attribution"]})
         if "process" in ex.evidence:  # Rule 6.1: which it was, hung or down, is part of what was detected
             subject = replace(subject, detected={**subject.detected, "process": ex.evidence["process"]["case"]})
         if "rule4" in ex.evidence:  # Rule 4's three checks, and the re-benchmark that will verify the fix
