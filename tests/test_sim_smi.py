@@ -61,7 +61,7 @@ def test_compute_apps_have_the_real_tools_shape(fleet):
     assert with_units[0] == "pid, process_name, used_gpu_memory [MiB]"
     assert all(APP_ROW.match(r) for r in rows + with_units[1:])
     apps = parse_compute_apps(smi(fleet, *APPS_QUERY).stdout)
-    assert [(p.pid, p.name, p.used_mb) for p in apps] == [(40000, "/usr/local/bin/llama-server", 21000.0),
+    assert [(p.pid, p.name, p.used_mb) for p in apps] == [(40000, "/usr/local/bin/llama-server", 20750.0),
                                                           (4242, "python3", 2300.0)]  # fmt: skip
 
 
@@ -115,6 +115,6 @@ def test_rocm_smi_answers_with_the_real_tools_keys_and_shapes(fleet):
     assert real_pids and all(pid_shape.match(v) for v in real_pids + list(doc["system"].values()))
     assert parse_rocm_power_cap(out.stdout, None) == PowerLimits(250.0)
     assert [(p.pid, p.name, p.used_mb) for p in parse_rocm_pids(out.stdout)] == [
-        (40000, "llama-server", 21000.0), (4242, "python3", 2300.0)]  # fmt: skip
+        (40000, "llama-server", 20750.0), (4242, "python3", 2300.0)]  # fmt: skip
     row = parse_rocm_smi(out.stdout)[0]
     assert row["vram_used_mb"] == 23300 and row["util_pct"] == 97

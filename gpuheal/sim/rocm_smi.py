@@ -17,7 +17,8 @@ import sys
 from typing import Any
 
 from gpuheal.sim.control import ControlError, call
-from gpuheal.sim.smi import LLAMA_PID_BASE, _pick
+from gpuheal.sim.processes import gpu_processes
+from gpuheal.sim.smi import _pick
 
 MIB = 1024 * 1024
 
@@ -44,13 +45,9 @@ def card(flags: set[str], g: dict[str, Any]) -> dict[str, str]:
 
 
 def pids(g: dict[str, Any], n: int) -> dict[str, str]:
-    other = int(g.get("competing_vram_mb") or 0) if g.get("competing_pid") else 0
-    out = {}
-    if g.get("endpoint") != "refused":
-        own = max(0, int(float(g.get("vram_used_mb") or 0)) - other)
-        out[f"PID{LLAMA_PID_BASE + n}"] = f"llama-server, 1, {own * MIB}, 0, 0"
-    if g.get("competing_pid"):
-        out[f"PID{int(g['competing_pid'])}"] = f"python3, 1, {other * MIB}, 0, 0"
+    alive = g.get("endpoint") != "refused"
+    procs = gpu_processes(g, n, int(g.get("restart_count") or 0), alive)
+    out = {f"PID{p.pid}": f"{p.name.rsplit('/', 1)[-1]}, 1, {p.used_mb * MIB}, 0, 0" for p in procs}
     return out
 
 

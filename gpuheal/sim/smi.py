@@ -10,9 +10,9 @@ host: ``--sim-gpu`` names the GPU, else ``-i INDEX`` picks it by its place in th
   ``memory.used``, ``memory.total``, ``utilization.gpu``, ``power.draw``, ``power.limit``,
   ``power.default_limit``, ``power.max_limit``; power with 2 decimals, ``[N/A]`` when not known;
   an unknown field: ``Field "x" is not a valid field to query.``, exit 2.
-- ``--query-compute-apps=pid,process_name,used_memory``: the GPU's llama-server (pid ``40000 +
-  index``, ``/usr/local/bin/llama-server``, its VRAM) and, when ``competing_pid`` is set, that
-  process (``python3``, ``competing_vram_mb``); nothing while the server is down.
+- ``--query-compute-apps=pid,process_name,used_memory``: who runs on the GPU, decided once in
+  :mod:`gpuheal.sim.processes` (its llama-server, and ``python3`` holding ``competing_vram_mb`` when
+  ``competing_pid`` is set); no llama-server while it is down.
 - ``-pl WATTS``: sets ``power_limit_w``; outside the board's max: nvidia-smi's refusal, exit 2.
 
 Stdlib only, like the rest of the simulator.
@@ -24,9 +24,9 @@ import sys
 from typing import Any
 
 from gpuheal.sim.control import ControlError, call
+from gpuheal.sim.processes import gpu_processes
 
 BAD_ARG = 2  # nvidia-smi(1) RETURN VALUE: "A supplied argument or flag is invalid"
-LLAMA_PID_BASE = 40000
 UNITS = {"memory.used": "MiB", "memory.total": "MiB", "utilization.gpu": "%", "power.draw": "W",
          "power.limit": "W", "power.default_limit": "W", "power.max_limit": "W"}  # fmt: skip
 FIELDS = {
@@ -86,12 +86,9 @@ def compute_apps(fmt: set[str], g: dict[str, Any], n: int) -> str:
     units = "nounits" not in fmt
     mib = " MiB" if units else ""
     rows = [] if "noheader" in fmt else [f"pid, process_name, used_gpu_memory{' [MiB]' if units else ''}"]
-    other = int(g.get("competing_vram_mb") or 0) if g.get("competing_pid") else 0
-    if g.get("endpoint") not in ("refused",):
-        own = max(0, int(round(float(g.get("vram_used_mb") or 0))) - other)
-        rows.append(f"{LLAMA_PID_BASE + n}, /usr/local/bin/llama-server, {own}{mib}")
-    if g.get("competing_pid"):
-        rows.append(f"{int(g['competing_pid'])}, python3, {other}{mib}")
+    alive = g.get("endpoint") != "refused"
+    procs = gpu_processes(g, n, int(g.get("restart_count") or 0), alive)
+    rows += [f"{p.pid}, {p.name}, {p.used_mb}{mib}" for p in procs]
     return "".join(r + "\n" for r in rows)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from .processes import gpu_processes
 from .scenario import (
     INTEGER_FIELDS,
     RAMPABLE,
@@ -40,8 +41,6 @@ from .scenario import (
 # Faults a monitor would see as failed requests in its 60 s window.
 _FAILING_FAULTS = {"dead", "hang", "loading", "failing", "stuck", "wrong-key"}
 _TIMEOUT_FAULTS = {"hang", "stuck"}
-SIM_PID_BASE = 40000  # the simulated llama-servers' pids: 40000 + 1000 × GPU + restarts
-CONTEXT_MB = 250  # memory.used counts the driver's context too; the processes' list does not
 
 
 @dataclass
@@ -429,19 +428,17 @@ class World:
         """What the GPU's per-process query prints, as the real tools do (Rule 2's attribution):
         NVIDIA ``nvidia-smi --query-compute-apps=pid,process_name,used_memory
         --format=csv,noheader,nounits`` lines, AMD ``rocm-smi --showpids --json``'s ``system``
-        object (VRAM in bytes). One process: the GPU's llama-server, holding its VRAM less the
-        driver's context (a leak grows it); a restart gives it a new pid. A dead server: none."""
+        object (VRAM in bytes). Who runs on the GPU: :mod:`gpuheal.sim.processes` (a leak grows its
+        llama-server; a restart gives it a new pid; a dead server lists none)."""
         with self.lock:
             g = self.gpus[alias]
-            used_mb = float(self._reported_values(g, self.t).get("vram_used_mb") or 0.0)
-            alive = g.fault != "dead"
-            pid = SIM_PID_BASE + 1000 * list(self.gpus).index(alias) + g.restart_count
+            values = self._reported_values(g, self.t)
+            procs = gpu_processes(values, list(self.gpus).index(alias), g.restart_count, g.fault != "dead")
             vendor = g.spec.vendor
-        procs = [(pid, "/usr/local/bin/llama-server", max(round(used_mb - CONTEXT_MB), 0))] if alive else []
         if vendor == "amd":
-            entries = {f"PID{p}": f"{name.rsplit('/', 1)[-1]}, 1, {mb * 1048576}, 0, 0" for p, name, mb in procs}
+            entries = {f"PID{p.pid}": f"{p.name.rsplit('/', 1)[-1]}, 1, {p.used_mb * 1048576}, 0, 0" for p in procs}
             return json.dumps({"system": entries}, indent=4) + "\n"
-        return "".join(f"{p}, {name}, {mb}\n" for p, name, mb in procs)
+        return "".join(f"{p.pid}, {p.name}, {p.used_mb}\n" for p in procs)
 
     # ----------------------------------------------------------------- what is listening
 
