@@ -24,8 +24,8 @@ from typing import Any
 
 from gpuheal.actions import leak
 from gpuheal.actions.effects import Effects
+from gpuheal.actions.findings import with_findings
 from gpuheal.actions.record import Recorder, Subject, health_doc
-from gpuheal.actions.rule4 import found as rule4_found
 from gpuheal.actions.rule4 import rebench_verdict
 from gpuheal.clock import format_iso
 from gpuheal.core import alerts, timing, verify
@@ -34,13 +34,12 @@ from gpuheal.core.catalog import REMEDIES, THERMAL, primary_action
 from gpuheal.core.heal_state import Escalation, HealState
 from gpuheal.core.plan import NoRestore, PlanItem, plan, restore_action
 from gpuheal.state import files
+from gpuheal.steps.heal_routing import follow_up
 
 FAILED_VERIFICATION = {
     verify.WINDOW_PASSED: "verification window passed, issue still open",
     verify.STILL_BROKEN: "still broken at the first poll that could judge it (past the startup grace)",
 }
-
-
 ACTIONABLE = ("warning", "critical")  # contract "Alerts": what resets the All Clear count
 
 
@@ -147,8 +146,6 @@ class Heal:
         """Show or perform one plan item; True if anything was acted on."""
         subject = Subject(item.gpu, item.issue, item.since, item.detected)
         if item.decision == "recommend":  # Rule 10's follow-through (issue 22): steps/heal_routing.py
-            from gpuheal.steps.heal_routing import follow_up
-
             return follow_up(self, item, subject)
         if item.decision == "blocked":
             remedy = REMEDIES.get(item.issue)
@@ -160,7 +157,7 @@ class Heal:
         if not self.apply:
             self._show(item, subject)
             return False
-        if wait := leak.wait_reason(self.onsets, item, self.cfg, self.now_s, self.tol):
+        if wait := leak.wait_reason(self.onsets, item, self.cfg, self.now_s, self.tol):  # Rule 2's 2nd snapshot
             self.rec.blocked(subject, primary_action(item.actions), wait)
             return False
         self._act(item, subject)
@@ -198,12 +195,7 @@ class Heal:
             self._queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
         ex = run_item(item, self.cfg, self.effects.run, self.effects.verify, self.secrets, self.effects.litellm,
                       self.effects.model_health, self.onsets.get(item.gpu), self.now_s)  # fmt: skip
-        if "attribution" in ex.evidence:  # Rule 2: which process grew, or why none can be named
-            subject = replace(subject, detected={**subject.detected, "attribution": ex.evidence["attribution"]})
-        if "process" in ex.evidence:  # Rule 6.1: which it was, hung or down, is part of what was detected
-            subject = replace(subject, detected={**subject.detected, "process": ex.evidence["process"]["case"]})
-        if "rule4" in ex.evidence:  # Rule 4's three checks, and the re-benchmark that will verify the fix
-            subject = rule4_found(self.store, subject, ex, run_id, self.now_s)
+        subject = with_findings(self.store, subject, ex, run_id, self.now_s)  # Rules 2, 4, 6.1: what the fix found
         self.rec.step_docs(subject, item.reason, ex)
         if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
             self.state = self.state.with_litellm_restart(self.now_s)
