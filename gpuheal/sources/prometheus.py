@@ -14,6 +14,8 @@ its byte cap (``sources/http.py``), so a hung or flooding Prometheus costs one d
 - **Freshness**: a series Prometheus has marked stale (gone from its target) is absent at once, and
   a GPU whose temperature's newest sample is older than ``staleness_s`` is not known
   (:func:`fresh`, :func:`stale_probe`): "not known", never an old value.
+- **At the poll's instant**: every query carries ``time=`` the poll's clock (:func:`run_query`), so a
+  poll reads what Prometheus held at the instant the trace and the audit record name.
 - **Trends where the data lives**: Rule 2's slope over its window and Rule 8's rise come from
   ``deriv()`` over the rule's window, with ``count_over_time`` and the window's covered span, so
   gpuheal keeps no per-poll history of those series (``check`` skips the history file). A GPU that
@@ -309,9 +311,20 @@ def with_matchers(series: str, matchers: str) -> str | None:
     return f"{series[: series.index('{')]}{{{inner + ',' if inner else ''}{matchers}}}"
 
 
-def run_query(cfg: Config, name: str, promql: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> Vector:
+def run_query(
+    cfg: Config, name: str, promql: str, matcher: Matcher, by_instance: bool, lo: float, hi: float,
+    at_s: float | None = None,
+) -> Vector:
+    """One instant query, evaluated at ``at_s`` (epoch seconds; ``None``: Prometheus's own now).
+
+    A poll passes its own clock: the readings and the windows are those of the poll's instant, the
+    instant the trace and the history record and ``_own_windows`` counts from ("time is a
+    parameter"), so ``GPUHEAL_NOW`` and a test's clock hold for this source as for the others. A
+    gpuheal host whose clock runs ahead of Prometheus's by more than ``staleness_s`` less the scrape
+    interval sees every GPU "not known" (stale), never an old value."""
     prom = cfg.prometheus
-    url = f"{prom.url}/api/v1/query?" + urlencode({"query": promql})
+    args = {"query": promql} if at_s is None else {"query": promql, "time": f"{at_s:.3f}"}
+    url = f"{prom.url}/api/v1/query?" + urlencode(args)
     result = request(
         "GET", url, deadline_s=prom.timeout_s, connect_timeout_s=prom.connect_timeout_s,
         max_bytes=prom.max_response_bytes,
@@ -572,7 +585,7 @@ def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromRea
 
     def submit(specs: dict[str, tuple]) -> None:
         for name, (q, by_inst, lo, hi) in specs.items():
-            futures[name] = pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi)
+            futures[name] = pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi, now_s)
 
     futures: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
