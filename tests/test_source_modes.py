@@ -144,6 +144,7 @@ def run_mode(tmp_path: Path, mode: str, monkeypatch, seed: int, prom_url: str | 
                     fired.setdefault((issue["gpu"], issue["issue"]), poll)
             off = result.health["rules_off"]
             LAST[mode] = result.issues
+            ROWS[mode] = result.health["gpus"]
     finally:
         fleet.close()
     return fired, off
@@ -227,6 +228,7 @@ def test_a_trace_replays_as_it_ran_in_every_mode(request, base, mode):
 
 
 LAST: dict[str, list[dict]] = {}  # each mode's last poll's issues
+ROWS: dict[str, dict] = {}  # each mode's last poll's check --json "gpus" rows
 GPU_READING_RULES = ("thermal-warning", "thermal-rising", "thermal-critical", "vram-leak")
 
 
@@ -298,3 +300,22 @@ def test_an_unknown_recorded_source_provides_nothing():
     assert spec("bogus").provides == frozenset()
     assert Observation.from_dict({"at": "2026-07-18T08:00:00Z", "monitor_ok": True, "gpus": {},
                                   "source": "bogus"}).source.startswith("unknown:")
+
+
+@pytest.mark.parametrize("mode", [*MODES, PROM])
+def test_each_value_keeps_its_source_and_request(request, base, mode):
+    """Issue 19: "each value keeps its provenance: which source and which request" — in ``check
+    --json``'s rows and in the trace, and ``replay`` reads it back as it was recorded."""
+    from gpuheal import provenance as prov
+    from gpuheal.steps.replay import read_trace
+
+    outcome(request, mode)
+    reading = {"monitor": prov.MONITOR, "prometheus": prov.PROMETHEUS}.get(mode, prov.smi("nvidia", "local"))
+    shown = ROWS[mode]["gpu-dense"]["provenance"]
+    assert {"temp_c", "vram_used_mb"} <= set(shown[reading]), shown
+    assert shown[prov.HEALTH] == ["endpoint", "endpoint_latency_s"] and "metrics" in shown[prov.METRICS], shown
+    assert sum(len(fields) for fields in shown.values()) == len(set().union(*shown.values()))  # one request each
+    observations, _ = read_trace(base / mode / "trace.jsonl")
+    last = observations[-1].gpus["gpu-dense"]
+    assert prov.to_json(last.provenance) == shown
+    assert last.provenance is observations[-1].gpus["gpu-cool"].provenance or mode == "prometheus"
