@@ -160,7 +160,6 @@ def outcomes(base):
     mp = pytest.MonkeyPatch()
     try:
         out = {mode: run_mode(base, mode, mp, seed=i) for i, mode in enumerate(MODES)}
-        out["cfg"] = {mode: Fleet.config_only(base / mode, mode) for mode in MODES}
         return out
     finally:
         mp.undo()
@@ -319,3 +318,16 @@ def test_each_value_keeps_its_source_and_request(request, base, mode):
     last = observations[-1].gpus["gpu-dense"]
     assert prov.to_json(last.provenance) == shown
     assert last.provenance is observations[-1].gpus["gpu-cool"].provenance or mode == "prometheus"
+
+
+
+@pytest.mark.prometheus
+@pytest.mark.realserver
+def test_prometheus_lists_off_what_it_cannot_feed(request, outcomes):
+    """Through Prometheus, as through nvidia-smi, LiteLLM's request data (breakers, request shares) is
+    not there and those rules are listed off; Prometheus's own availability is (Rule 7 judges it)."""
+    _, through_prom = outcome(request, "prometheus")
+    _, through_smi = outcomes["smi"]
+    listed = {o["rule"] for o in through_prom}
+    assert listed == {o["rule"] for o in through_smi} - {"data-source-unreachable"}
+    assert {"circuit-breaker-stuck", "workload-misrouted"} <= listed
