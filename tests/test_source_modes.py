@@ -5,7 +5,7 @@ reason. Each poll is a real ``check`` (the real sense over loopback: gpu-monitor
 nvidia-smi a fake on PATH printing the real CSV shape, every llama-server a loopback ``/health``),
 on a jittered cron clock. Prometheus mode is a real Prometheus (Debian's ``prometheus``) holding the
 scenario's dcgm-exporter series, backfilled with ``promtool tsdb create-blocks-from openmetrics`` at
-the instants the other modes poll; each poll's queries carry ``time=`` its clock, so Prometheus
+the instants the other modes poll; with ``prometheus.at_poll_time`` each poll's queries carry ``time=`` its clock, so Prometheus
 answers from what it held at that instant (a sample of a later poll is not yet visible). The real
 engine under real-time scrapes is ``tests/realprom/test_equivalence.py``.
 """
@@ -90,7 +90,9 @@ class Fleet:
             del raw["monitor"]
         if mode == "prometheus":
             del raw["monitor"]
-            raw["prometheus"] = {"url": prom_url, "timeout_s": 5, "trend_every_s": 0}
+            # Rule 2's trend asked every poll, as the history path fits every poll (its remembered answer,
+            # trend_every_s, is tested in test_prometheus_source.py)
+            raw["prometheus"] = {"url": prom_url, "timeout_s": 5, "trend_every_s": 0, "at_poll_time": True}
         self.cfg = load_config_dict(raw)
 
     @staticmethod

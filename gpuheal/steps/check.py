@@ -194,7 +194,7 @@ def save_health(store: StateDir, health: dict[str, Any]) -> None:
 
 
 def _known(row: Any) -> Any:
-    """The row's known fields, less its per-value ``provenance``: ~150 B a GPU, 1.5 MB of the 5 MB state
+    """The row's known fields, less its per-value ``provenance``: ~200 B a GPU, about 2 MB of the 5 MB state
     budget at 10,000 GPUs; ``check --json`` prints it and ``check --record`` keeps it."""
     if not isinstance(row, dict):
         return row
