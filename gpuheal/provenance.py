@@ -39,6 +39,7 @@ SERVER_FIELDS: dict[str, str] = {
     "is_sleeping": PROPS, "canary": CANARY,
 }
 
+MAX_REQUESTS, MAX_FIELDS = 32, 64  # a recorded provenance past these is damaged (a sample has ~35 fields)
 _SHARED: dict[Provenance, Provenance] = {}
 _MAX_SHARED = 4096  # distinct shapes kept for sharing; a long-lived process does not grow without end
 
@@ -97,12 +98,14 @@ def to_json(provenance: Provenance) -> dict[str, list[str]]:
 
 def from_json(data: Any) -> Provenance | None:
     """The inverse of :func:`to_json` for a recorded trace; ``None`` for anything else (a damaged or
-    hand-edited trace: the provenance is not known, the values still are)."""
-    if not isinstance(data, dict):
+    hand-edited trace: the provenance is not known, the values still are; so is a huge one)."""
+    if not isinstance(data, dict) or len(data) > MAX_REQUESTS:
         return None
     out = []
     for request, keys in data.items():
-        if not isinstance(request, str) or not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        if not isinstance(request, str) or not isinstance(keys, list) or len(keys) > MAX_FIELDS:
+            return None
+        if not all(isinstance(k, str) for k in keys):
             return None
         out.append((request[:200], tuple(k[:64] for k in keys)))
     return share(tuple(out))

@@ -42,7 +42,8 @@ def test_smi_names_the_tool_and_the_transport_never_a_host_or_url():
     assert prov.smi("nvidia", None) == "nvidia-smi over local"
 
 
-@pytest.mark.parametrize("garbage", [[], "monitor", 3, {"r": "temp_c"}, {"r": [1]}, {"r": None}, None])
+@pytest.mark.parametrize("garbage", [[], "monitor", 3, {"r": "temp_c"}, {"r": [1]}, {"r": None}, None,
+                                     {f"r{i}": ["temp_c"] for i in range(10_000)}, {"r": ["temp_c"] * 10_000}])
 def test_a_damaged_provenance_is_not_known_and_the_values_stay(garbage):
     obs = Observation.from_dict({"at": "2026-07-18T08:00:00Z", "monitor_ok": True,
                                  "gpus": {"g": {"temp_c": 71.5, "provenance": garbage}}})

@@ -195,7 +195,8 @@ def proof(reading: dict[str, Any] | None, verification: dict[str, Any] | None, a
         origins = reading.get("provenance")
         if isinstance(origins, dict):
             shown = {r: [k for k in keys if k in out] for r, keys in origins.items() if isinstance(keys, list)}
-            out["provenance"] = {r: keys for r, keys in shown.items() if keys}
+            if any(shown.values()):
+                out["provenance"] = {r: keys for r, keys in shown.items() if keys}
     if isinstance(verification, dict) and verification.get("completion_s") is not None:
         out["completion_s"] = verification["completion_s"]
     return out
