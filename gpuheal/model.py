@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from gpuheal.clock import format_iso_exact, parse_iso
+from gpuheal.provenance import Provenance, from_json, to_json
 
 # Endpoint states (contract: gpu-health "endpoint").
 ENDPOINT_OK = "ok"
@@ -180,6 +181,9 @@ class GpuSample:
     # trends computed by the source (Prometheus: PromQL over the rule's window), issue 13
     vram_trend: SourceTrend | None = None
     temp_trend: SourceTrend | None = None
+    # which request gave each value above (issue 19; ``gpuheal.provenance``); ``None``: not known
+    # (built by hand, or a trace recorded before it)
+    provenance: Provenance | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -187,7 +191,9 @@ class GpuSample:
             value = getattr(self, f.name)
             if value is None:
                 continue
-            if isinstance(value, Breaker):
+            if f.name == "provenance":
+                value = to_json(value)
+            elif isinstance(value, Breaker):
                 value = {
                     "open": value.open,
                     "opened_at": format_iso_exact(value.opened_at) if value.opened_at else None,
@@ -214,6 +220,8 @@ class GpuSample:
                 kwargs[key] = SourceTrend.from_dict(kwargs[key])
         if "routing" in kwargs:
             kwargs["routing"] = RoleTally.from_dict(kwargs["routing"])
+        if "provenance" in kwargs:
+            kwargs["provenance"] = from_json(kwargs["provenance"])
         if isinstance(kwargs.get("bench_measured_at"), str):
             kwargs["bench_measured_at"] = parse_iso(kwargs["bench_measured_at"])
         return cls(**kwargs)

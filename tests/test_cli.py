@@ -165,7 +165,9 @@ def test_healthy_fleet_exits_0(fleet):
     for alias, row in doc["gpus"].items():
         kept = saved["gpus"][alias]
         assert {"temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "endpoint"} <= set(kept)
-        assert kept == {k: v for k, v in row.items() if v is not None or k in kept}
+        # and the per-value provenance (issue 19), printed only: ~200 B a GPU of the state budget
+        assert row["provenance"]["gpu-monitor GET /gpu-data"][0] == "temp_c" and "provenance" not in kept
+        assert kept == {k: v for k, v in row.items() if (v is not None or k in kept) and k != "provenance"}
         assert any(v is None for v in row.values()) and all(v is not None for k, v in kept.items() if k not in {
             "temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "endpoint"})
 

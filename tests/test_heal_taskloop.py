@@ -36,6 +36,9 @@ def test_a_hung_task_loop_is_restarted_resolved_and_timed(tmp_path, late_s):
         r = resolved[0]
         assert r["detected"]["endpoint"] == "ok" and r["detected"]["metrics"] == "ok", r["detected"]
         assert r["detected"]["completion_s"] is not None and r["detected"]["at"].endswith("Z")
+        # the proving reading says which request gave each value (issue 19)
+        assert {"metrics", "n_decode_total"} <= set(r["detected"]["provenance"]["llama-server GET /metrics"]), r["detected"]
+        assert r["detected"]["provenance"]["gpu-monitor GET /gpu-data"][0] == "temp_c", r["detected"]
         assert 60 <= r["time_to_detect_s"] <= 180, r
         assert r["time_to_resolve_s"] > r["time_to_detect_s"]
         assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0

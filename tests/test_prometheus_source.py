@@ -39,12 +39,15 @@ class Canned:
     def __init__(self, answer):
         self.answer = answer
         self.queries: list[str] = []
+        self.times: list[str | None] = []  # each query's ``time=`` (None: Prometheus's own now)
         canned = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                q = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+                args = parse_qs(urlsplit(self.path).query)
+                q = args.get("query", [""])[0]
                 canned.queries.append(q)
+                canned.times.append(args.get("time", [None])[0])
                 got = canned.answer(q)
                 if got == "hang":
                     time.sleep(3)
@@ -143,6 +146,19 @@ def test_healthy_answer_maps_every_reading_to_its_gpu(canned):
     temp_q = [q for q in srv.queries if _reading(q, "GPU_TEMP")]
     assert temp_q == ["DCGM_FI_DEV_GPU_TEMP"]
     assert "DCGM_FI_DEV_GPU_TEMP unless last_over_time(DCGM_FI_DEV_GPU_TEMP[120000ms])" in srv.queries
+
+
+def test_queries_run_at_prometheus_now_unless_asked_at_the_poll_clock(canned):
+    """``at_poll_time`` (off by default): every query, Rule 8's asked after the temperatures too, is
+    evaluated at the poll's clock, to the millisecond (the source-mode matrix's backfilled TSDB)."""
+    srv = canned(lambda q: healthy(q, {"h1": "72", "h2": "60"}))  # h1 hot: Rule 8's queries follow
+    prometheus.read(_cfg(srv.url), 1784361660.4567)
+    assert srv.times and set(srv.times) == {None}
+    srv.queries.clear()
+    srv.times.clear()
+    prometheus.read(_cfg(srv.url, at_poll_time=True), 1784361660.4567)
+    assert any(q.startswith("deriv(DCGM_FI_DEV_GPU_TEMP") for q in srv.queries), srv.queries
+    assert set(srv.times) == {"1784361660.457"}
 
 
 def test_selector_goes_into_every_query(canned):

@@ -72,3 +72,23 @@ def test_a_fallback_reading_is_judged_like_a_monitor_reading(seed):
     through_fallback, _ = run("MFFFFF", seed, temps)
     assert through_monitor["thermal-critical"] == through_fallback["thermal-critical"]
     assert through_monitor.get("thermal-rising") == through_fallback.get("thermal-rising")
+
+
+def events(pattern: str, seed: int, issue: str) -> list[tuple[int, str]]:
+    rng = random.Random(seed)
+    obs = [poll(k, START + timedelta(seconds=60 * i + rng.uniform(0.2, 1.9))) for i, k in enumerate(pattern)]
+    return [(t["poll"], t["event"]) for t in replay(cfg(), obs).timeline if t["issue"] == issue]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("issue", ["model-stuck", "circuit-breaker-stuck"])
+def test_a_gap_poll_leaves_the_issue_as_it_was(seed, issue):
+    """A gap poll is no poll for the rule: a pending issue is not dropped there (and does not start
+    again, pending anew, at the next delivered poll), and a firing one does not resolve there. The
+    fallback's quiet sample (a closed breaker, no failures) is what the rules would read were the
+    poll judged: without the engine's per-poll gate (``_gate_open``), Rule 5 drops at poll 2,
+    resolves at poll 4 and fires again at poll 5; without ``FleetView.gap``, Rule 3 drops at each
+    gap and starts again. The first firing poll alone hides both (the breaker's start is
+    remembered, and a hold of polls counts again from the next delivered one)."""
+    assert events("MMFMFM", seed, issue) == [(0, "pending"), (3, "firing")]
+    assert events("MMMMFFFM", seed, issue) == [(0, "pending"), (2 if issue == "model-stuck" else 3, "firing")]

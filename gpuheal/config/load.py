@@ -260,6 +260,7 @@ def _prometheus(
         queries=dict(merged.get("queries") or {}),
         trend_every_s=float(merged["trend_every_s"]),
         probe_endpoints=bool(merged.get("probe_endpoints", True)),
+        at_poll_time=bool(merged.get("at_poll_time", False)),
     )
 
 

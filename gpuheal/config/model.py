@@ -63,6 +63,7 @@ class PrometheusConfig:
     queries: dict[str, str | None]
     trend_every_s: float  # Rule 2's fleet-wide trend queries at most this often (prometheus-trend.json between)
     probe_endpoints: bool = True  # False: llama-server liveness from Prometheus's `up` of its target
+    at_poll_time: bool = False  # True: every query evaluated at the poll's clock (time=), not Prometheus's now
 
     def query(self, key: str) -> str | None:
         template = self.queries.get(key)

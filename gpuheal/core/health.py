@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuheal.clock import format_iso
 from gpuheal.model import ENDPOINT_OK, Observation
+from gpuheal.provenance import to_json
 
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 STATUS_BY_RANK = {0: "healthy", 1: "degraded", 2: "down"}
@@ -55,6 +56,8 @@ def gpu_rows(obs: Observation) -> dict[str, dict[str, Any]]:
             "endpoint": s.endpoint,
             # provenance of the readings above (issue 19): monitor | smi | prometheus | smi-fallback
             "source": obs.source,
+            # and of each value: {request: [field, ...]} (gpuheal.provenance); null = not known
+            "provenance": None if s.provenance is None else to_json(s.provenance),
             # llama-server's own telemetry (issue 12); metrics/slots: ok | disabled | unauthorized | ...
             "metrics": s.metrics,
             "requests_processing": s.requests_processing,

@@ -187,10 +187,16 @@ def mttr(state: HealState, attempt: Attempt, now_s: float) -> dict[str, float]:
 
 
 def proof(reading: dict[str, Any] | None, verification: dict[str, Any] | None, at: str) -> dict[str, Any]:
-    """The reading that proved the fix: this poll's values of the GPU, and the real completion."""
+    """The reading that proved the fix: this poll's values of the GPU, the source and request each came
+    from (issue 19: its ``provenance``, cut to the values shown), and the real completion."""
     out: dict[str, Any] = {"at": at}
     if isinstance(reading, dict):
         out.update({k: reading[k] for k in PROOF_FIELDS if reading.get(k) is not None})
+        origins = reading.get("provenance")
+        if isinstance(origins, dict):
+            shown = {r: [k for k in keys if k in out] for r, keys in origins.items() if isinstance(keys, list)}
+            if any(shown.values()):
+                out["provenance"] = {r: keys for r, keys in shown.items() if keys}
     if isinstance(verification, dict) and verification.get("completion_s") is not None:
         out["completion_s"] = verification["completion_s"]
     return out

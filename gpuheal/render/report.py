@@ -27,7 +27,8 @@ TITLE_ESCALATED = "⚠ GPU Self-Heal — {gpu} needs attention"
 TITLE_ALL_CLEAR = "✅ GPU Fleet: All Clear"
 TITLE_OTHER = "GPU Self-Heal — {gpu} {issue}: {kind}"
 
-HIDDEN_EVIDENCE_KEYS = frozenset({"host", "hostname"})  # L6: aliases only
+# L6: aliases only; a reading's provenance (issue 19) is for the audit trail and the JSON, not the chat
+HIDDEN_EVIDENCE_KEYS = frozenset({"host", "hostname", "provenance"})
 _MD_SPECIAL = re.compile(r"([\\`*|@\[\]])")
 BLOCK_LIMIT = 1500
 

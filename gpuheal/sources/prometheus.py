@@ -14,6 +14,8 @@ its byte cap (``sources/http.py``), so a hung or flooding Prometheus costs one d
 - **Freshness**: a series Prometheus has marked stale (gone from its target) is absent at once, and
   a GPU whose temperature's newest sample is older than ``staleness_s`` is not known
   (:func:`fresh`, :func:`stale_probe`): "not known", never an old value.
+- **At the poll's instant** (``at_poll_time``, off by default): every query carries ``time=`` the
+  poll's clock (:func:`run_query`), so a poll reads what Prometheus held at the instant it records.
 - **Trends where the data lives**: Rule 2's slope over its window and Rule 8's rise come from
   ``deriv()`` over the rule's window, with ``count_over_time`` and the window's covered span, so
   gpuheal keeps no per-poll history of those series (``check`` skips the history file). A GPU that
@@ -309,9 +311,21 @@ def with_matchers(series: str, matchers: str) -> str | None:
     return f"{series[: series.index('{')]}{{{inner + ',' if inner else ''}{matchers}}}"
 
 
-def run_query(cfg: Config, name: str, promql: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> Vector:
+def run_query(
+    cfg: Config, name: str, promql: str, matcher: Matcher, by_instance: bool, lo: float, hi: float,
+    at_s: float | None = None,
+) -> Vector:
+    """One instant query, evaluated at ``at_s`` (epoch seconds; ``None``: Prometheus's own now).
+
+    With ``prometheus.at_poll_time`` a poll passes its own clock: the readings and windows are those
+    of the poll's instant, the one its trace records ("time is a parameter"), so a pinned clock
+    (``GPUHEAL_NOW``) asks what gpuheal would have judged then — a post-mortem against a Prometheus
+    that holds the past, or the source-mode matrix's backfilled TSDB. Off by default: a gpuheal host
+    whose clock ran ahead of Prometheus's by more than ``staleness_s`` would see every GPU "not
+    known" (stale), and a simulated clock (the demo's, the benchmarks') is not Prometheus's."""
     prom = cfg.prometheus
-    url = f"{prom.url}/api/v1/query?" + urlencode({"query": promql})
+    args = {"query": promql} if at_s is None else {"query": promql, "time": f"{at_s:.3f}"}
+    url = f"{prom.url}/api/v1/query?" + urlencode(args)
     result = request(
         "GET", url, deadline_s=prom.timeout_s, connect_timeout_s=prom.connect_timeout_s,
         max_bytes=prom.max_response_bytes,
@@ -569,10 +583,11 @@ def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromRea
     memory = memory or PromMemory()
     queries = build_queries(cfg, memory, now_s, matcher)
     workers = max(1, min(cfg.prometheus.max_workers, len(queries) + 3))  # + Rule 8's, asked next
+    at_s = now_s if cfg.prometheus.at_poll_time else None
 
     def submit(specs: dict[str, tuple]) -> None:
         for name, (q, by_inst, lo, hi) in specs.items():
-            futures[name] = pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi)
+            futures[name] = pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi, at_s)
 
     futures: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:

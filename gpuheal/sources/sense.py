@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from gpuheal import provenance as prov
 from gpuheal.config import Config
 from gpuheal.model import (
     ENDPOINT_LOADING,
@@ -252,35 +253,38 @@ def _spend(cfg: Config, now_s: float):
 
 
 def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault]) -> GpuSample:
-    """One configured GPU's reading of this poll from every source; its data faults go to ``faults``."""
+    """One configured GPU's reading of this poll from every source, each value with the request that
+    gave it (:mod:`gpuheal.provenance`); its data faults go to ``faults``."""
     if gpu.alias in polled.servers:
         (state, latency, detail, kind), server = polled.servers[gpu.alias]
+        probed_by = prov.HEALTH
     else:  # llama-server's liveness from Prometheus's scrape of it (prometheus.probe_endpoints: false)
         (state, latency, detail, kind), server = _from_up(polled.poll.prom, gpu.alias), None
+        probed_by = prov.PROMETHEUS_UP
     if kind is not None:
         faults.append(DataFault(gpu.alias, kind, detail))
-    values: dict = {}
+    got = prov.Origins()
     if polled.poll.prom is not None and polled.poll.prom.ok:
-        values.update(polled.poll.prom.values[gpu.alias])
-        values.pop("endpoint", None)
+        got.put(prov.PROMETHEUS, {k: v for k, v in polled.poll.prom.values[gpu.alias].items() if k != "endpoint"})
     if polled.poll.doc is not None:
         found, problem = monitor_values(polled.poll.doc, gpu, shared_host)
-        values.update(found)
+        got.put(prov.MONITOR, found)
         if problem:
             faults.append(DataFault(gpu.alias, "invalid", problem))
     if polled.poll.readings is not None:
-        values.update(polled.poll.readings.values.get(gpu.alias, {}))
+        got.put(prov.smi(gpu.vendor, gpu.transport), polled.poll.readings.values.get(gpu.alias, {}))
     if server is not None:
-        values.update(server.values(state))
+        got.put_each(server.values(state), prov.SERVER_FIELDS, prov.METRICS)
         faults.extend(server.faults(gpu.alias, state))
     if polled.litellm_requests is not None and not isinstance(polled.litellm_requests, DataFault):
         counts = polled.litellm_requests.for_gpu(gpu.alias, gpu.endpoint)
         if counts is not None:
-            values.update(litellm_requests_total=counts.total, litellm_failures_total=counts.failures,
-                          litellm_model_group=counts.model_group)
+            got.put(prov.LITELLM, {"litellm_requests_total": counts.total, "litellm_failures_total": counts.failures,
+                                   "litellm_model_group": counts.model_group})
     if isinstance(polled.spend, dict) and gpu.alias in polled.spend:
-        values["routing"] = polled.spend[gpu.alias]
-    return GpuSample(endpoint=state, endpoint_latency_s=latency, **values)
+        got.put(prov.SPEND_LOGS, {"routing": polled.spend[gpu.alias]})
+    got.put(probed_by, {"endpoint": state, "endpoint_latency_s": latency})
+    return GpuSample(**got.values, provenance=got.provenance(got.values))
 
 
 def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[dict, str]:
