@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from gpuheal.source_kinds.monitor import MonitorConfig
+    from gpuheal.source_kinds.prometheus import PrometheusConfig
+
 # Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
 # engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
 # falling back to the remedy's own). These are the values in force when a rule's defaults do not
@@ -35,38 +38,6 @@ COMMAND_KEYS = (
     "ps_command",
     "journal_command",
 )
-
-
-@dataclass(frozen=True)
-class MonitorConfig:
-    url: str
-    timeout_s: float
-    connect_timeout_s: float
-    max_response_bytes: int
-    fallback_smi: bool = True  # Rule 7.3: smi over each GPU's transport while the monitor is unusable
-
-
-@dataclass(frozen=True)
-class PrometheusConfig:
-    """``prometheus:`` — GPU readings from instant queries instead of gpu-monitor (contract:
-    "Prometheus as a source"). ``queries`` maps a reading to its PromQL (``None``: not read);
-    ``{selector}`` in a query is replaced by ``selector`` (one gpuheal per site, issue 13)."""
-
-    url: str
-    timeout_s: float
-    connect_timeout_s: float
-    max_response_bytes: int
-    staleness_s: float
-    selector: str
-    max_workers: int
-    labels: dict[str, str | None]
-    queries: dict[str, str | None]
-    trend_every_s: float  # Rule 2's fleet-wide trend queries at most this often (prometheus-trend.json between)
-    probe_endpoints: bool = True  # False: llama-server liveness from Prometheus's `up` of its target
-
-    def query(self, key: str) -> str | None:
-        template = self.queries.get(key)
-        return None if template is None else template.replace("{selector}", self.selector)
 
 
 @dataclass(frozen=True)
@@ -240,7 +211,6 @@ class Config:
     typed parameter records come with the signal model, issue 19)."""
 
     path: str | None
-    monitor: MonitorConfig | None  # None: no gpu-monitor; GPU readings from nvidia-smi / rocm-smi
     litellm: LiteLLMConfig
     gpus: tuple[GpuConfig, ...]
     probe: ProbeConfig
@@ -252,8 +222,22 @@ class Config:
     knowledge_graph: dict[str, Any]
     rules: dict[str, dict[str, Any]]
     metrics_file: str | None = None
-    prometheus: PrometheusConfig | None = None  # set: the GPU data source is Prometheus, not gpu-monitor
     wake: WakeConfig = WakeConfig()
+    # the GPU source's section record, by section name (at most one; none: nvidia-smi / rocm-smi per
+    # host). Each source declares its section in its module (gpuheal.source_kinds, issue 19 item 3).
+    sections: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def monitor(self) -> MonitorConfig | None:
+        """``monitor:`` (None: no gpu-monitor), as gpu-monitor's own code reads it."""
+        found: MonitorConfig | None = self.sections.get("monitor")
+        return found
+
+    @property
+    def prometheus(self) -> PrometheusConfig | None:
+        """``prometheus:`` (None: not the source), as the Prometheus reader reads it."""
+        found: PrometheusConfig | None = self.sections.get("prometheus")
+        return found
 
     @property
     def aliases(self) -> tuple[str, ...]:

@@ -150,7 +150,7 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
         at=now,
         gpus=gpus,
         monitor_ok=polled.poll.ok,
-        source=polled.poll.source.value,
+        source=str(polled.poll.source),
         fallback_ok=polled.poll.fallback_ok,
         litellm_ok=None if not cfg.litellm.url else polled.litellm_fault is None,
         faults=tuple(faults),
@@ -247,6 +247,7 @@ def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault
             faults.append(DataFault(gpu.alias, "invalid", problem))
     if polled.poll.readings is not None:
         values.update(polled.poll.readings.values.get(gpu.alias, {}))
+    values.update(polled.poll.gpu_values.get(gpu.alias, {}))  # a source that maps its own values
     if server is not None:
         values.update(server.values(state))
         faults.extend(server.faults(gpu.alias, state))
