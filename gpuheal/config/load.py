@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names live in model.py)
+    ALERT_KEYS,
     COMMAND_KEYS,
     ENGINE_PARAMS,
     PLACEHOLDERS,
     SSH_PORT,
+    AlertsConfig,
     BenchConfig,
     Config,
     GpuConfig,
@@ -178,6 +180,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         gpus=gpus,
         probe=section_record(ProbeConfig, merged["probe"]),
         zulip=section_record(ZulipConfig, merged["zulip"]),
+        alerts=section_record(AlertsConfig, _alerts(data, merged)),
         state=section_record(StateConfig, merged["state"]),
         history=section_record(HistoryConfig, merged["history"]),
         bench=section_record(BenchConfig, merged["bench"]),
@@ -188,6 +191,21 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         sections=_source_sections(data, merged, gpus, fleet_rules, shared),
         wake=WakeConfig(str(merged["wake"]["token_env"]), float(merged["wake"]["min_interval_s"]), "wake" in data),
     )
+
+
+def _alerts(data: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    """``alerts:`` over its defaults, with what a config written before it put under ``zulip:``
+    (``zulip.group_by`` …) still read; one key set in both places to two values is refused."""
+    out = dict(merged["alerts"])
+    written = data.get("alerts") or {}
+    legacy = data.get("zulip") or {}
+    for key in ALERT_KEYS:
+        if key not in legacy:
+            continue
+        if key in written and written[key] != legacy[key]:
+            raise ConfigError(f"also set as zulip.{key} ({legacy[key]!r}); keep alerts.{key} only", f"alerts.{key}")
+        out[key] = legacy[key]
+    return out
 
 
 def _source_sections(

@@ -77,7 +77,7 @@ class GpuConfig:
     gpu_index: int | None = None  # index on its host (smi row, gpu-monitor ``index``); None = the only GPU
     unified_memory: bool | None = None  # AMD APU: GTT is the memory; None = decided from the product
     prometheus_match: str | None = None  # value of prometheus.labels.match for this GPU's series
-    labels: dict[str, str] = field(default_factory=dict)  # grouping labels: rack, site (zulip.group_by)
+    labels: dict[str, str] = field(default_factory=dict)  # grouping labels: rack, site (alerts.group_by)
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -109,7 +109,8 @@ class ProbeConfig:
 
 @dataclass(frozen=True)
 class ZulipConfig:
-    """``zulip:`` — where alerts go; the credentials come from the environment (``*_env``)."""
+    """``zulip:`` — the Zulip sink: its server, stream and topic; the credentials come from the
+    environment (``*_env``). What to send and how often is sink-neutral: :class:`AlertsConfig`."""
 
     site: str | None
     email_env: str
@@ -117,6 +118,17 @@ class ZulipConfig:
     stream: str
     topic: str
     timeout_s: float
+
+
+# ``alerts:`` keys that were ``zulip:`` keys before the sink seam (issue 19 item 3): still accepted there
+ALERT_KEYS = ("repeat_interval_h", "all_clear_every", "max_messages_per_run", "group_by")
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """``alerts:`` — what ``escalate`` sends, whatever the sink: reminders, the All Clear, grouping and
+    the per-run budget (issue 21). The same keys under ``zulip:`` are still read (:data:`ALERT_KEYS`)."""
+
     repeat_interval_h: float
     all_clear_every: int
     max_messages_per_run: int
@@ -215,6 +227,7 @@ class Config:
     gpus: tuple[GpuConfig, ...]
     probe: ProbeConfig
     zulip: ZulipConfig
+    alerts: AlertsConfig
     state: StateConfig
     history: HistoryConfig
     bench: BenchConfig
