@@ -5,26 +5,54 @@ first, whose ``open_sink`` then says what is missing). A sink module provides ``
 ``destination(cfg)`` (:class:`gpuheal.sink.Destination`, no credentials) and ``open_sink(cfg, post)``
 (the :class:`~gpuheal.sink.AlertSink`, or :class:`~gpuheal.sink.SinkUnavailable`).
 
-**A second sink** (Slack, Matrix, a webhook) takes: its module (``gpuheal/<name>.py``: those three
-functions and a class satisfying :class:`~gpuheal.sink.AlertSink`), its line in :data:`SINKS`, and its
-config section in ``config/schema.json`` and ``config/defaults.yaml`` — plus, today, its section's
-record in ``config/model.py`` and one line in ``config/load.py`` (``zulip:`` is a fixed field of the
-config; sinks do not yet declare their sections as GPU sources do in :mod:`gpuheal.source_kinds`).
+**A second sink** (Slack, Matrix, a webhook) takes four files: its module (``gpuheal/<name>.py``:
+those three functions and a class satisfying :class:`~gpuheal.sink.AlertSink`); this module — its
+section's record (a frozen dataclass, as :class:`ZulipConfig`) and its line in :data:`SINKS`; and its
+config section in ``config/schema.json`` and ``config/defaults.yaml``. Its record is built by the
+config loader into ``cfg.sections[<section>]``. The records live here, not in the sink modules: the
+loader reads this module, and a sink module does IO (tests/test_import_graph.py).
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 from gpuheal.sink import AlertSink, Destination
 
-SINKS = ("gpuheal.zulip",)  # one line per sink module, in order of preference
+
+@dataclass(frozen=True)
+class ZulipConfig:
+    """``zulip:`` — the Zulip sink: its server, stream and topic; the credentials come from the
+    environment (``*_env``). What to send and how often is sink-neutral: :class:`AlertsConfig`."""
+
+    site: str | None
+    email_env: str
+    api_key_env: str
+    stream: str
+    topic: str
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class SinkKind:
+    """One alert sink: its module (named: it does IO, and the config loader reads this list), its
+    config section and that section's record, built by the loader into ``cfg.sections[section]``."""
+
+    module: str
+    section: str
+    record: type
+
+
+SINKS: tuple[SinkKind, ...] = (  # one line per sink, in order of preference
+    SinkKind("gpuheal.zulip", "zulip", ZulipConfig),
+)
 
 
 def _chosen(cfg: Any) -> ModuleType:
-    modules = [importlib.import_module(name) for name in SINKS]
+    modules = [importlib.import_module(kind.module) for kind in SINKS]
     return next((m for m in modules if m.configured(cfg)), modules[0])
 
 

@@ -73,23 +73,25 @@ class _Recorded:
         return SendOutcome(Delivery.SENT, message_id=len(self.sent))
 
 
-@pytest.fixture
-def pager(monkeypatch):
+def install_pager(monkeypatch) -> _Recorded:
+    """A sink module named in SINKS ahead of Zulip (its section: none the schema knows, so the config
+    is loaded before it is installed)."""
     box = _Recorded()
     mod = types.ModuleType("pager_sink")
     mod.configured = lambda cfg: True
     mod.destination = lambda cfg: Destination("Pager", "ops", "gpu", lambda text: text[:40])
     mod.open_sink = lambda cfg, post=None: box
     monkeypatch.setitem(sys.modules, "pager_sink", mod)
-    monkeypatch.setattr(sinks, "SINKS", ("pager_sink", *sinks.SINKS))
+    monkeypatch.setattr(sinks, "SINKS", (sinks.SinkKind("pager_sink", "pager", object), *sinks.SINKS))
     return box
 
 
-def test_escalate_sends_through_whichever_sink_is_registered(pager, tmp_path):
+def test_escalate_sends_through_whichever_sink_is_registered(monkeypatch, tmp_path):
     state = tmp_path / "state"
     seed(state, files.ALERTS, {"queue": [alert("gpu-dense", "model-stuck")], "sent": {}, "clean_cycles": 0})
     seed(state, files.GPU_HEALTH, health_doc([("gpu-dense", "model-stuck")]))
     rt = runtime(config_dict(None), state, NOW)  # zulip.site not set: only the pager is configured
+    pager = install_pager(monkeypatch)
     with StateDir(state) as store:
         result = escalate.command(rt, store)
     assert result.exit_code == 0 and len(pager.sent) == 1
@@ -98,6 +100,13 @@ def test_escalate_sends_through_whichever_sink_is_registered(pager, tmp_path):
     assert read_state(state, files.ALERTS)["queue"] == []
     preview = sinks.destination(rt.cfg)
     assert preview.where == "#ops > gpu"
+
+
+def test_every_sink_section_is_built_by_the_loader_from_its_record():
+    cfg = load_config_dict({"gpus": GPUS, "zulip": {"stream": "ops"}})
+    for kind in sinks.SINKS:
+        assert type(cfg.sections[kind.section]) is kind.record
+    assert cfg.zulip.stream == "ops" and cfg.zulip is cfg.sections["zulip"]
 
 
 def test_without_any_sink_configured_the_first_says_what_is_missing():

@@ -29,7 +29,6 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     ProbeConfig,
     StateConfig,
     WakeConfig,
-    ZulipConfig,
     section_record,
     split_command,
 )
@@ -179,7 +178,6 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         ),
         gpus=gpus,
         probe=section_record(ProbeConfig, merged["probe"]),
-        zulip=section_record(ZulipConfig, merged["zulip"]),
         alerts=section_record(AlertsConfig, _alerts(data, merged)),
         state=section_record(StateConfig, merged["state"]),
         history=section_record(HistoryConfig, merged["history"]),
@@ -188,7 +186,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         knowledge_graph=merged.get("knowledge_graph") or {},
         rules=fleet_rules,
         metrics_file=merged.get("metrics_file"),
-        sections=_source_sections(data, merged, gpus, fleet_rules, shared),
+        sections={**_source_sections(data, merged, gpus, fleet_rules, shared), **_sink_sections(merged)},
         wake=WakeConfig(str(merged["wake"]["token_env"]), float(merged["wake"]["min_interval_s"]), "wake" in data),
     )
 
@@ -206,6 +204,13 @@ def _alerts(data: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
             raise ConfigError(f"also set as zulip.{key} ({legacy[key]!r}); keep alerts.{key} only", f"alerts.{key}")
         out[key] = legacy[key]
     return out
+
+
+def _sink_sections(merged: dict[str, Any]) -> dict[str, Any]:
+    """Each alert sink's section record (:data:`gpuheal.sinks.SINKS`), from its section over its defaults."""
+    from gpuheal.sinks import SINKS
+
+    return {kind.section: section_record(kind.record, merged[kind.section]) for kind in SINKS}
 
 
 def _source_sections(

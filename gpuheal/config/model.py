@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from gpuheal.sinks import ZulipConfig
     from gpuheal.source_kinds.monitor import MonitorConfig
     from gpuheal.source_kinds.prometheus import PrometheusConfig
 
@@ -105,19 +106,6 @@ class ProbeConfig:
     # issue 20: {enabled, every_polls, n_predict, timeout_s} — a 1-token completion when no decode
     # progress was seen since the last poll (checked by the schema; read by sources/sense)
     canary: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ZulipConfig:
-    """``zulip:`` — the Zulip sink: its server, stream and topic; the credentials come from the
-    environment (``*_env``). What to send and how often is sink-neutral: :class:`AlertsConfig`."""
-
-    site: str | None
-    email_env: str
-    api_key_env: str
-    stream: str
-    topic: str
-    timeout_s: float
 
 
 # ``alerts:`` keys that were ``zulip:`` keys before the sink seam (issue 19 item 3): still accepted there
@@ -226,7 +214,6 @@ class Config:
     litellm: LiteLLMConfig
     gpus: tuple[GpuConfig, ...]
     probe: ProbeConfig
-    zulip: ZulipConfig
     alerts: AlertsConfig
     state: StateConfig
     history: HistoryConfig
@@ -236,9 +223,16 @@ class Config:
     rules: dict[str, dict[str, Any]]
     metrics_file: str | None = None
     wake: WakeConfig = WakeConfig()
-    # the GPU source's section record, by section name (at most one; none: nvidia-smi / rocm-smi per
-    # host). Each source declares its section in its module (gpuheal.source_kinds, issue 19 item 3).
+    # the GPU source's section record (at most one; none: nvidia-smi / rocm-smi per host) and each alert
+    # sink's, by section name: each source declares its section in its module (gpuheal.source_kinds),
+    # each sink in gpuheal.sinks.SINKS (issue 19 item 3)
     sections: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def zulip(self) -> ZulipConfig:
+        """``zulip:``, as the Zulip sink reads it (always built: its defaults leave ``site`` unset)."""
+        found: ZulipConfig = self.sections["zulip"]
+        return found
 
     @property
     def monitor(self) -> MonitorConfig | None:
