@@ -128,3 +128,38 @@ def test_the_grep_sees_a_module_that_asks_by_name(tmp_path):
     (bad / "x.py").write_text("def f(cfg, obs):\n    if cfg.prometheus is None:\n        return obs.source == 'smi'\n")
     (bad / "y.py").write_text("from gpuheal.signals import Source\nX = Source.FALLBACK\n")
     assert len(offenders(tmp_path)) == 3
+
+
+# --------------------------------------------------------------------------- a new source, end to end
+
+
+def test_a_source_known_only_to_the_registry_is_read_judged_and_listed_off(monkeypatch):
+    """A toy source, declared only by its ``SourceKind`` and its reader (files 1-3 of the list): sense
+    reads through it, the observation carries its name, and coverage lists what it cannot feed with
+    its own reason — no other module was told about it."""
+    import sys
+    import types
+    from datetime import UTC, datetime
+
+    import gpuheal.source_kinds as registry
+    from gpuheal.core.coverage import rules_off
+    from gpuheal.rules import ALL
+    from gpuheal.signals import READINGS
+    from gpuheal.source_kinds.base import SourceKind
+    from gpuheal.sources.gpu_source import SourcePoll
+    from gpuheal.sources.sense import sense
+
+    toy = SourceKind(SourceSpec("toy", READINGS, computes_trends=False, lacks_why="toy counts no requests",
+                                lacks_fix="use gpu-monitor"), reader="toy_reader:read")
+    reader = types.ModuleType("toy_reader")
+    reader.read = lambda cfg, now, deadline_s, transports, memory: SourcePoll(
+        "toy", True, gpu_values={g.alias: {"temp_c": 71.5, "vram_used_mb": 1000.0} for g in cfg.gpus})
+    monkeypatch.setitem(sys.modules, "toy_reader", reader)
+    monkeypatch.setattr(registry, "REGISTRY", (toy,))
+    monkeypatch.setitem(registry.SOURCES, "toy", toy.spec)
+    cfg = load_config_dict({"gpus": GPUS, "probe": {"timeout_s": 0.5}})  # its /health probe: loopback, not asserted
+    obs = sense(cfg, datetime(2026, 7, 18, 8, 0, tzinfo=UTC))
+    assert obs.source == "toy" and obs.monitor_ok and obs.gpus["gpu-0"].temp_c == 71.5
+    off = {o["rule"]: o for o in rules_off(obs.source, obs, ALL)}
+    assert "circuit-breaker-stuck" in off and off["circuit-breaker-stuck"]["why"].endswith("toy counts no requests")
+    assert "thermal-critical" not in off
