@@ -134,7 +134,7 @@ def render(rt, store) -> str:
     ex.add("gpuheal_alerts_queued", "Alerts waiting in the queue for escalate.", summary["alerts"]["queued"])
     ex.add(
         "gpuheal_clean_cycles",
-        "Consecutive clean heal cycles (All Clear every zulip.all_clear_every).",
+        "Consecutive clean heal cycles (All Clear every alerts.all_clear_every).",
         summary["alerts"]["clean_cycles"],
     )
     _add_mttr(ex, store)

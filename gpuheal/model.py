@@ -248,7 +248,9 @@ class Observation:
     @property
     def readings_ok(self) -> bool:
         """This poll delivered GPU readings from some source (the configured one or the fallback)."""
-        return self.fallback_ok if self.source == "smi-fallback" else self.monitor_ok
+        from gpuheal.source_kinds import home
+
+        return self.fallback_ok if home(self.source) != self.source else self.monitor_ok
 
     def faults_for(self, source: str) -> list[DataFault]:
         return [f for f in self.faults if f.source == source]
@@ -257,7 +259,10 @@ class Observation:
     def breakers_known(self) -> bool:
         """LiteLLM's circuit breakers are known this poll: only gpu-monitor reports them (Rule 5). With
         Prometheus or smi as the source, a breaker is "not known", never "closed" (issue 13)."""
-        return self.monitor_ok and self.source == "monitor"
+        from gpuheal.signals import Signal
+        from gpuheal.source_kinds import spec
+
+        return self.monitor_ok and Signal.BREAKERS in spec(self.source).provides
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -268,7 +273,7 @@ class Observation:
             "faults": [f.to_dict() for f in self.faults],
             "warnings": list(self.warnings),
             "unmatched_hosts": list(self.unmatched_hosts),
-            **({} if self.source == "monitor" else {"source": self.source}),
+            **({} if self.source == TRACE_DEFAULT_SOURCE else {"source": self.source}),
             **({"fallback_ok": True} if self.fallback_ok else {}),
         }
 
@@ -297,15 +302,17 @@ class Observation:
         )
 
 
-SOURCES = ("monitor", "smi", "prometheus", "smi-fallback")  # gpuheal.signals.Source, without the import
+TRACE_DEFAULT_SOURCE = "monitor"  # the trace format: a poll without "source" (before issue 13) is gpu-monitor's
 
 
 def _source(value: Any) -> str:
     """A recorded poll's source, as it ran (a trace recorded without gpu-monitor replays as one, issue
     19); absent (traces before issue 13) is gpu-monitor; anything else provides nothing."""
+    from gpuheal.source_kinds import SOURCES  # every registered source's name, and its stand-ins'
+
     if value is None:
-        return "monitor"
-    return value if value in SOURCES else f"unknown:{str(value)[:40]}"
+        return TRACE_DEFAULT_SOURCE
+    return value if isinstance(value, str) and value in SOURCES else f"unknown:{str(value)[:40]}"
 
 
 # Benchmark error values (a subset of the contract's endpoint / fault words, plus "empty"). The

@@ -1,10 +1,10 @@
 """What a rule needs and what a source gives, written down where the code can check it (issue 19).
 
 A :class:`Signal` is one thing the rules read (a temperature, a failure ratio, decode progress…).
-Each GPU source declares the signals it provides (:data:`SOURCES`); each rule declares the signals
-it needs (``NEEDS``: a tuple of :class:`Need`, each satisfied by any one of its alternatives — Rule 3
-needs a failure ratio *or* decode progress). Two things follow from the two declarations and from
-nothing else — never from which config section exists:
+Each GPU source declares the signals it provides (:data:`gpuheal.source_kinds.SOURCES`); each rule
+declares the signals it needs (``NEEDS``: a tuple of :class:`Need`, each satisfied by any one of its
+alternatives — Rule 3 needs a failure ratio *or* decode progress). Two things follow from the two
+declarations and from nothing else — never from which config section exists:
 
 - **coverage** (:func:`unmet`, used by ``core/coverage``): a rule whose needs the configured source
   cannot meet is listed in ``rules_off`` with the reason and the fix, so a rule that silently never
@@ -13,9 +13,11 @@ nothing else — never from which config section exists:
   down, the fallback answered) makes the rule "not known" for the poll — its hold neither advances
   nor resets, and it is not listed off.
 
-How a trend is computed follows from :attr:`SourceSpec.computes_trends`: a source that keeps its own
-history (Prometheus: PromQL over the rule's window) gives the trend with each reading; a per-poll
-source (gpu-monitor, nvidia-smi / rocm-smi, the Rule 7 fallback) gives readings that gpuheal records
+Each source declares itself in its own module under :mod:`gpuheal.source_kinds` (its
+:class:`SourceSpec`, config section, reader and doctor probes); that package's ``REGISTRY`` is the one
+list of them. How a trend is computed follows from :attr:`SourceSpec.computes_trends`: a source that
+keeps its own history (Prometheus: PromQL over the rule's window) gives the trend with each reading; a
+per-poll source (gpu-monitor, nvidia-smi / rocm-smi, the Rule 7 fallback) gives readings that gpuheal records
 in its own history, the same way whatever the source, and the trend is fitted there.
 
 Pure: no IO, no clock.
@@ -47,7 +49,9 @@ class Signal(StrEnum):
 
 
 class Source(StrEnum):
-    """Where one poll's GPU readings came from (the ``source`` of an observation and a trace)."""
+    """The built-in GPU sources' names: where one poll's GPU readings came from (the ``source`` of an
+    observation and a trace). A source's name is declared in its module (:mod:`gpuheal.source_kinds`);
+    a new source needs no member here."""
 
     MONITOR = "monitor"
     SMI = "smi"
@@ -74,7 +78,8 @@ def needs(*groups: Signal | tuple[Signal, ...]) -> tuple[Need, ...]:
     return tuple(Need(g if isinstance(g, tuple) else (g,)) for g in groups)
 
 
-_READINGS = frozenset({Signal.TEMP, Signal.VRAM, Signal.UTIL, Signal.POWER, Signal.TEMP_TREND, Signal.VRAM_TREND})
+# The GPU readings every GPU source gives (gpuheal.source_kinds: each source's declaration adds its extras).
+READINGS = frozenset({Signal.TEMP, Signal.VRAM, Signal.UTIL, Signal.POWER, Signal.TEMP_TREND, Signal.VRAM_TREND})
 # Signals every mode has: gpuheal's own direct probe, its own benchmarks, llama-server's /metrics
 # (whether a GPU's server serves it is per GPU, see :func:`per_gpu`).
 ALWAYS = frozenset({Signal.ENDPOINT, Signal.BENCHMARK, Signal.DECODE_PROGRESS, Signal.TASK_LOOP})
@@ -83,9 +88,10 @@ ALWAYS = frozenset({Signal.ENDPOINT, Signal.BENCHMARK, Signal.DECODE_PROGRESS, S
 @dataclass(frozen=True)
 class SourceSpec:
     """A GPU source's declaration: what it provides, whether it computes trends itself, and what
-    an operator does to get what it lacks."""
+    an operator does to get what it lacks. Each source makes it in its own module
+    (:mod:`gpuheal.source_kinds`); ``source`` is its name (a :class:`Source` for the built-in ones)."""
 
-    source: Source
+    source: str
     provides: frozenset[Signal]
     computes_trends: bool
     lacks_why: str
@@ -93,41 +99,7 @@ class SourceSpec:
     # a service of the operator's that Rule 7 may restart when the source is unusable (gpu-monitor's
     # restart command); False: nothing of ours to restart (Prometheus, smi): Rule 7 escalates
     restartable: bool = False
-
-
-NO_MONITOR_FIX = "configure monitor.url to read them from gpu-monitor"
-
-SOURCES: dict[Source, SourceSpec] = {
-    Source.MONITOR: SourceSpec(
-        Source.MONITOR,
-        _READINGS | {Signal.FAILURE_RATIO, Signal.BREAKERS, Signal.REQUEST_SHARE, Signal.SOURCE_HEALTH},
-        computes_trends=False, lacks_why="", lacks_fix="", restartable=True,
-    ),
-    Source.SMI: SourceSpec(
-        Source.SMI, _READINGS, computes_trends=False,
-        lacks_why="no gpu-monitor configured (monitor:); GPU readings come from nvidia-smi / rocm-smi per host",
-        lacks_fix=NO_MONITOR_FIX,
-    ),
-    Source.PROMETHEUS: SourceSpec(
-        Source.PROMETHEUS, _READINGS | {Signal.SOURCE_HEALTH}, computes_trends=True,
-        lacks_why="GPU readings come from Prometheus (prometheus:), which holds no LiteLLM request data",
-        lacks_fix=NO_MONITOR_FIX,
-    ),
-    # While gpu-monitor is unusable: the GPU readings only (Rule 7.3), and that the monitor is down (Rule 7
-    # keeps judging it). Never a configured mode.
-    Source.FALLBACK: SourceSpec(
-        Source.FALLBACK, _READINGS | {Signal.SOURCE_HEALTH}, computes_trends=False,
-        lacks_why="gpu-monitor is unusable this poll", lacks_fix="", restartable=True,
-    ),
-}
-
-
-def spec(source: str) -> SourceSpec:
-    """The declaration of ``source`` (an unknown name — a damaged trace — provides nothing)."""
-    try:
-        return SOURCES[Source(source)]
-    except ValueError:
-        return SourceSpec(Source.SMI, frozenset(), False, f"unknown GPU source {source!r}", "")
+    label: str = ""  # how messages name it ("gpu-monitor", "Prometheus"); "" = its name
 
 
 def per_gpu(base: frozenset[Signal], *, serves_metrics: bool | None, reachable: bool | None,
@@ -162,9 +134,12 @@ def unmet(rule_needs: tuple[Need, ...], provided: frozenset[Signal]) -> tuple[Ne
     return tuple(n for n in rule_needs if not n.met(provided))
 
 
-def configured_source(cfg: object) -> Source:
-    """The GPU source a config sets up — the one place that reads which section exists: ``prometheus:``,
-    else ``monitor:``, else nvidia-smi / rocm-smi on each host."""
-    if getattr(cfg, "prometheus", None) is not None:
-        return Source.PROMETHEUS
-    return Source.MONITOR if getattr(cfg, "monitor", None) is not None else Source.SMI
+def __getattr__(name: str) -> object:
+    """``SOURCES`` and ``spec`` moved to the source registry (:mod:`gpuheal.source_kinds`), where each
+    source declares itself; the old names still resolve there for code written before (issue 19
+    item 3). Loaded by name: the registry imports this module, so an import here would be a cycle."""
+    if name in ("SOURCES", "spec"):
+        import importlib
+
+        return getattr(importlib.import_module("gpuheal.source_kinds"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,13 @@
 """The alert sink seam (issue 19 item 3): where gpuheal's messages to humans go.
 
 ``escalate`` and ``report --send`` deliver through an :class:`AlertSink` — send one message, get a
-typed :class:`SendOutcome` — and never name the service; :func:`gpuheal.sinks.open_sink` picks the
-configured one. Zulip (:class:`gpuheal.zulip.ZulipSink`) is the one implementation. A second sink
-(Slack, Matrix, a webhook) takes four files: its module with a class satisfying :class:`AlertSink`,
-a branch in ``sinks.open_sink``, and its config section in ``config/schema.json`` and
-``config/defaults.yaml``. (The types live here, the choice in ``sinks``: a sink module imports
-this one, so this one imports no sink.)
+typed :class:`SendOutcome` — and never name the service or read its config section;
+:func:`gpuheal.sinks.open_sink` picks the configured one, and :func:`gpuheal.sinks.destination` says
+where it delivers and how content is fitted to it without credentials (``--dry-run``). What to send
+and how often (reminders, grouping, the per-run budget) is sink-neutral: ``alerts:``
+(:class:`gpuheal.config.model.AlertsConfig`). Zulip (:mod:`gpuheal.zulip`) is the one implementation;
+the files a second sink takes are listed in :mod:`gpuheal.sinks`. (The types live here, the choice in
+``sinks``: a sink module imports this one, so this one imports no sink.)
 
 Outcomes are values, never exceptions: a cron run records "not before" on a rate limit and leaves
 the alert queued; it must not sleep or crash inside the call.
@@ -14,6 +15,7 @@ the alert queued; it must not sleep or crash inside the call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -44,6 +46,22 @@ class SendOutcome:
     @property
     def ok(self) -> bool:
         return self.kind == Delivery.SENT
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where the configured sink delivers, from the config alone (no credentials): what ``escalate``
+    and ``report`` show and record (``stream`` / ``topic`` in their ``--json``), and ``fit``, the
+    service's length limit applied visibly before a message is rendered for it."""
+
+    sink: str  # "Zulip": for log lines
+    channel: str  # the stream (or a channel, a room)
+    topic: str  # the default topic, already within the service's limit
+    fit: Callable[[str], str]
+
+    @property
+    def where(self) -> str:
+        return f"#{self.channel} > {self.topic}"
 
 
 class SinkUnavailable(Exception):

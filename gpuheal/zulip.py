@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from gpuheal.credentials import lookup, read_dotenv, secrets_for  # noqa: F401  (re-exported)
-from gpuheal.sink import Delivery, SendOutcome, SinkUnavailable
+from gpuheal.sink import Delivery, Destination, SendOutcome, SinkUnavailable
 
 log = logging.getLogger("gpuheal")
 
@@ -169,8 +169,8 @@ class ZulipSink:
         except CredentialsError as exc:
             raise SinkUnavailable("no-credentials", str(exc)) from None
         names = f"{cfg.zulip.email_env or 'ZULIP_EMAIL'}/{cfg.zulip.api_key_env or 'ZULIP_API_KEY'}"
-        return cls(str(cfg.zulip.site), creds, str(cfg.zulip.stream or "agent-hub"),
-                   fit_topic(str(cfg.zulip.topic or "alerts-gpu")), cfg.zulip.timeout_s, names, post)
+        to = destination(cfg)
+        return cls(str(cfg.zulip.site), creds, to.channel, to.topic, cfg.zulip.timeout_s, names, post)
 
     @property
     def where(self) -> str:
@@ -179,6 +179,23 @@ class ZulipSink:
     def send(self, content: str, topic: str | None = None) -> SendOutcome:
         return send_message(self.site, self.creds, self.stream, fit_topic(topic or self.topic), content,
                             self.timeout_s, post=self.post)
+
+
+# --------------------------------------------------------------------------- the sink's entry points (gpuheal.sinks)
+
+
+def configured(cfg) -> bool:
+    return bool(cfg.zulip.site)
+
+
+def destination(cfg) -> Destination:
+    """``#stream > topic`` from ``zulip:``, and Zulip's length limit, without credentials."""
+    stream, topic = str(cfg.zulip.stream or "agent-hub"), fit_topic(str(cfg.zulip.topic or "alerts-gpu"))
+    return Destination("Zulip", stream, topic, fit_content)
+
+
+def open_sink(cfg, post: Callable[..., Any] | None = None) -> ZulipSink:
+    return ZulipSink.from_config(cfg, post)
 
 
 def interpret(res: Any) -> SendOutcome:

@@ -4,16 +4,15 @@ check's rules_off is."""
 
 from __future__ import annotations
 
-import importlib
-
 import pytest
 
 from gpuheal.config.load import load_config_dict
 from gpuheal.doctor import OK, SKIP
 from gpuheal.doctor.checks import coverage_checks
 from gpuheal.rules import ALL
-from gpuheal.signals import ALWAYS, SOURCES, Source, unmet
-from gpuheal.sources.gpu_source import KINDS, gpu_source
+from gpuheal.signals import ALWAYS, Source, unmet
+from gpuheal.source_kinds import REGISTRY, SOURCES
+from gpuheal.sources.gpu_source import gpu_source, resolve
 
 GPUS = [{"alias": "gpu-0", "host": "ct0", "endpoint": "http://127.0.0.1:9000"}]
 MODES = {
@@ -30,18 +29,18 @@ def cfg(mode: Source):
 @pytest.mark.parametrize("mode", list(MODES))
 def test_the_configured_source_declares_what_its_spec_provides(mode):
     source = gpu_source(cfg(mode))
-    assert source.spec.source is mode and source.provides() == SOURCES[mode].provides
+    assert source.spec.source == mode and source.provides() == SOURCES[mode].provides
 
 
 def test_every_configured_mode_has_a_source():
-    assert set(KINDS) == set(SOURCES) - {Source.FALLBACK}  # the fallback is gpu-monitor's, never configured
+    assert {k.name for k in REGISTRY} == set(SOURCES) - {Source.FALLBACK}  # the fallback is gpu-monitor's
+    assert set(MODES) == {k.name for k in REGISTRY}
 
 
 @pytest.mark.parametrize("mode", list(MODES))
 def test_doctor_probes_name_a_real_check(mode):
     for probe in gpu_source(cfg(mode)).doctor_probes():
-        module, name = probe.check.split(":")
-        assert callable(getattr(importlib.import_module(module), name)) and probe.deadline_s > 0
+        assert callable(resolve(probe.check)) and probe.deadline_s > 0
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -19,7 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "gpuheal"
 
-PURE = ["gpuheal/core", "gpuheal/rules", "gpuheal/parse", "gpuheal/config/model.py"]
+PURE = ["gpuheal/core", "gpuheal/rules", "gpuheal/parse", "gpuheal/config/model.py", "gpuheal/source_kinds"]
 IO_MODULES = (
     "socket",
     "subprocess",

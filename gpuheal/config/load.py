@@ -14,23 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names live in model.py)
+    ALERT_KEYS,
     COMMAND_KEYS,
     ENGINE_PARAMS,
     PLACEHOLDERS,
     SSH_PORT,
+    AlertsConfig,
     BenchConfig,
     Config,
     GpuConfig,
     HealConfig,
     HistoryConfig,
     LiteLLMConfig,
-    MonitorConfig,
     ProbeConfig,
-    PrometheusConfig,
     Role,
     StateConfig,
     WakeConfig,
-    ZulipConfig,
     section_record,
     split_command,
 )
@@ -168,7 +167,6 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
     api_key = _litellm_key(lite, path)
     return Config(
         path=path,
-        monitor=_monitor(data, merged),
         litellm=LiteLLMConfig(
             url=lite.get("url"),
             api_key=api_key or "",
@@ -183,7 +181,7 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         ),
         gpus=gpus,
         probe=section_record(ProbeConfig, merged["probe"]),
-        zulip=section_record(ZulipConfig, merged["zulip"]),
+        alerts=section_record(AlertsConfig, _alerts(data, merged)),
         state=section_record(StateConfig, merged["state"]),
         history=section_record(HistoryConfig, merged["history"]),
         bench=section_record(BenchConfig, merged["bench"]),
@@ -191,93 +189,56 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
         knowledge_graph=merged.get("knowledge_graph") or {},
         rules=fleet_rules,
         metrics_file=merged.get("metrics_file"),
-        prometheus=_prometheus(merged["prometheus"], data, gpus, fleet_rules, shared),
+        sections={**_source_sections(data, merged, gpus, fleet_rules, shared), **_sink_sections(merged)},
         wake=WakeConfig(str(merged["wake"]["token_env"]), float(merged["wake"]["min_interval_s"]), "wake" in data),
     )
 
 
-PROMETHEUS_WINDOW_PARAMS = {
-    "vram-leak": ("window_h", "min_span_h", "recover_span_h"),
-    "thermal-warning": ("window_s", "min_span_s"),
-    "thermal-rising": ("window_s", "min_span_s"),
-}
+def _alerts(data: dict[str, Any], merged: dict[str, Any]) -> dict[str, Any]:
+    """``alerts:`` over its defaults, with what a config written before it put under ``zulip:``
+    (``zulip.group_by`` …) still read; one key set in both places to two values is refused."""
+    out = dict(merged["alerts"])
+    written = data.get("alerts") or {}
+    legacy = data.get("zulip") or {}
+    for key in ALERT_KEYS:
+        if key not in legacy:
+            continue
+        if key in written and written[key] != legacy[key]:
+            raise ConfigError(f"also set as zulip.{key} ({legacy[key]!r}); keep alerts.{key} only", f"alerts.{key}")
+        out[key] = legacy[key]
+    return out
 
 
-def _prometheus(
-    merged: dict[str, Any],
+def _sink_sections(merged: dict[str, Any]) -> dict[str, Any]:
+    """Each alert sink's section record (:data:`gpuheal.sinks.SINKS`), from its section over its defaults."""
+    from gpuheal.sinks import SINKS
+
+    return {kind.section: section_record(kind.record, merged[kind.section]) for kind in SINKS}
+
+
+def _source_sections(
     data: dict[str, Any],
+    merged: dict[str, Any],
     gpus: tuple[GpuConfig, ...],
     fleet_rules: dict[str, dict[str, Any]],
     shared: dict[str, dict[str, Any]],
-) -> PrometheusConfig | None:
-    """The ``prometheus:`` section when the user wrote one. Its trend windows are PromQL ranges run
-    once for the whole fleet (issue 13), so they cannot differ per GPU; ``labels.match`` needs a
-    ``prometheus_match`` on every GPU."""
-    if "prometheus" not in data:
-        return None
-    if "monitor" in data:
-        raise ConfigError("monitor: and prometheus: are two GPU data sources; keep one", "prometheus")
-    selector = merged.get("selector") or ""
-    if selector and not (selector.startswith("{") and selector.endswith("}")):
-        raise ConfigError(
-            f"must be a label matcher in braces, like '{{site=\"eu1\"}}', not {selector!r}", "prometheus.selector"
-        )
-    for i, gpu in enumerate(gpus):
-        if gpu.rules is shared:  # the fleet's own parameters
+) -> dict[str, Any]:
+    """The GPU source's section record, built by the source's own declaration
+    (:mod:`gpuheal.source_kinds`): at most one source section may be written."""
+    from gpuheal.source_kinds import REGISTRY, SectionInput
+
+    written = [k.section for k in REGISTRY if k.section and data.get(k.section) is not None]
+    if len(written) > 1:
+        names = " and ".join(f"{s}:" for s in sorted(written))
+        raise ConfigError(f"{names} are two GPU data sources; keep one", written[0])
+    out: dict[str, Any] = {}
+    for kind in REGISTRY:
+        if kind.section is None or kind.build is None:
             continue
-        for rule_id, keys in PROMETHEUS_WINDOW_PARAMS.items():
-            for key in keys:
-                if gpu.rules.get(rule_id, {}).get(key) != fleet_rules.get(rule_id, {}).get(key):
-                    raise ConfigError(
-                        "with prometheus: the trend window is one PromQL range for the whole fleet; "
-                        f"set rules.{rule_id}.{key} instead",
-                        f"gpus[{i}].rules.{rule_id}.{key}",
-                    )
-    warn_w = fleet_rules.get("thermal-warning", {}).get("window_s")
-    if warn_w != fleet_rules.get("thermal-rising", {}).get("window_s"):
-        raise ConfigError(
-            "with prometheus: both Rule 8 tiers read one deriv() window; make it equal to "
-            f"rules.thermal-warning.window_s ({warn_w})",
-            "rules.thermal-rising.window_s",
-        )
-    labels = dict(merged.get("labels") or {})
-    if labels.get("match"):
-        missing = [i for i, g in enumerate(gpus) if not g.prometheus_match]
-        if missing:
-            raise ConfigError(
-                f"prometheus.labels.match is {labels['match']!r}: every GPU needs prometheus_match",
-                f"gpus[{missing[0]}].prometheus_match",
-            )
-    return PrometheusConfig(
-        url=merged["url"].rstrip("/"),
-        timeout_s=float(merged["timeout_s"]),
-        connect_timeout_s=float(merged["connect_timeout_s"]),
-        max_response_bytes=int(merged["max_response_bytes"]),
-        staleness_s=float(merged["staleness_s"]),
-        selector=selector,
-        max_workers=int(merged["max_workers"]),
-        labels=labels,
-        queries=dict(merged.get("queries") or {}),
-        trend_every_s=float(merged["trend_every_s"]),
-        probe_endpoints=bool(merged.get("probe_endpoints", True)),
-        at_poll_time=bool(merged.get("at_poll_time", False)),
-    )
-
-
-def _monitor(data: dict[str, Any], merged: dict[str, Any]) -> MonitorConfig | None:
-    """``monitor:`` may be absent (contract "Direct sensing"): then there is no gpu-monitor, and GPU
-    readings come from nvidia-smi / rocm-smi over each GPU's transport. Present, its missing keys
-    take the defaults (``url``: gpu-monitor's usual ``http://localhost:9100/gpu-data``)."""
-    if data.get("monitor") is None:
-        return None
-    mon = merged["monitor"]
-    return MonitorConfig(
-        url=mon["url"],
-        timeout_s=float(mon["timeout_s"]),
-        connect_timeout_s=float(mon["connect_timeout_s"]),
-        max_response_bytes=int(mon["max_response_bytes"]),
-        fallback_smi=bool(mon["fallback_smi"]),
-    )
+        record = kind.build(SectionInput(data, merged.get(kind.section) or {}, gpus, fleet_rules, shared))
+        if record is not None:
+            out[kind.section] = record
+    return out
 
 
 def _litellm_key(lite: dict[str, Any], path: str | None) -> str | None:

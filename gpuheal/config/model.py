@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from gpuheal.sinks import ZulipConfig
+    from gpuheal.source_kinds.monitor import MonitorConfig
+    from gpuheal.source_kinds.prometheus import PrometheusConfig
+
 # Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
 # engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
 # falling back to the remedy's own). These are the values in force when a rule's defaults do not
@@ -35,39 +39,6 @@ COMMAND_KEYS = (
     "ps_command",
     "journal_command",
 )
-
-
-@dataclass(frozen=True)
-class MonitorConfig:
-    url: str
-    timeout_s: float
-    connect_timeout_s: float
-    max_response_bytes: int
-    fallback_smi: bool = True  # Rule 7.3: smi over each GPU's transport while the monitor is unusable
-
-
-@dataclass(frozen=True)
-class PrometheusConfig:
-    """``prometheus:`` — GPU readings from instant queries instead of gpu-monitor (contract:
-    "Prometheus as a source"). ``queries`` maps a reading to its PromQL (``None``: not read);
-    ``{selector}`` in a query is replaced by ``selector`` (one gpuheal per site, issue 13)."""
-
-    url: str
-    timeout_s: float
-    connect_timeout_s: float
-    max_response_bytes: int
-    staleness_s: float
-    selector: str
-    max_workers: int
-    labels: dict[str, str | None]
-    queries: dict[str, str | None]
-    trend_every_s: float  # Rule 2's fleet-wide trend queries at most this often (prometheus-trend.json between)
-    probe_endpoints: bool = True  # False: llama-server liveness from Prometheus's `up` of its target
-    at_poll_time: bool = False  # True: every query evaluated at the poll's clock (time=), not Prometheus's now
-
-    def query(self, key: str) -> str | None:
-        template = self.queries.get(key)
-        return None if template is None else template.replace("{selector}", self.selector)
 
 
 @dataclass(frozen=True)
@@ -129,7 +100,7 @@ class GpuConfig:
     gpu_index: int | None = None  # index on its host (smi row, gpu-monitor ``index``); None = the only GPU
     unified_memory: bool | None = None  # AMD APU: GTT is the memory; None = decided from the product
     prometheus_match: str | None = None  # value of prometheus.labels.match for this GPU's series
-    labels: dict[str, str] = field(default_factory=dict)  # grouping labels: rack, site (zulip.group_by)
+    labels: dict[str, str] = field(default_factory=dict)  # grouping labels: rack, site (alerts.group_by)
     commands: dict[str, tuple[str, ...]] = field(default_factory=dict)
     rules: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -159,16 +130,15 @@ class ProbeConfig:
     canary: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class ZulipConfig:
-    """``zulip:`` — where alerts go; the credentials come from the environment (``*_env``)."""
+# ``alerts:`` keys that were ``zulip:`` keys before the sink seam (issue 19 item 3): still accepted there
+ALERT_KEYS = ("repeat_interval_h", "all_clear_every", "max_messages_per_run", "group_by")
 
-    site: str | None
-    email_env: str
-    api_key_env: str
-    stream: str
-    topic: str
-    timeout_s: float
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """``alerts:`` — what ``escalate`` sends, whatever the sink: reminders, the All Clear, grouping and
+    the per-run budget (issue 21). The same keys under ``zulip:`` are still read (:data:`ALERT_KEYS`)."""
+
     repeat_interval_h: float
     all_clear_every: int
     max_messages_per_run: int
@@ -267,11 +237,10 @@ class Config:
     typed parameter records come with the signal model, issue 19)."""
 
     path: str | None
-    monitor: MonitorConfig | None  # None: no gpu-monitor; GPU readings from nvidia-smi / rocm-smi
     litellm: LiteLLMConfig
     gpus: tuple[GpuConfig, ...]
     probe: ProbeConfig
-    zulip: ZulipConfig
+    alerts: AlertsConfig
     state: StateConfig
     history: HistoryConfig
     bench: BenchConfig
@@ -279,8 +248,29 @@ class Config:
     knowledge_graph: dict[str, Any]
     rules: dict[str, dict[str, Any]]
     metrics_file: str | None = None
-    prometheus: PrometheusConfig | None = None  # set: the GPU data source is Prometheus, not gpu-monitor
     wake: WakeConfig = WakeConfig()
+    # the GPU source's section record (at most one; none: nvidia-smi / rocm-smi per host) and each alert
+    # sink's, by section name: each source declares its section in its module (gpuheal.source_kinds),
+    # each sink in gpuheal.sinks.SINKS (issue 19 item 3)
+    sections: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def zulip(self) -> ZulipConfig:
+        """``zulip:``, as the Zulip sink reads it (always built: its defaults leave ``site`` unset)."""
+        found: ZulipConfig = self.sections["zulip"]
+        return found
+
+    @property
+    def monitor(self) -> MonitorConfig | None:
+        """``monitor:`` (None: no gpu-monitor), as gpu-monitor's own code reads it."""
+        found: MonitorConfig | None = self.sections.get("monitor")
+        return found
+
+    @property
+    def prometheus(self) -> PrometheusConfig | None:
+        """``prometheus:`` (None: not the source), as the Prometheus reader reads it."""
+        found: PrometheusConfig | None = self.sections.get("prometheus")
+        return found
 
     @property
     def aliases(self) -> tuple[str, ...]:

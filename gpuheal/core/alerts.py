@@ -300,7 +300,7 @@ class Message:
     mentioned: list[Alert] = field(default_factory=list)  # already-absorbed, still open
     tiers: list[Alert] = field(default_factory=list)  # the same GPU's lower tiers, inhibited in the message
     peers: list[Message] = field(default_factory=list)  # other GPUs' incidents of the same cause
-    summary: bool = False  # the rest of the run, beyond zulip.max_messages_per_run
+    summary: bool = False  # the rest of the run, beyond alerts.max_messages_per_run
 
     @property
     def members(self) -> list[Alert]:

@@ -1,7 +1,7 @@
 """Which rules cannot judge this fleet, and why (issue 12: "check lists which rules are off and
 why, once, not as faults every minute"; issue 19: derived, never hand-listed). Pure.
 
-A rule is off for a GPU when the configured source's declaration (:data:`gpuheal.signals.SOURCES`)
+A rule is off for a GPU when the configured source's declaration (:data:`gpuheal.source_kinds.SOURCES`)
 together with what the GPU's own llama-server serves cannot meet one of the rule's ``NEEDS``. Both
 sides are declarations the code checks, so a rule that silently never judges cannot exist: a new rule
 or a new source is covered by this function without touching it. Configuration facts are reported
@@ -17,14 +17,10 @@ from typing import Any
 
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
-from gpuheal.signals import ALWAYS, Signal, Source, per_gpu, serves_task_loop, spec, unmet
+from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop, unmet
+from gpuheal.source_kinds import home, spec
 
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
-
-
-def home(source: str) -> str:
-    """The configured source a poll's source stands for: the Rule 7 fallback stands in for gpu-monitor."""
-    return Source.MONITOR.value if source == Source.FALLBACK else source
 
 
 def without_metrics(monitor_configured: bool) -> str:
@@ -38,12 +34,13 @@ def without_metrics(monitor_configured: bool) -> str:
 def rules_off(source: str, obs: Observation, rules: tuple[Any, ...],
               litellm: frozenset[Signal] = frozenset()) -> list[dict[str, Any]]:
     """``[{"rule", "gpus", "why", "fix"}]`` for a fleet whose configured GPU source is ``source``
-    (``monitor`` | ``prometheus`` | ``smi``; a fallback poll counts as ``monitor``); ``gpus`` is
-    ``["fleet"]`` or the aliases concerned. ``rules``: the registry (:data:`gpuheal.rules.ALL`).
-    ``litellm``: what the configured LiteLLM reads add whatever the GPU source (:func:`from_litellm`);
-    a recorded poll that carries LiteLLM's counts or spend tallies adds the request counts too."""
+    (a registered source's name; a stand-in's poll counts as the source it stands for: the Rule 7.3
+    fallback as ``monitor``); ``gpus`` is ``["fleet"]`` or the aliases concerned. ``rules``: the
+    registry (:data:`gpuheal.rules.ALL`). ``litellm``: what the configured LiteLLM reads add whatever
+    the GPU source (:func:`from_litellm`); a recorded poll that carries LiteLLM's counts or spend
+    tallies adds the request counts too."""
     mode = spec(home(source))
-    monitor_configured = mode.source == Source.MONITOR
+    monitor_configured = Signal.FAILURE_RATIO in mode.provides  # gpu-monitor counts failures
     off: list[dict[str, Any]] = []
     counted = any(s.litellm_requests_total is not None or s.routing is not None for s in obs.gpus.values())
     provides = mode.provides | litellm | ({Signal.REQUEST_SHARE} if counted else set())

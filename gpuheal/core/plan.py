@@ -43,8 +43,7 @@ from gpuheal.core.catalog import (
 )
 from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, normalise_state, num
 from gpuheal.core.verify import FAILURES, OPEN
-from gpuheal.signals import configured_source
-from gpuheal.signals import spec as source_spec
+from gpuheal.source_kinds import configured
 
 __all__ = ["PlanItem", "empty_state", "normalise_state", "plan", "resolve_action"]
 
@@ -294,7 +293,7 @@ def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALO
     """
     spec = catalog.actions[action]
     if action == "restart-gpu-monitor":
-        if not source_spec(configured_source(cfg)).restartable:
+        if not configured(cfg).spec.restartable:
             return None  # the source (Prometheus, smi) is no service of ours to restart: escalate
         argv = _split(cfg.heal.gpu_monitor_restart_command)
         target = cfg.heal.gpu_monitor_host if cfg.heal.gpu_monitor_transport == "ssh" else "local"

@@ -20,7 +20,8 @@ from gpuheal.core import timing
 from gpuheal.core.heal_state import num
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
-from gpuheal.signals import ALWAYS, Signal, Source, per_gpu, serves_task_loop, spec
+from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop
+from gpuheal.source_kinds import home, spec
 
 
 class History(Protocol):
@@ -188,7 +189,7 @@ class FleetView:
 
     def provided(self, subject: str) -> frozenset[Signal]:
         """The signals this poll delivered for ``subject`` (a GPU alias, or ``fleet``): what the poll's
-        source declares (``gpuheal.signals``) when it delivered, and the GPU's own llama-server probe."""
+        source declares (``gpuheal.source_kinds``) when it delivered, and the GPU's own llama-server probe."""
         key = ("provided", subject)
         if key not in self.cache:  # asked by every rule of every GPU: once per GPU and poll
             self.cache[key] = self._provided(subject)
@@ -219,8 +220,7 @@ class FleetView:
         "not known" this poll, never as quiet (issue 19: the hold neither advances nor resets)."""
         if self.obs is None:
             return frozenset()
-        home = "monitor" if self.obs.source == Source.FALLBACK else self.obs.source
-        return spec(home).provides - self.provided(subject)
+        return spec(home(self.obs.source)).provides - self.provided(subject)
 
     def _trend_from_source(self) -> bool:
         """The poll's source computed the trends itself (it keeps its own history: Prometheus); a

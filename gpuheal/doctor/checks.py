@@ -177,13 +177,10 @@ def uses_builtin_shedding(cfg) -> bool:
 @register("network")
 def source_probes(ctx: Context) -> Iterable[Probe]:
     """The configured GPU source's own probes (gpu-monitor's document, Prometheus's queries)."""
-    import importlib
-
-    from gpuheal.sources.gpu_source import gpu_source
+    from gpuheal.sources.gpu_source import gpu_source, resolve
 
     for p in gpu_source(ctx.cfg).doctor_probes():
-        module, name = p.check.split(":")
-        check = getattr(importlib.import_module(module), name)
+        check = resolve(p.check)
         yield Probe(p.target, p.name, p.deadline_s, lambda check=check: check(ctx.cfg))
 
 
@@ -202,13 +199,13 @@ def coverage_checks(cfg) -> list[Check]:
     from gpuheal.core.coverage import from_litellm, rules_off
     from gpuheal.model import Observation
     from gpuheal.rules import ALL
-    from gpuheal.signals import configured_source
+    from gpuheal.source_kinds import configured
 
-    source, lite = configured_source(cfg), cfg.litellm
-    off = rules_off(source.value, Observation(datetime.now(UTC), {}, True, source=source.value), ALL,
+    source, lite = configured(cfg).name, cfg.litellm
+    off = rules_off(source, Observation(datetime.now(UTC), {}, True, source=source), ALL,
                     from_litellm(lite.url, lite.read_metrics, lite.read_spend_logs))
     if not off:
-        return [Check("rules", "rules off", OK, f"every rule can judge with GPU source {source.value}")]
+        return [Check("rules", "rules off", OK, f"every rule can judge with GPU source {source}")]
     return [Check("rules", f"rule {o['rule']}", SKIP, f"off: {o['why']}", o["fix"]) for o in off]
 
 
@@ -422,7 +419,7 @@ def litellm_requests_checks(cfg, t: float) -> list[Check]:
     from gpuheal.sources.litellm_metrics import fetch_requests
 
     if not cfg.litellm.read_metrics:
-        if cfg.monitor is not None:
+        if _has_failure_ratio(cfg):  # the GPU source counts them (gpu-monitor)
             return []
         return [Check("litellm", "request counts", WARN, "litellm.read_metrics is off: without gpu-monitor Rule 3 "
                       "sees no request failures, only a hung llama-server", HOW_TO_ENABLE)]
@@ -607,9 +604,9 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             )
         )
     mon = cfg.heal.gpu_monitor_restart_command
-    from gpuheal.signals import configured_source, spec
+    from gpuheal.source_kinds import configured
 
-    restartable = spec(configured_source(cfg)).restartable  # Rule 7 restarts it (gpu-monitor)
+    restartable = configured(cfg).spec.restartable  # Rule 7 restarts it (gpu-monitor)
     if mon and restartable and cfg.heal.gpu_monitor_transport == "local":
         import shlex
 

@@ -30,7 +30,7 @@ def group_title(kind: str, issue: str, gpus: int, summary: bool, cause: str | No
 def group_content(incidents: list[dict[str, Any]], *, kind: str, issue: str, summary: bool,
                   labels: dict[str, str], cause: str | None = None) -> str:
     """``incidents``: one dict per GPU — the alert document plus ``"tiers"`` (the lower tiers it
-    inhibits). ``labels``: alias → its ``zulip.group_by`` label ("" when none). ``cause``: the
+    inhibits). ``labels``: alias → its ``alerts.group_by`` label ("" when none). ``cause``: the
     shared cause the group points at, named in the title (see :func:`group_title`)."""
     gpus = sorted({str(i.get("gpu")) for i in incidents})
     title = group_title(kind, issue, len(gpus), summary, cause)
@@ -39,7 +39,7 @@ def group_content(incidents: list[dict[str, Any]], *, kind: str, issue: str, sum
         head += [f"Most of the group's hosts are unreachable at once: suspect the network or the site, not "
                  f"each host (the fleet guard holds the restarts). **{md(issue, 64)}** on {len(gpus)} GPUs:"]
     elif summary:
-        head.append("The per-run message budget (zulip.max_messages_per_run) is spent; the rest, in one line each:")
+        head.append("The per-run message budget (alerts.max_messages_per_run) is spent; the rest, in one line each:")
     elif kind == "resolved":
         head.append(f"**{md(issue, 64)}** cleared on each of these GPUs:")
     else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gpuheal.core.engine import Finding
 from gpuheal.signals import Need, Signal, needs
+from gpuheal.source_kinds import home, spec
 
 ID = "data-source-unreachable"
 SCOPE = "fleet"
@@ -23,17 +24,17 @@ INHIBITS = "monitor"
 def detect(view, subject, p):
     if view.obs is None:
         return None
-    if view.obs.source == "smi":
-        return None  # no gpu-monitor configured: nothing to restart; smi faults are per GPU
+    if Signal.SOURCE_HEALTH not in spec(view.obs.source).provides:
+        return None  # no gpu-monitor configured (smi): nothing to restart; smi faults are per GPU
     if view.obs.monitor_ok:
         return False
     # the configured source: "monitor" (gpu-monitor; "smi-fallback" stands in for it while it is
     # down, Rule 7.3) or "prometheus" (issue 13): the same rule
-    source = "monitor" if view.obs.source == "smi-fallback" else view.obs.source
+    source = home(view.obs.source)
     faults = view.obs.faults_for(source)
     fault = faults[0].fault if faults else "unusable"
     detail = faults[0].detail[:200] if faults else ""
-    name = "gpu-monitor" if source == "monitor" else "Prometheus"
+    name = spec(source).label or source
     return Finding(
         {"source": source, "fault": fault, "detail": detail},
         f"{name} unusable ({fault}); monitor-fed rules report unknown",

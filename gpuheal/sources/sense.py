@@ -154,7 +154,7 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
         at=now,
         gpus=gpus,
         monitor_ok=polled.poll.ok,
-        source=polled.poll.source.value,
+        source=str(polled.poll.source),
         fallback_ok=polled.poll.fallback_ok,
         litellm_ok=None if not cfg.litellm.url else polled.litellm_fault is None,
         faults=tuple(faults),
@@ -273,6 +273,7 @@ def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault
             faults.append(DataFault(gpu.alias, "invalid", problem))
     if polled.poll.readings is not None:
         got.put(prov.smi(gpu.vendor, gpu.transport), polled.poll.readings.values.get(gpu.alias, {}))
+    got.put(prov.source_reader(polled.poll.source), polled.poll.gpu_values.get(gpu.alias, {}))
     if server is not None:
         got.put_each(server.values(state), prov.SERVER_FIELDS, prov.METRICS)
         faults.extend(server.faults(gpu.alias, state))

@@ -151,14 +151,26 @@ def _sense_and_load(cfg: Config, store: StateDir, now: datetime, transports, kee
     from gpuheal.sources.sense import sense
 
     if not keep_history:
-        memory = prom_memory(cfg, store, now.timestamp())
-        obs = sense(cfg, now, transports, memory)
-        remember_trends(cfg, store, memory, obs)
-        return obs, History()
+        return _sense_with_memory(cfg, store, now, transports), History()
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
         loading = pool.submit(load_history, store)
         obs = sense(cfg, now, transports)
         return obs, loading.result()
+
+
+def _sense_with_memory(cfg: Config, store: StateDir, now: datetime, transports) -> Observation:
+    """A source that computes trends where its data lives: the poll, shaped by what earlier runs left
+    and leaving what the next needs, by the hooks its declaration names (``SourceKind.memory``)."""
+    from gpuheal.sources.gpu_source import gpu_source, resolve
+    from gpuheal.sources.sense import sense
+
+    hooks = gpu_source(cfg).kind.memory
+    if hooks is None:
+        return sense(cfg, now, transports)
+    memory = resolve(hooks[0])(cfg, store, now.timestamp())
+    obs = sense(cfg, now, transports, memory)
+    resolve(hooks[1])(cfg, store, memory, obs)
+    return obs
 
 
 def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime):

@@ -7,15 +7,15 @@ Orchestration only: what to send — reminders, folding, dedup — is decided by
 
 1. brings the knowledge graph up to date with the audit trail (:func:`gpuheal.kg.sync`);
 2. queues a **reminder** for every escalation already sent whose (gpu, issue) is still open in
-   ``gpu-health.json`` and whose last message is older than ``zulip.repeat_interval_h``
+   ``gpu-health.json`` and whose last message is older than ``alerts.repeat_interval_h``
    (default 4 h) — "repeated after a configurable interval while it stays broken";
 3. **folds** a host's other escalations into its ``host-unreachable`` alert (one message that
    lists them); while an escalated ``host-unreachable`` of that host stays open, later
    escalations of the same host are absorbed without a message of their own (they appear in
    its reminders), and are re-sent on their own when the host's resolution goes out;
 4. **groups** (:func:`gpuheal.core.alerts.group`): a GPU's lower thermal tiers go inside its highest
-   tier's message (one incident); incidents of the same kind and issue sharing a ``zulip.group_by``
-   label are one message naming every GPU; at most ``zulip.max_messages_per_run`` messages, the rest
+   tier's message (one incident); incidents of the same kind and issue sharing a ``alerts.group_by``
+   label are one message naming every GPU; at most ``alerts.max_messages_per_run`` messages, the rest
    folded into one summary — one cause, one message;
 5. sends the messages oldest first. One per (gpu, issue) fingerprint and state: an alert whose
    state was already sent is dropped as a duplicate.
@@ -23,7 +23,7 @@ Orchestration only: what to send — reminders, folding, dedup — is decided by
 Failures keep every undelivered alert queued and make the exit status 1 (contract): a 429 whose
 ``retry-after`` is at most ``SHORT_RETRY_S`` is waited out once, a longer one is recorded as
 "not before" on the queued alerts and the run stops sending; a 401 stops the run with one line
-on stderr naming the credential variables; a 5xx, a timeout (hard deadline ``zulip.timeout_s``)
+on stderr naming the credential variables; a 5xx, a timeout (the sink's hard deadline: ``zulip.timeout_s``)
 or a refused connection stops the run likewise. Missing credentials: one line naming the
 variable, exit 1. ``--dry-run`` prints the messages and changes nothing.
 
@@ -31,7 +31,7 @@ variable, exit 1. ``--dry-run`` prints the messages and changes nothing.
 
     {"dry_run": bool, "sent": [MSG], "would_send": [MSG + {"topic", "content"}],
      "grouped": N (incidents sent inside another GPU's message of the same cause),
-     "over_budget": N (incidents folded into the summary past zulip.max_messages_per_run),
+     "over_budget": N (incidents folded into the summary past alerts.max_messages_per_run),
      "absorbed": [{"fingerprint", "folded_into"}], "dropped": [{"fingerprint", "reason"}],
      "queued": [{"fingerprint", "gpu", "issue", "kind", "reminder", "tries", "last_error",
                  "not_before"}],
@@ -67,11 +67,12 @@ def load_alerts(store) -> core.AlertQueue:
 def command(rt, store, dry_run: bool = False, post=None):
     """CLI adapter: the run in the module docstring's order. ``post`` replaces the HTTP transport
     in unit tests."""
-    from gpuheal import exit_codes, zulip
+    from gpuheal import exit_codes
+    from gpuheal.credentials import secrets_for
     from gpuheal.runtime import CommandResult
 
     now_s = rt.now.timestamp()
-    secrets = zulip.secrets_for(rt.cfg)
+    secrets = secrets_for(rt.cfg)
     doc: dict[str, Any] = dict(dry_run=dry_run, sent=[], would_send=[], absorbed=[], dropped=[], queued=[],
                                error=None, knowledge_graph=None)  # fmt: skip
     warnings = [] if dry_run else _sync_knowledge_graph(rt, store, secrets, doc)
@@ -121,29 +122,30 @@ def _sync_knowledge_graph(rt, store, secrets, doc: dict[str, Any]) -> list[str]:
 
 
 class _Outbox:
-    """Where and how messages go: the stream and topic, each alert rendered and redacted."""
+    """Where and how messages go: the sink's destination (its stream and topic, its length limit) and
+    the sink-neutral ``alerts:`` policy; each alert rendered and redacted."""
 
     def __init__(self, rt, secrets) -> None:
-        from gpuheal import zulip
+        from gpuheal.sinks import destination
 
         self.now, self.cfg, self.secrets = rt.now, rt.cfg, secrets
-        self.interval_s = rt.cfg.zulip.repeat_interval_h * 3600.0
-        self.stream = rt.cfg.zulip.stream
-        self.topic = zulip.fit_topic(rt.cfg.zulip.topic)
+        self.to = destination(rt.cfg)
+        policy = rt.cfg.alerts
+        self.interval_s = policy.repeat_interval_h * 3600.0
+        self.stream, self.topic = self.to.channel, self.to.topic
         self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
-        group_by = rt.cfg.zulip.group_by
+        group_by = policy.group_by
         self._group_by = str(group_by or "")
         self._labels = {g.alias: g.labels.get(group_by, "") if group_by else "" for g in rt.cfg.gpus}
         self._hosts = {g.alias: g.host for g in rt.cfg.gpus}
-        self.max_messages = rt.cfg.zulip.max_messages_per_run
+        self.max_messages = policy.max_messages_per_run
 
     def label_of(self, gpu: str) -> str:
-        """The GPU's ``zulip.group_by`` label ("" = none, or not configured)."""
+        """The GPU's ``alerts.group_by`` label ("" = none, or not configured)."""
         return self._labels.get(gpu, "")
 
     def render(self, msg: Message) -> tuple[str, str]:
-        """(title, content) of one message, secrets redacted, content fitted to Zulip's limit."""
-        from gpuheal import zulip
+        """(title, content) of one message, secrets redacted, content fitted to the sink's limit."""
         from gpuheal.redact import redact_text
         from gpuheal.render.report import alert_content, alert_title
 
@@ -159,11 +161,10 @@ class _Outbox:
             host_aliases=self.host_aliases,
             inhibited=[a.to_json() for a in msg.tiers],
         )
-        return title, zulip.fit_content(redact_text(content, self.secrets))
+        return title, self.to.fit(redact_text(content, self.secrets))
 
     def _render_group(self, msg: Message) -> tuple[str, str]:
         """A group of GPUs with one cause (or the run's over-budget summary) as one table."""
-        from gpuheal import zulip
         from gpuheal.redact import redact_text
         from gpuheal.render.incident import group_content, group_title
 
@@ -174,11 +175,11 @@ class _Outbox:
         content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels,
                                 cause=cause)
         title = redact_text(group_title(kind, issue, gpus, msg.summary, cause), self.secrets)
-        return title, zulip.fit_content(redact_text(content, self.secrets))
+        return title, self.to.fit(redact_text(content, self.secrets))
 
     def _site_cause(self, msg: Message) -> str | None:
         """Most (over half) of the hosts sharing the message's group label — the whole fleet without
-        ``zulip.group_by`` — unreachable at once: one "network or site" incident (issue 21 point 2)."""
+        ``alerts.group_by`` — unreachable at once: one "network or site" incident (issue 21 point 2)."""
         label = self._labels.get(str(msg.alert.gpu), "")
         hosts = {h for a, h in self._hosts.items() if self._labels.get(a, "") == label}
         down = {self._hosts.get(str(m.alert.gpu)) for m in msg.incidents} & hosts
@@ -250,7 +251,7 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
         i += 1
         nb = max(a.not_before for a in msg.members)
         if nb > now_s:
-            return {"kind": "rate-limited", "detail": f"Zulip asked to wait until {epoch_text(nb)} (HTTP 429)"}
+            return {"kind": "rate-limited", "detail": f"{sink.name} asked to wait until {epoch_text(nb)} (HTTP 429)"}
         title, content = out.render(msg)
         outcome = _post(sink, msg.alert.topic or out.topic, content)
         if not outcome.ok:
@@ -284,7 +285,7 @@ def _post(sink, topic: str, content: str):
 
 def _failed(sink, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
     """A delivery failed: the message's alerts note it (they stay queued); the run's error.
-    A longer 429 holds the whole queue until Zulip's "not before"."""
+    A longer 429 holds the whole queue until the sink's "not before"."""
     data.note_failure(msg.members, now_s, outcome.detail)
     if outcome.kind == "rate-limited":  # Delivery is a StrEnum
         retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S

@@ -47,7 +47,7 @@ class Heal:
     """One heal run. Holds the state documents while the run works on them."""
 
     def __init__(self, cfg, store, now: datetime, apply: bool, runner=None, verify=None) -> None:
-        from gpuheal.zulip import secrets_for
+        from gpuheal.credentials import secrets_for
 
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
         self.state = HealState.from_json(store.read(files.HEAL, {}))
@@ -82,7 +82,7 @@ class Heal:
             self.effects.close()
         if self.apply:  # 6. count the clean cycle, save
             actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]  # never an info advice
-            self.rec.count_clean_cycle(not actionable and not acted, self.cfg.zulip.all_clear_every)
+            self.rec.count_clean_cycle(not actionable and not acted, self.cfg.alerts.all_clear_every)
             self.state = self.state.pruned(self.now_s, verify.OPEN)
             self._save()
             self.store.write(files.ALERTS, self.rec.alerts.to_json())

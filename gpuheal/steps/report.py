@@ -170,14 +170,15 @@ def build_weekly(cfg, store, now: datetime) -> dict[str, Any]:
 def command(rt, store, weekly: bool = False, send: bool = False, post=None, full: bool = False):
     """``full``: the weekly report's every GPU row (on stdout; with ``--send``, split across messages
     after the summary, each within the sink's limit)."""
-    from gpuheal import exit_codes, kg, zulip
+    from gpuheal import exit_codes, kg
+    from gpuheal.credentials import secrets_for
     from gpuheal.redact import redact, redact_text
     from gpuheal.render import report as render_report
     from gpuheal.render import weekly as render_weekly
     from gpuheal.runtime import CommandResult
 
     cfg = rt.cfg
-    secrets = zulip.secrets_for(cfg)
+    secrets = secrets_for(cfg)
     kg_summary = kg.sync(cfg, store, rt.now, secrets)
     warnings = list(kg_summary.pop("warnings"))
     extra: list[str] = []
@@ -231,14 +232,15 @@ def _deliver(cfg, parts: list[str], post) -> tuple[list[dict[str, Any]], str | N
     """Each part as one message through the alert sink, in order, stopping at the first failure:
     (what was sent, the error or None)."""
     from gpuheal.sink import SinkUnavailable
-    from gpuheal.sinks import open_sink
+    from gpuheal.sinks import destination, open_sink
 
     try:
         sink = open_sink(cfg, post)
     except SinkUnavailable as exc:
         return [], exc.detail
     sent: list[dict[str, Any]] = []
-    stream, topic = getattr(sink, "stream", None), getattr(sink, "topic", None)
+    to = destination(cfg)
+    stream, topic = to.channel, to.topic
     for part in parts:
         outcome = sink.send(part)
         if not outcome.ok:
