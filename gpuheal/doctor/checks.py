@@ -442,13 +442,16 @@ def spend_logs_checks(cfg, key: str | None, t: float) -> list[Check]:
     probe's deadline (s)."""
     from gpuheal.core.routing import Criterion, criteria
     from gpuheal.model import DataFault
+    from gpuheal.signals import Signal
+    from gpuheal.source_kinds import configured
     from gpuheal.sources.litellm_spend import NO_DATABASE, NO_DATABASE_HINT, fetch_spend
 
     roles = [g for g in cfg.gpus if g.role_kinds is not None and g.role_kinds.judged]
     if not cfg.litellm.read_spend_logs and not roles:
         return []
-    instead = ("LiteLLM's counters" if cfg.litellm.read_metrics else "gpu-monitor" if cfg.monitor is not None
-               else "nothing: Rule 10 is not judged")
+    source = configured(cfg).spec  # the GPU source's own request counts (gpu-monitor's), if it has them
+    instead = ("LiteLLM's counters" if cfg.litellm.read_metrics else source.label
+               if Signal.REQUEST_SHARE in source.provides else "nothing: Rule 10 is not judged")
     now_s = time.time()  # the last minute's rows: enough to see that the route answers
     got = fetch_spend(str(cfg.litellm.url), key, now_s - 60.0, now_s, deadline_s=t,
                       max_rows=cfg.litellm.spend_logs_max_rows) if cfg.litellm.read_spend_logs else None
