@@ -81,7 +81,7 @@ class Fleet:
         monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
         url = self.monitor.url + "/gpu-data" if mode == "monitor" else closed_url() + "/gpu-data"
         raw = fleet_config(url, [(a, h, s.url) for (a, (h, _)), s in zip(READINGS.items(), self.servers,
-                                                                        strict=True)], timeout_s=1.0)
+                                                                        strict=True)], timeout_s=3.0)
         for i, g in enumerate(raw["gpus"]):
             g["gpu_index"] = i
         raw["rules"] = FAST_LEAK  # the fleet's: with prometheus: a trend window is one PromQL range
