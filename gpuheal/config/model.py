@@ -14,11 +14,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-# Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
-# engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
-# falling back to the remedy's own). These are the values in force when a rule's defaults do not
-# set them, and the defaults that give their types to the strict schema (config/params.py).
-ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1, "verify_within_s": 300}
 
 SSH_PORT = 22  # the SSH well-known port (RFC 4253): a protocol fact, not operator tuning
 
@@ -35,6 +30,31 @@ COMMAND_KEYS = (
     "ps_command",
     "journal_command",
 )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineParams:
+    """The parameters every rule has, whether or not defaults.yaml lists them for it: the rules
+    engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
+    falling back to the remedy's own). A rule's own ``Params`` record extends it (core/rule.py);
+    these defaults are the values in force when a rule's defaults do not set them."""
+
+    hold_polls: int = 1  # consecutive polls a finding must hold before the issue fires
+    hold_s: float = 0.0  # and more than this long since it started (0: at once)
+    clear_polls: int = 1  # consecutive polls of recovery before a firing issue resolves
+    verify_within_s: float = 300.0  # how long a fix may take to show, judged from fresh data
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemedyParams(EngineParams):
+    """The parameters of a rule ``heal`` acts on: how many failed attempts of one occurrence before
+    the humans are called (never more than ``heal.max_failed_verifications``)."""
+
+    escalate_after_failures: int
+
+
+# EngineParams as a mapping: the defaults that give their types to the strict schema (config/params.py)
+ENGINE_PARAMS: dict[str, Any] = {f.name: f.default for f in fields(EngineParams)}
 
 
 @dataclass(frozen=True)
@@ -224,6 +244,64 @@ def section_record(cls: type[_Section], data: Mapping[str, Any]) -> _Section:
     return cls(**values)
 
 
+# ------------------------------------------------------------------ the rules' typed parameters
+
+_Params = TypeVar("_Params", bound=EngineParams)
+PARAM_KINDS: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+class ParamsMismatch(TypeError):
+    """A rule's ``Params`` record and the parameters merged for it disagree: a programming error in
+    the rule or in defaults.yaml, never the operator's (the loader has checked every value they set
+    against defaults.yaml: contract "Rule parameters")."""
+
+
+_KINDS_OF: dict[type, dict[str, type]] = {}
+
+
+def param_kinds(cls: type[EngineParams]) -> dict[str, type]:
+    """Each field of a parameter record and its type, one of :data:`PARAM_KINDS` (a rule's
+    parameters are flat scalars, like their YAML); worked out once per record type."""
+    known = _KINDS_OF.get(cls)
+    if known is not None:
+        return known
+    kinds: dict[str, type] = {}
+    for f in fields(cls):
+        name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", repr(f.type))
+        if name not in PARAM_KINDS:
+            raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}.{f.name}: a parameter is one of "
+                                 f"{', '.join(PARAM_KINDS)}, not {name}")
+        kinds[f.name] = PARAM_KINDS[name]
+    _KINDS_OF[cls] = kinds
+    return kinds
+
+
+def param_fits(kind: type, value: Any) -> bool:
+    """Whether ``value`` may stand in a field of ``kind`` (a whole number in a float field may; a
+    bool is never a number)."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
+
+
+def params_record(cls: type[_Params], merged: Mapping[str, Any]) -> _Params:
+    """``cls`` from the parameters merged for one rule and GPU (defaults.yaml ← fleet ← GPU), each
+    value checked against its field's type (``85`` → ``85.0`` in a float field). A key the record
+    does not name, a field without a value or a value of another type is :class:`ParamsMismatch`."""
+    kinds = param_kinds(cls)
+    values: dict[str, Any] = {}
+    for name, value in merged.items():
+        kind = kinds.get(name)
+        if kind is None or not param_fits(kind, value):
+            what = "no such field" if kind is None else f"{value!r} is not {kind.__name__}"
+            raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}.{name}: {what}")
+        values[name] = float(value) if kind is float else value
+    try:
+        return cls(**values)
+    except TypeError as exc:  # a field without a value (defaults.yaml lacks it)
+        raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class WakeConfig:
     """``wake:`` (issue 22 item 7): the variable holding the webhook's bearer token, and the least
@@ -236,8 +314,8 @@ class WakeConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The validated configuration. ``knowledge_graph`` and ``rules`` stay plain dicts (the rules'
-    typed parameter records come with the signal model, issue 19)."""
+    """The validated configuration. ``knowledge_graph`` and ``rules`` stay plain dicts; a rule reads
+    its parameters as its typed ``Params`` record (:meth:`rule_record`), built once per config."""
 
     path: str | None
     monitor: MonitorConfig | None  # None: no gpu-monitor; GPU readings from nvidia-smi / rocm-smi
@@ -254,6 +332,9 @@ class Config:
     metrics_file: str | None = None
     prometheus: PrometheusConfig | None = None  # set: the GPU data source is Prometheus, not gpu-monitor
     wake: WakeConfig = WakeConfig()
+    # rule_record's cache: (record type, id of the merged mapping) → (that mapping, its record), and
+    # (record type, its values) → the record, so GPUs with the same values share one
+    _records: dict[tuple[type, Any], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -270,6 +351,25 @@ class Config:
         if alias is not None:
             return self.gpu(alias).rules.get(rule_id, {})
         return self.rules.get(rule_id, {})
+
+    def rule_record(self, cls: type[_Params], merged: Mapping[str, Any]) -> _Params:
+        """:func:`params_record` of ``merged`` (one of this config's ``rules`` mappings), built
+        once: the engine asks for every rule of every GPU at every poll, and 10,000 GPUs that
+        override nothing share one mapping per rule (issue 13)."""
+        key = (cls, id(merged))
+        hit = self._records.get(key)
+        if hit is not None and hit[0] is merged:
+            record: _Params = hit[1]
+            return record
+        by_value = (cls, tuple(merged.items()))
+        try:
+            shared: _Params | None = self._records.get(by_value)
+        except TypeError:  # an unhashable value is no parameter: params_record says which
+            shared = None
+        record = params_record(cls, merged) if shared is None else shared
+        self._records[by_value] = record
+        self._records[key] = (merged, record)  # holding ``merged`` keeps its id from being reused
+        return record
 
 
 def split_command(value: str | list[str]) -> tuple[str, ...]:
