@@ -11,23 +11,43 @@ alias audit" is an escalation on how long the issue has been open (its ``since``
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Final
+
+from gpuheal.config.model import EngineParams
 from gpuheal.core.engine import Finding
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "workload-misrouted"
-SCOPE = "gpu"
-SEVERITY = "info"
-NEEDS: tuple[Need, ...] = needs(Signal.REQUEST_SHARE)
+ID: Final = "workload-misrouted"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "info"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.REQUEST_SHARE)
+INHIBITS: Final = None
+recovered: Final = None  # back within the band (detect quiet)
+hold: Final = None  # the engine's: hold_s
+
+# per weighted alias: (its requests, its share, its target share, the fleet's requests)
+Shares = dict[str, tuple[int, float, float, int]]
 
 
-def _shares(view, window_s, min_requests):
+@dataclass(frozen=True, kw_only=True)
+class Params(EngineParams):
+    tolerance_ratio: float  # a share off its target by more than this share of the target is misrouted
+    min_requests: int  # fewer requests fleet-wide in the window say nothing (read at fleet level)
+    window_s: float  # the trailing window the shares are counted over (read at fleet level)
+
+
+def _shares(view: FleetView, window_s: float, min_requests: int) -> Shares | None:
     key = ("workload", window_s, min_requests)
     if key in view.cache:
-        return view.cache[key]
+        cached: Shares | None = view.cache[key]
+        return cached
     weights = {a: g.weight for a, g in view.gpus.items() if g.weight is not None}
     result = None
-    counts = {}
+    counts: dict[str, int] = {}
     for alias in weights:
         n = view.requests_in_window(alias, window_s)
         if n is None:
@@ -44,16 +64,16 @@ def _shares(view, window_s, min_requests):
     return result
 
 
-def detect(view, alias, p):
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     gpu = view.gpu(alias)
     if gpu.weight is None:
         return None
-    fleet = view.params(ID, "fleet")
-    shares = _shares(view, float(fleet["window_s"]), int(fleet["min_requests"]))
+    fleet = view.rule_params(ID, Params, "fleet")
+    shares = _shares(view, fleet.window_s, fleet.min_requests)
     if shares is None:
         return None
     requests, share, target, total = shares[alias]
-    band = max(float(p["tolerance_ratio"]) * target, 0.02)
+    band = max(p.tolerance_ratio * target, 0.02)
     if abs(share - target) <= band:
         return False
     direction = "over" if share > target else "under"
@@ -64,7 +84,7 @@ def detect(view, alias, p):
             "tolerance_pct": num(100 * band),
             "requests": requests,
             "fleet_requests": total,
-            "window_s": float(fleet["window_s"]),
+            "window_s": fleet.window_s,
             "direction": direction,
             "role": gpu.role,
         },
