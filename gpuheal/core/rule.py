@@ -22,7 +22,7 @@ these names and nothing else — no ``getattr`` on a module that may lack one:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar, get_args
 
 from gpuheal.config.model import EngineParams
 from gpuheal.signals import Need
@@ -70,7 +70,8 @@ class Rule(Protocol[P]):
     def hold(self) -> Callable[[P], tuple[int, float]] | None: ...
 
 
-def rule(module: Rule[P]) -> Rule[P]:
+def rule(module: Rule[P]) -> Rule[Any]:
     """``module``, checked by mypy as one :class:`Rule` whose ``detect``, ``recovered`` and ``hold``
-    all take its own ``Params`` (a registry of ``Rule[Any]`` alone would not see a mismatch)."""
+    all take its own ``Params``. The return type is deliberately not ``Rule[P]``: in the registry's
+    ``tuple[Rule[Any], ...]`` that would let mypy infer ``P = Any`` and accept any mismatch."""
     return module

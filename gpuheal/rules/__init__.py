@@ -122,13 +122,14 @@ def _declarations_problem(module: Any) -> str | None:
 
 
 def params_problem(params: Any) -> str | None:
-    """What is wrong with a rule's ``Params`` as a record type, or ``None``: it is a frozen
-    dataclass extending :class:`EngineParams` whose fields are scalars and whose own defaults (if
-    any) fit their types (``hold_polls: int = 1.5`` is refused here, not at the first poll)."""
+    """What is wrong with a rule's ``Params`` as a record type, or ``None``: it is a dataclass of
+    its own extending :class:`EngineParams` (so frozen: Python refuses a mutable one) whose fields
+    are scalars and whose own defaults (if any) fit their types (``hold_polls: int = 1.5`` is
+    refused here, not at the first poll)."""
     if not (isinstance(params, type) and is_dataclass(params) and issubclass(params, EngineParams)):
         return "Params must be a dataclass extending gpuheal.config.model.EngineParams"
-    if not params.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        return "Params must be frozen (a rule never changes its parameters)"
+    if "__dataclass_params__" not in vars(params):  # frozen follows: EngineParams is
+        return "Params must be a @dataclass(frozen=True, kw_only=True) itself, not only extend one"
     try:
         kinds = param_kinds(params)
     except ParamsMismatch as exc:
