@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuheal.core.rule import Rule
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
 from gpuheal.signals import ALWAYS, Signal, Source, per_gpu, serves_task_loop, spec, unmet
@@ -35,7 +36,7 @@ def without_metrics(monitor_configured: bool) -> str:
     return f" and {NO_MONITOR}: a stuck model is not detected"
 
 
-def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dict[str, Any]]:
+def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...]) -> list[dict[str, Any]]:
     """``[{"rule", "gpus", "why", "fix"}]`` for a fleet whose configured GPU source is ``source``
     (``monitor`` | ``prometheus`` | ``smi``; a fallback poll counts as ``monitor``); ``gpus`` is
     ``["fleet"]`` or the aliases concerned. ``rules``: the registry (:data:`gpuheal.rules.ALL`)."""
@@ -65,7 +66,7 @@ def rules_off(source: str, obs: Observation, rules: tuple[Any, ...]) -> list[dic
     return off
 
 
-def _gpu_why(rule: Any, monitor_configured: bool) -> str:
+def _gpu_why(rule: Rule[Any], monitor_configured: bool) -> str:
     missing = "; ".join(n.describe() for n in rule.NEEDS if Signal.DECODE_PROGRESS in n.any_of)
     return f"needs {missing}: llama-server serves no /metrics{without_metrics(monitor_configured)}"
 
