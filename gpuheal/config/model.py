@@ -332,9 +332,9 @@ class Config:
     metrics_file: str | None = None
     prometheus: PrometheusConfig | None = None  # set: the GPU data source is Prometheus, not gpu-monitor
     wake: WakeConfig = WakeConfig()
-    # rule_record's cache: (record type, id of the merged mapping) → (that mapping, its record), and
+    # rule_record's cache: id of a merged mapping → (that mapping, its record type, the record), and
     # (record type, its values) → the record, so GPUs with the same values share one
-    _records: dict[tuple[type, Any], Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _records: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def aliases(self) -> tuple[str, ...]:
@@ -356,10 +356,9 @@ class Config:
         """:func:`params_record` of ``merged`` (one of this config's ``rules`` mappings), built
         once: the engine asks for every rule of every GPU at every poll, and 10,000 GPUs that
         override nothing share one mapping per rule (issue 13)."""
-        key = (cls, id(merged))
-        hit = self._records.get(key)
-        if hit is not None and hit[0] is merged:
-            record: _Params = hit[1]
+        hit = self._records.get(id(merged))
+        if hit is not None and hit[0] is merged and hit[1] is cls:
+            record: _Params = hit[2]
             return record
         by_value = (cls, tuple(merged.items()))
         try:
@@ -368,7 +367,7 @@ class Config:
             shared = None
         record = params_record(cls, merged) if shared is None else shared
         self._records[by_value] = record
-        self._records[key] = (merged, record)  # holding ``merged`` keeps its id from being reused
+        self._records[id(merged)] = (merged, cls, record)  # holding ``merged`` keeps its id from being reused
         return record
 
 

@@ -11,7 +11,9 @@ Queries are cached per view: Rule 2 and the ``vram-trend`` file share one fit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
 
 from gpuheal import benchdata
@@ -33,6 +35,7 @@ class History(Protocol):
 
 
 ParamsT = TypeVar("ParamsT", bound=EngineParams)
+NO_PARAMS: Mapping[str, Any] = MappingProxyType({})  # a rule without defaults (its record then says what is missing)
 REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
 
 
@@ -177,7 +180,9 @@ class FleetView:
     def rule_params(self, rule_id: str, params_type: type[ParamsT], subject: str) -> ParamsT:
         """The rule's typed parameter record for ``subject`` (a GPU alias, or ``fleet``: the fleet's
         values), built once per config (:meth:`Config.rule_record`)."""
-        return self.cfg.rule_record(params_type, self.params(rule_id, subject))
+        gpu = self.gpus.get(subject)  # as params(), inlined: asked for every rule of every GPU
+        merged = (self.cfg.rules if gpu is None else gpu.rules).get(rule_id, NO_PARAMS)
+        return self.cfg.rule_record(params_type, merged)
 
     def gpu(self, alias: str) -> GpuConfig:
         return self.gpus[alias]
