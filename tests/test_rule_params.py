@@ -36,28 +36,25 @@ RULES = _defaults()["rules"]
 def test_every_rules_params_agree_with_defaults_yaml(rule):
     assert record_problems(rule.Params, RULES[rule.ID], ENGINE_PARAMS) == []
     p = params_record(rule.Params, RULES[rule.ID])
-    assert dataclasses.is_dataclass(p) and isinstance(p, EngineParams)
+    assert isinstance(p, EngineParams) and p == params_record(rule.Params, dict(RULES[rule.ID]))
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.hold_polls = 9  # a rule never changes its parameters
+    assert repr(p).startswith("Params(hold_polls=")
 
 
-@dataclass(frozen=True, kw_only=True)
 class _NoClearBelow(RemedyParams):  # Rule 1's record with clear_below_c forgotten
     temp_c: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class _ExtraField(thermal_critical.Params):  # a field defaults.yaml has no value for
     fan_rpm: int
 
 
-@dataclass(frozen=True, kw_only=True)
 class _IntTemp(RemedyParams):  # the schema takes 85.5 °C; an int field would not
     temp_c: int
     clear_below_c: float
 
 
-@dataclass(frozen=True, kw_only=True)
 class _StrPolls(RemedyParams):  # a field of a type no parameter has
     temp_c: float
     clear_below_c: float
@@ -89,33 +86,31 @@ def _module(params, **attrs):
     return mod
 
 
-def test_the_registry_refuses_a_params_that_is_not_a_frozen_record_of_scalars_with_fitting_defaults():
-    @dataclass(frozen=True, kw_only=True)
+def test_the_registry_refuses_a_params_that_is_not_a_record_of_scalars_with_fitting_defaults():
     class WrongDefault(RemedyParams):
         temp_c: float = "85"  # a wrong-typed default
 
-    @dataclass(frozen=True, kw_only=True)
     class BoolAsNumber(EngineParams):
         temp_c: float = True  # a bool is never a number
 
-    class Undecorated(EngineParams):  # @dataclass forgotten: temp_c would be no field
-        temp_c: float
-
-    @dataclass(frozen=True, kw_only=True)
     class Listy(EngineParams):
-        temps_c: list = dataclasses.field(default_factory=list)
+        temps_c: list
 
     @dataclass(frozen=True)
-    class Alone:
+    class Alone:  # a frozen dataclass, but not a parameter record
         temp_c: float
+
+    @dataclass(frozen=True)
+    class Both(EngineParams):  # its generated __init__ would skip the record's checks
+        temp_c: float = 85.0
 
     cases = [
         (WrongDefault, "its default '85' is not float"),
         (BoolAsNumber, "its default True is not float"),
-        (Undecorated, "must be a @dataclass"),
         (Listy, "a parameter is one of int, float, bool, str, not list"),
         (Alone, "extending gpuheal.config.model.EngineParams"),
         (None, "extending gpuheal.config.model.EngineParams"),
+        (Both, "not also a dataclass"),
     ]
     for params, message in cases:
         with pytest.raises(RuleRegistryError, match=message):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -32,8 +32,61 @@ COMMAND_KEYS = (
 )
 
 
-@dataclass(frozen=True, kw_only=True)
-class EngineParams:
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+class ParamsRecord:
+    """A typed, frozen parameter record: one field per parameter, keyword-only, units in the names.
+
+    mypy checks a subclass as a frozen, keyword-only dataclass (PEP 681 ``dataclass_transform``);
+    at run time it is built without ``dataclasses``' code generation, because defining a frozen
+    dataclass costs about 1 ms (it compiles six methods) and the rules' records were 12 ms of every
+    cron start (issue 19, "Performance"). :attr:`FIELDS` is what ``dataclasses.fields`` would say:
+    each field, own and inherited, in order, with its type's name and its default (or ``MISSING``).
+    """
+
+    FIELDS: ClassVar[dict[str, tuple[str, Any]]] = {}
+
+    def __init_subclass__(cls) -> None:
+        own: dict[str, tuple[str, Any]] = {}
+        for name, kind in vars(cls).get("__annotations__", {}).items():
+            kind_name = kind if isinstance(kind, str) else str(getattr(kind, "__name__", kind))
+            if not kind_name.startswith(("ClassVar", "typing.ClassVar")):
+                own[name] = (kind_name, vars(cls).get(name, MISSING))
+        cls.FIELDS = {**cls.FIELDS, **own}  # inherited first, as dataclasses order them
+
+    def __init__(self, **values: Any) -> None:
+        fields_ = type(self).FIELDS
+        unknown = sorted(values.keys() - fields_.keys())
+        missing = [name for name, (_, default) in fields_.items() if default is MISSING and name not in values]
+        if unknown or missing:
+            pairs = (("unexpected", unknown), ("missing", missing))
+            what = [f"{word} {', '.join(names)}" for word, names in pairs if names]
+            raise TypeError(f"{type(self).__qualname__}(): {'; '.join(what)}")
+        for name, (_, default) in fields_.items():
+            object.__setattr__(self, name, values.get(name, default))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def field_values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ParamsRecord) or type(other) is not type(self):
+            return NotImplemented
+        return other.field_values() == self.field_values()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.field_values()))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"{type(self).__qualname__}({shown})"
+
+
+class EngineParams(ParamsRecord):
     """The parameters every rule has, whether or not defaults.yaml lists them for it: the rules
     engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
     falling back to the remedy's own). A rule's own ``Params`` record extends it (core/rule.py);
@@ -45,7 +98,6 @@ class EngineParams:
     verify_within_s: float = 300.0  # how long a fix may take to show, judged from fresh data
 
 
-@dataclass(frozen=True, kw_only=True)
 class RemedyParams(EngineParams):
     """The parameters of a rule ``heal`` acts on: how many failed attempts of one occurrence before
     the humans are called (never more than ``heal.max_failed_verifications``)."""
@@ -54,7 +106,7 @@ class RemedyParams(EngineParams):
 
 
 # EngineParams as a mapping: the defaults that give their types to the strict schema (config/params.py)
-ENGINE_PARAMS: dict[str, Any] = {f.name: f.default for f in fields(EngineParams)}
+ENGINE_PARAMS: dict[str, Any] = {name: default for name, (_, default) in EngineParams.FIELDS.items()}
 
 
 @dataclass(frozen=True)
@@ -266,12 +318,11 @@ def param_kinds(cls: type[EngineParams]) -> dict[str, type]:
     if known is not None:
         return known
     kinds: dict[str, type] = {}
-    for f in fields(cls):
-        name = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", repr(f.type))
+    for field_name, (name, _) in cls.FIELDS.items():
         if name not in PARAM_KINDS:
-            raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}.{f.name}: a parameter is one of "
+            raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}.{field_name}: a parameter is one of "
                                  f"{', '.join(PARAM_KINDS)}, not {name}")
-        kinds[f.name] = PARAM_KINDS[name]
+        kinds[field_name] = PARAM_KINDS[name]
     _KINDS_OF[cls] = kinds
     return kinds
 

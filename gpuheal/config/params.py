@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass
 from typing import Any
 
 from gpuheal.config.model import EngineParams, ParamsMismatch, param_kinds
@@ -252,7 +252,7 @@ def record_problems(
             problems.append(f"{name}: in defaults.yaml, but Params has no such field")
         elif kind is not want:
             problems.append(f"{name}: Params says {kind.__name__}, the schema takes {want.__name__} ({default!r})")
-    for f in fields(params_type):
-        if f.default is MISSING and f.name not in defaults:
-            problems.append(f"{f.name}: a Params field without a value in defaults.yaml")
+    for name, (_, default) in params_type.FIELDS.items():
+        if default is MISSING and name not in defaults:
+            problems.append(f"{name}: a Params field without a value in defaults.yaml")
     return problems

@@ -9,7 +9,8 @@ these names and nothing else — no ``getattr`` on a module that may lack one:
 - ``NEEDS``: the signals it reads (:mod:`gpuheal.signals`);
 - ``INHIBITS`` (:data:`Inhibits`): ``None``, ``"host"`` (the GPU's other issues), ``"monitor"`` (the
   rules whose signals the data source stopped delivering) or a frozenset of issue ids of the GPU;
-- ``Params``: a frozen dataclass extending :class:`~gpuheal.config.model.EngineParams` (or
+- ``Params``: a frozen record class (:class:`~gpuheal.config.model.ParamsRecord`, checked by mypy as
+  a frozen dataclass) extending :class:`~gpuheal.config.model.EngineParams` (or
   :class:`~gpuheal.config.model.RemedyParams` for a rule ``heal`` acts on), one field per
   parameter of ``rules.<id>`` in defaults.yaml, units in the names; the config builds it once per
   (rule, GPU) from defaults ← fleet ← ``gpus[].rules`` (``Config.rule_record``);

@@ -14,8 +14,8 @@ rule's ``Params`` record, built once per config and GPU (``Config.rule_record``)
 The registry is checked twice. mypy (``make lint``) checks each module against the protocol where
 :data:`ALL` lists it, including that ``detect``, ``recovered`` and ``hold`` take its own ``Params``.
 At import, :func:`build_registry` refuses an unknown id, a duplicate, a module not named after its
-id, a value outside the protocol's Literals, or a ``Params`` that is not a frozen
-:class:`~gpuheal.config.model.EngineParams` of scalar fields whose defaults fit their types — never
+id, a value outside the protocol's Literals, or a ``Params`` that is not an
+:class:`~gpuheal.config.model.EngineParams` record of scalar fields whose defaults fit their types — never
 a silently ignored rule. That ``Params`` and ``defaults.yaml`` name the same parameters with the
 types the config schema gives them (:func:`gpuheal.config.params.record_problems`) is checked by
 ``tests/test_rule_params.py``.
@@ -25,9 +25,10 @@ Adding a rule, exactly (checked by adding one, issue 10):
 1. ``gpuheal/ids.py``: its issue id in ``ISSUE_IDS`` (a contract id: alerts, the audit trail and
    dashboards key on it, so it never changes once released);
 2. ``gpuheal/rules/<id with _ for ->.py``: ``ID``, ``SCOPE``, ``SEVERITY``, ``NEEDS``, ``INHIBITS``,
-   a frozen ``Params`` dataclass (``RemedyParams`` if heal acts on it, else ``EngineParams``) with
-   one field per parameter, units in the names, and ``detect`` — plus ``recovered`` and ``hold``,
-   or ``None`` for each — pure, fully annotated: values in, values out;
+   a ``Params`` record (``class Params(RemedyParams)`` if heal acts on it, else ``EngineParams``:
+   frozen, and checked by mypy as a dataclass) with one field per parameter, units in the names,
+   and ``detect`` — plus ``recovered`` and ``hold``, or ``None`` for each — pure, fully annotated:
+   values in, values out;
 3. this module: import it and add ``rule(<module>)`` to :data:`ALL` (the registry line);
 4. ``gpuheal/config/defaults.yaml``: ``rules.<id>: {...}`` with every parameter of its ``Params``
    (each then overridable per fleet and per GPU, and checked by name and type by the config
@@ -44,7 +45,7 @@ Nothing else names rules: the engine, ``check``, the renderers and the state rea
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields, is_dataclass
+from dataclasses import MISSING, is_dataclass
 from typing import Any
 
 from gpuheal.config.model import EngineParams, ParamsMismatch, param_fits, param_kinds
@@ -122,21 +123,21 @@ def _declarations_problem(module: Any) -> str | None:
 
 
 def params_problem(params: Any) -> str | None:
-    """What is wrong with a rule's ``Params`` as a record type, or ``None``: it is a dataclass of
-    its own extending :class:`EngineParams` (so frozen: Python refuses a mutable one) whose fields
-    are scalars and whose own defaults (if any) fit their types (``hold_polls: int = 1.5`` is
-    refused here, not at the first poll)."""
-    if not (isinstance(params, type) and is_dataclass(params) and issubclass(params, EngineParams)):
-        return "Params must be a dataclass extending gpuheal.config.model.EngineParams"
-    if "__dataclass_params__" not in vars(params):  # frozen follows: EngineParams is
-        return "Params must be a @dataclass(frozen=True, kw_only=True) itself, not only extend one"
+    """What is wrong with a rule's ``Params`` as a record type, or ``None``: it extends
+    :class:`EngineParams` (so it is a frozen :class:`~gpuheal.config.model.ParamsRecord`), its
+    fields are scalars and their own defaults (if any) fit their types (``hold_polls: int = 1.5``
+    is refused here, not at the first poll)."""
+    if not (isinstance(params, type) and issubclass(params, EngineParams)):
+        return "Params must be a record extending gpuheal.config.model.EngineParams"
+    if is_dataclass(params):
+        return "Params is a ParamsRecord, not also a dataclass (its generated __init__ would bypass the record's)"
     try:
         kinds = param_kinds(params)
     except ParamsMismatch as exc:
         return str(exc)
-    for f in fields(params):
-        if f.default is not MISSING and not param_fits(kinds[f.name], f.default):
-            return f"Params.{f.name}: its default {f.default!r} is not {kinds[f.name].__name__}"
+    for name, (_, default) in params.FIELDS.items():
+        if default is not MISSING and not param_fits(kinds[name], default):
+            return f"Params.{name}: its default {default!r} is not {kinds[name].__name__}"
     return None
 
 

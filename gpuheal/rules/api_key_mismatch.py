@@ -11,7 +11,6 @@ never appears in the evidence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 from gpuheal.config.model import EngineParams
@@ -33,7 +32,6 @@ hold: Final = None  # the engine's: hold_polls (1: reported at once)
 UNAUTHORIZED_ERRORS = frozenset({"unauthorized", "http-401", "401"})
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(EngineParams):
     """Only the engine's parameters: no fix but the humans (a key is never guessed)."""
 

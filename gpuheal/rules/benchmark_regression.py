@@ -13,7 +13,6 @@ result of the run. The evidence carries what Rule 4's fixes check: utilisation, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Final
 
 from gpuheal import benchdata
@@ -33,7 +32,6 @@ recovered: Final = None  # regression_state says when a result is back near the 
 hold: Final = None  # the engine's: min_results slow results are the hold
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RemedyParams):
     drop_ratio: float  # a result more than this share below the baseline is slow
     min_results: int  # this many consecutive slow results start a regression (not one slow run)

@@ -15,7 +15,6 @@ rule's ``verify_within_s`` (60).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
@@ -33,7 +32,6 @@ NEEDS: Final[tuple[Need, ...]] = needs(Signal.BREAKERS)
 INHIBITS: Final = None
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RemedyParams):
     open_for_s: float  # open more than this long while /health answers 200 is stuck
 

@@ -21,7 +21,6 @@ rounded down to 256 tokens, times the result's ``slots`` (llama-server.md: "Slot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import EngineParams
@@ -40,7 +39,6 @@ recovered: Final = None  # back in the optimal band (detect quiet)
 hold: Final = None  # the engine's hold_polls / hold_s
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(EngineParams):
     reduce_below_ratio: float  # mean tok/s below this share of the baseline: reduce the context
     headroom_above_ratio: float  # above this share: the context has headroom

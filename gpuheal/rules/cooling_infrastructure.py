@@ -14,7 +14,6 @@ temperature (80 °C): with the defaults, when any GPU is back below it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Final, Literal
 
 from gpuheal.config.model import EngineParams
@@ -34,7 +33,6 @@ hold: Final = None  # the engine's: hold_polls hot polls
 FLEET_GROUP = "fleet"  # the group's name when group_by is "" (the whole fleet)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(EngineParams):
     min_gpus: int  # a group needs at least this many GPUs (in a one-GPU group Rule 1 says it all)
     cooling_fraction: float  # this share of a group's GPUs hot is a cooling failure there

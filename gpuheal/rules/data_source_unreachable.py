@@ -10,7 +10,6 @@ Resolves on the first usable monitor poll. Without gpu-monitor (readings from sm
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
@@ -28,7 +27,6 @@ recovered: Final = None  # the first usable poll (detect quiet) resolves it
 hold: Final = None  # the engine's: hold_polls (fires on the 3rd consecutive unusable poll)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RemedyParams):
     """Only the engine's and heal's parameters (hold_polls, verify_within_s, ...)."""
 

@@ -10,7 +10,6 @@ means reachable (a pending issue is dropped); it resolves on a 200 (the spec's v
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
@@ -28,7 +27,6 @@ INHIBITS: Final = "host"
 hold: Final = None  # the engine's: hold_polls (fires on the 3rd consecutive failed probe)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RemedyParams):
     """Only the engine's and heal's parameters (hold_polls, verify_within_s, ...)."""
 

@@ -30,7 +30,6 @@ gpu-monitor only when it was usable this poll, so it works without gpu-monitor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
@@ -57,7 +56,6 @@ SOURCE_TASKLOOP = "llama-server task loop"
 SOURCE_LITELLM = "LiteLLM /metrics"
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RemedyParams):
     failure_ratio: float  # more than this share of requests failing is a bad poll
     min_requests: int  # fewer requests than this say nothing (one stuck request is not a stuck GPU)

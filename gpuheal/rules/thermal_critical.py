@@ -7,7 +7,6 @@ stays critical instead of flapping.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
@@ -25,7 +24,6 @@ INHIBITS: Final = None
 hold: Final = None  # the engine's: hold_polls consecutive hot polls
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RemedyParams):
     temp_c: float  # above this a poll is hot
     clear_below_c: float  # a firing issue clears only below this (hysteresis)

@@ -8,7 +8,6 @@ not merely when it stops rising.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.core.engine import IssueRecord
@@ -25,7 +24,6 @@ INHIBITS: Final = None
 hold: Final = None  # the engine's hold_polls / hold_s
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RiseParams):
     clear_below_c: float  # a firing issue clears only below this, not when it stops rising
 

@@ -8,7 +8,6 @@ no Zulip alert (contract: "no alert"). Recovers when the rise drops below ``clea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
@@ -28,7 +27,6 @@ INHIBITS: Final = None
 hold: Final = None  # the engine's hold_polls / hold_s (the rise itself spans minutes)
 
 
-@dataclass(frozen=True, kw_only=True)
 class RiseParams(RemedyParams):
     """What both tiers of Rule 8 read to say "hot and rising" (``thermal-rising`` too)."""
 
@@ -39,7 +37,6 @@ class RiseParams(RemedyParams):
     min_span_s: float  # spanning at least this long: a few minutes, never two samples
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RiseParams):
     clear_rise_c_per_min: float  # a firing warning clears once the rise is below this (or not hot)
 

@@ -12,7 +12,6 @@ is not a leak. Recovers when the rate drops below the threshold (the spec's veri
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
@@ -32,7 +31,6 @@ INHIBITS: Final = None
 hold: Final = None  # the engine's hold_polls / hold_s (the fit itself spans hours)
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(RemedyParams):
     window_h: float  # the least-squares window
     min_samples: int  # a fit needs this many samples ...

@@ -11,7 +11,6 @@ alias audit" is an escalation on how long the issue has been open (its ``since``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from gpuheal.config.model import EngineParams
@@ -33,7 +32,6 @@ hold: Final = None  # the engine's: hold_s
 Shares = dict[str, tuple[int, float, float, int]]
 
 
-@dataclass(frozen=True, kw_only=True)
 class Params(EngineParams):
     tolerance_ratio: float  # a share off its target by more than this share of the target is misrouted
     min_requests: int  # fewer requests fleet-wide in the window say nothing (read at fleet level)
