@@ -47,7 +47,8 @@ def scripted_rule(detects: str, recovers: str | None = None, *, polls: int = 1, 
         return False if c == "." else None
 
     rule = SimpleNamespace(ID=rule_id, SCOPE=scope, SEVERITY="critical", NEEDS=needs, INHIBITS=inhibits,
-                           detect=detect, hold=lambda p: (polls, hold_s))
+                           Params=BY_ID[rule_id].Params, detect=detect, recovered=None,
+                           hold=lambda p: (polls, hold_s))
     if recovers is not None:
         def recovered(view, subject, p, record):
             c = recovers[state["i"]]
@@ -219,8 +220,9 @@ def test_registry_has_every_contract_id_once_and_matches_defaults():
 
 
 def _module(name, **attrs):
-    mod = SimpleNamespace(__name__=f"gpuheal.rules.{name}", SCOPE="gpu", SEVERITY="warning",
-                          NEEDS=(), detect=lambda v, s, p: None)
+    mod = SimpleNamespace(__name__=f"gpuheal.rules.{name}", SCOPE="gpu", SEVERITY="warning", NEEDS=(),
+                          INHIBITS=None, Params=BY_ID["vram-leak"].Params, detect=lambda v, s, p: None,
+                          recovered=None, hold=None)
     for k, v in attrs.items():
         setattr(mod, k, v)
     return mod

@@ -115,4 +115,4 @@ def test_window_starts_after_heal_restart_and_grace():
     view = FleetView(cfg, now_s, None, history, benchdata.empty(), {}, Restarts({DENSE: restart}, 120))
     fit = view.vram_fit(DENSE, 6 * 3600, 1024)
     assert fit is not None and fit.first_t >= restart + 120
-    assert vram_leak.detect(view, DENSE, view.params("vram-leak", DENSE)) is None  # young window
+    assert vram_leak.detect(view, DENSE, view.rule_params(vram_leak.ID, vram_leak.Params, DENSE)) is None  # young window

@@ -21,7 +21,7 @@ from gpuheal import benchdata
 from gpuheal.core import engine, timing
 from gpuheal.core.engine import Finding, new_book
 from gpuheal.core.view import FleetView, Restarts
-from gpuheal.rules import thermal_warning
+from gpuheal.rules import BY_ID, thermal_warning
 from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
@@ -67,7 +67,7 @@ def test_the_current_poll_is_in_its_own_window_when_its_stored_time_rounded_up()
     view = FleetView(CFG, 780.391578, None, hist, benchdata.empty(), {})
     fit = view.temp_rise(DENSE, 300.0)
     assert fit is not None and fit.n == 4 and fit.last_v == 73.5
-    p = view.params("thermal-warning", DENSE)
+    p = view.rule_params(thermal_warning.ID, thermal_warning.Params, DENSE)
     assert thermal_warning.rise(view, DENSE, p) is fit
 
 
@@ -140,7 +140,8 @@ def test_tolerance_follows_a_faster_cadence_and_ignores_gaps():
 
 def _rule(hold_s: float):
     return SimpleNamespace(ID="circuit-breaker-stuck", SCOPE="gpu", SEVERITY="warning", NEEDS=(),
-                           INHIBITS=None, hold=lambda p: (1, hold_s),
+                           INHIBITS=None, Params=BY_ID["circuit-breaker-stuck"].Params, recovered=None,
+                           hold=lambda p: (1, hold_s),
                            detect=lambda view, subject, p: Finding({}, "x") if subject == DENSE else None)
 
 

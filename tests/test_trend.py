@@ -58,7 +58,7 @@ def test_bounded_noise_on_a_flat_line_never_fires_a_leak(noise, alias):
         history.add(obs, CFG.aliases)
     now_s = (START + timedelta(minutes=360)).timestamp()
     view = FleetView(CFG, now_s, None, history, benchdata.empty(), {})
-    assert not isinstance(vram_leak.detect(view, alias, view.params("vram-leak", alias)), Finding)
+    assert not isinstance(vram_leak.detect(view, alias, view.rule_params(vram_leak.ID, vram_leak.Params, alias)), Finding)
     assert abs(view.vram_fit(alias, 6 * 3600, 1024).slope) <= 3 * NOISE_MB / 6 + 1e-6
 
 

@@ -17,6 +17,7 @@ import pytest
 from gpuheal.core.engine import FIRING, VERIFYING, Finding, evaluate, new_book, verifying_issue
 from gpuheal.core.health import derive_status
 from gpuheal.core.view import FleetView, Restarts, Verifying
+from gpuheal.rules import BY_ID
 from gpuheal.state.history import History
 from tests.lab import Lab, scenario
 from tests.series import START, fleet_config, fleet_trace
@@ -146,7 +147,8 @@ def _stuck_rule(script: str):
             False if c == "." else None)
 
     return SimpleNamespace(ID="model-stuck", SCOPE="gpu", SEVERITY="critical", NEEDS=(), INHIBITS=None,
-                           detect=detect, hold=lambda p: (1, 0))
+                           Params=BY_ID["model-stuck"].Params, detect=detect, recovered=None,
+                           hold=lambda p: (1, 0))
 
 
 def _run(script: str, offsets: list[float], judge_after_polls: int, grace_polls: int = 2):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -17,12 +17,6 @@ if TYPE_CHECKING:
     from gpuheal.sinks import ZulipConfig
     from gpuheal.source_kinds.monitor import MonitorConfig
     from gpuheal.source_kinds.prometheus import PrometheusConfig
-
-# Parameters read for every rule, whether or not defaults.yaml lists them for it: the rules
-# engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
-# falling back to the remedy's own). These are the values in force when a rule's defaults do not
-# set them, and the defaults that give their types to the strict schema (config/params.py).
-ENGINE_PARAMS: dict[str, Any] = {"hold_polls": 1, "hold_s": 0, "clear_polls": 1, "verify_within_s": 300}
 
 SSH_PORT = 22  # the SSH well-known port (RFC 4253): a protocol fact, not operator tuning
 
@@ -39,6 +33,83 @@ COMMAND_KEYS = (
     "ps_command",
     "journal_command",
 )
+
+
+@dataclass_transform(kw_only_default=True, frozen_default=True)
+class ParamsRecord:
+    """A typed, frozen parameter record: one field per parameter, keyword-only, units in the names.
+
+    mypy checks a subclass as a frozen, keyword-only dataclass (PEP 681 ``dataclass_transform``);
+    at run time it is built without ``dataclasses``' code generation, because defining a frozen
+    dataclass costs about 1 ms (it compiles six methods) and the rules' records were 12 ms of every
+    cron start (issue 19, "Performance"). :attr:`FIELDS` is what ``dataclasses.fields`` would say:
+    each field, own and inherited, in order, with its type's name and its default (or ``MISSING``).
+    """
+
+    FIELDS: ClassVar[dict[str, tuple[str, Any]]] = {}
+
+    def __init_subclass__(cls) -> None:
+        own: dict[str, tuple[str, Any]] = {}
+        for name, kind in vars(cls).get("__annotations__", {}).items():
+            kind_name = kind if isinstance(kind, str) else str(getattr(kind, "__name__", kind))
+            if not kind_name.startswith(("ClassVar", "typing.ClassVar")):
+                own[name] = (kind_name, vars(cls).get(name, MISSING))
+        cls.FIELDS = {**cls.FIELDS, **own}  # inherited first, as dataclasses order them
+
+    def __init__(self, **values: Any) -> None:
+        fields_ = type(self).FIELDS
+        unknown = sorted(values.keys() - fields_.keys())
+        missing = [name for name, (_, default) in fields_.items() if default is MISSING and name not in values]
+        if unknown or missing:
+            pairs = (("unexpected", unknown), ("missing", missing))
+            what = [f"{word} {', '.join(names)}" for word, names in pairs if names]
+            raise TypeError(f"{type(self).__qualname__}(): {'; '.join(what)}")
+        for name, (_, default) in fields_.items():
+            object.__setattr__(self, name, values.get(name, default))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def field_values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ParamsRecord) or type(other) is not type(self):
+            return NotImplemented
+        return other.field_values() == self.field_values()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.field_values()))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"{type(self).__qualname__}({shown})"
+
+
+class EngineParams(ParamsRecord):
+    """The parameters every rule has, whether or not defaults.yaml lists them for it: the rules
+    engine's holds and clearing (core/engine.py) and the heal step's verify window (steps/heal.py,
+    falling back to the remedy's own). A rule's own ``Params`` record extends it (core/rule.py);
+    these defaults are the values in force when a rule's defaults do not set them."""
+
+    hold_polls: int = 1  # consecutive polls a finding must hold before the issue fires
+    hold_s: float = 0.0  # and more than this long since it started (0: at once)
+    clear_polls: int = 1  # consecutive polls of recovery before a firing issue resolves
+    verify_within_s: float = 300.0  # how long a fix may take to show, judged from fresh data
+
+
+class RemedyParams(EngineParams):
+    """The parameters of a rule ``heal`` acts on: how many failed attempts of one occurrence before
+    the humans are called (never more than ``heal.max_failed_verifications``)."""
+
+    escalate_after_failures: int
+
+
+# EngineParams as a mapping: the defaults that give their types to the strict schema (config/params.py)
+ENGINE_PARAMS: dict[str, Any] = {name: default for name, (_, default) in EngineParams.FIELDS.items()}
 
 
 @dataclass(frozen=True)
@@ -221,6 +292,63 @@ def section_record(cls: type[_Section], data: Mapping[str, Any]) -> _Section:
     return cls(**values)
 
 
+# ------------------------------------------------------------------ the rules' typed parameters
+
+_Params = TypeVar("_Params", bound=EngineParams)
+PARAM_KINDS: dict[str, type] = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+class ParamsMismatch(TypeError):
+    """A rule's ``Params`` record and the parameters merged for it disagree: a programming error in
+    the rule or in defaults.yaml, never the operator's (the loader has checked every value they set
+    against defaults.yaml: contract "Rule parameters")."""
+
+
+_KINDS_OF: dict[type, dict[str, type]] = {}
+
+
+def param_kinds(cls: type[EngineParams]) -> dict[str, type]:
+    """Each field of a parameter record and its type, one of :data:`PARAM_KINDS` (a rule's
+    parameters are flat scalars, like their YAML); worked out once per record type."""
+    known = _KINDS_OF.get(cls)
+    if known is not None:
+        return known
+    kinds: dict[str, type] = {}
+    for field_name, (name, _) in cls.FIELDS.items():
+        if name not in PARAM_KINDS:
+            raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}.{field_name}: a parameter is one of "
+                                 f"{', '.join(PARAM_KINDS)}, not {name}")
+        kinds[field_name] = PARAM_KINDS[name]
+    _KINDS_OF[cls] = kinds
+    return kinds
+
+
+def param_fits(kind: type, value: Any) -> bool:
+    """Whether ``value`` may stand in a field of ``kind`` (a whole number in a float field may; a
+    bool is never a number)."""
+    if isinstance(value, bool):
+        return kind is bool
+    return isinstance(value, kind) or (kind is float and isinstance(value, int))
+
+
+def params_record(cls: type[_Params], merged: Mapping[str, Any]) -> _Params:
+    """``cls`` from the parameters merged for one rule and GPU (defaults.yaml ← fleet ← GPU), each
+    value checked against its field's type (``85`` → ``85.0`` in a float field). A key the record
+    does not name, a field without a value or a value of another type is :class:`ParamsMismatch`."""
+    kinds = param_kinds(cls)
+    values: dict[str, Any] = {}
+    for name, value in merged.items():
+        kind = kinds.get(name)
+        if kind is None or not param_fits(kind, value):
+            what = "no such field" if kind is None else f"{value!r} is not {kind.__name__}"
+            raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}.{name}: {what}")
+        values[name] = float(value) if kind is float else value
+    try:
+        return cls(**values)
+    except TypeError as exc:  # a field without a value (defaults.yaml lacks it)
+        raise ParamsMismatch(f"{cls.__module__}.{cls.__qualname__}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class WakeConfig:
     """``wake:`` (issue 22 item 7): the variable holding the webhook's bearer token, and the least
@@ -233,8 +361,8 @@ class WakeConfig:
 
 @dataclass(frozen=True)
 class Config:
-    """The validated configuration. ``knowledge_graph`` and ``rules`` stay plain dicts (the rules'
-    typed parameter records come with the signal model, issue 19)."""
+    """The validated configuration. ``knowledge_graph`` and ``rules`` stay plain dicts; a rule reads
+    its parameters as its typed ``Params`` record (:meth:`rule_record`), built once per config."""
 
     path: str | None
     litellm: LiteLLMConfig
@@ -253,6 +381,9 @@ class Config:
     # sink's, by section name: each source declares its section in its module (gpuheal.source_kinds),
     # each sink in gpuheal.sinks.SINKS (issue 19 item 3)
     sections: Mapping[str, Any] = field(default_factory=dict)
+    # rule_record's cache: id of a merged mapping → (that mapping, its record type, the record), and
+    # (record type, its values) → the record, so GPUs with the same values share one
+    _records: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def zulip(self) -> ZulipConfig:
@@ -287,6 +418,24 @@ class Config:
         if alias is not None:
             return self.gpu(alias).rules.get(rule_id, {})
         return self.rules.get(rule_id, {})
+
+    def rule_record(self, cls: type[_Params], merged: Mapping[str, Any]) -> _Params:
+        """:func:`params_record` of ``merged`` (one of this config's ``rules`` mappings), built
+        once: the engine asks for every rule of every GPU at every poll, and 10,000 GPUs that
+        override nothing share one mapping per rule (issue 13)."""
+        hit = self._records.get(id(merged))
+        if hit is not None and hit[0] is merged and hit[1] is cls:
+            record: _Params = hit[2]
+            return record
+        by_value = (cls, tuple(merged.items()))
+        try:
+            shared: _Params | None = self._records.get(by_value)
+        except TypeError:  # an unhashable value is no parameter: params_record says which
+            shared = None
+        record = params_record(cls, merged) if shared is None else shared
+        self._records[by_value] = record
+        self._records[id(merged)] = (merged, cls, record)  # holding ``merged`` keeps its id from being reused
+        return record
 
 
 def split_command(value: str | list[str]) -> tuple[str, ...]:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any
 
+from gpuheal.config.model import EngineParams, ParamsMismatch, param_kinds
 from gpuheal.errors import ConfigError
 
 DAY_S = 86400.0
@@ -225,3 +226,33 @@ def _check_relations(
         else:
             message = f"must be {_FLIP[op]} {a} ({_num(merged[a])}), not {_num(merged[b])}: {why}; set {a} too"
         raise ConfigError(message, path)
+
+
+# What a parameter record's field holds for each kind the schema gives a parameter.
+KIND_TYPES: dict[str, type] = {"int": int, "number": float, "bool": bool, "str": str}
+
+
+def record_problems(
+    params_type: type[EngineParams], defaults: Mapping[str, Any], common: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Where a rule's typed ``Params`` record and its ``defaults.yaml`` entry disagree (empty: they
+    agree): a parameter of defaults.yaml the record lacks, a field of the record defaults.yaml gives
+    no value, or a field whose type is not what the schema lets the operator write (``min_samples:
+    float`` would take 2.5, ``temp_c: int`` would refuse the 85.5 the schema allows). The record
+    and the schema then can never disagree at a poll (``tests/test_rule_params.py``)."""
+    try:
+        kinds = param_kinds(params_type)
+    except ParamsMismatch as exc:
+        return [str(exc)]
+    problems = []
+    for name, default in {**(common or {}), **defaults}.items():
+        kind = kinds.get(name)
+        want = KIND_TYPES[spec_for(name, default).kind]
+        if kind is None:
+            problems.append(f"{name}: in defaults.yaml, but Params has no such field")
+        elif kind is not want:
+            problems.append(f"{name}: Params says {kind.__name__}, the schema takes {want.__name__} ({default!r})")
+    for name, (_, default) in params_type.FIELDS.items():
+        if default is MISSING and name not in defaults:
+            problems.append(f"{name}: a Params field without a value in defaults.yaml")
+    return problems

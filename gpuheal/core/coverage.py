@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuheal.core.rule import Rule
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
 from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop, unmet
@@ -31,7 +32,7 @@ def without_metrics(monitor_configured: bool) -> str:
     return f" and {NO_MONITOR}: a stuck model is not detected"
 
 
-def rules_off(source: str, obs: Observation, rules: tuple[Any, ...],
+def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
               litellm: frozenset[Signal] = frozenset()) -> list[dict[str, Any]]:
     """``[{"rule", "gpus", "why", "fix"}]`` for a fleet whose configured GPU source is ``source``
     (a registered source's name; a stand-in's poll counts as the source it stands for: the Rule 7.3
@@ -73,7 +74,7 @@ def from_litellm(url: str | None, read_metrics: bool, read_spend_logs: bool) -> 
     return frozenset({Signal.REQUEST_SHARE}) if url and (read_metrics or read_spend_logs) else frozenset()
 
 
-def _gpu_why(rule: Any, monitor_configured: bool) -> str:
+def _gpu_why(rule: Rule[Any], monitor_configured: bool) -> str:
     missing = "; ".join(n.describe() for n in rule.NEEDS if Signal.DECODE_PROGRESS in n.any_of)
     return f"needs {missing}: llama-server serves no /metrics{without_metrics(monitor_configured)}"
 

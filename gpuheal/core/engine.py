@@ -47,12 +47,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import ModuleType
 from typing import Any
 
 from gpuheal.clock import format_epoch
-from gpuheal.config.model import ENGINE_PARAMS
+from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
+from gpuheal.core.rule import Detection, Rule
 from gpuheal.core.view import FleetView, Verifying, epoch_or_none
 from gpuheal.signals import Signal, unmet
 
@@ -314,18 +314,12 @@ def _minutes(seconds: float) -> str:
     return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
-def rule_hold(rule: ModuleType, params: dict[str, Any]) -> tuple[int, float]:
-    hold = getattr(rule, "hold", None)
-    if hold is not None:
-        polls, hold_s = hold(params)
-        return int(polls), float(hold_s)
-    return int(engine_param(params, "hold_polls")), float(engine_param(params, "hold_s"))
-
-
-def engine_param(params: dict[str, Any], name: str) -> Any:
-    """A parameter the engine reads for every rule (:data:`ENGINE_PARAMS`), the rule's own value
-    when its defaults or the operator set one."""
-    return params[name] if name in params else ENGINE_PARAMS[name]
+def rule_hold(rule: Rule[Any], params: EngineParams) -> tuple[int, float]:
+    """The rule's own ``hold`` (Rule 3: ``grace_s``; Rule 5: ``open_for_s``), else the engine's
+    ``hold_polls`` and ``hold_s``."""
+    if rule.hold is not None:
+        return rule.hold(params)
+    return params.hold_polls, params.hold_s
 
 
 def severity_rank(severity: str) -> int:
@@ -334,7 +328,7 @@ def severity_rank(severity: str) -> int:
     return SEVERITY_RANK[severity] if severity in SEVERITY_RANK else SEVERITY_RANK["info"]
 
 
-def _gate_open(rule: ModuleType, view: FleetView, subject: str) -> bool:
+def _gate_open(rule: Rule[Any], view: FleetView, subject: str) -> bool:
     """The rule judges ``subject`` this poll only when this poll delivered every signal it needs
     (``gpuheal.signals``); otherwise it is "not known": its hold neither advances nor resets."""
     return not unmet(rule.NEEDS, view.provided(subject))
@@ -373,7 +367,7 @@ def _present(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
 
 
 def evaluate(
-    rules: Sequence[ModuleType],
+    rules: Sequence[Rule[Any]],
     view: FleetView,
     book: IssueBook,
     only: Iterable[str] | None = None,
@@ -384,7 +378,7 @@ def evaluate(
     Inhibitors run first, so that what they fire this poll already hides the others' issues."""
     run = _Pass(rules, view, book, only)
     run.forget_gone()
-    inhibitors = [r for r in rules if getattr(r, "INHIBITS", None)]
+    inhibitors = [r for r in rules if r.INHIBITS]
     for rule in inhibitors:
         run.run_rule(rule, _Inhibition())
     inhibition = _Inhibition.of(run.issues, run.by_id, view.provided(FLEET))
@@ -408,13 +402,13 @@ class _Inhibition:
 
     @classmethod
     def of(
-        cls, issues: dict[str, IssueRecord], by_id: dict[str, ModuleType], poll_signals: frozenset[Signal]
+        cls, issues: dict[str, IssueRecord], by_id: dict[str, Rule[Any]], poll_signals: frozenset[Signal]
     ) -> _Inhibition:
         out = cls(poll_signals=poll_signals)
         for rec in issues.values():
             if rec.state != FIRING or rec.issue not in by_id:
                 continue
-            kind = getattr(by_id[rec.issue], "INHIBITS", None)
+            kind = by_id[rec.issue].INHIBITS
             if kind == "host":
                 out.hosts_down[rec.gpu] = rec.issue
             elif kind == "monitor":
@@ -424,40 +418,40 @@ class _Inhibition:
                     out.targeted.setdefault((rec.gpu, target), rec.issue)
         return out
 
-    def hidden(self, rule: ModuleType) -> frozenset[str] | None:
+    def hidden(self, rule: Rule[Any]) -> frozenset[str] | None:
         """The subjects on which ``rule`` is inhibited (as :meth:`by` says one at a time); ``None``:
         all of them. Asked once per rule, not once per rule and GPU (10,000 GPUs, issue 13)."""
         if self.monitor_down is not None and self.blinded(rule):
             return None
-        hosts = self.hosts_down.keys() if getattr(rule, "INHIBITS", None) != "host" else ()
+        hosts = self.hosts_down.keys() if rule.INHIBITS != "host" else ()
         return frozenset(hosts).union(gpu for gpu, target in self.targeted if target == rule.ID)
 
-    def blinded(self, rule: ModuleType) -> bool:
+    def blinded(self, rule: Rule[Any]) -> bool:
         """While the GPU data source is down, the rules that need a signal this poll did not deliver
         fleet-wide are hidden — those the Rule 7 fallback feeds (temperatures, VRAM) still judge."""
         return bool(unmet(rule.NEEDS, self.poll_signals))
 
-    def by(self, rule: ModuleType, subject: str) -> str | None:
+    def by(self, rule: Rule[Any], subject: str) -> str | None:
         """The inhibitor hiding ``rule`` on ``subject``, or ``None``."""
-        if subject in self.hosts_down and getattr(rule, "INHIBITS", None) != "host":
+        if subject in self.hosts_down and rule.INHIBITS != "host":
             return self.hosts_down[subject]
         if self.monitor_down is not None and self.blinded(rule):
             return self.monitor_down
-        return self.targeted.get((subject, str(rule.ID)))
+        return self.targeted.get((subject, rule.ID))
 
 
 class _Pass:
     """One evaluation: the book being advanced, the poll's view, and what changed so far."""
 
     def __init__(
-        self, rules: Sequence[ModuleType], view: FleetView, book: IssueBook, only: Iterable[str] | None
+        self, rules: Sequence[Rule[Any]], view: FleetView, book: IssueBook, only: Iterable[str] | None
     ) -> None:
         self.view = view
         self.now_s = view.now_s
         self.now_iso = iso(view.now_s)
         self.issues = book.issues
         self.log = book.log
-        self.by_id: dict[str, ModuleType] = {r.ID: r for r in rules}
+        self.by_id: dict[str, Rule[Any]] = {r.ID: r for r in rules}
         self.order = {alias: i for i, alias in enumerate(view.aliases)}
         self.order[FLEET] = len(self.order)
         self.rule_order = {r.ID: i for i, r in enumerate(rules)}
@@ -472,7 +466,7 @@ class _Pass:
         for key in gone:
             del self.issues[key]
 
-    def run_rule(self, rule: ModuleType, inhibition: _Inhibition) -> None:
+    def run_rule(self, rule: Rule[Any], inhibition: _Inhibition) -> None:
         if self.only is not None and rule.ID not in self.only:
             return
         if rule.SCOPE == FLEET:
@@ -487,8 +481,8 @@ class _Pass:
             if alias not in skip and _gate_open(rule, self.view, alias):
                 self.advance(rule, alias)
 
-    def advance(self, rule: ModuleType, subject: str) -> None:
-        params = self.view.params(rule.ID, subject)
+    def advance(self, rule: Rule[Any], subject: str) -> None:
+        params: EngineParams = self.view.rule_params(rule.ID, rule.Params, subject)
         outcome = rule.detect(self.view, subject, params)
         if isinstance(outcome, Finding):
             self.seen(rule, subject, params, outcome)
@@ -502,7 +496,7 @@ class _Pass:
             return
         self.recovering(rule, subject, params, rec, outcome)
 
-    def seen(self, rule: ModuleType, subject: str, params: dict[str, Any], finding: Finding) -> None:
+    def seen(self, rule: Rule[Any], subject: str, params: EngineParams, finding: Finding) -> None:
         """The rule's finding holds this poll: a new pending issue, a hold advanced, or it fires."""
         rec = self.issues.get(f"{subject}|{rule.ID}")
         new = rec is None
@@ -527,23 +521,22 @@ class _Pass:
         elif new:
             self.log_event(rec, Event.PENDING)
 
-    def new_record(self, rule: ModuleType, subject: str, finding: Finding) -> IssueRecord:
+    def new_record(self, rule: Rule[Any], subject: str, finding: Finding) -> IssueRecord:
         """A new pending issue, in the book from now (its ``pending`` is logged unless it fires at
         once: see :data:`TRANSITIONS`)."""
         since_s = finding.started_at if finding.started_at is not None else self.now_s
-        rec = IssueRecord(gpu=subject, issue=str(rule.ID), severity=str(rule.SEVERITY), state=PENDING,
+        rec = IssueRecord(gpu=subject, issue=rule.ID, severity=rule.SEVERITY, state=PENDING,
                           since_s=min(since_s, self.now_s), last_s=self.now_s)
         self.move(rec, Event.PENDING)
         return rec
 
     def recovering(
-        self, rule: ModuleType, subject: str, params: dict[str, Any], rec: IssueRecord, outcome: Any
+        self, rule: Rule[Any], subject: str, params: EngineParams, rec: IssueRecord, outcome: Detection
     ) -> None:
         """A firing issue whose finding did not hold: it resolves after ``clear_polls`` polls of
         the rule's recovery condition (clear-side hysteresis); ``None`` (not known) changes nothing."""
-        recovered_fn = getattr(rule, "recovered", None)
-        if recovered_fn is not None:
-            recovered = recovered_fn(self.view, subject, params, rec)
+        if rule.recovered is not None:
+            recovered = rule.recovered(self.view, subject, params, rec)
         else:
             recovered = True if outcome is False else None
         if recovered is None:
@@ -553,7 +546,7 @@ class _Pass:
             rec.last_s = self.now_s  # seen still broken (a remediation being verified did not work)
             return
         rec.clear_hits += 1
-        if rec.clear_hits >= int(engine_param(params, "clear_polls")):
+        if rec.clear_hits >= params.clear_polls:
             self.transition(rec, Event.RESOLVED)
             self.out.resolved.append({**rec.public(), "resolved_at": self.now_iso})
 

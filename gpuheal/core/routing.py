@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from gpuheal.config.model import Role
 from gpuheal.model import RoleTally
@@ -191,7 +191,7 @@ class Verdict:
 
 def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], role_name: str | None,
           *, tolerance_ratio: float, role_tolerance_ratio: float, min_requests: float,
-          window_s: float | None = None) -> Verdict | bool | None:
+          window_s: float | None = None) -> Verdict | Literal[False] | None:
     """Misrouted (a :class:`Verdict`), quiet (``False``) or not known (``None``). ``readings``: every
     GPU of the fleet that has one this poll; ``weights``: the weighted GPUs (shares need all of them)."""
     mine = readings.get(alias)

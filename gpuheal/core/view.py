@@ -11,11 +11,14 @@ Queries are cached per view: Rule 2 and the ``vram-trend`` file share one fit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, Protocol, TypeVar
 
 from gpuheal import benchdata
 from gpuheal.config import Config, GpuConfig
+from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
 from gpuheal.core.heal_state import num
 from gpuheal.core.trend import Fit, fit_window
@@ -32,6 +35,8 @@ class History(Protocol):
     raw: dict[str, dict[str, list[Any]]]
 
 
+ParamsT = TypeVar("ParamsT", bound=EngineParams)
+NO_PARAMS: Mapping[str, Any] = MappingProxyType({})  # a rule without defaults (its record then says what is missing)
 REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
 
 
@@ -166,11 +171,19 @@ class FleetView:
 
     # ------------------------------------------------------------------ config
     def params(self, rule_id: str, subject: str) -> dict[str, Any]:
-        """Defaults ← fleet ``rules`` ← the GPU's ``rules`` (merged at config load)."""
+        """Defaults ← fleet ``rules`` ← the GPU's ``rules`` (merged at config load), as a mapping
+        (for readers other than the rule; a rule reads :meth:`rule_params`)."""
         gpu = self.gpus.get(subject)
         if gpu is None:
             return self.cfg.rules.get(rule_id, {})
         return gpu.rules.get(rule_id, {})
+
+    def rule_params(self, rule_id: str, params_type: type[ParamsT], subject: str) -> ParamsT:
+        """The rule's typed parameter record for ``subject`` (a GPU alias, or ``fleet``: the fleet's
+        values), built once per config (:meth:`Config.rule_record`)."""
+        gpu = self.gpus.get(subject)  # as params(), inlined: asked for every rule of every GPU
+        merged = (self.cfg.rules if gpu is None else gpu.rules).get(rule_id, NO_PARAMS)
+        return self.cfg.rule_record(params_type, merged)
 
     def gpu(self, alias: str) -> GpuConfig:
         return self.gpus[alias]

@@ -1,32 +1,38 @@
 """The rules: one pure module per issue id, and the explicit registry :data:`ALL`.
 
-A rule module has ``ID`` (a contract issue id), ``SCOPE`` (``"gpu"``: one issue per GPU, or
-``"fleet"``), ``SEVERITY``, ``NEEDS`` (the signals it reads, :mod:`gpuheal.signals`: a poll that did
-not deliver them is "not known" for it, and a source that cannot provide them lists it in
-``rules_off``), optionally ``INHIBITS`` (``"host"``: the GPU's other issues,
-``"monitor"``: the monitor-fed rules, or a frozenset of issue ids of the same GPU), and:
-
-- ``detect(view, subject, params)`` → :class:`~gpuheal.core.engine.Finding` | ``False`` (quiet) |
-  ``None`` (not known);
-- optionally ``recovered(view, subject, params, record)`` → bool | ``None`` (clear-side hysteresis;
-  default: "``detect`` is quiet");
-- optionally ``hold(params)`` → ``(polls, seconds)`` (default: ``hold_polls``, ``hold_s`` params).
+Each module implements the :class:`~gpuheal.core.rule.Rule` protocol (the module itself is the
+implementation; :mod:`gpuheal.core.rule` says what each name means): ``ID``, ``SCOPE``,
+``SEVERITY``, ``NEEDS`` (the signals it reads, :mod:`gpuheal.signals`: a poll that did not deliver
+them is "not known" for it, and a source that cannot provide them lists it in ``rules_off``),
+``INHIBITS``, ``Params`` (its typed parameter record), ``detect(view, subject, p)``,
+``recovered`` and ``hold`` (each ``None`` for the engine's default).
 
 Holding, clearing, inhibition and muting belong to :mod:`gpuheal.core.engine`, once. Params come
-from ``rules.<issue-id>`` in ``config/defaults.yaml`` ← the fleet config ← ``gpus[].rules``.
+from ``rules.<issue-id>`` in ``config/defaults.yaml`` ← the fleet config ← ``gpus[].rules``, as the
+rule's ``Params`` record, built once per config and GPU (``Config.rule_record``).
 
-The registry is checked at import: an unknown id, a duplicate, a module not named after its id or a
-missing attribute is an error, never a silently ignored rule.
+The registry is checked twice. mypy (``make lint``) checks each module against the protocol where
+:data:`ALL` lists it, including that ``detect``, ``recovered`` and ``hold`` take its own ``Params``.
+At import, :func:`build_registry` refuses an unknown id, a duplicate, a module not named after its
+id, a value outside the protocol's Literals, or a ``Params`` that is not an
+:class:`~gpuheal.config.model.EngineParams` record of scalar fields whose defaults fit their types — never
+a silently ignored rule. That ``Params`` and ``defaults.yaml`` name the same parameters with the
+types the config schema gives them (:func:`gpuheal.config.params.record_problems`) is checked by
+``tests/test_rule_params.py``.
 
 Adding a rule, exactly (checked by adding one, issue 10):
 
 1. ``gpuheal/ids.py``: its issue id in ``ISSUE_IDS`` (a contract id: alerts, the audit trail and
    dashboards key on it, so it never changes once released);
-2. ``gpuheal/rules/<id with _ for ->.py``: ``ID``, ``SCOPE``, ``SEVERITY``, ``NEEDS``, ``detect``
-   (and optionally ``INHIBITS``, ``recovered``, ``hold``), pure — values in, values out;
-3. this module: import it and add it to :data:`ALL` (the registry line);
-4. ``gpuheal/config/defaults.yaml``: ``rules.<id>: {...}`` with every parameter it reads (each
-   then overridable per fleet and per GPU, and checked by name and type by the config loader);
+2. ``gpuheal/rules/<id with _ for ->.py``: ``ID``, ``SCOPE``, ``SEVERITY``, ``NEEDS``, ``INHIBITS``,
+   a ``Params`` record (``class Params(RemedyParams)`` if heal acts on it, else ``EngineParams``:
+   frozen, and checked by mypy as a dataclass) with one field per parameter, units in the names,
+   and ``detect`` — plus ``recovered`` and ``hold``, or ``None`` for each — pure, fully annotated:
+   values in, values out;
+3. this module: import it and add ``rule(<module>)`` to :data:`ALL` (the registry line);
+4. ``gpuheal/config/defaults.yaml``: ``rules.<id>: {...}`` with every parameter of its ``Params``
+   (each then overridable per fleet and per GPU, and checked by name and type by the config
+   loader; a number's default must be what the field holds: ``int`` or ``float``);
 5. what ``heal`` does about it: nothing to add to only alert — an issue without a remedy is
    escalated to the humans once per occurrence; a fix is a :class:`~gpuheal.core.catalog.Remedy`
    in ``gpuheal/core/catalog.py`` ``REMEDIES`` plus ``verify_within_s`` and
@@ -39,8 +45,11 @@ Nothing else names rules: the engine, ``check``, the renderers and the state rea
 
 from __future__ import annotations
 
-from types import ModuleType
+from dataclasses import MISSING, is_dataclass
+from typing import Any
 
+from gpuheal.config.model import EngineParams, ParamsMismatch, param_fits, param_kinds
+from gpuheal.core.rule import INHIBIT_KINDS, SCOPES, SEVERITIES, Rule, rule
 from gpuheal.ids import ISSUE_IDS as KNOWN_IDS  # noqa: E402
 from gpuheal.rules import (
     api_key_mismatch,
@@ -59,66 +68,97 @@ from gpuheal.rules import (
 )
 from gpuheal.signals import Need
 
-SCOPES = ("gpu", "fleet")
-SEVERITIES = ("info", "warning", "critical")
-INHIBIT_KINDS = ("host", "monitor")
+__all__ = ["ALL", "BENCH_RULES", "BY_ID", "INHIBIT_KINDS", "KNOWN_IDS", "SCOPES", "SEVERITIES", "Rule",
+           "RuleRegistryError", "build_registry", "params_problem"]
 
 
 class RuleRegistryError(ValueError):
     """The rule set is inconsistent (a programming error, caught at import)."""
 
 
-def build_registry(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
-    seen: dict[str, ModuleType] = {}
+def build_registry(modules: tuple[Rule[Any], ...]) -> tuple[Rule[Any], ...]:
+    """``modules``, once each is shown to be a rule (the protocol's runtime check: mypy checks the
+    types, this the values)."""
+    seen: dict[str, Rule[Any]] = {}
     for module in modules:
+        name = getattr(module, "__name__", "?").rsplit(".", 1)[-1]
         rule_id = getattr(module, "ID", None)
-        name = module.__name__.rsplit(".", 1)[-1]
         if rule_id not in KNOWN_IDS:
             raise RuleRegistryError(f"{name}: unknown rule id {rule_id!r} (known: {', '.join(KNOWN_IDS)})")
         if rule_id in seen:
-            raise RuleRegistryError(f"{name}: duplicate rule id {rule_id!r} (also {seen[rule_id].__name__})")
+            also = getattr(seen[rule_id], "__name__", "?")
+            raise RuleRegistryError(f"{name}: duplicate rule id {rule_id!r} (also {also})")
         if name != rule_id.replace("-", "_"):
             raise RuleRegistryError(f"{name}: a rule module is named after its id ({rule_id!r})")
-        if getattr(module, "SCOPE", None) not in SCOPES:
-            raise RuleRegistryError(f"{name}: SCOPE must be one of {SCOPES}")
-        if getattr(module, "SEVERITY", None) not in SEVERITIES:
-            raise RuleRegistryError(f"{name}: SEVERITY must be one of {SEVERITIES}")
-        needs = getattr(module, "NEEDS", None)
-        if not isinstance(needs, tuple) or not all(isinstance(n, Need) and n.any_of for n in needs):
-            raise RuleRegistryError(f"{name}: NEEDS must be a tuple of gpuheal.signals.Need")
-        inhibits = getattr(module, "INHIBITS", None)
-        if not (
-            inhibits is None
-            or inhibits in INHIBIT_KINDS
-            or (isinstance(inhibits, frozenset) and inhibits and inhibits <= set(KNOWN_IDS) and rule_id not in inhibits)
-        ):
-            raise RuleRegistryError(
-                f"{name}: INHIBITS must be one of {INHIBIT_KINDS} or a frozenset of other issue ids"
-            )
-        if not callable(getattr(module, "detect", None)):
-            raise RuleRegistryError(f"{name}: no detect(view, subject, params)")
+        problem = _declarations_problem(module) or params_problem(getattr(module, "Params", None))
+        if problem:
+            raise RuleRegistryError(f"{name}: {problem}")
         seen[rule_id] = module
     return tuple(modules)
 
 
-ALL: tuple[ModuleType, ...] = build_registry(
+def _declarations_problem(module: Any) -> str | None:
+    """What is wrong with a module's declarations other than ``Params``, or ``None``."""
+    if getattr(module, "SCOPE", None) not in SCOPES:
+        return f"SCOPE must be one of {SCOPES}"
+    if getattr(module, "SEVERITY", None) not in SEVERITIES:
+        return f"SEVERITY must be one of {SEVERITIES}"
+    needs = getattr(module, "NEEDS", None)
+    if not isinstance(needs, tuple) or not all(isinstance(n, Need) and n.any_of for n in needs):
+        return "NEEDS must be a tuple of gpuheal.signals.Need"
+    inhibits = getattr(module, "INHIBITS", "missing")
+    if not (
+        inhibits is None
+        or inhibits in INHIBIT_KINDS
+        or (isinstance(inhibits, frozenset) and inhibits and inhibits <= set(KNOWN_IDS) and module.ID not in inhibits)
+    ):
+        return f"INHIBITS must be None, one of {INHIBIT_KINDS} or a frozenset of other issue ids"
+    if not callable(getattr(module, "detect", None)):
+        return "no detect(view, subject, params)"
+    for optional in ("recovered", "hold"):
+        value = getattr(module, optional, "missing")
+        if value is not None and not callable(value):
+            return f"{optional} must be a function or None"
+    return None
+
+
+def params_problem(params: Any) -> str | None:
+    """What is wrong with a rule's ``Params`` as a record type, or ``None``: it extends
+    :class:`EngineParams` (so it is a frozen :class:`~gpuheal.config.model.ParamsRecord`), its
+    fields are scalars and their own defaults (if any) fit their types (``hold_polls: int = 1.5``
+    is refused here, not at the first poll)."""
+    if not (isinstance(params, type) and issubclass(params, EngineParams)):
+        return "Params must be a record extending gpuheal.config.model.EngineParams"
+    if is_dataclass(params):
+        return "Params is a ParamsRecord, not also a dataclass (its generated __init__ would bypass the record's)"
+    try:
+        kinds = param_kinds(params)
+    except ParamsMismatch as exc:
+        return str(exc)
+    for name, (_, default) in params.FIELDS.items():
+        if default is not MISSING and not param_fits(kinds[name], default):
+            return f"Params.{name}: its default {default!r} is not {kinds[name].__name__}"
+    return None
+
+
+ALL: tuple[Rule[Any], ...] = build_registry(
     (
-        thermal_critical,
-        cooling_infrastructure,
-        vram_leak,
-        model_stuck,
-        benchmark_regression,
-        circuit_breaker_stuck,
-        host_unreachable,
-        data_source_unreachable,
-        thermal_warning,
-        thermal_rising,
-        context_window,
-        workload_misrouted,
-        api_key_mismatch,
+        rule(thermal_critical),
+        rule(cooling_infrastructure),
+        rule(vram_leak),
+        rule(model_stuck),
+        rule(benchmark_regression),
+        rule(circuit_breaker_stuck),
+        rule(host_unreachable),
+        rule(data_source_unreachable),
+        rule(thermal_warning),
+        rule(thermal_rising),
+        rule(context_window),
+        rule(workload_misrouted),
+        rule(api_key_mismatch),
     )
 )
-BY_ID: dict[str, ModuleType] = {rule.ID: rule for rule in ALL}
+BY_ID: dict[str, Rule[Any]] = {r.ID: r for r in ALL}
 
 # Rules judged from recorded benchmark results (``bench`` calls ``steps.evaluate.evaluate_bench_full``).
 BENCH_RULES = ("benchmark-regression", "context-window", "api-key-mismatch")

@@ -11,21 +11,32 @@ never appears in the evidence.
 
 from __future__ import annotations
 
+from typing import Any, Final
+
+from gpuheal.config.model import EngineParams
 from gpuheal.core.engine import Finding, iso
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_UNAUTHORIZED
 from gpuheal.signals import Need
 
-ID = "api-key-mismatch"
-SCOPE = "gpu"
-SEVERITY = "critical"
-NEEDS: tuple[Need, ...] = ()
+ID: Final = "api-key-mismatch"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "critical"
+NEEDS: Final[tuple[Need, ...]] = ()
 # What a rejected key causes and a restart cannot fix: LiteLLM's failures (Rule 3 would restart the
 # GPU), its breaker opening (Rule 5 would restart LiteLLM), traffic moving elsewhere (Rule 10).
-INHIBITS = frozenset({"model-stuck", "circuit-breaker-stuck", "workload-misrouted"})
+INHIBITS: Final = frozenset({"model-stuck", "circuit-breaker-stuck", "workload-misrouted"})
+recovered: Final = None  # neither signal says 401 any more (detect quiet)
+hold: Final = None  # the engine's: hold_polls (1: reported at once)
 UNAUTHORIZED_ERRORS = frozenset({"unauthorized", "http-401", "401"})
 
 
-def _bench_401(view, alias):
+class Params(EngineParams):
+    """Only the engine's parameters: no fix but the humans (a key is never guessed)."""
+
+
+def _bench_401(view: FleetView, alias: str) -> tuple[bool | None, dict[str, Any] | None]:
     """The latest own-bench verdict: True (401), False (a success), None (no verdict)."""
     for result in reversed(view.bench_results(alias)):
         if result.get("source", "bench") != "bench":
@@ -39,7 +50,7 @@ def _bench_401(view, alias):
     return None, None
 
 
-def detect(view, alias, p):
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     state = view.endpoint(alias)
     probe = None if state is None else state == ENDPOINT_UNAUTHORIZED
     bench, result = _bench_401(view, alias)

@@ -13,18 +13,33 @@ result of the run. The evidence carries what Rule 4's fixes check: utilisation, 
 
 from __future__ import annotations
 
+from typing import Any, Final
+
 from gpuheal import benchdata
+from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "benchmark-regression"
-SCOPE = "gpu"
-SEVERITY = "warning"
-NEEDS: tuple[Need, ...] = needs(Signal.BENCHMARK)
+ID: Final = "benchmark-regression"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "warning"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.BENCHMARK)
+INHIBITS: Final = None
+recovered: Final = None  # regression_state says when a result is back near the baseline
+hold: Final = None  # the engine's: min_results slow results are the hold
 
 
-def state(view, alias, p):
+class Params(RemedyParams):
+    drop_ratio: float  # a result more than this share below the baseline is slow
+    min_results: int  # this many consecutive slow results start a regression (not one slow run)
+    recovered_within_ratio: float  # it ends with a result back within this share of the baseline
+    max_age_h: float  # results older than this say nothing now
+
+
+def state(view: FleetView, alias: str, p: Params) -> tuple[float | None, str, dict[str, Any]]:
     baseline, source = view.baseline(alias)
     key = ("regression", alias, baseline)
     if key not in view.cache:
@@ -32,28 +47,29 @@ def state(view, alias, p):
             view.bench,
             alias,
             baseline,
-            drop_ratio=float(p["drop_ratio"]),
-            min_results=int(p["min_results"]),
-            recovered_within_ratio=float(p["recovered_within_ratio"]),
-            since_s=view.now_s - float(p["max_age_h"]) * 3600,
+            drop_ratio=p.drop_ratio,
+            min_results=p.min_results,
+            recovered_within_ratio=p.recovered_within_ratio,
+            since_s=view.now_s - p.max_age_h * 3600,
         )
-    return baseline, source, view.cache[key]
+    st: dict[str, Any] = view.cache[key]
+    return baseline, source, st
 
 
-def detect(view, alias, p):
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     baseline, source, st = state(view, alias, p)
     if st["trend"] == "unknown":
         return None
-    if st["trend"] != "regressing":
+    if st["trend"] != "regressing" or not baseline:  # without a baseline it is "unknown" above
         return False
     current = st["current_tok_s"]
-    recent = [r["gen_tok_s"] for r in view.bench_ok(alias, view.now_s - float(p["max_age_h"]) * 3600)]
+    recent = [r["gen_tok_s"] for r in view.bench_ok(alias, view.now_s - p.max_age_h * 3600)]
     sample = view.sample(alias)
     detected = {
         "baseline_tok_s": num(baseline, 2),
         "baseline_source": source,
         "current_tok_s": num(current, 2),
-        "recent_tok_s": [num(v, 2) for v in recent[-int(p["min_results"]) :]],
+        "recent_tok_s": [num(v, 2) for v in recent[-p.min_results :]],
         "threshold_tok_s": st["threshold_tok_s"],
         "recovered_tok_s": st["recovered_tok_s"],
         "drop_pct": num(100 * (1 - current / baseline)),
@@ -66,6 +82,6 @@ def detect(view, alias, p):
     return Finding(
         detected,
         f"{alias} at {show(current)} tok/s, {show(100 * (1 - current / baseline), 0)} % below its "
-        f"baseline {show(baseline)} tok/s over {int(p['min_results'])}+ benchmarks",
+        f"baseline {show(baseline)} tok/s over {p.min_results}+ benchmarks",
         started_at=st["regressing_since"],
     )

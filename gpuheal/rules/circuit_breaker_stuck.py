@@ -15,22 +15,32 @@ rule's ``verify_within_s`` (60).
 
 from __future__ import annotations
 
-from gpuheal.core.engine import Finding, iso
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
+from gpuheal.core.engine import Finding, IssueRecord, iso
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_OK
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "circuit-breaker-stuck"
-SCOPE = "gpu"
-SEVERITY = "warning"
-NEEDS: tuple[Need, ...] = needs(Signal.BREAKERS)
+ID: Final = "circuit-breaker-stuck"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "warning"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.BREAKERS)
+INHIBITS: Final = None
 
 
-def hold(p):
-    return 1, float(p["open_for_s"])
+class Params(RemedyParams):
+    open_for_s: float  # open more than this long while /health answers 200 is stuck
 
 
-def opened_at(view, alias):
+def hold(p: Params) -> tuple[int, float]:
+    return 1, p.open_for_s
+
+
+def opened_at(view: FleetView, alias: str) -> float | None:
     """When the breaker opened, as well as known (epoch s); ``None`` if it is not open."""
     sample = view.sample(alias)
     if sample is None or sample.breaker is None or not sample.breaker.open:
@@ -40,7 +50,7 @@ def opened_at(view, alias):
     return view.breaker_open_since(alias)
 
 
-def detect(view, alias, p):
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     sample = view.sample(alias)
     if sample is None:
         return None
@@ -58,7 +68,7 @@ def detect(view, alias, p):
         {
             "open_for_s": num(open_for, 0),
             "opened_at": iso(since),
-            "threshold_s": float(p["open_for_s"]),
+            "threshold_s": p.open_for_s,
             "endpoint": sample.endpoint,
         },
         f"LiteLLM circuit breaker for {alias} open {show(open_for / 60, 0)} min while its "
@@ -67,7 +77,7 @@ def detect(view, alias, p):
     )
 
 
-def recovered(view, alias, p, record):
+def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bool | None:
     sample = view.sample(alias)
     if sample is None:
         return None

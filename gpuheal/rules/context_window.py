@@ -26,27 +26,44 @@ below ``reduce_below_ratio`` of the target, this issue is that escalation (still
 
 from __future__ import annotations
 
+from typing import Final
+
 from gpuheal.clock import format_epoch
+from gpuheal.config.model import EngineParams
 from gpuheal.core import context_change
 from gpuheal.core.engine import Finding
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "context-window"
-SCOPE = "gpu"
-SEVERITY = "info"
-NEEDS: tuple[Need, ...] = needs(Signal.BENCHMARK)
+ID: Final = "context-window"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "info"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.BENCHMARK)
+INHIBITS: Final = None
+recovered: Final = None  # back in the optimal band (detect quiet)
+hold: Final = None  # the engine's hold_polls / hold_s
 
 
-def detect(view, alias, p):
+class Params(EngineParams):
+    reduce_below_ratio: float  # mean tok/s below this share of the baseline: reduce the context
+    headroom_above_ratio: float  # above this share: the context has headroom
+    reduce_by_ratio: float  # the share of the context to cut
+    samples: int  # the mean is over the last this many successful results ...
+    max_age_h: float  # ... within this many hours
+    settling: bool  # the GPU's model was just swapped: monitor, do not reduce yet
+
+
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     escalated = context_change.escalation(view.memory, alias, format_epoch)  # Rule 9's "Escalate"
     if escalated is not None:
         return Finding(escalated, context_change.escalation_summary(alias, escalated))
     baseline, source = view.baseline(alias)
-    results = view.bench_ok(alias, view.now_s - float(p["max_age_h"]) * 3600)
+    results = view.bench_ok(alias, view.now_s - p.max_age_h * 3600)
     if not baseline or not results:
         return None
-    recent = results[-int(p["samples"]) :]
+    recent = results[-p.samples :]
     tok_s = sum(r["gen_tok_s"] for r in recent) / len(recent)
     ratio = tok_s / baseline
     n_ctx = next((r["n_ctx"] for r in reversed(recent) if isinstance(r.get("n_ctx"), int)), None)
@@ -54,18 +71,18 @@ def detect(view, alias, p):
     if n_ctx is None:
         n_ctx = view.gpu(alias).n_ctx
     suggested = ctx_size = None
-    if ratio > p["headroom_above_ratio"]:
+    if ratio > p.headroom_above_ratio:
         recommendation = "increase"
         text = "context has headroom, consider increasing it"
-    elif ratio < p["reduce_below_ratio"]:
-        if p.get("settling"):
+    elif ratio < p.reduce_below_ratio:
+        if p.settling:
             recommendation = "monitor"
             text = "monitor, do not reduce yet (model still settling)"
         else:
             recommendation = "reduce"
             if n_ctx:
-                suggested = int(n_ctx * (1 - float(p["reduce_by_ratio"])))
-            text = f"reduce the context by {show(100 * float(p['reduce_by_ratio']), 0)} % and retest"
+                suggested = int(n_ctx * (1 - p.reduce_by_ratio))
+            text = f"reduce the context by {show(100 * p.reduce_by_ratio, 0)} % and retest"
             if suggested:
                 ctx_size = max(256, suggested // 256 * 256) * (slots or 1)
                 each = f"{ctx_size // (slots or 1)} per slot x {slots} slots" if slots else "per slot: x -np if several"

@@ -10,18 +10,29 @@ Resolves on the first usable monitor poll. Without gpu-monitor (readings from sm
 
 from __future__ import annotations
 
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.signals import Need, Signal, needs
 from gpuheal.source_kinds import home, spec
 
-ID = "data-source-unreachable"
-SCOPE = "fleet"
-SEVERITY = "warning"
-NEEDS: tuple[Need, ...] = needs(Signal.SOURCE_HEALTH)
-INHIBITS = "monitor"
+ID: Final = "data-source-unreachable"
+SCOPE: Final = "fleet"
+SEVERITY: Final = "warning"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.SOURCE_HEALTH)
+INHIBITS: Final = "monitor"
+recovered: Final = None  # the first usable poll (detect quiet) resolves it
+hold: Final = None  # the engine's: hold_polls (fires on the 3rd consecutive unusable poll)
 
 
-def detect(view, subject, p):
+class Params(RemedyParams):
+    """Only the engine's and heal's parameters (hold_polls, verify_within_s, ...)."""
+
+
+def detect(view: FleetView, subject: str, p: Params) -> Detection:
     if view.obs is None:
         return None
     if Signal.SOURCE_HEALTH not in spec(view.obs.source).provides:

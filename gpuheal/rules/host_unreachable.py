@@ -10,18 +10,28 @@ means reachable (a pending issue is dropped); it resolves on a 200 (the spec's v
 
 from __future__ import annotations
 
-from gpuheal.core.engine import Finding
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
+from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_OK, UNREACHABLE_STATES
 from gpuheal.signals import Need
 
-ID = "host-unreachable"
-SCOPE = "gpu"
-SEVERITY = "critical"
-NEEDS: tuple[Need, ...] = ()
-INHIBITS = "host"
+ID: Final = "host-unreachable"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "critical"
+NEEDS: Final[tuple[Need, ...]] = ()
+INHIBITS: Final = "host"
+hold: Final = None  # the engine's: hold_polls (fires on the 3rd consecutive failed probe)
 
 
-def detect(view, alias, p):
+class Params(RemedyParams):
+    """Only the engine's and heal's parameters (hold_polls, verify_within_s, ...)."""
+
+
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     state = view.endpoint(alias)
     if state is None:
         return None
@@ -36,7 +46,7 @@ def detect(view, alias, p):
     return False
 
 
-def recovered(view, alias, p, record):
+def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bool | None:
     state = view.endpoint(alias)
     if state is None:
         return None

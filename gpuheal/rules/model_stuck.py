@@ -30,17 +30,25 @@ gpu-monitor only when it was usable this poll, so it works without gpu-monitor.
 
 from __future__ import annotations
 
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
 from gpuheal.core.decode import decode_state
-from gpuheal.core.engine import Finding
+from gpuheal.core.engine import Finding, IssueRecord
 from gpuheal.core.litellm_rate import litellm_window
+from gpuheal.core.rule import Detection
 from gpuheal.core.taskloop import taskloop_state
+from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "model-stuck"
-SCOPE = "gpu"
-SEVERITY = "critical"
-NEEDS: tuple[Need, ...] = needs(Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS, Signal.TASK_LOOP))
+ID: Final = "model-stuck"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "critical"
+NEEDS: Final[tuple[Need, ...]] = needs(
+    Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS, Signal.TASK_LOOP)
+)
+INHIBITS: Final = None
 
 SOURCE_MONITOR = "gpu-monitor"
 SOURCE_METRICS = "llama-server /metrics"
@@ -48,61 +56,68 @@ SOURCE_TASKLOOP = "llama-server task loop"
 SOURCE_LITELLM = "LiteLLM /metrics"
 
 
-def hold(p):
-    return int(p["hold_polls"]), float(p["grace_s"])
+class Params(RemedyParams):
+    failure_ratio: float  # more than this share of requests failing is a bad poll
+    min_requests: int  # fewer requests than this say nothing (one stuck request is not a stuck GPU)
+    grace_s: float  # the finding fires only once it started more than this long ago
+    clear_failure_ratio: float  # a firing issue clears at or below this share (the spec: 0 %)
 
 
-def _counts(view, alias):
+def hold(p: Params) -> tuple[int, float]:
+    return p.hold_polls, p.grace_s
+
+
+def _counts(view: FleetView, alias: str) -> tuple[int, int, int | None] | None:
     sample = view.monitor_sample(alias)
     if sample is None or sample.requests_60s is None or sample.failures_60s is None:
         return None
     return sample.requests_60s, sample.failures_60s, sample.consecutive_timeouts
 
 
-def _from_litellm(view, alias, p):
+def _from_litellm(view: FleetView, alias: str, p: Params) -> Detection:
     """What users saw through LiteLLM since the previous poll (its ``prometheus`` callback, issue 20):
     the spec's "> 50 % failures over 60 s" without gpu-monitor."""
     window = litellm_window(view.memory, alias, view.now_s)
-    if window is None or window[0] < p["min_requests"]:
+    if window is None or window[0] < p.min_requests:
         return None
     requests, failed = window
     ratio = failed / requests
-    if ratio <= p["failure_ratio"]:
+    if ratio <= p.failure_ratio:
         return False
     return Finding(
-        {"source": SOURCE_LITELLM, "failure_pct": num(100 * ratio), "threshold_pct": num(100 * p["failure_ratio"]),
+        {"source": SOURCE_LITELLM, "failure_pct": num(100 * ratio), "threshold_pct": num(100 * p.failure_ratio),
          "requests": num(requests), "failures": num(failed), "endpoint": view.endpoint(alias)},
         f"{alias}: LiteLLM saw {show(failed, 0)} of {show(requests, 0)} requests fail since the last poll "
-        f"({show(100 * ratio, 0)} % > {show(100 * p['failure_ratio'], 0)} %)",
+        f"({show(100 * ratio, 0)} % > {show(100 * p.failure_ratio, 0)} %)",
     )
 
 
-def _from_monitor(view, alias, p):
+def _from_monitor(view: FleetView, alias: str, p: Params) -> Detection:
     counts = _counts(view, alias)
     if counts is None:
         return None
     requests, failures, timeouts = counts
-    if requests < p["min_requests"]:
+    if requests < p.min_requests:
         return None
     ratio = failures / requests
-    if ratio <= p["failure_ratio"]:
+    if ratio <= p.failure_ratio:
         return False
     return Finding(
         {
             "source": SOURCE_MONITOR,
             "failure_pct": num(100 * ratio),
-            "threshold_pct": num(100 * p["failure_ratio"]),
+            "threshold_pct": num(100 * p.failure_ratio),
             "requests_60s": requests,
             "failures_60s": failures,
             "consecutive_timeouts": timeouts,
             "endpoint": view.endpoint(alias),
         },
         f"{alias}: {failures} of {requests} requests failed in 60 s "
-        f"({show(100 * ratio, 0)} % > {show(100 * p['failure_ratio'], 0)} %)",
+        f"({show(100 * ratio, 0)} % > {show(100 * p.failure_ratio, 0)} %)",
     )
 
 
-def _from_metrics(view, alias):
+def _from_metrics(view: FleetView, alias: str) -> Detection:
     state = decode_state(view.memory, alias, view.now_s)
     if state is None:
         return None
@@ -131,7 +146,7 @@ def _from_metrics(view, alias):
     )
 
 
-def _from_taskloop(view, alias):
+def _from_taskloop(view: FleetView, alias: str) -> Detection:
     state = taskloop_state(view.memory, alias, view.now_s)
     if state is None:
         return None
@@ -152,7 +167,7 @@ def _from_taskloop(view, alias):
     )
 
 
-def detect(view, alias, p):
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     found = [f for f in (_from_metrics(view, alias), _from_taskloop(view, alias), _from_monitor(view, alias, p),
                          _from_litellm(view, alias, p)) if f is not None]
     hits = [f for f in found if isinstance(f, Finding)]
@@ -168,7 +183,7 @@ def detect(view, alias, p):
     return False if found else None
 
 
-def recovered(view, alias, p, record):
+def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bool | None:
     """Judged by the source(s) that found it: a monitor-found issue is not cleared because the
     server's ``/metrics`` shows nothing in flight (LiteLLM may simply have stopped sending it work),
     and a stall is not cleared by a monitor that has not seen the failures yet."""
@@ -178,7 +193,7 @@ def recovered(view, alias, p, record):
         counts = _counts(view, alias)
         if counts is not None:
             requests, failures, _ = counts
-            judged.append(failures == 0 or (requests > 0 and failures / requests <= p["clear_failure_ratio"]))
+            judged.append(failures == 0 or (requests > 0 and failures / requests <= p.clear_failure_ratio))
     if SOURCE_METRICS in source:
         state = decode_state(view.memory, alias, view.now_s)
         if state is not None:
@@ -186,8 +201,8 @@ def recovered(view, alias, p, record):
     if SOURCE_LITELLM in source:
         window = litellm_window(view.memory, alias, view.now_s)
         if window is not None:
-            requests, failed = window
-            judged.append(failed == 0 or (requests > 0 and failed / requests <= p["clear_failure_ratio"]))
+            sent, failed = window
+            judged.append(failed == 0 or (sent > 0 and failed / sent <= p.clear_failure_ratio))
     if SOURCE_TASKLOOP in source:
         loop = taskloop_state(view.memory, alias, view.now_s)
         if loop is not None:

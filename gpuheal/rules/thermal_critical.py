@@ -7,32 +7,45 @@ stays critical instead of flapping.
 
 from __future__ import annotations
 
-from gpuheal.core.engine import Finding
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
+from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.rules._util import show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "thermal-critical"
-SCOPE = "gpu"
-SEVERITY = "critical"
-NEEDS: tuple[Need, ...] = needs(Signal.TEMP)
+ID: Final = "thermal-critical"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "critical"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP)
+INHIBITS: Final = None
+hold: Final = None  # the engine's: hold_polls consecutive hot polls
 
 
-def detect(view, alias, p):
+class Params(RemedyParams):
+    temp_c: float  # above this a poll is hot
+    clear_below_c: float  # a firing issue clears only below this (hysteresis)
+
+
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     sample = view.sample(alias)
     temp = None if sample is None else sample.temp_c
     if temp is None:
         return None
-    if temp > p["temp_c"]:
+    if temp > p.temp_c:
         return Finding(
-            {"temp_c": temp, "threshold_c": p["temp_c"], "clear_below_c": p["clear_below_c"]},
-            f"{alias} at {show(temp)} °C, above {show(p['temp_c'])} °C",
+            {"temp_c": temp, "threshold_c": p.temp_c, "clear_below_c": p.clear_below_c},
+            f"{alias} at {show(temp)} °C, above {show(p.temp_c)} °C",
         )
     return False
 
 
-def recovered(view, alias, p, record):
+def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bool | None:
     sample = view.sample(alias)
     temp = None if sample is None else sample.temp_c
     if temp is None:
         return None
-    return temp < p["clear_below_c"]
+    return temp < p.clear_below_c
+

@@ -8,21 +8,32 @@ not merely when it stops rising.
 
 from __future__ import annotations
 
-from gpuheal.rules.thermal_warning import current_temp, rising_above
+from typing import Final
+
+from gpuheal.core.engine import IssueRecord
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
+from gpuheal.rules.thermal_warning import RiseParams, current_temp, rising_above
 from gpuheal.signals import Need, Signal, needs
 
-ID = "thermal-rising"
-SCOPE = "gpu"
-SEVERITY = "critical"
-NEEDS: tuple[Need, ...] = needs(Signal.TEMP, Signal.TEMP_TREND)
+ID: Final = "thermal-rising"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "critical"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, Signal.TEMP_TREND)
+INHIBITS: Final = None
+hold: Final = None  # the engine's hold_polls / hold_s
 
 
-def detect(view, alias, p):
+class Params(RiseParams):
+    clear_below_c: float  # a firing issue clears only below this, not when it stops rising
+
+
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     return rising_above(view, alias, p, "still rising {rise} °C/min: redirect new requests away")
 
 
-def recovered(view, alias, p, record):
+def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bool | None:
     temp = current_temp(view, alias)
     if temp is None:
         return None
-    return temp < p["clear_below_c"]
+    return temp < p.clear_below_c

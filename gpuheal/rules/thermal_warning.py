@@ -8,51 +8,73 @@ no Zulip alert (contract: "no alert"). Recovers when the rise drops below ``clea
 
 from __future__ import annotations
 
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
 from gpuheal.core import timing
-from gpuheal.core.engine import Finding
+from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.rule import Detection
+from gpuheal.core.trend import Fit
+from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "thermal-warning"
-SCOPE = "gpu"
-SEVERITY = "warning"
-NEEDS: tuple[Need, ...] = needs(Signal.TEMP, Signal.TEMP_TREND)
+ID: Final = "thermal-warning"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "warning"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, Signal.TEMP_TREND)
+INHIBITS: Final = None
+hold: Final = None  # the engine's hold_polls / hold_s (the rise itself spans minutes)
 
 
-def rise(view, alias, p):
+class RiseParams(RemedyParams):
+    """What both tiers of Rule 8 read to say "hot and rising" (``thermal-rising`` too)."""
+
+    temp_c: float  # above this, a rise counts
+    rise_c_per_min: float  # rising faster than this (least squares over the window)
+    window_s: float  # the window the rise is fitted over
+    min_samples: int  # at least this many samples in it
+    min_span_s: float  # spanning at least this long: a few minutes, never two samples
+
+
+class Params(RiseParams):
+    clear_rise_c_per_min: float  # a firing warning clears once the rise is below this (or not hot)
+
+
+def rise(view: FleetView, alias: str, p: RiseParams) -> Fit | None:
     """°C per minute over the rule's window, or ``None`` when too few samples."""
-    fit = view.temp_rise(alias, float(p["window_s"]))
-    if fit is None or fit.n < p["min_samples"]:
+    fit = view.temp_rise(alias, p.window_s)
+    if fit is None or fit.n < p.min_samples:
         return None
-    if not timing.at_least(fit.span_s, float(p["min_span_s"]), view.tolerance_s):  # spans counted in polls
+    if not timing.at_least(fit.span_s, p.min_span_s, view.tolerance_s):  # spans counted in polls
         return None
     return fit
 
 
-def current_temp(view, alias):
+def current_temp(view: FleetView, alias: str) -> float | None:
     sample = view.sample(alias)
     return None if sample is None else sample.temp_c
 
 
-def rising_above(view, alias, p, advice: str):
+def rising_above(view: FleetView, alias: str, p: RiseParams, advice: str) -> Detection:
     """The finding both tiers share: above ``temp_c`` and rising faster than ``rise_c_per_min``
     (``None`` = not known, ``False`` = no). ``advice`` ends the summary line."""
     temp = current_temp(view, alias)
     if temp is None:
         return None
-    if temp <= p["temp_c"]:
+    if temp <= p.temp_c:
         return False
     fit = rise(view, alias, p)
     if fit is None:
         return None
-    if fit.slope <= p["rise_c_per_min"]:
+    if fit.slope <= p.rise_c_per_min:
         return False
     return Finding(
         {
             "temp_c": temp,
             "rise_c_per_min": num(fit.slope, 2),
-            "threshold_c": p["temp_c"],
-            "threshold_rise_c_per_min": p["rise_c_per_min"],
+            "threshold_c": p.temp_c,
+            "threshold_rise_c_per_min": p.rise_c_per_min,
             "samples": fit.n,
             "window_s": num(fit.span_s, 0),
         },
@@ -60,17 +82,17 @@ def rising_above(view, alias, p, advice: str):
     )
 
 
-def detect(view, alias, p):
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     return rising_above(view, alias, p, "rising {rise} °C/min: reduce concurrency")
 
 
-def recovered(view, alias, p, record):
+def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bool | None:
     temp = current_temp(view, alias)
     if temp is None:
         return None
-    if temp <= p["temp_c"]:
+    if temp <= p.temp_c:
         return True
     fit = rise(view, alias, p)
     if fit is None:
         return None
-    return fit.slope < p["clear_rise_c_per_min"]
+    return fit.slope < p.clear_rise_c_per_min

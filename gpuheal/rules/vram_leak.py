@@ -18,32 +18,48 @@ frees the VRAM for an hour while the real source keeps growing.
 
 from __future__ import annotations
 
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
 from gpuheal.core import timing
-from gpuheal.core.engine import Finding
+from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.rule import Detection
+from gpuheal.core.trend import Fit
+from gpuheal.core.view import FleetView, SourceFit
 from gpuheal.rules._util import num, show
 from gpuheal.signals import Need, Signal, needs
 
-ID = "vram-leak"
-SCOPE = "gpu"
-SEVERITY = "warning"
-NEEDS: tuple[Need, ...] = needs(Signal.VRAM, Signal.VRAM_TREND)
+ID: Final = "vram-leak"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "warning"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.VRAM, Signal.VRAM_TREND)
+INHIBITS: Final = None
+hold: Final = None  # the engine's hold_polls / hold_s (the fit itself spans hours)
 
 
-def _fit(view, alias, p, min_span_h=None, min_samples=None):
-    fit = view.vram_fit(alias, float(p["window_h"]) * 3600, p.get("reload_jump_mb"))
-    span_h = float(p["min_span_h"] if min_span_h is None else min_span_h)
-    samples = p["min_samples"] if min_samples is None else min_samples
-    if fit is None or fit.n < samples or not timing.at_least(fit.span_s, span_h * 3600, view.tolerance_s):
+class Params(RemedyParams):
+    window_h: float  # the least-squares window
+    min_samples: int  # a fit needs this many samples ...
+    min_span_h: float  # ... spanning this much of the window, else not known
+    mb_per_hour: float  # the GPU's tier: growth at or above this is a leak (vram_leak_mb_per_hour)
+    sustain_ratio: float  # each half of the window grows at this share of the threshold too
+    reload_jump_mb: float  # a jump this big between two samples is a reload: the window restarts
+    recover_span_h: float  # recovery is fitted over this much fresh data (after a restart) ...
+    recover_min_samples: int  # ... and this many samples
+
+
+def _fit(view: FleetView, alias: str, p: Params, min_span_h: float, min_samples: int) -> Fit | None:
+    fit = view.vram_fit(alias, p.window_h * 3600, p.reload_jump_mb)
+    if fit is None or fit.n < min_samples or not timing.at_least(fit.span_s, min_span_h * 3600, view.tolerance_s):
         return None
     return fit
 
 
-def _sustained(view, alias, fit, threshold, ratio):
-    halves = getattr(fit, "halves", None)  # a fit the source computed (Prometheus, issue 13)
-    if halves is not None:
-        return all(part >= threshold * ratio for part in halves)
-    if getattr(fit, "halves", False) is None:
-        return False  # the source measured no halves: not shown to be sustained
+def _sustained(view: FleetView, alias: str, fit: Fit, threshold: float, ratio: float) -> bool:
+    if isinstance(fit, SourceFit):  # a fit the source computed (Prometheus, issue 13)
+        if fit.halves is None:
+            return False  # the source measured no halves: not shown to be sustained
+        return all(part >= threshold * ratio for part in fit.halves)
     mid = (fit.first_t + fit.last_t) / 2
     for lo, hi in ((fit.first_t, mid), (mid, fit.last_t)):
         part = view.sub_fit(alias, "vram_used_mb", lo, hi, 3600.0)
@@ -52,12 +68,12 @@ def _sustained(view, alias, fit, threshold, ratio):
     return True
 
 
-def detect(view, alias, p):
-    fit = _fit(view, alias, p)
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
+    fit = _fit(view, alias, p, p.min_span_h, p.min_samples)
     if fit is None:
         return None
-    threshold = float(p["mb_per_hour"])
-    if fit.slope < threshold or not _sustained(view, alias, fit, threshold, float(p["sustain_ratio"])):
+    threshold = p.mb_per_hour
+    if fit.slope < threshold or not _sustained(view, alias, fit, threshold, p.sustain_ratio):
         return False
     total = view.vram_total_mb(alias)
     full_in = (total - fit.last_v) / fit.slope if total and fit.slope > 0 else None
@@ -76,11 +92,11 @@ def detect(view, alias, p):
     )
 
 
-def recovered(view, alias, p, record):
+def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bool | None:
     """The growth rate is below the threshold, fitted over at least ``recover_span_h`` of the
     (possibly restarted) window: after a restart, a couple of flat hours prove the fix without
     waiting for a whole new 6 h window, and a leak that persists shows again within them."""
-    fit = _fit(view, alias, p, p.get("recover_span_h"), p.get("recover_min_samples"))
+    fit = _fit(view, alias, p, p.recover_span_h, p.recover_min_samples)
     if fit is None:
         return None
-    return fit.slope < float(p["mb_per_hour"])
+    return fit.slope < p.mb_per_hour

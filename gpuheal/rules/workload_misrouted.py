@@ -12,25 +12,40 @@ once per incident and, past ``escalate_after_s`` (the spec's ">48 h"), asks for 
 
 from __future__ import annotations
 
+from typing import Final
+
+from gpuheal.config.model import EngineParams
 from gpuheal.core import routing
 from gpuheal.core.engine import Finding
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
 from gpuheal.signals import Need, Signal, needs
 
-ID = "workload-misrouted"
-SCOPE = "gpu"
-SEVERITY = "info"
-NEEDS: tuple[Need, ...] = needs(Signal.REQUEST_SHARE)
+ID: Final = "workload-misrouted"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "info"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.REQUEST_SHARE)
+INHIBITS: Final = None
+recovered: Final = None  # back within the band (detect quiet)
+hold: Final = None  # the engine's: hold_s
+
+class Params(EngineParams):
+    tolerance_ratio: float  # a share off its target by more than this share of the target is misrouted
+    role_tolerance_ratio: float  # more than this share of a GPU's judged requests outside its role: misrouted
+    min_requests: int  # fewer requests fleet-wide in the window say nothing (read at fleet level)
+    window_s: float  # the trailing window the shares are counted over (read at fleet level)
+    escalate_after_s: float  # the spec's "persists >48h -> agent alias audit needed" (steps/heal_routing)
 
 
-def detect(view, alias, p):
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
     gpu = view.gpu(alias)
     if gpu.weight is None and not (gpu.role_kinds and gpu.role_kinds.judged):
         return None
-    fleet = view.params(ID, "fleet")
+    fleet = view.rule_params(ID, Params, "fleet")
     weights = {a: g.weight for a, g in view.gpus.items() if g.weight is not None}
     verdict = routing.judge(
-        alias, routing.fleet_readings(view, float(fleet["window_s"])), weights, gpu.role,
-        tolerance_ratio=float(p["tolerance_ratio"]), role_tolerance_ratio=float(p["role_tolerance_ratio"]),
-        min_requests=float(fleet["min_requests"]), window_s=float(fleet["window_s"]),
+        alias, routing.fleet_readings(view, fleet.window_s), weights, gpu.role,
+        tolerance_ratio=p.tolerance_ratio, role_tolerance_ratio=p.role_tolerance_ratio,
+        min_requests=float(fleet.min_requests), window_s=fleet.window_s,
     )
     return Finding(verdict.detected, verdict.summary) if isinstance(verdict, routing.Verdict) else verdict

@@ -46,9 +46,9 @@ def build(cfg: Config, history: History, now_s: float, restarts: Restarts, alias
     }
     for alias in aliases:
         trend = vram_trend(view, alias)
-        leak_p = view.params(vram_leak.ID, alias)
+        leak_p = view.rule_params(vram_leak.ID, vram_leak.Params, alias)
         doc["vram_trend"][alias] = trend
-        doc["leak_threshold_mb_per_hour"][alias] = float(leak_p["mb_per_hour"])
+        doc["leak_threshold_mb_per_hour"][alias] = leak_p.mb_per_hour
         last = last_known(view.columns(alias), "temp_c")
         temp = last[1] if last and now_s - last[0] <= 600 else None
         rise = temp_rise_c_per_min(view, alias)
