@@ -27,7 +27,8 @@ cron would (a fresh process, ``GPUHEAL_NOW`` moving on):
     .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --monitor-runs 0   # 3.2 GB of text, ~2 min
     .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --recorded-vram --monitor-runs 0
 
-Prints JSON and writes ``benchmarks/results/prometheus-latest.json``.
+Prints JSON; ``--update`` also writes it to the tracked ``benchmarks/results/prometheus-latest.json``
+(``--out PATH`` anywhere else), so a plain run leaves the tree clean.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ from run import (  # noqa: E402
     stamp,
     write_state_file,
 )
+LATEST = ROOT / "benchmarks" / "results" / "prometheus-latest.json"  # tracked: rewritten only with --update
+
 from servers import HEALTH_OK, LoopbackServer, Reply, gpu_entry, gpuheal_argv, json_reply, write_config  # noqa: E402
 
 from gpuheal.sim.dcgm import METRICS, uuid_of  # noqa: E402
@@ -310,6 +313,8 @@ def main() -> int:
     ap.add_argument("--history-step-s", type=float, default=30.0, help="their sample interval (dcgm-exporter: 30 s)")
     ap.add_argument("--recorded-vram", action="store_true", help="Rule 2 over the README's recording rule")
     ap.add_argument("--hot", type=int, default=0, help="GPUs above Rule 8's temp_c (their rise is asked)")
+    ap.add_argument("--update", action="store_true", help=f"write the result to {LATEST.relative_to(ROOT)}")
+    ap.add_argument("--out", type=Path, help="write the result here (default: nowhere, unless --update)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuheal-bench-prom-") as tmp:
         work = Path(tmp)
@@ -335,10 +340,11 @@ def main() -> int:
                 result["monitor"]["median_s"] / result["prometheus"]["median_s"], 2
             )
     result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-    out = ROOT / "benchmarks" / "results" / "prometheus-latest.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
+    out = a.out or (LATEST if a.update else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -2,8 +2,9 @@
 """gpuheal benchmarks, for the record (issue 2, "Benchmark"): figures, not timed tests.
 
 Starts its own servers on 127.0.0.1 (tests/servers.py), runs the installed ``gpuheal`` as cron
-would (a fresh process each time) and prints a table; the figures also go to
-``benchmarks/results/latest.json``. Stdlib + the package + tests/servers.py only.
+would (a fresh process each time) and prints a table. ``--update`` also writes every figure to the
+tracked ``benchmarks/results/latest.json`` (``--out PATH`` anywhere else): a plain run leaves the
+tree clean. Stdlib + the package + tests/servers.py only.
 
     .venv/bin/python benchmarks/run.py            # everything (about a minute)
     .venv/bin/python benchmarks/run.py --quick    # fewer repetitions, 1000-GPU case once
@@ -60,6 +61,7 @@ TARGETS = {"help": 0.100, "check-3": 0.300, "check-1000": 2.0, "check-1000-rss-m
            "doctor-3": 1.0, "doctor-dead": 2 * 2.0 + 2.0}
 START = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
 NEVER_IMPORTED = ("fabric", "paramiko", "invoke", "requests")
+LATEST = ROOT / "benchmarks" / "results" / "latest.json"  # tracked: rewritten only with --update
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -450,7 +452,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the 1000-GPU check")
     cases = ["help", "check-3", "check-1000", "smi-1000", "dead-200", "imports", "doctor"]
     parser.add_argument("--only", choices=cases, action="append")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
+    parser.add_argument("--update", action="store_true", help=f"write the figures to {LATEST.relative_to(ROOT)}")
+    parser.add_argument("--out", type=Path, help="write the figures here (default: nowhere, unless --update)")
     args = parser.parse_args()
     n = 3 if args.quick else 10
     wanted = set(args.only or cases)
@@ -527,11 +530,13 @@ def main() -> int:
     if "imports" in results:
         print("\nslowest top-level imports of check:", ", ".join(f"{n} {ms} ms" for n, ms in results["imports"]["slowest_top_level_ms"][:6]))
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_suffix(".json.tmp")
-    tmp_out.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp_out, args.out)
-    print(f"\nwritten: {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    out = args.out or (LATEST if args.update else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp_out = out.with_suffix(".json.tmp")
+        tmp_out.write_text(json.dumps(results, indent=2) + "\n")
+        os.replace(tmp_out, out)
+        print(f"\nwritten: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
     return 0 if all(row[3] == "ok" for row in rows) else 1
 
 
