@@ -209,7 +209,7 @@ def test_the_layer_checks_see_a_violation(tmp_path):
 
 # --------------------------------------------------------------------------- cron's start-up path
 
-# What `check` loads before it can act: the CLI and every module it imports at module level (issue 19,
+# What `check` loads before it can act: the entry point, the CLI and every module it imports at module level (issue 19,
 # "Performance": cron starts gpuheal every minute, and the check/sweep ratio is <= 2.5). These never
 # load at module level on that path; each is imported inside the function that needs it:
 # PyYAML (a config text not yet in the state directory's parse cache, config/parsed.py), jsonschema
@@ -217,7 +217,7 @@ def test_the_layer_checks_see_a_violation(tmp_path):
 # rich (the human table), ssl (an https URL), prometheus_client's public package (its parser is loaded
 # privately, parse/llama_metrics.py).
 CHECK_ENTRY = (
-    "gpuheal.cli", "gpuheal.runtime", "gpuheal.config.load", "gpuheal.state.store", "gpuheal.steps.check",
+    "gpuheal.entry", "gpuheal.command", "gpuheal.cli", "gpuheal.runtime", "gpuheal.config.load", "gpuheal.state.store", "gpuheal.steps.check",
     "gpuheal.steps.evaluate", "gpuheal.sources.sense", "gpuheal.sources.gpu_source", "gpuheal.core.engine",
     "gpuheal.core.coverage", "gpuheal.rules", "gpuheal.render.jsontext",
 )
