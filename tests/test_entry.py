@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from servers import HEALTH_OK, LoopbackServer, Reply, fleet_config, json_reply, monitor_document, write_config
+from servers import HEALTH_OK, LoopbackServer, fleet_config, json_reply, monitor_document, write_config
 
 from gpuheal.entry import plain_check
 
@@ -29,13 +29,9 @@ def run(code: str, args: list[str], now: str = NOW) -> subprocess.CompletedProce
 def config(tmp_path):
     """A loopback fleet (gpu-monitor, LiteLLM, three llama-servers, the last one down) and its config."""
     doc = monitor_document(HOSTS.values())
-    with (
-        LoopbackServer({"/gpu-data": json_reply(doc)}) as monitor,
-        LoopbackServer({"/health/liveliness": Reply(200, '"I\'m alive!"')}) as litellm,
-        LoopbackServer({"/health": HEALTH_OK}) as a,
-        LoopbackServer({"/health": HEALTH_OK}) as b,
-    ):
-        urls = {"gpu-dense": a.url, "gpu-light": b.url, "strix-moe": "http://127.0.0.1:9"}
+    monitor, litellm = LoopbackServer({"/gpu-data": json_reply(doc)}), LoopbackServer({"/health/liveliness": HEALTH_OK})
+    with monitor, litellm, LoopbackServer({"/health": HEALTH_OK}, ports=2) as servers:
+        urls = dict(zip(HOSTS, [*servers.urls, "http://127.0.0.1:9"], strict=True))  # port 9: refused
         cfg = fleet_config(monitor.url + "/gpu-data", [(alias, HOSTS[alias], urls[alias]) for alias in HOSTS],
                            litellm_url=litellm.url, timeout_s=1.0, lock_wait_s=0.5)
         yield write_config(tmp_path / "gpuheal.yaml", cfg)

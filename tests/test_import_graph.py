@@ -88,13 +88,18 @@ def imports(path: Path, root: Path = ROOT) -> list[tuple[str, list[str]]]:
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = here if is_pkg else here[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            out.append((base, [a.name for a in node.names]))
+            out.append((from_module(node, here, is_pkg), [a.name for a in node.names]))
     return out
+
+
+def from_module(node: ast.ImportFrom, here: list[str], is_pkg: bool) -> str:
+    """The module a ``from ... import`` names, a relative one resolved against ``here``."""
+    base = node.module or ""
+    if node.level:
+        anchor = here if is_pkg else here[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
 
 
 def files(target: str) -> list[Path]:
@@ -245,11 +250,7 @@ def module_level_imports(path: Path, root: Path = ROOT) -> list[str]:
             if isinstance(node, ast.Import):
                 out.extend(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = here if is_pkg else here[:-1]
-                    anchor = anchor[: len(anchor) - (node.level - 1)]
-                    base = ".".join([*anchor, base] if base else anchor)
+                base = from_module(node, here, is_pkg)
                 out.append(base)
                 out.extend(f"{base}.{a.name}" for a in node.names)
             for field in ("body", "orelse", "finalbody", "handlers"):
