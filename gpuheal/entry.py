@@ -1,14 +1,15 @@
-"""The console entry point: cron's plain ``check`` without Typer, every other command line through it.
+"""The console entry point: a plain ``check`` without Typer, every other command line through it.
 
-cron runs ``gpuheal [--config P] [--state-dir D] [--metrics-file F] check [--json]`` every minute.
-Typer costs that run ~30 ms of import and ~5-10 ms building its twelve commands, of a ~180 ms
-check: the largest single share of the start-up that issue 19's "Performance" holds to 2.5 x a
-bash + curl sweep. So exactly that command line, each option at most once and spelt as above, runs
-the check step here (:func:`plain_check`); anything else — another command, ``--record``,
-``--config=P``, ``-v``, ``--help``, a repeated or missing value — goes to the Typer app
-(:func:`gpuheal.cli.main`) unchanged, and so do its usage errors. Both paths call the same
-``command.run_step`` and ``command.failed``; ``tests/test_entry.py`` runs the same command lines
-through each and requires the same output and exit status.
+``gpuheal [--config P] [--state-dir D] [--metrics-file F] check [--json]`` is what a monitoring job
+runs every minute, and what issue 19's "Performance" holds to 2.5 x a bash + curl sweep of the same
+endpoints. Typer costs it ~30 ms of import and ~5-10 ms building its twelve commands, of a
+~150-200 ms check: the largest single share. So exactly that command line, each option at most
+once and spelt as above, runs the check step here (:func:`plain_check`); anything else — another
+command (the shipped crontab's ``heal --apply`` and ``escalate`` too), ``--record``, ``--config=P``,
+``-v``, ``--help``, a repeated or missing value — goes to the Typer app (:func:`gpuheal.cli.main`)
+unchanged, and so do its usage errors. Both paths call the same ``command.run_step`` and
+``command.failed``; ``tests/test_entry.py`` runs the same command lines through each and requires
+the same output, state files and exit status.
 """
 
 from __future__ import annotations
