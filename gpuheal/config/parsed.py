@@ -4,27 +4,31 @@ text skips PyYAML (issue 19, "Performance": "cached compiled config").
 cron starts gpuheal every minute, and the config and ``defaults.yaml`` rarely change. Importing
 PyYAML costs ~10-20 ms of each start (its reader and resolver compile ~20 regular expressions) and
 parsing the two texts a few more; a JSON decode of the same data costs well under a millisecond.
-So the plain data each text parsed into is kept as JSON in :data:`CACHE_FILE`, keyed by a SHA-256
-of the text and of the code that parses it (``yamlsafe.py`` and this file's :data:`FORMAT`): an
-edited config, a new ``defaults.yaml`` or new parsing rules miss the cache and are parsed in full.
+So the plain data each text parsed into is kept in :data:`CACHE_FILE`, keyed by a SHA-256 of the
+text and of the code that parses it (``yamlsafe.py`` and this file's :data:`FORMAT`): an edited
+config, a new ``defaults.yaml`` or new parsing rules miss the cache and are parsed in full.
 
-Only what JSON gives back exactly is kept: a text whose data holds anything else (a YAML date, a
-non-string key, ``1`` against ``1.0`` against ``true``) is parsed every run, as before. A missing,
-torn or hostile cache file is a miss, never an error (a hit is a digest match, so a cache that
-lies can only hold data some text parsed into). Errors are never cached: a text that fails to
-parse fails every run with its own message. ``config validate`` passes no state directory and
-always parses in full.
+No string of the config is ever written there (a config may hold ``litellm.api_key`` or another
+secret inline; house rule: "secrets never written"): every string, key or value, is stored as the
+offsets of the same characters in the text itself, which a run reads anyway and whose digest is the
+key. A text with a string that does not appear verbatim in it (an escape sequence, a folded block)
+is parsed every run, as is one whose data holds anything but strings, finite numbers, booleans,
+null, lists and string-keyed mappings (a YAML date, ``1`` against ``1.0`` against ``true`` stay
+apart). A missing, torn or hostile cache file is a miss, never an error. Errors are never cached: a
+text that fails to parse fails every run with its own message. ``config validate`` passes no state
+directory and always parses in full.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 CACHE_FILE = ".config-parsed.json"
-FORMAT = 1  # bump when the cached form changes
+FORMAT = 2  # bump when the cached form changes
 _SALTS = (Path(__file__).resolve().with_name("yamlsafe.py"),)  # the parsing rules a cached result follows
 
 
@@ -48,17 +52,19 @@ class ParsedTexts:
         cached = self.known.get(key)
         if cached is not None:
             try:
-                data = json.loads(cached)
-            except ValueError:
+                data = decode(json.loads(cached), text)
+            except (ValueError, TypeError, IndexError, RecursionError):
                 data = None
             else:
                 self.used[key] = cached
                 return data
         data = parser(text)
-        dumped = _exact_json(data)
-        if dumped is not None:
-            self.used[key] = dumped
-            self.changed = True
+        try:
+            stored = encode(data, text)
+        except NotCached:
+            return data
+        self.used[key] = json.dumps(stored, allow_nan=False, separators=(",", ":"))
+        self.changed = True
         return data
 
     def save(self) -> None:
@@ -99,22 +105,57 @@ def _read(cache_dir: Path) -> dict[str, str]:
     return {k: v for k, v in texts.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-def _exact_json(data: Any) -> str | None:
-    """``data`` as JSON text when decoding it gives back exactly ``data`` (the same types all the
-    way down); None otherwise."""
-    try:
-        dumped = json.dumps(data, allow_nan=False)
-    except (TypeError, ValueError):  # a date, bytes, a set, NaN
-        return None
-    return dumped if same(json.loads(dumped), data) else None
+class NotCached(Exception):
+    """A value the cache does not keep (the text is then parsed every run)."""
 
 
-def same(a: Any, b: Any) -> bool:
-    """Equal and of the same types throughout (``1 == 1.0 == True`` in Python, not here)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(v, b[k]) for k, v in a.items())
-    if isinstance(a, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+def encode(data: Any, text: str) -> Any:
+    """``data`` with every string replaced by ``["s", start, end]``, the offsets of the same
+    characters in ``text``; lists as ``["l", item, ...]``, mappings as ``["d", key, value, ...]``.
+    Raises :class:`NotCached` when some value cannot be stored so (see the module docstring)."""
+    cursor = [0]  # strings come mostly in the text's order: look from the last one found first
+
+    def walk(value: Any, depth: int) -> Any:
+        kind = type(value)
+        if value is None or kind is bool or kind is int or (kind is float and math.isfinite(value)):
+            return value
+        if kind is str:
+            start = text.find(value, cursor[0])
+            if start < 0:
+                start = text.find(value)
+            if start < 0:
+                raise NotCached
+            cursor[0] = start + len(value)
+            return ["s", start, start + len(value)]
+        if depth > 100:
+            raise NotCached
+        if kind is list:
+            return ["l", *(walk(item, depth + 1) for item in value)]
+        if kind is dict and all(type(k) is str for k in value):
+            return ["d", *(part for k, v in value.items() for part in (walk(k, depth + 1), walk(v, depth + 1)))]
+        raise NotCached  # a date, bytes, a set, a non-string key, NaN
+
+    return walk(data, 0)
+
+
+def decode(stored: Any, text: str) -> Any:
+    """The data :func:`encode` stored, its strings cut from ``text``. Raises ValueError, TypeError or
+    IndexError for anything it did not write."""
+    if stored is None or type(stored) in (bool, int, float):
+        return stored
+    if type(stored) is not list or not stored:
+        raise ValueError("not an encoded value")
+    tag, rest = stored[0], stored[1:]
+    if tag == "s" and len(rest) == 2 and all(type(i) is int for i in rest) and 0 <= rest[0] <= rest[1] <= len(text):
+        return text[rest[0] : rest[1]]
+    if tag == "l":
+        return [decode(item, text) for item in rest]
+    if tag == "d" and len(rest) % 2 == 0:
+        out = {}
+        for i in range(0, len(rest), 2):
+            key = decode(rest[i], text)
+            if type(key) is not str:
+                raise ValueError("a mapping key that is not a string")
+            out[key] = decode(rest[i + 1], text)
+        return out
+    raise ValueError("not an encoded value")
