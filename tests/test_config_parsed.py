@@ -181,3 +181,12 @@ def same(a: object, b: object) -> bool:
 def test_same_tells_types_apart():
     assert same({"a": [1, 2.0, True, None, "x"]}, {"a": [1, 2.0, True, None, "x"]})
     assert not same(1, 1.0) and not same(1, True) and not same([1], (1,)) and not same({"a": 1}, {"a": 1, "b": 2})
+
+
+def test_a_json_config_is_not_kept(tmp_path, state):
+    """JSON parses as fast as the cache; keeping a 10,000-GPU fleet's offsets would cost ~2 MB of the
+    state directory's 5 MB (issue 13). defaults.yaml is kept alone."""
+    config = tmp_path / "gpuheal.json"
+    config.write_text(json.dumps({"gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:9"}]}))
+    assert load_config(config, cache_dir=state).aliases == ("a",)
+    assert len(json.loads((state / CACHE_FILE).read_text())["texts"]) == 1

@@ -101,7 +101,10 @@ def load_config(path: Path | str, cache_dir: Path | str | None = None) -> Config
     path = Path(path)
     text = read_config_text(path)
     parsed = ParsedTexts(Path(cache_dir) if cache_dir is not None else None)
-    data = parsed.parse(text, lambda config: load_yaml(config, str(path)))
+    if text.lstrip().startswith("{"):  # JSON (a generated fleet): its own parser is fast, nothing to keep
+        data = load_yaml(text, str(path))
+    else:
+        data = parsed.parse(text, lambda config: load_yaml(config, str(path)))
     _defaults(parsed)
     digest = _schema_digest(text) if cache_dir is not None else None
     known_ok = digest is not None and _read_validated(Path(cache_dir)) == digest
