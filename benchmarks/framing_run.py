@@ -30,7 +30,7 @@ def main() -> None:
     elif framing != "hand":
         raise SystemExit(f"unknown framing {framing!r}: one of {', '.join(FRAMINGS)}")
     sys.argv = ["gpuheal", *args]
-    from gpuheal.cli import main as gpuheal_main
+    from gpuheal.entry import main as gpuheal_main  # what the console script runs
 
     gpuheal_main()
 
