@@ -294,9 +294,8 @@ def config_validate(
         )
 
 
-
 def main(argv: list[str] | None = None) -> None:
-    """The Typer app's entry (``gpuheal.entry.main`` hands it every command line but cron's plain
+    """The Typer app's entry (``gpuheal.entry.main`` hands it every command line but a plain
     check): one place where errors become one line and an exit code."""
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort, Exit
