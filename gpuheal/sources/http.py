@@ -32,7 +32,8 @@ h11 in this loop's two framing points (the request's bytes and the answer fed as
 
 * 1000-GPU check (``benchmarks/run.py --only check-1000``; ~3000 small answers a poll): 1.25 s
   wall and 1.17 s CPU by hand, 1.51 s and 1.39 s through h11 (+21 % wall, +19 % CPU; an earlier run
-  at load ~1.9: 1.49 / 1.42 s against 1.88 / 1.69 s, +26 % / +19 %). Over the 10 %: kept by hand.
+  at load ~1.9: 1.49 / 1.42 s against 1.88 / 1.69 s, +26 % / +19 %; a third, in slower minutes:
+  +2 % wall, +15 % CPU). Over the 10 %: kept by hand.
 * 10,000 GPUs behind Prometheus (``benchmarks/prometheus.py``; ~12 large answers a poll): 1.48 s
   and 1.26 s CPU by hand, 1.54 s and 1.27 s through h11 (+4 % wall, +1 % CPU): within it, since
   there the framing handles a few answers of megabytes, not thousands of small ones.
