@@ -27,7 +27,8 @@ cron would (a fresh process, ``GPUHEAL_NOW`` moving on):
     .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --monitor-runs 0   # 3.2 GB of text, ~2 min
     .venv/bin/python benchmarks/prometheus.py --history-h 6.5 --recorded-vram --monitor-runs 0
 
-Prints JSON and writes ``benchmarks/results/prometheus-latest.json``.
+Prints JSON; ``--update`` also writes it to the tracked ``benchmarks/results/prometheus-latest.json``
+(``--out PATH`` anywhere else), so a plain run leaves the tree clean.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
@@ -51,12 +51,17 @@ from prom import PrometheusServer  # noqa: E402
 from run import (  # noqa: E402
     START,
     clean_env,
+    framing_argv,
     make_history,
     profile_check,
+    run_figures,
     run_with_rss,
     stamp,
     write_state_file,
 )
+
+LATEST = ROOT / "benchmarks" / "results" / "prometheus-latest.json"  # tracked: rewritten only with --update
+
 from servers import HEALTH_OK, LoopbackServer, Reply, gpu_entry, gpuheal_argv, json_reply, write_config  # noqa: E402
 
 from gpuheal.sim.dcgm import METRICS, uuid_of  # noqa: E402
@@ -131,26 +136,33 @@ def health_server():
     return LoopbackServer(default=health, record=False, backlog=4096)
 
 
-def timed_checks(base: list[str], runs: int, first_minute: int) -> dict:
-    rc, cold_wall, cold_rss, _, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(first_minute)))
-    if rc not in (0, 1, 2):
-        raise SystemExit(f"check failed ({rc}):\n{err}")
-    walls, rss, cpus = [], [], []
-    for i in range(runs):
-        rc, wall, peak, cpu, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(first_minute + 1 + i)))
+def timed_checks(base: list[str], runs: int, first_minute: int, framings: tuple[str, ...] = ()) -> dict:
+    """One warm-up, then ``runs`` checks (minute by minute); with ``framings`` (issue 19 item 5),
+    each check once per HTTP/1.1 framing in turn, so that every framing meets the same load and the
+    same Prometheus. The top-level figures are the first framing's; ``next_minute`` is the next free."""
+    tail = base[len(gpuheal_argv()):]
+    argvs = {f: [*framing_argv(f), *tail] for f in framings} or {"": base}
+    cold = {}
+    for f, argv in argvs.items():
+        rc, cold_wall, cold_rss, _, err = run_with_rss(argv, clean_env(GPUHEAL_NOW=stamp(first_minute)))
         if rc not in (0, 1, 2):
             raise SystemExit(f"check failed ({rc}):\n{err}")
-        walls.append(wall)
-        rss.append(peak)
-        cpus.append(cpu)
-    return {
-        "median_s": round(statistics.median(walls), 3),
-        "max_s": round(max(walls), 3),
-        "peak_rss_mb": round(max(rss), 1),
-        "cpu_s_median": round(statistics.median(cpus), 3),
-        "runs": runs,
-        "first_run_s": round(cold_wall, 3),
-    }
+        cold[f] = cold_wall
+    measured: dict[str, list[tuple[float, float, float]]] = {f: [] for f in argvs}
+    minute = first_minute + 1
+    for _ in range(runs):
+        for f, argv in argvs.items():
+            rc, wall, peak, cpu, err = run_with_rss(argv, clean_env(GPUHEAL_NOW=stamp(minute)))
+            minute += 1
+            if rc not in (0, 1, 2):
+                raise SystemExit(f"check failed ({rc}):\n{err}")
+            measured[f].append((wall, peak, cpu))
+    by_framing = {f: {**{k: round(v, 3) for k, v in run_figures(m).items()}, "first_run_s": round(cold[f], 3)}
+                  for f, m in measured.items()}
+    out = {**next(iter(by_framing.values())), "runs": runs, "next_minute": minute}
+    if framings:
+        out["framings"] = by_framing
+    return out
 
 
 def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: float, recorded: bool = False) -> dict:
@@ -189,7 +201,7 @@ def backfill(text: FleetText, tsdb: Path, target: str, hours: float, step_s: flo
 
 def bench_prometheus(
     n: int, runs: int, scrape_s: float, work: Path, profile: bool = False, probe: bool = False,
-    history: tuple[float, float] = (0.0, 0.0), recorded: bool = False, hot: int = 0,
+    history: tuple[float, float] = (0.0, 0.0), recorded: bool = False, hot: int = 0, framings: tuple[str, ...] = (),
 ) -> dict:
     """``probe``: every GPU's llama-server /health probed directly (one port, a path per GPU);
     else (``probe_endpoints: false``) its liveness is one more instant query of N series.
@@ -237,8 +249,8 @@ def bench_prometheus(
                 for minute in (1, 2):
                     run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(minute)))
                 return {"profile_top": profile_check(config, state, stamp(3))}
-            out = timed_checks(base, runs, 1)
-            doc = json.loads(run_with_rss_json(base, stamp(runs + 2)))
+            out = timed_checks(base, runs, 1, framings)
+            doc = json.loads(run_with_rss_json(base, stamp(out["next_minute"])))
             out["gpus_with_temp"] = sum(1 for g in doc["gpus"].values() if g.get("temp_c") is not None)
             out["hot_gpus"] = hot
             out["gpus_endpoint_ok"] = sum(1 for g in doc["gpus"].values() if g.get("endpoint") == "ok")
@@ -310,6 +322,10 @@ def main() -> int:
     ap.add_argument("--history-step-s", type=float, default=30.0, help="their sample interval (dcgm-exporter: 30 s)")
     ap.add_argument("--recorded-vram", action="store_true", help="Rule 2 over the README's recording rule")
     ap.add_argument("--hot", type=int, default=0, help="GPUs above Rule 8's temp_c (their rise is asked)")
+    ap.add_argument("--framing", default="", help="the checks with these HTTP/1.1 framings, alternating: 'hand,h11' "
+                    "(benchmarks/framing_run.py; issue 19 item 5)")
+    ap.add_argument("--update", action="store_true", help=f"write the result to {LATEST.relative_to(ROOT)}")
+    ap.add_argument("--out", type=Path, help="write the result here (default: nowhere, unless --update)")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuheal-bench-prom-") as tmp:
         work = Path(tmp)
@@ -321,7 +337,7 @@ def main() -> int:
             "load_avg_before": [round(x, 2) for x in os.getloadavg()],
             "prometheus": bench_prometheus(
                 a.gpus, a.runs, a.scrape_s, work, a.profile, history=(a.history_h, a.history_step_s),
-                recorded=a.recorded_vram, hot=a.hot,
+                recorded=a.recorded_vram, hot=a.hot, framings=tuple(f for f in a.framing.split(",") if f),
             ),
         }
         if a.probe and not a.profile:
@@ -335,10 +351,11 @@ def main() -> int:
                 result["monitor"]["median_s"] / result["prometheus"]["median_s"], 2
             )
     result["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-    out = ROOT / "benchmarks" / "results" / "prometheus-latest.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
+    out = a.out or (LATEST if a.update else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 

@@ -2,8 +2,9 @@
 """gpuheal benchmarks, for the record (issue 2, "Benchmark"): figures, not timed tests.
 
 Starts its own servers on 127.0.0.1 (tests/servers.py), runs the installed ``gpuheal`` as cron
-would (a fresh process each time) and prints a table; the figures also go to
-``benchmarks/results/latest.json``. Stdlib + the package + tests/servers.py only.
+would (a fresh process each time) and prints a table. ``--update`` also writes every figure to the
+tracked ``benchmarks/results/latest.json`` (``--out PATH`` anywhere else): a plain run leaves the
+tree clean. Stdlib + the package + tests/servers.py only.
 
     .venv/bin/python benchmarks/run.py            # everything (about a minute)
     .venv/bin/python benchmarks/run.py --quick    # fewer repetitions, 1000-GPU case once
@@ -60,6 +61,7 @@ TARGETS = {"help": 0.100, "check-3": 0.300, "check-1000": 2.0, "check-1000-rss-m
            "doctor-3": 1.0, "doctor-dead": 2 * 2.0 + 2.0}
 START = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
 NEVER_IMPORTED = ("fabric", "paramiko", "invoke", "requests")
+LATEST = ROOT / "benchmarks" / "results" / "latest.json"  # tracked: rewritten only with --update
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -159,7 +161,7 @@ def write_state_file(state: Path, name: str, data: dict) -> None:
     os.chmod(state / name, 0o600)
 
 
-def bench_check_1000(n: int, work: Path, profile: bool) -> dict:
+def bench_check_1000(n: int, work: Path, profile: bool, framings: tuple[str, ...] = ()) -> dict:
     count = 1000
     hosts = [f"node{i:04d}" for i in range(count)]
     aliases = [f"gpu-{i:04d}" for i in range(count)]
@@ -201,25 +203,25 @@ def bench_check_1000(n: int, work: Path, profile: bool) -> dict:
         # stored exactly as gpuheal stores it (History.to_dict), as if cron had run for 6.5 h
         write_state_file(state, "history.json", History.from_dict(make_history(aliases, START)).to_dict())
         history_mb = (state / "history.json").stat().st_size / 1e6
-        base = [*gpuheal_argv(), "--config", str(config), "--state-dir", str(state), "check", "--json"]
+        tail = ["--config", str(config), "--state-dir", str(state), "check", "--json"]
+        argvs = {f: [*framing_argv(f), *tail] for f in framings} or {"": [*gpuheal_argv(), *tail]}
         # the first run of a new config text validates it against the schema (and remembers it)
-        cold_rc, cold_wall, cold_rss, _, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(1)))
-        if cold_rc not in (0, 1, 2):
-            raise SystemExit(f"1000-GPU check failed ({cold_rc}):\n{err}")
-        walls, rss, cpus, codes = [], [], [], set()
-        for i in range(n):
-            rc, wall, peak, cpu, err = run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(i + 2)))
-            if rc not in (0, 1, 2):
-                raise SystemExit(f"1000-GPU check failed ({rc}):\n{err}")
-            walls.append(wall)
-            rss.append(peak)
-            cpus.append(cpu)
-            codes.add(rc)
+        for argv in argvs.values():
+            cold_rc, cold_wall, cold_rss, _, err = run_with_rss(argv, clean_env(GPUHEAL_NOW=stamp(1)))
+            if cold_rc not in (0, 1, 2):
+                raise SystemExit(f"1000-GPU check failed ({cold_rc}):\n{err}")
+        runs: dict[str, list[tuple[float, float, float]]] = {f: [] for f in argvs}
+        codes = set()
+        for i in range(n):  # with several framings, their runs alternate: each meets the same load
+            for j, (f, argv) in enumerate(argvs.items()):
+                rc, wall, peak, cpu, err = run_with_rss(argv, clean_env(GPUHEAL_NOW=stamp(2 + i * len(argvs) + j)))
+                if rc not in (0, 1, 2):
+                    raise SystemExit(f"1000-GPU check failed ({rc}):\n{err}")
+                runs[f].append((wall, peak, cpu))
+                codes.add(rc)
+        by_framing = {f: run_figures(r) for f, r in runs.items()}
         out = {
-            "median_s": statistics.median(walls),
-            "max_s": max(walls),
-            "peak_rss_mb": max(rss),
-            "cpu_s_median": statistics.median(cpus),
+            **next(iter(by_framing.values())),
             "runs": n,
             "first_run_s": cold_wall,
             "first_run_rss_mb": cold_rss,
@@ -230,9 +232,26 @@ def bench_check_1000(n: int, work: Path, profile: bool) -> dict:
             "target_s": TARGETS["check-1000"],
             "target_rss_mb": TARGETS["check-1000-rss-mb"],
         }
+        if framings:
+            out["framings"] = by_framing
         if profile:
-            out["profile_top"] = profile_check(config, state, stamp(n + 2))
+            out["profile_top"] = profile_check(config, state, stamp(2 + n * len(argvs)))
     return out
+
+
+def run_figures(runs: list[tuple[float, float, float]]) -> dict:
+    """Median and max wall, peak RSS and median CPU of (wall s, peak RSS MB, CPU s) runs."""
+    walls, rss, cpus = zip(*runs, strict=True)
+    return {"median_s": statistics.median(walls), "max_s": max(walls), "peak_rss_mb": max(rss),
+            "cpu_s_median": statistics.median(cpus)}
+
+
+def framing_argv(framing: str) -> list[str]:
+    """gpuheal with the chosen HTTP/1.1 framing (``benchmarks/framing_run.py``; issue 19 item 5)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from framing_run import argv
+
+    return argv(framing)
 
 
 def llama_routes() -> dict:
@@ -450,9 +469,13 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the 1000-GPU check")
     cases = ["help", "check-3", "check-1000", "smi-1000", "dead-200", "imports", "doctor"]
     parser.add_argument("--only", choices=cases, action="append")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "latest.json")
+    parser.add_argument("--update", action="store_true", help=f"write the figures to {LATEST.relative_to(ROOT)}")
+    parser.add_argument("--out", type=Path, help="write the figures here (default: nowhere, unless --update)")
+    parser.add_argument("--framing", default="", help="check-1000 with these HTTP/1.1 framings, runs alternating: "
+                        "'hand,h11' (benchmarks/framing_run.py; issue 19 item 5)")
     args = parser.parse_args()
     n = 3 if args.quick else 10
+    framings = tuple(f for f in args.framing.split(",") if f)
     wanted = set(args.only or cases)
     # Byte-code compiled first, as pip does when it installs the package: with
     # PYTHONDONTWRITEBYTECODE set (common in CI and dev shells) every edited module was compiled
@@ -473,7 +496,7 @@ def main() -> int:
         if "check-3" in wanted:
             results["check-3"] = bench_check_3(n, work)
         if "check-1000" in wanted:
-            results["check-1000"] = bench_check_1000(1 if args.quick else 5, work, args.profile)
+            results["check-1000"] = bench_check_1000(1 if args.quick else 5, work, args.profile, framings)
         if "smi-1000" in wanted:
             results["smi-1000"] = bench_smi_1000(1 if args.quick else 5, work)
         if "dead-200" in wanted:
@@ -495,6 +518,10 @@ def main() -> int:
         rows.append((f"check, 1000 GPUs + /metrics, /props, /slots + 6.5 h history (median of {r['runs']})",
                      f"{r['median_s']:.2f} s", "≤ 2 s", verdict(r["median_s"], r["target_s"])))
         rows.append(("  peak RSS of that check", f"{r['peak_rss_mb']:.0f} MB", "≤ 200 MB", verdict(r["peak_rss_mb"], r["target_rss_mb"])))
+        for f, fr in r.get("framings", {}).items():
+            figures = (f"{fr['median_s']:.2f} / {fr['max_s']:.2f} s, {fr['cpu_s_median']:.2f} s, "
+                       f"{fr['peak_rss_mb']:.0f} MB")
+            rows.append((f"  framing {f}: median / max wall, CPU, peak RSS", figures, "", "-"))
     if "smi-1000" in results:
         r = results["smi-1000"]
         rows.append((f"check, no gpu-monitor: 250 hosts x 4 GPUs of nvidia-smi + 1000 servers (median of {r['runs']})",
@@ -527,12 +554,14 @@ def main() -> int:
     if "imports" in results:
         print("\nslowest top-level imports of check:", ", ".join(f"{n} {ms} ms" for n, ms in results["imports"]["slowest_top_level_ms"][:6]))
 
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = args.out.with_suffix(".json.tmp")
-    tmp_out.write_text(json.dumps(results, indent=2) + "\n")
-    os.replace(tmp_out, args.out)
-    print(f"\nwritten: {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
-    return 0 if all(row[3] == "ok" for row in rows) else 1
+    out = args.out or (LATEST if args.update else None)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp_out = out.with_suffix(".json.tmp")
+        tmp_out.write_text(json.dumps(results, indent=2) + "\n")
+        os.replace(tmp_out, out)
+        print(f"\nwritten: {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
+    return 0 if all(row[3] in ("ok", "-") for row in rows) else 1
 
 
 if __name__ == "__main__":

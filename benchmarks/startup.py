@@ -9,9 +9,14 @@ three GPUs on 127.0.0.1) and times, interleaved in pairs so that both sides meet
 
 and ``gpuheal --help`` alone. One warm-up of each first (the warm-up check also stores the config's
 schema verdict, as the first cron run does). Prints the medians, the ratio check/sweep and the
-load average before and after; the target is check <= 2.5 x sweep and --help <= 100 ms.
+load average before and after; the target is check <= 2.5 x sweep and --help <= 100 ms. The
+package is byte-compiled first, as an installed one is.
 
-    .venv/bin/python benchmarks/startup.py [--pairs 15] [--scenario PATH]
+    .venv/bin/python benchmarks/startup.py [--pairs 15] [--scenario PATH] [--gpuheal CMD]
+
+``--gpuheal CMD`` times another build's gpuheal (an executable; e.g. a script that puts an older
+tree first on ``sys.path`` and calls its ``gpuheal.cli.main``) against the same simulator, which
+always runs from this tree.
 """
 
 from __future__ import annotations
@@ -78,15 +83,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=15)
     ap.add_argument("--scenario", type=Path, default=ROOT / "examples/scenarios/healthy.yaml")
+    ap.add_argument("--gpuheal", default=GPUHEAL, help="the gpuheal to time (default: this venv's)")
     args = ap.parse_args()
     for tool in ("curl", "jq", "bash"):
         if shutil.which(tool) is None:
             raise SystemExit(f"{tool} is not installed (apt-get install -y {tool})")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEAL_")} | {"TERM": "dumb"}
+    # Byte-code compiled first, as pip does when it installs the package (and as benchmarks/run.py
+    # does): with PYTHONDONTWRITEBYTECODE set (CI, dev shells) an editable install's modules were
+    # otherwise compiled again by every timed run, ~60 ms of a 3-GPU check.
+    import compileall
+
+    compileall.compile_dir(str(ROOT / "gpuheal"), quiet=1)
     with tempfile.TemporaryDirectory(prefix="gpuheal-startup-") as tmp:
         proc, config, monitor, endpoints = start_sim(args.scenario, Path(tmp))
         try:
-            check = [GPUHEAL, "--config", str(config), "--state-dir", str(Path(tmp) / "state"), "check", "--json"]
+            check = [args.gpuheal, "--config", str(config), "--state-dir", str(Path(tmp) / "state"), "check", "--json"]
             sweep = ["bash", "-c", SWEEP, "sweep", monitor, *endpoints]
             load_before = os.getloadavg()
             timed(check, env), timed(sweep, env)  # warm-up
@@ -94,7 +106,7 @@ def main() -> None:
             for _ in range(args.pairs):
                 checks.append(timed(check, env))
                 sweeps.append(timed(sweep, env))
-                helps.append(timed([GPUHEAL, "--help"], env))
+                helps.append(timed([args.gpuheal, "--help"], env))
             load_after = os.getloadavg()
         finally:
             proc.terminate()

@@ -1,3 +1,3 @@
-from gpuheal.cli import main
+from gpuheal.entry import main
 
 main()

@@ -8,15 +8,17 @@ modules are imported inside the command that needs them: cron starts gpuheal eve
 
 from __future__ import annotations
 
-import gc
 import sys
 from pathlib import Path
-from typing import Annotated, NamedTuple
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from gpuheal import __version__, exit_codes
 from gpuheal.errors import GpuhealError, one_line
+
+if TYPE_CHECKING:
+    from gpuheal.command import GlobalOptions
 
 app = typer.Typer(
     name="gpuheal",
@@ -32,17 +34,10 @@ app.add_typer(config_app, name="config")
 
 
 
-class GlobalOptions(NamedTuple):
-    """The options given before the command (``gpuheal --config X check``), kept on the click
-    context (``ctx.obj``) for the command to read: no module state (issue 19 item 6). A NamedTuple,
-    not a dataclass: ``gpuheal --help`` does not import dataclasses (cron starts it every minute)."""
-
-    config: str | None = None
-    state_dir: str | None = None
-    metrics_file: str | None = None
-
-
 def _options(ctx: typer.Context) -> GlobalOptions:
+    """The global options (``command.GlobalOptions``, loaded with the command: ``--help`` stays light)."""
+    from gpuheal.command import GlobalOptions
+
     obj = ctx.obj
     return obj if isinstance(obj, GlobalOptions) else GlobalOptions()
 
@@ -76,6 +71,7 @@ def _main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
+    from gpuheal.command import GlobalOptions
     from gpuheal.runtime import setup_logging
 
     setup_logging(verbose)
@@ -83,39 +79,16 @@ def _main(
 
 
 def _runtime(ctx: typer.Context, json_out: bool, uses_state: bool = True):
-    from gpuheal import clock
-    from gpuheal.config import load_config, resolve_config_path
-    from gpuheal.runtime import Runtime, resolve_state_dir
+    from gpuheal.command import build_runtime
 
-    opts = _options(ctx)
-    state_dir = resolve_state_dir(opts.state_dir)
-    # the state directory remembers a config text that passed the schema (skips jsonschema)
-    cache_dir = state_dir if uses_state else None
-    cfg = load_config(resolve_config_path(opts.config), cache_dir=cache_dir)
-    return Runtime(
-        cfg=cfg,
-        state_dir=state_dir,
-        now=clock.now(),
-        json_out=json_out,
-        metrics_file=opts.metrics_file or cfg.metrics_file,
-    )
+    return build_runtime(_options(ctx), json_out, uses_state)
 
 
 def _run_step(ctx: typer.Context, json_out: bool, step, **options) -> None:
     """Open the state under its lock, run the step, print, export metrics, exit with its code."""
-    from gpuheal.runtime import emit
-    from gpuheal.state.store import StateDir
+    from gpuheal.command import run_step
 
-    rt = _runtime(ctx, json_out)
-    with StateDir(rt.state_dir, rt.cfg.state.lock_wait_s) as store:
-        result = step(rt, store, **options)
-        result.warnings[:0] = store.warnings
-        if rt.metrics_file:
-            from gpuheal.metrics import write_metrics
-
-            write_metrics(rt, store, Path(rt.metrics_file))
-    emit(result, json_out)
-    raise typer.Exit(result.exit_code)
+    raise typer.Exit(run_step(_options(ctx), json_out, step, **options))
 
 
 @app.command()
@@ -321,27 +294,18 @@ def config_validate(
         )
 
 
-# A run is short and what it allocates mostly lives to its end (a 10,000-GPU config, one poll's
-# answers): with Python's default 700-object young generation the collector re-scanned that heap
-# ~1,000 times a run — 0.6 s of 2.7 s CPU in issue 13's 10,000-GPU check — and freed almost nothing.
-GC_THRESHOLDS = (50_000, 10, 10)
-
-
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: one place where errors become one line and an exit code."""
+    """The Typer app's entry (``gpuheal.entry.main`` hands it every command line but a plain
+    check): one place where errors become one line and an exit code."""
     from typer._click.exceptions import ClickException
     from typer.exceptions import Abort, Exit
 
     args = sys.argv[1:] if argv is None else argv
-    gc.set_threshold(*GC_THRESHOLDS)
     command = typer.main.get_command(app)
     try:
         code = command.main(args=args, prog_name="gpuheal", standalone_mode=False)
     except Exit as exc:
         code = exc.exit_code
-    except GpuhealError as exc:
-        sys.stderr.write(f"gpuheal: {exc}\n")  # one line already: GpuhealError runs errors.one_line
-        code = exit_codes.CANNOT_RUN
     except ClickException as exc:  # usage errors, bad option values, unknown command
         if type(exc).__name__ == "NoArgsIsHelpError":  # bare `gpuheal`: the help, nothing else
             sys.stderr.write(exc.format_message() + "\n")
@@ -354,13 +318,8 @@ def main(argv: list[str] | None = None) -> None:
     except Abort:
         sys.stderr.write("gpuheal: aborted\n")
         code = exit_codes.CANNOT_RUN
-    except KeyboardInterrupt:
-        sys.stderr.write("gpuheal: interrupted\n")
-        code = exit_codes.CANNOT_RUN
-    except BrokenPipeError:
-        code = exit_codes.OK
-    except Exception as exc:  # a bug: still one line, never locals or secrets
-        sys.stderr.write(f"gpuheal: internal error: {type(exc).__name__}: {exc}\n")
-        sys.stderr.write("gpuheal: please report this; run with -vv to log more.\n")
-        code = exit_codes.CANNOT_RUN
+    except (Exception, KeyboardInterrupt) as exc:  # GpuhealError: one line; a bug: one line too
+        from gpuheal.command import failed
+
+        code = failed(exc)
     sys.exit(code if isinstance(code, int) else 0)

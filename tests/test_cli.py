@@ -392,7 +392,8 @@ def imported_modules(proc) -> set[str]:
 
 def test_check_never_imports_fabric_and_skips_jsonschema_once_validated(fleet):
     """cron starts gpuheal every minute: `check` must not pay for the SSH stack (issue 2) and,
-    once the state directory remembers the config text as valid, not for jsonschema either."""
+    once the state directory remembers the config text as valid and parsed, not for jsonschema or
+    PyYAML either."""
     import subprocess
     import sys
 
@@ -407,4 +408,7 @@ def test_check_never_imports_fabric_and_skips_jsonschema_once_validated(fleet):
         assert proc.returncode == 0, proc.stderr[-2000:]
         top = {name.split(".")[0] for name in imported_modules(proc)}
         assert not top & {"fabric", "paramiko", "invoke", "requests"}, top & {"fabric", "paramiko", "invoke", "requests"}
-    assert "jsonschema" not in {n.split(".")[0] for n in imported_modules(runs[2])}
+    steady = {n.split(".")[0] for n in imported_modules(runs[2])}
+    assert "jsonschema" not in steady
+    # nor PyYAML: the state directory remembers what the config and defaults.yaml parsed into (issue 19)
+    assert "yaml" not in steady and "yaml" in {n.split(".")[0] for n in imported_modules(runs[0])}

@@ -88,13 +88,18 @@ def imports(path: Path, root: Path = ROOT) -> list[tuple[str, list[str]]]:
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = here if is_pkg else here[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
-            out.append((base, [a.name for a in node.names]))
+            out.append((from_module(node, here, is_pkg), [a.name for a in node.names]))
     return out
+
+
+def from_module(node: ast.ImportFrom, here: list[str], is_pkg: bool) -> str:
+    """The module a ``from ... import`` names, a relative one resolved against ``here``."""
+    base = node.module or ""
+    if node.level:
+        anchor = here if is_pkg else here[:-1]
+        anchor = anchor[: len(anchor) - (node.level - 1)]
+        base = ".".join([*anchor, base] if base else anchor)
+    return base
 
 
 def files(target: str) -> list[Path]:
@@ -205,3 +210,96 @@ def test_the_layer_checks_see_a_violation(tmp_path):
     ]
     assert ("gpuheal.core", ["plan"]) in imports(bad, tmp_path)
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
+
+
+# --------------------------------------------------------------------------- cron's start-up path
+
+# What `check` loads before it can act: the entry point, the CLI and every module it imports at module level (issue 19,
+# "Performance": cron starts gpuheal every minute, and the check/sweep ratio is <= 2.5). These never
+# load at module level on that path; each is imported inside the function that needs it:
+# PyYAML (a config text not yet in the state directory's parse cache, config/parsed.py), jsonschema
+# (a text not yet validated), h11 (the HTTP framing's test oracle only), the SSH stack (an action),
+# rich (the human table), ssl (an https URL), prometheus_client's public package (its parser is loaded
+# privately, parse/llama_metrics.py).
+CHECK_ENTRY = (
+    "gpuheal.entry", "gpuheal.command", "gpuheal.cli", "gpuheal.runtime", "gpuheal.config.load", "gpuheal.state.store", "gpuheal.steps.check",
+    "gpuheal.steps.evaluate", "gpuheal.sources.sense", "gpuheal.sources.gpu_source", "gpuheal.core.engine",
+    "gpuheal.core.coverage", "gpuheal.rules", "gpuheal.render.jsontext",
+)
+NOT_AT_START = (
+    "yaml", "jsonschema", "h11", "fabric", "paramiko", "invoke", "requests", "rich", "ssl", "prometheus_client",
+    "http.client", "email", "urllib.request", "asyncio", "hashlib",
+)
+
+
+def module_level_imports(path: Path, root: Path = ROOT) -> list[str]:
+    """The modules ``path`` imports when it is itself imported: not inside a function, nor under
+    ``if TYPE_CHECKING:`` (relative imports resolved; ``from a import b`` gives ``a`` and ``a.b``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    here = module_name(path, root).split(".")
+    is_pkg = path.name == "__init__.py"
+    out: list[str] = []
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                visit(node.orelse)
+                continue
+            if isinstance(node, ast.Import):
+                out.extend(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = from_module(node, here, is_pkg)
+                out.append(base)
+                out.extend(f"{base}.{a.name}" for a in node.names)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                inner = getattr(node, field, None)
+                if isinstance(inner, list) and not isinstance(node, ast.ImportFrom):
+                    visit(inner)
+
+    visit(tree.body)
+    return out
+
+
+def start_up_imports(entry: tuple[str, ...], root: Path = ROOT) -> dict[str, str]:
+    """Every module loaded at module level from ``entry``, following gpuheal's own modules (and each
+    package's ``__init__``): {module: the gpuheal module that imports it}."""
+    modules = {module_name(p, root): p for p in (root / "gpuheal").rglob("*.py")}
+    seen: dict[str, str] = {}
+    todo = [(name, "(entry)") for name in entry]
+    while todo:
+        name, by = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ first
+            prefix = ".".join(parts[:i])
+            if prefix in seen:
+                continue
+            seen[prefix] = by
+            if prefix in modules:
+                todo += [(target, prefix) for target in module_level_imports(modules[prefix], root)]
+    return seen
+
+
+def test_check_loads_no_heavy_module_at_start_up():
+    loaded = start_up_imports(CHECK_ENTRY)
+    heavy = {f"{name} (imported by {by})" for name, by in loaded.items() if under(name, NOT_AT_START)}
+    assert heavy == set()
+
+
+def test_the_start_up_walk_sees_a_heavy_import(tmp_path):
+    """It can fail: a module-level import reached through a package and a relative import is found;
+    one inside a function or under TYPE_CHECKING is not."""
+    pkg = tmp_path / "gpuheal"
+    (pkg / "steps").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "steps" / "__init__.py").write_text("from . import helper\n")
+    (pkg / "steps" / "helper.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import jsonschema\n"
+        "try:\n    import yaml\nexcept ImportError:\n    yaml = None\n"
+        "def later():\n    import h11\n"
+    )
+    (pkg / "steps" / "check.py").write_text("import json\n")
+    loaded = start_up_imports(("gpuheal.steps.check",), tmp_path)
+    assert loaded["yaml"] == "gpuheal.steps.helper" and "json" in loaded
+    assert "jsonschema" not in loaded and "h11" not in loaded

@@ -354,6 +354,26 @@ def test_llama_server_shapes(make_fleet):
 # --------------------------------------------------------------------------- virtual clock
 
 
+def test_a_kept_alive_answer_is_not_held_back_by_nagle(make_fleet):
+    """The real llama-server answers a second request on a kept-alive connection in < 1 ms; the
+    sim wrote headers and body in two writes, and Nagle's algorithm held the body until the
+    client's delayed ACK (~40 ms on every /metrics of a check). Every accepted socket has
+    TCP_NODELAY, read from the server's own side of the connection."""
+    fleet = make_fleet()
+    conn = http.client.HTTPConnection(fleet.endpoints["gpu-dense"].removeprefix("http://"), timeout=2)
+    try:
+        for path in ("/health", "/metrics"):
+            conn.request("GET", path, headers=KEY)
+            assert conn.getresponse().read()
+        server = fleet._listeners["gpu:gpu-dense"].server
+        with server._conns_lock:
+            accepted = list(server._conns)
+        assert len(accepted) == 1  # both answers over the one kept-alive connection
+        assert accepted[0].getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    finally:
+        conn.close()
+
+
 def test_advance_applies_events_and_ramps(make_fleet):
     fleet = make_fleet(
         [

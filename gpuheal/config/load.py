@@ -34,6 +34,7 @@ from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names
     split_command,
 )
 from gpuheal.config.params import check_section
+from gpuheal.config.parsed import ParsedTexts
 from gpuheal.config.yamlsafe import load_yaml
 from gpuheal.credentials import env_or_dotenv
 from gpuheal.errors import ConfigError
@@ -45,11 +46,24 @@ from gpuheal.errors import ConfigError
 _HERE = Path(__file__).resolve().parent
 
 
-@cache
-def _defaults() -> dict[str, Any]:
+def _defaults(parsed: ParsedTexts | None = None) -> dict[str, Any]:
+    """``defaults.yaml``, parsed once a process; :func:`load_config` asks first, through the state
+    directory's cache of parsed texts (``config/parsed.py``), so a cached run never imports PyYAML.
+    The result is shared: callers copy before they change it."""
+    if _DEFAULTS_SEEN and (parsed is None or parsed.cache_dir is None):
+        return _DEFAULTS_SEEN[0]
+    text = (_HERE / "defaults.yaml").read_text("utf-8")
+    data = (parsed or ParsedTexts(None)).parse(text, _parse_defaults)
+    _DEFAULTS_SEEN[:] = [data]
+    return data
+
+
+_DEFAULTS_SEEN: list[dict[str, Any]] = []  # what the first _defaults() call of this process gave
+
+
+def _parse_defaults(text: str) -> Any:
     import yaml
 
-    text = (_HERE / "defaults.yaml").read_text("utf-8")
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
@@ -81,16 +95,23 @@ def load_config(path: Path | str, cache_dir: Path | str | None = None) -> Config
     JSON Schema, so the next cron run of the same text skips jsonschema (its import alone is
     ~50-75 ms of every start; validating 1000 GPUs another ~100 ms). The digest covers the schema
     too, so a new schema revalidates; every other check still runs. ``config validate`` passes
-    no cache and always validates in full.
+    no cache and always validates in full. The same directory keeps what the config text and
+    ``defaults.yaml`` parsed into (``config/parsed.py``): an unchanged text skips PyYAML.
     """
     path = Path(path)
     text = read_config_text(path)
-    data = load_yaml(text, str(path))
+    parsed = ParsedTexts(Path(cache_dir) if cache_dir is not None else None)
+    if text.lstrip().startswith("{"):  # JSON (a generated fleet): its own parser is fast, nothing to keep
+        data = load_yaml(text, str(path))
+    else:
+        data = parsed.parse(text, lambda config: load_yaml(config, str(path)))
+    _defaults(parsed)
     digest = _schema_digest(text) if cache_dir is not None else None
     known_ok = digest is not None and _read_validated(Path(cache_dir)) == digest
     cfg = load_config_dict(data, path=str(path), schema_checked=known_ok)
     if digest is not None and not known_ok:
         _remember_validated(Path(cache_dir), digest)
+    parsed.save()
     return cfg
 
 

@@ -330,8 +330,14 @@ def severity_rank(severity: str) -> int:
 
 def _gate_open(rule: Rule[Any], view: FleetView, subject: str) -> bool:
     """The rule judges ``subject`` this poll only when this poll delivered every signal it needs
-    (``gpuheal.signals``); otherwise it is "not known": its hold neither advances nor resets."""
-    return not unmet(rule.NEEDS, view.provided(subject))
+    (``gpuheal.signals``); otherwise it is "not known": its hold neither advances nor resets. Worked out
+    once per rule and kind of GPU (what a poll provides comes in a few sets, however large the fleet)."""
+    provided = view.provided(subject)
+    key = ("gate", rule.ID, provided)
+    gate: bool | None = view.cache.get(key)
+    if gate is None:
+        gate = view.cache[key] = not unmet(rule.NEEDS, provided)
+    return gate
 
 
 def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:

@@ -159,6 +159,10 @@ class Listener:
 class _Base(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # an idle keep-alive connection gives its thread back after this
+    # TCP_NODELAY, so the body goes out behind the headers at once: the real llama-server answers a
+    # second request on a kept-alive connection in < 1 ms, where Nagle's algorithm here held the body
+    # until the client's delayed ACK, ~40 ms (every /metrics of a check; tests/test_sim.py)
+    disable_nagle_algorithm = True
     server_header = "gpuheal-sim"
     server: SimHTTPServer
 
