@@ -19,11 +19,11 @@ Pure: snapshots in, a typed verdict out; the time each snapshot was taken is a p
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from typing import Any
 
+from gpuheal.core.heal_state import num as _finite  # a finite number, else None (True, "5", NaN, huge ints)
 from gpuheal.parse.smi import PID_MAX, parse_compute_apps, parse_rocm_pids
 
 MAX_PROCESSES = 1024  # a longer list is cut here, and a cut list is never attributed
@@ -63,7 +63,7 @@ class VramSnapshot:
         """Field by field from the state file; a damaged snapshot is ``None`` (not known)."""
         if not isinstance(data, dict):
             return None
-        taken_s, rows, error = _number(data.get("taken_s")), data.get("processes"), data.get("error")
+        taken_s, rows, error = _finite(data.get("taken_s")), data.get("processes"), data.get("error")
         if taken_s is None or not isinstance(rows, list) or not (error is None or isinstance(error, str)):
             return None
         if len(rows) > MAX_PROCESSES:
@@ -98,23 +98,13 @@ class Unattributed:
 Attribution = Culprit | Unattributed
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    try:
-        out = float(value)
-    except OverflowError:
-        return None
-    return out if math.isfinite(out) else None
-
-
 def _process(row: Any) -> ProcessVram | None:
     if not isinstance(row, dict):
         return None
     pid, name, used = row.get("pid"), row.get("name"), row.get("used_mb")
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid <= PID_MAX or not isinstance(name, str):
         return None
-    used_mb = _number(used)
+    used_mb = _finite(used)
     if used is not None and (used_mb is None or not 0 <= used_mb <= MAX_USED_MB):
         return None
     return ProcessVram(pid, name[:200], used_mb)
