@@ -52,3 +52,18 @@ def test_what_json_refuses_it_refuses(bad):
         _std(bad)
     with pytest.raises(std.type):
         dumps(bad)
+
+
+def test_rows_with_a_nested_provenance_and_strings_shaped_like_its_placeholders():
+    """A GPU row is scalars plus its ``provenance`` map: encoded whole with a placeholder per nested
+    value. A peer's string shaped like a placeholder (NUL, hex, NUL) is text, never a slot."""
+    forged = [f"\x00{'0' * 16}{i}\x00" for i in range(3)] + ["\x00", "\\u0000", '"\x000\x00"']
+    rows = {
+        f"gpu-{i}": {"name": forged[i % len(forged)], "temp_c": 55.5, "endpoint": "ok", "slots": None,
+                     "provenance": {"gpu-monitor GET /gpu-data": ["temp_c", "name"], "llama-server GET /health": []},
+                     "empty": {}, "tail": [forged[0], {"deep": [1, [2, {}]]}]}
+        for i in range(12)
+    }
+    doc = {"status": "healthy", "gpus": rows, "issues": []}
+    for indent in (0, 1, 2, 4):
+        assert dumps(doc, indent) == _std(doc, indent)
