@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.prom import free_port, wait_ready
+from tests.prom import free_port, stop_server, wait_ready
 
 
 def alertmanager_binary() -> str | None:
@@ -131,12 +131,4 @@ class Alertmanager:
                    if line.startswith(name + "{") and f'integration="{integration}"' in line)  # fmt: skip
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "log", None) is not None:
-            self.log.close()
+        stop_server(self)

@@ -42,6 +42,19 @@ def wait_ready(server, name: str, timeout_s: float) -> None:
     raise RuntimeError(f"{name} did not become ready")
 
 
+def stop_server(server) -> None:
+    """Terminate ``server.proc`` (kill it after 10 s) and close its log: Prometheus and Alertmanager alike."""
+    if server.proc is not None and server.proc.poll() is None:
+        server.proc.terminate()
+        try:
+            server.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait(5)
+    if getattr(server, "log", None) is not None:
+        server.log.close()
+
+
 def prometheus_binary() -> str | None:
     found = os.environ.get("PROMETHEUS_BIN") or shutil.which("prometheus")
     if found:
@@ -152,15 +165,7 @@ class PrometheusServer:
         )
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "log", None) is not None:
-            self.log.close()
+        stop_server(self)
 
     def __enter__(self) -> PrometheusServer:
         return self.start()
