@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from gpuheal.core import memory_rows
 from gpuheal.model import Observation
 
 MEMORY_KEY = "context"
@@ -98,11 +99,7 @@ def remember_context(
 ) -> list[ContextChange]:
     """Fold this poll's ``n_ctx`` into ``memory["context"]``; the changes seen this poll.
     ``target(alias)``: the GPU's baseline tok/s now (asked only on a change). Mutates ``memory``."""
-    book = memory.setdefault(MEMORY_KEY, {})
-    if not isinstance(book, dict):
-        book = memory[MEMORY_KEY] = {}
-    for alias in [a for a in book if a not in aliases]:
-        del book[alias]
+    book = memory_rows.rows(memory, MEMORY_KEY, aliases)
     now_s = obs.at.timestamp()
     changes = []
     for alias in aliases:

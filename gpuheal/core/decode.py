@@ -26,14 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuheal.core import memory_rows
 from gpuheal.model import Observation
 
 
 def remember_decode(memory: dict[str, Any], obs: Observation, aliases: tuple[str, ...]) -> None:
     """Fold this poll's ``/metrics`` into ``memory["decode"]``. Mutates ``memory`` only."""
-    book = memory.setdefault("decode", {})
-    for alias in [a for a in book if a not in aliases]:
-        del book[alias]
+    book = memory_rows.rows(memory, "decode", aliases)
     now_s = obs.at.timestamp()
     for alias in aliases:
         sample = obs.gpus.get(alias)
@@ -42,11 +41,11 @@ def remember_decode(memory: dict[str, Any], obs: Observation, aliases: tuple[str
         n, busy = _number(sample.n_decode_total), _number(sample.requests_processing)
         if n is None or busy is None:
             continue
-        prev = book.get(alias)
-        if not isinstance(prev, dict) or not isinstance(prev.get("n"), int | float):
-            prev = None
-        if prev is not None and now_s <= float(prev.get("at_s", 0)):
+        prev, seen = memory_rows.previous(book, alias, now_s)
+        if seen:
             continue  # the same poll again, or a clock step back: never counted twice
+        if prev is not None and (isinstance(prev.get("n"), bool) or not isinstance(prev.get("n"), int | float)):
+            prev = None  # a damaged row: start again from this poll
         deferred = _number(sample.requests_deferred)
         entry = _next(prev, n, int(busy), None if deferred is None else int(deferred), bool(sample.is_sleeping), now_s)
         book[alias] = entry

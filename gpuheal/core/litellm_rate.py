@@ -15,14 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuheal.core import memory_rows
 from gpuheal.model import Observation
 
 
 def remember_litellm(memory: dict[str, Any], obs: Observation, aliases: tuple[str, ...]) -> None:
     """Fold this poll's counters into ``memory["litellm"]``. Mutates ``memory`` only."""
-    book = memory.setdefault("litellm", {})
-    for alias in [a for a in book if a not in aliases]:
-        del book[alias]
+    book = memory_rows.rows(memory, "litellm", aliases)
     now_s = obs.at.timestamp()
     for alias in aliases:
         sample = obs.gpus.get(alias)
@@ -31,12 +30,11 @@ def remember_litellm(memory: dict[str, Any], obs: Observation, aliases: tuple[st
         if total is None:
             continue
         failures = failures or 0.0
-        prev = book.get(alias)
-        if isinstance(prev, dict) and isinstance(prev.get("at_s"), int | float) and now_s <= prev["at_s"]:
+        prev, seen = memory_rows.previous(book, alias, now_s)
+        if seen:
             continue  # the same poll again, or a clock step back
         entry: dict[str, Any] = {"total": total, "failures": failures, "at_s": now_s, "requests": None, "failed": None}
-        known = isinstance(prev, dict) and None not in (_count(prev.get("total")), _count(prev.get("failures")))
-        if known:
+        if prev is not None and None not in (_count(prev.get("total")), _count(prev.get("failures"))):
             requests, failed = total - prev["total"], failures - prev["failures"]
             if requests >= 0 and failed >= 0:
                 entry.update(requests=requests, failed=min(failed, requests))

@@ -30,6 +30,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from gpuheal.config.model import Role
+from gpuheal.core import memory_rows
 from gpuheal.model import RoleTally
 from gpuheal.parse.litellm_spend import SpendRow
 
@@ -259,11 +260,10 @@ def remember_counters(memory: dict[str, Any], now_s: float, totals: Mapping[str,
     """Fold this poll's LiteLLM counters into ``memory["routing"]`` (``{ALIAS: [[t, total, group], ...]}``,
     kept ``keep_s``), so that one-shot cron runs see their increase over the window. A poll that did
     not know a GPU's counter adds nothing for it. Mutates ``memory`` only."""
-    book = memory.setdefault("routing", {})
-    for alias in [a for a in book if a not in totals]:
-        del book[alias]
+    book = memory_rows.rows(memory, "routing", totals)
     for alias, total in totals.items():
-        points = book.setdefault(alias, [])
+        found = book.get(alias)
+        points = book[alias] = [p for p in found if _point(p)] if isinstance(found, list) else []  # damage dropped
         if total is not None and (not points or now_s > points[-1][0]):
             points.append([now_s, total, groups.get(alias)])
         while points and points[0][0] < now_s - keep_s:
@@ -277,9 +277,13 @@ def counter_points(memory: Mapping[str, Any], alias: str, start_s: float) -> lis
     points = memory.get("routing", {}).get(alias)
     if not isinstance(points, list):
         return []
-    return [(float(p[0]), float(p[1])) for p in points
-            if isinstance(p, list) and len(p) == 3 and all(isinstance(v, int | float) and not isinstance(v, bool)
-                                                           for v in p[:2]) and p[0] >= start_s]
+    return [(float(p[0]), float(p[1])) for p in points if _point(p) and p[0] >= start_s]
+
+
+def _point(p: Any) -> bool:
+    """A remembered ``[t, total, group]``, well formed."""
+    return isinstance(p, list) and len(p) == 3 and all(isinstance(v, int | float) and not isinstance(v, bool)
+                                                       for v in p[:2])
 
 
 def last_group(memory: Mapping[str, Any], alias: str) -> str | None:

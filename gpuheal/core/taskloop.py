@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuheal.core import memory_rows
 from gpuheal.model import Observation
 
 HEALTH_OK = "ok"
@@ -71,18 +72,14 @@ def canary_due(sample: Any, now_s: float, every_polls: int) -> bool:
 
 def remember_taskloop(memory: dict[str, Any], obs: Observation, aliases: tuple[str, ...]) -> None:
     """Fold this poll into ``memory["taskloop"]``. Mutates ``memory`` only."""
-    book = memory.setdefault("taskloop", {})
-    for alias in [a for a in book if a not in aliases]:
-        del book[alias]
+    book = memory_rows.rows(memory, "taskloop", aliases)
     now_s = obs.at.timestamp()
     for alias in aliases:
         stalled, answered, silent = classify(obs.gpus.get(alias))
         if stalled is None:
             continue
-        prev = book.get(alias)
-        if not isinstance(prev, dict) or not isinstance(prev.get("at_s"), int | float):
-            prev = None
-        if prev is not None and now_s <= float(prev["at_s"]):
+        prev, seen = memory_rows.previous(book, alias, now_s)
+        if seen:
             continue  # the same poll again, or a clock step back: never counted twice
         polls = int(prev.get("polls") or 0) if prev is not None else 0
         if not stalled:
