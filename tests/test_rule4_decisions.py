@@ -23,8 +23,8 @@ from gpuheal.config import load_config_dict
 from gpuheal.core import rebench, rule4
 from gpuheal.core.alerts import Alert, Message, group
 from gpuheal.core.plan import empty_state, plan
-from gpuheal.parse.rule4 import PowerLimits, parse_power_limits, parse_rocm_pids, parse_rocm_power_cap
-from gpuheal.parse.smi import GpuProcess
+from gpuheal.parse.rule4 import PowerLimits, parse_power_limits, parse_rocm_power_cap
+from gpuheal.parse.smi import GpuProcess, parse_rocm_pids
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
@@ -82,11 +82,12 @@ def test_contradicting_limits_are_not_known():
 @pytest.mark.skipif(not ROCM_CAPTURES, reason="the real rocm-smi captures are not here")
 def test_rocm_pids_and_power_cap_from_real_captures():
     text = (FIXTURES / "rocm-smi__mi100_rocm571.json").read_text()
-    assert parse_rocm_pids(text) == [GpuProcess(104225, "mlir-cpu-runner", 0.0)]
+    assert parse_rocm_pids(text) == ([GpuProcess(104225, "mlir-cpu-runner", 0.0)], 0)
     assert parse_rocm_power_cap(text, None) == PowerLimits(290.0)
     assert rule4.judge_power(parse_rocm_power_cap(text, None), "default").throttled is U  # no default from rocm-smi
     for bad in ("", "[]", '{"system": "x"}', '{"system": {"PIDx": "a, 1", "PID7": 3, "PID0": "b, 1, 2"}}'):
-        assert parse_rocm_pids(bad) in (None, [])
+        found = parse_rocm_pids(bad)
+        assert found is None or found[0] == []
 
 
 # ----------------------------------------------------------------------------- the competing process
@@ -423,3 +424,18 @@ def test_sim_amd_gpu_names_the_competing_process_and_never_sets_a_cap(tmp_path, 
         assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 120
     finally:
         lab.close()
+
+
+def test_an_amd_process_list_with_unreadable_entries_is_not_known():
+    """One of rocm-smi's ``PID`` entries cannot be read: that one could be the competing process, so
+    the list is not known (with the reason), never a list without it."""
+    from types import SimpleNamespace
+
+    from gpuheal.actions.rule4 import _processes
+
+    amd = SimpleNamespace(vendor="amd", gpu_index=None)
+    good = '{"system": {"PID40000": "llama-server, 1, 1048576, 0, 0"}}'
+    assert _processes({"snapshot": good}, amd) == ([GpuProcess(40000, "llama-server", 1.0)], "")
+    procs, why = _processes({"snapshot": good.replace("}}", ', "PID4242": "python3, 1"}}')}, amd)
+    assert procs is None and why == "rocm-smi --showpids: 1 entries unreadable"
+    assert _processes({"snapshot": "no json"}, amd) == (None, "rocm-smi --showpids gave no process list")

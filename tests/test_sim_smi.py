@@ -95,8 +95,8 @@ def rocm(fleet, *args: str) -> subprocess.CompletedProcess:
 def test_rocm_smi_answers_with_the_real_tools_keys_and_shapes(fleet):
     import json
 
-    from gpuheal.parse.rule4 import parse_rocm_pids, parse_rocm_power_cap
-    from gpuheal.parse.smi import parse_rocm_smi
+    from gpuheal.parse.rule4 import parse_rocm_power_cap
+    from gpuheal.parse.smi import parse_rocm_pids, parse_rocm_smi
 
     real_keys, real_pids = set(), []
     for capture in ROCM_CAPTURES:
@@ -114,7 +114,7 @@ def test_rocm_smi_answers_with_the_real_tools_keys_and_shapes(fleet):
     pid_shape = re.compile(r"^[^,]+(, \d+){4}$")
     assert real_pids and all(pid_shape.match(v) for v in real_pids + list(doc["system"].values()))
     assert parse_rocm_power_cap(out.stdout, None) == PowerLimits(250.0)
-    assert [(p.pid, p.name, p.used_mb) for p in parse_rocm_pids(out.stdout)] == [
+    assert [(p.pid, p.name, p.used_mb) for p in parse_rocm_pids(out.stdout)[0]] == [
         (40000, "llama-server", 20750.0), (4242, "python3", 2300.0)]  # fmt: skip
     row = parse_rocm_smi(out.stdout)[0]
     assert row["vram_used_mb"] == 23300 and row["util_pct"] == 97

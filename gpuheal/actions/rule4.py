@@ -11,8 +11,7 @@ from typing import Any
 
 from gpuheal.actions import process_check
 from gpuheal.core import rule4
-from gpuheal.parse.rule4 import parse_rocm_pids
-from gpuheal.parse.smi import GpuProcess
+from gpuheal.parse.smi import GpuProcess, parse_rocm_pids
 
 
 def conclude(ex, cfg, runner, values: dict[str, str], timeout_s: float) -> None:
@@ -91,8 +90,11 @@ def _processes(evidence: dict[str, Any], g) -> tuple[list[GpuProcess] | None, st
     if g.vendor == "amd":
         if g.gpu_index is not None:
             return None, "rocm-smi --showpids does not say which of the host's GPUs a process uses"
-        procs = parse_rocm_pids(str(evidence.get("snapshot") or ""))
-        return procs, "" if procs is not None else "rocm-smi --showpids gave no process list"
+        found = parse_rocm_pids(str(evidence.get("snapshot") or ""))
+        if found is None:
+            return None, "rocm-smi --showpids gave no process list"
+        procs, unreadable = found
+        return (None, f"rocm-smi --showpids: {unreadable} entries unreadable") if unreadable else (procs, "")
     listed = evidence.get("gpu_processes")
     if not isinstance(listed, list):
         return None, "no process snapshot was taken"

@@ -8,8 +8,9 @@ board's power is "not known" (``None``), never zero.
 - ``rocm-smi --showmaxpower --json`` → the current power cap only: rocm-smi's "Max Graphics Package
   Power (W)" is the cap in force (hwmon ``power1_cap``), and rocm-smi prints no default cap, so
   whether an AMD GPU is throttled is "not known" from it (formats.md §3, the cap table);
-- ``rocm-smi --showpids --json`` → the KFD process list (``"PID<n>": "name, gpus, vram bytes, sdma,
-  cu occupancy"``, in ``system``), for the whole host: rocm-smi does not say which GPU a process uses.
+
+The process lists (``nvidia-smi --query-compute-apps``, ``rocm-smi --showpids``) are read by
+:mod:`gpuheal.parse.smi`, which Rule 2's attribution reads them with too.
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ import re
 from dataclasses import dataclass
 
 from gpuheal.parse.gpu_data import LIMITS
-from gpuheal.parse.smi import PID_MAX, GpuProcess
-from gpuheal.parse.values import clean_text, number_text, parse_integer
+from gpuheal.parse.values import number_text
 
 MAX_WATTS = LIMITS["power_limit_w"]
-MAX_PROCESSES = 256  # a process list longer than this is truncated: the rest is "not read"
-MIB = 1024 * 1024
 MAX_TEXT = 1024 * 1024  # only the last MiB of an answer is read
 
 
@@ -62,7 +60,6 @@ def parse_power_limits(text: str) -> PowerLimits | None:
 # Read entry by entry rather than as one JSON document: the evidence gpuheal keeps is the tail of a
 # long answer (its start cut off), and rocm-smi prints the process list last, under "system".
 _CAP = re.compile(r'"card(\d{1,4})"\s*:\s*\{[^{}]*?"Max Graphics Package Power \(W\)"\s*:\s*"([^"]{0,64})"')
-_PID = re.compile(r'"PID(\d{1,8})"\s*:\s*"([^"]{0,400})"')
 
 
 def parse_rocm_power_cap(text: str, card: int | None) -> PowerLimits | None:
@@ -72,23 +69,3 @@ def parse_rocm_power_cap(text: str, card: int | None) -> PowerLimits | None:
         if int(m.group(1)) == (card or 0):
             return PowerLimits(_watts(m.group(2)))
     return None
-
-
-def parse_rocm_pids(text: str) -> list[GpuProcess] | None:
-    """``rocm-smi --showpids --json``: one :class:`GpuProcess` per ``PID<n>`` entry, VRAM in MB;
-    ``None`` when the answer has no ``"system"`` section (nothing was read). A pid that is not a pid,
-    or an entry without a name, is skipped; at most :data:`MAX_PROCESSES`."""
-    text = text[-MAX_TEXT :]
-    if '"system"' not in text:
-        return None
-    out: list[GpuProcess] = []
-    for m in _PID.finditer(text):
-        pid = parse_integer(m.group(1), lo=1, hi=PID_MAX)
-        fields = [f.strip() for f in m.group(2).split(",")]
-        if pid is None or not fields[0]:
-            continue
-        vram = number_text(fields[2], hi=LIMITS["vram_used_mb"] * MIB) if len(fields) >= 3 else None
-        out.append(GpuProcess(pid, clean_text(fields[0][:200]), None if vram is None else round(vram / MIB, 1)))
-        if len(out) >= MAX_PROCESSES:
-            break
-    return out
