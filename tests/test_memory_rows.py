@@ -19,7 +19,8 @@ from gpuheal.model import GpuSample, Observation
 
 AT = datetime(2026, 7, 18, 8, 0, 7, 400_000, tzinfo=UTC)  # cron's late start: not a whole second
 SAMPLE = GpuSample(endpoint="ok", n_decode_total=120.0, requests_processing=1, requests_deferred=0,
-                   is_sleeping=False, litellm_requests_total=40.0, litellm_failures_total=2.0, n_ctx=4096)
+                   is_sleeping=False, litellm_requests_total=40.0, litellm_failures_total=2.0, n_ctx=4096,
+                   litellm_model_group="chat")
 DAMAGE = [None, 7, "text", [1, 2], {"gpu-a": "text"}, {"gpu-a": {"at_s": "soon", "n": "x"}},
           {"gpu-a": {"at_s": True}}, {"gpu-a": [["x"], [1.0]]}, {"gpu-a": {"at_s": float("nan")}}]
 
@@ -30,7 +31,7 @@ def fold_all(memory: dict) -> None:
     remember_taskloop(memory, obs, ("gpu-a",))
     remember_litellm(memory, obs, ("gpu-a",))
     remember_context(memory, obs, ("gpu-a",), lambda alias: 50.0)
-    remember_counters(memory, AT.timestamp(), {"gpu-a": 40.0}, {"gpu-a": "chat"}, 3600.0)
+    remember_counters(memory, obs, ("gpu-a",), 3600.0)
 
 
 @pytest.mark.parametrize("damage", DAMAGE, ids=repr)

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from gpuheal.config.model import Role
 from gpuheal.core import memory_rows
-from gpuheal.model import RoleTally
+from gpuheal.model import Observation, RoleTally
 from gpuheal.parse.litellm_spend import SpendRow
 
 SPEND_LOGS = "spend-logs"
@@ -255,17 +255,20 @@ def _pct(value: float) -> str:
 # --------------------------------------------------------------------------- the fleet's readings
 
 
-def remember_counters(memory: dict[str, Any], now_s: float, totals: Mapping[str, float | None],
-                      groups: Mapping[str, str | None], keep_s: float) -> None:
+def remember_counters(memory: dict[str, Any], obs: Observation, aliases: tuple[str, ...], keep_s: float) -> None:
     """Fold this poll's LiteLLM counters into ``memory["routing"]`` (``{ALIAS: [[t, total, group], ...]}``,
     kept ``keep_s``), so that one-shot cron runs see their increase over the window. A poll that did
     not know a GPU's counter adds nothing for it. Mutates ``memory`` only."""
-    book = memory_rows.rows(memory, "routing", totals)
-    for alias, total in totals.items():
+    now_s = obs.at.timestamp()
+    book = memory_rows.rows(memory, "routing", aliases)
+    for alias in aliases:
+        sample = obs.gpus.get(alias)
+        total = None if sample is None else sample.litellm_requests_total
+        group = None if sample is None else sample.litellm_model_group
         found = book.get(alias)
         points = book[alias] = [p for p in found if _point(p)] if isinstance(found, list) else []  # damage dropped
         if total is not None and (not points or now_s > points[-1][0]):
-            points.append([now_s, total, groups.get(alias)])
+            points.append([now_s, total, group])
         while points and points[0][0] < now_s - keep_s:
             points.pop(0)
         if not points:

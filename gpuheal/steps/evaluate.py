@@ -77,10 +77,7 @@ def evaluate_poll(
         remember_taskloop(book.memory, obs, cfg.aliases)  # Rule 3 from a hung task loop (issue 20)
         remember_litellm(book.memory, obs, cfg.aliases)  # Rule 3 from LiteLLM's own counters (issue 20)
         remember_context(book.memory, obs, cfg.aliases, lambda a: _target_tok_s(cfg, bench, a))  # Rule 9
-        seen = {a: obs.gpus.get(a) for a in cfg.aliases}  # Rule 10 from LiteLLM's counters (issue 22)
-        routing.remember_counters(book.memory, obs.at.timestamp(), {a: getattr(s, "litellm_requests_total", None)
-                                  for a, s in seen.items()}, {a: getattr(s, "litellm_model_group", None)
-                                  for a, s in seen.items()}, keep_s + REQUEST_BUCKET_S)
+        routing.remember_counters(book.memory, obs, cfg.aliases, keep_s + REQUEST_BUCKET_S)  # Rule 10 (issue 22)
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     return engine.evaluate(ALL, view, book, only=only), view
 
