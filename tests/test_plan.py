@@ -241,3 +241,15 @@ def test_fleet_guard_ignores_a_failure_already_escalated():
     items = {i.gpu: i for i in plan(issues, state, cfg(n_gpus=3), NOW)}
     assert items["gpu-0"].decision == "blocked"
     assert items["gpu-1"].decision == "act"
+
+
+def test_a_remedy_held_back_by_a_wait_is_blocked_with_its_reason_and_no_attempt():
+    """Rule 2's attribution waits for its second snapshot (``waits``, from actions/leak): the plan
+    holds that remedy back, shown with the reason, and counts no attempt; other issues are untouched."""
+    leak = issue("gpu-1", "vram-leak", severity="warning")
+    why = "waiting for attribution: the onset snapshot is 300 s old; the second is taken 600 s after it at the earliest"
+    items = {i.issue: i for i in plan([issue(), leak], empty_state(), cfg(), NOW, waits={("gpu-1", "vram-leak"): why})}
+    assert items["vram-leak"].decision == "blocked" and items["vram-leak"].reason == why
+    assert items["vram-leak"].attempt_no == 0 and items["vram-leak"].steps == () and items["vram-leak"].key == ""
+    assert items["model-stuck"].decision == "act"
+    assert only(plan([leak], empty_state(), cfg(), NOW)).decision == "act"  # no wait: acts

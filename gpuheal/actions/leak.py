@@ -71,7 +71,7 @@ def track(store, still_open, cfg, runner, now_s: float, secrets) -> dict[str, va
     """Keep one onset snapshot per open vram-leak (taken when it opens), drop those that cleared;
     saved at once, so the cron run that fires the rule finds the one an earlier run took."""
     leaks = open_leaks(still_open, set(cfg.aliases))
-    book = va.onsets_from_json(store.read(files.VRAM_ONSET, {}))
+    book = onsets(store)
     kept = va.onsets_kept(book, leaks)
     due = va.onsets_due(kept, leaks)
     for gpu in due:
@@ -81,12 +81,17 @@ def track(store, still_open, cfg, runner, now_s: float, secrets) -> dict[str, va
     return kept
 
 
-def wait_reason(onsets: dict[str, va.Onset], item, cfg, now_s: float, tol_s: float) -> str | None:
-    """Why the plan ``item``'s remedy waits this run: a vram-leak's until its two snapshots can be
-    compared (see :func:`vram_attribution.wait_reason`); ``None`` for every other issue."""
-    if item.issue != ISSUE or item.gpu not in cfg.aliases:
-        return None
-    return va.wait_reason(onsets.get(item.gpu), now_s, cfg.heal.leak_attribution_wait_s, tol_s)
+def onsets(store) -> dict[str, va.Onset]:
+    """The onset snapshots kept so far, read only (a dry run takes none)."""
+    return va.onsets_from_json(store.read(files.VRAM_ONSET, {}))
+
+
+def waits(onsets: dict[str, va.Onset], issues, cfg, now_s: float, tol_s: float) -> dict[tuple[str, str], str]:
+    """``{(gpu, "vram-leak"): why}``: the firing leaks whose remedy waits this run, until their two
+    snapshots can be compared (:func:`vram_attribution.wait_reason`); the plan holds them back."""
+    wait_s, gpus = cfg.heal.leak_attribution_wait_s, {i["gpu"] for i in issues if i.get("issue") == ISSUE}
+    found = {gpu: va.wait_reason(onsets.get(gpu), now_s, wait_s, tol_s) for gpu in gpus & set(cfg.aliases)}
+    return {(gpu, ISSUE): why for gpu, why in found.items() if why is not None}
 
 
 def llama_pids(target: str, endpoint: str, runner, timeout_s: float) -> frozenset[int]:

@@ -25,6 +25,7 @@ The heal state is :class:`gpuheal.core.heal_state.HealState`; the remediation ca
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -82,11 +83,13 @@ def plan(
     issue_filter: str | None = None,
     catalog: Catalog = CATALOG,
     tol: float = timing.TOLERANCE_S,
+    waits: Mapping[tuple[str, str], str] | None = None,
 ) -> list[PlanItem]:
     """One :class:`PlanItem` per firing issue (after the filters), guards applied. Every guard's
     time (verification windows, the restarts-per-hour budgets, the startup grace) is counted in
     polls with the tolerance ``tol`` (core/timing; issue 9): a poll a second early or late decides
-    the same as one on the second."""
+    the same as one on the second. ``waits``: ``{(gpu, issue): why}`` for remedies held back by
+    what the state here does not hold (Rule 2's attribution until its second snapshot is due)."""
     if not isinstance(state, HealState):
         state = HealState.from_json(state)
     firing = [i for i in issues if i.get("state", "firing") == "firing"]
@@ -105,6 +108,8 @@ def plan(
         if (gpu_filter and issue["gpu"] != gpu_filter) or (issue_filter and issue["issue"] != issue_filter):
             continue
         item = _joins_heat(_plan_one(issue, state, cfg, now_s, guard, catalog, tol), issues)
+        if item.decision == "act" and (wait := (waits or {}).get((item.gpu, item.issue))):
+            item = replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=wait)
         if item.decision == "act":
             # Two issues of one GPU (model-stuck + vram-leak), or stuck breakers of two GPUs, must
             # not restart the same thing twice in one run: the guards above saw the state before

@@ -70,11 +70,14 @@ class Heal:
         health, acted = dict(result.health), False
         self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
         try:
+            self.onsets = leak.onsets(self.store)  # Rule 2: the per-process snapshots at each leak's onset
             if self.apply:  # 1. judge earlier attempts from this run's data
                 self.onsets = leak.track(self.store, still_open, self.cfg, self.effects.run, self.now_s, self.secrets)
                 self._judge_attempts(still_open, set(hidden), health.get("gpus") or {})
                 self._settle_escalations(set(still_open))
-            for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter, tol=self.tol):
+            waits = leak.waits(self.onsets, result.issues, self.cfg, self.now_s, self.tol)
+            for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter, tol=self.tol,
+                             waits=waits):
                 acted |= self._handle(item)  # 2-3. plan, then show (dry-run) or act
             if self.apply:  # 4. give cooled GPUs their load back
                 acted |= self._undo_mitigations(set(still_open), gpu_filter)
@@ -156,9 +159,6 @@ class Heal:
             return True
         if not self.apply:
             self._show(item, subject)
-            return False
-        if wait := leak.wait_reason(self.onsets, item, self.cfg, self.now_s, self.tol):  # Rule 2's 2nd snapshot
-            self.rec.blocked(subject, primary_action(item.actions), wait)
             return False
         self._act(item, subject)
         return True
