@@ -55,5 +55,5 @@ def test_importing_the_config_package_loads_only_the_model():
 def test_pure_packages_reach_config_only_through_the_model(package):
     """core/, rules/ and parse/ get the config as values: never the loader, .env or credentials."""
     banned = ("gpuheal.config.load", "gpuheal.credentials", "gpuheal.zulip")
-    offenders = [o for path in sorted((ROOT / package).glob("*.py")) for o in _offenders(path, banned)]
+    offenders = [o for path in sorted((ROOT / package).rglob("*.py")) for o in _offenders(path, banned)]
     assert offenders == []
