@@ -466,7 +466,8 @@ def _baseline_lines(gpus: list[dict[str, Any]], cap: int | None = None) -> list[
             by_source.setdefault(g["baseline_source"], []).append(md(g["gpu"], 64))
     if not by_source:
         return []
-    label = {"config": "seeded from the config", "rolling-30d": "rolling 30-day average"}
+    label = {"config": "seeded from the config", "monitor": "seeded from gpu-monitor",
+             "rolling-30d": "rolling 30-day average"}
     parts = [
         f"{_names(names, cap)} {label.get(src, md(src, 40))}"
         for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")
