@@ -219,3 +219,18 @@ def test_rule4_judges_a_gpu_without_a_configured_baseline_against_gpu_monitors(l
     gpus = summary["gpus"]
     assert (gpus["gpu-mon"]["baseline_tok_s"], gpus["gpu-mon"]["baseline_source"]) == (75.0, "monitor")
     assert (gpus["gpu-far"]["baseline_tok_s"], gpus["gpu-far"]["baseline_source"]) == (90.0, "config")
+
+
+def test_the_weekly_report_names_gpu_monitor_as_the_seed():
+    from datetime import UTC, datetime
+
+    from gpuheal.render import weekly
+
+    now = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
+    data = benchdata.empty()
+    benchdata.note_monitor_baseline(data, "gpu-mon", 75.0, now.timestamp() - DAY_S)
+    benchdata.add_result(data, "gpu-mon", {"at": now.timestamp() - 3600, "gen_tok_s": 74.0, "ok": True})
+    doc = weekly.build(["gpu-mon", "gpu-cfg"], {"gpu-mon": None, "gpu-cfg": 70.0}, data, [], now)
+    row = doc["gpus"][0]
+    assert (row["baseline_tok_s"], row["baseline_source"]) == (75.0, "monitor")
+    assert "gpu-mon seeded from gpu-monitor" in weekly.markdown(doc)
