@@ -6,7 +6,8 @@ Shape (``data`` of the file)::
 
     {"results":   {ALIAS: [RESULT, ...]},            # oldest first, bounded by keep_days
      "baselines": {ALIAS: {"baseline_tok_s": float, "source": "config" | "rolling-30d",
-                           "computed_at": epoch_s, "n": int}}}
+                           "computed_at": epoch_s, "n": int}},
+     "monitor_baselines": {ALIAS: {"baseline_tok_s": float, "seen_at": epoch_s}}}  # gpu-monitor's latest
 
     RESULT = {"at": epoch_s, "gen_tok_s": float | None, "prompt_tok_s": float | None,
               "tokens": int | None, "ok": bool, "error": str | None, "source": "bench" | "monitor",
@@ -22,6 +23,13 @@ Shape (``data`` of the file)::
 
 A result is ``excluded`` from the baseline when it was taken during an open incident or inside the
 startup grace after a restart (issue 5); it still counts for Rule 4's "3+ benchmarks".
+
+The baseline in force (contract "Rule 4"; Design Decision 6) is the rolling 30-day average of the
+recorded results once a week of them exists; until then a seed: the configured ``baseline_tok_s``,
+else gpu-monitor's (its ``benchmarks`` entry's ``baseline_tok_s``: the spec's "current baselines
+live in gpu-monitor"; issue 27 item 14). The configured one wins when both are there — ``doctor``
+warns when they differ by more than 10 %. A baseline that is not a finite positive number within
+:data:`MAX_TOK_S` is not known, never zero.
 """
 
 from __future__ import annotations
@@ -30,10 +38,24 @@ from typing import Any
 
 FILE = "bench-results.json"
 DAY_S = 86400.0
+MAX_TOK_S = 1e6  # parse.gpu_data's limits: a baseline past them is garbage, not a fast GPU ...
+MIN_TOK_S = 0.01  # ... nor a slow one (1e-320 would make every ratio against it infinite)
 
 
 def empty() -> dict[str, Any]:
-    return {"results": {}, "baselines": {}}
+    return {"results": {}, "baselines": {}, "monitor_baselines": {}}
+
+
+def tok_s(value: Any) -> float | None:
+    """A baseline figure, or ``None`` (not known): a bool, a string, NaN, infinity, zero, a
+    negative or a number outside [:data:`MIN_TOK_S`, :data:`MAX_TOK_S`] is no baseline."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        v = float(value)
+    except OverflowError:  # a 400-digit integer
+        return None
+    return v if MIN_TOK_S <= v <= MAX_TOK_S else None  # NaN compares false: not known
 
 
 def normalise(data: Any) -> dict[str, Any]:
@@ -52,6 +74,11 @@ def normalise(data: Any) -> dict[str, Any]:
         for alias, b in baselines.items():
             if isinstance(b, dict) and isinstance(b.get("baseline_tok_s"), int | float):
                 out["baselines"][str(alias)] = b
+    monitor = data.get("monitor_baselines")
+    if isinstance(monitor, dict):
+        for alias, b in monitor.items():
+            if isinstance(b, dict) and tok_s(b.get("baseline_tok_s")) is not None:
+                out["monitor_baselines"][str(alias)] = b
     return out
 
 
@@ -72,11 +99,40 @@ def ok_results(data: dict[str, Any], alias: str, since_s: float | None = None) -
 
 
 def baseline(data: dict[str, Any], alias: str, config_baseline: float | None) -> tuple[float | None, str]:
-    """The baseline in force: the rolling one once computed, else the config's seed."""
+    """The baseline in force: the rolling one once computed, else the seed (:func:`seed`)."""
     b = data["baselines"].get(alias)
     if b is not None:
         return float(b["baseline_tok_s"]), str(b.get("source", "rolling-30d"))
-    return config_baseline, "config"
+    return seed(data, alias, config_baseline)
+
+
+def seed(data: dict[str, Any], alias: str, config_baseline: float | None) -> tuple[float | None, str]:
+    """Rule 4's seed until a week of results exists: the configured baseline (source ``config``),
+    else gpu-monitor's latest (``monitor``), else not known (``None``, ``config``)."""
+    configured = tok_s(config_baseline)
+    if configured is not None:
+        return configured, "config"
+    monitor = monitor_baseline(data, alias)
+    if monitor is not None:
+        return monitor, "monitor"
+    return None, "config"
+
+
+def monitor_baseline(data: dict[str, Any], alias: str) -> float | None:
+    """gpu-monitor's latest baseline for ``alias`` (recorded by :func:`note_monitor_baseline`)."""
+    b = (data.get("monitor_baselines") or {}).get(alias)
+    return tok_s(b.get("baseline_tok_s")) if isinstance(b, dict) else None
+
+
+def note_monitor_baseline(data: dict[str, Any], alias: str, value: Any, now_s: float) -> bool:
+    """Keep gpu-monitor's baseline for ``alias`` when it is a figure and differs from the one kept
+    (so an unchanged one does not rewrite the file every poll); a bad or missing one changes
+    nothing. Returns whether ``data`` changed."""
+    v = tok_s(value)
+    if v is None or monitor_baseline(data, alias) == v:
+        return False
+    data.setdefault("monitor_baselines", {})[alias] = {"baseline_tok_s": v, "seen_at": now_s}
+    return True
 
 
 def recompute_baseline(
@@ -88,8 +144,8 @@ def recompute_baseline(
     seed_days: float = 7.0,
     every_days: float = 7.0,
 ) -> None:
-    """Design Decision 6: rolling 30-day average, recalculated weekly, seeded from the config
-    until a week of (non-excluded, successful) results exists."""
+    """Design Decision 6: rolling 30-day average, recalculated weekly, seeded (from the config, else
+    gpu-monitor) until a week of (non-excluded, successful) results exists."""
     current = data["baselines"].get(alias)
     if current is not None and now_s - float(current.get("computed_at", 0)) < every_days * DAY_S:
         return
@@ -104,7 +160,7 @@ def recompute_baseline(
         "source": "rolling-30d",
         "computed_at": now_s,
         "n": len(usable),
-        "seed_tok_s": config_baseline,
+        "seed_tok_s": seed(data, alias, config_baseline)[0],
     }
 
 
@@ -116,6 +172,9 @@ def prune(data: dict[str, Any], now_s: float, keep_days: float, aliases: tuple[s
             data["baselines"].pop(alias, None)
             continue
         data["results"][alias] = [r for r in data["results"][alias] if r["at"] >= cut]
+    monitor = data.get("monitor_baselines", {})
+    for alias in [a for a in monitor if aliases is not None and a not in aliases]:
+        del monitor[alias]  # a GPU no longer configured (it may never have had a result)
 
 
 # --------------------------------------------------------------------------- bounded history

@@ -159,6 +159,7 @@ class GpuSample:
     breaker: Breaker | None = None
     bench_tok_s: float | None = None
     bench_measured_at: datetime | None = None
+    bench_baseline_tok_s: float | None = None  # gpu-monitor's baseline for the host (issue 27 item 14)
     # llama-server's own telemetry (issue 12): its ``/metrics``, ``/slots``, ``/props`` is_sleeping —
     # read directly, or by Prometheus scraping ``/metrics`` (issue 13).
     # ``metrics``/``slots``: ok | disabled | unauthorized | loading | timeout | refused | invalid | http-NNN

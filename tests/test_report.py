@@ -113,6 +113,46 @@ def test_weekly_document(state):
     assert rem["restart-llama-server-memcap"]["other"] == 1
 
 
+SPEC_FLEET = Path(__file__).resolve().parent.parent / "examples" / "fleet.yaml"
+
+
+def spec_fleet_fortnight(state, now) -> None:
+    """Two weeks of benchmarks every 6 h on the spec's three GPUs (examples/fleet.yaml): gpu-light
+    falls from ~165 to ~140 tok/s this week (a >10 % regression), gpu-dense and strix-moe hold
+    their baselines within a percent. No audit trail."""
+    t_now, day = now.timestamp(), 86400.0
+    base = {"gpu-dense": 74.8, "gpu-light": 165.2, "strix-moe": 70.5}
+    results: dict[str, list[dict]] = {alias: [] for alias in base}
+    for i in range(56):
+        at = t_now - 14 * day + (i + 0.5) * day / 4
+        this_week = at >= t_now - 7 * day
+        for alias, tok in base.items():
+            if alias == "gpu-light" and this_week:
+                tok = 140.0
+            wobble = ((i * 7 + len(alias)) % 5 - 2) * 0.2  # ±0.4 tok/s: a steady GPU's noise
+            results[alias].append({"at": at, "gen_tok_s": round(tok + wobble, 2), "ok": True, "source": "bench"})
+    seed(state, files.BENCH, {"results": results, "baselines": {}})
+
+
+def test_weekly_report_of_the_spec_fleet_gives_every_gpu_its_trend(state, tmp_path):
+    """Issue 27 item 17, the spec's "per-GPU tok/s trend over 7 days": on examples/fleet.yaml with one
+    GPU regressed, every GPU has its row (the regression first), none is folded into "N GPUs
+    steady" while the report fits one Zulip message."""
+    spec_fleet_fortnight(state, NOW)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUHEAL_")}
+    env["GPUHEAL_NOW"] = "2026-07-18T08:00:00Z"
+    p = subprocess.run(
+        [str(Path(sys.executable).with_name("gpuheal")), "--config", str(SPEC_FLEET), "--state-dir", str(state),
+         "report", "--weekly"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    golden("weekly-report-spec-fleet.md", p.stdout)
+    rows = [line.split(" ")[1] for line in p.stdout.splitlines() if line.startswith("| ") and "`" in line]
+    assert rows == ["gpu-light", "gpu-dense", "strix-moe"]  # the regression first, then by the size of the move
+    assert "steady" not in p.stdout and len(p.stdout) <= weekly.MAX_CHARS
+
+
 def test_weekly_with_no_data_at_all(state):
     r = run(state, weekly_=True)
     assert r.exit_code == 0

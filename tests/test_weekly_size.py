@@ -1,7 +1,8 @@
 """The weekly report fits Zulip at any fleet size (issue 21 point 6): at 3, 100 and 1,000 GPUs the
-summary on stdout is within 10,000 characters, rows for the GPUs that moved, one line for the
-steady ones; ``--full`` has every row, and ``--send --full`` posts the summary and then the whole
-table split into messages that each arrive whole at a loopback Zulip."""
+summary on stdout is within 10,000 characters. Every GPU has its row while they all fit (issue 27
+item 17: the spec's per-GPU trend), regressions first; past that, rows for the GPUs that moved and
+one line for the steady ones. ``--full`` has every row, and ``--send --full`` posts the summary and
+then the whole table split into messages that each arrive whole at a loopback Zulip."""
 
 from __future__ import annotations
 
@@ -56,22 +57,48 @@ def row_of(text: str, gpu: str) -> bool:
     return any(line.startswith(f"| {gpu} ") for line in text.splitlines())
 
 
-@pytest.mark.parametrize("n", [3, 100, 1000])
-def test_summary_fits_one_message_and_names_what_moved(n):
+def table_rows(text: str) -> list[str]:
+    return [line.split(" ")[1] for line in text.splitlines() if line.startswith("| ") and "`" in line]
+
+
+@pytest.mark.parametrize("n", [3, 100])
+def test_every_gpu_has_its_row_while_they_fit_regressions_first(n):
     doc = doc_for(n)
     text = weekly.markdown(doc)
     assert len(text) <= LIMIT
+    assert "steady" not in text
+    rows = table_rows(text)
+    assert sorted(rows) == sorted(g["gpu"] for g in doc["gpus"])
+    regressed = [g["gpu"] for g in doc["gpus"] if g["regression"]]
+    assert rows[: len(regressed)] == sorted(regressed)  # regressions first
     moved = [g["gpu"] for g in doc["gpus"] if abs(g["change_pct"]) > weekly.STEADY_PCT]
-    steady = n - len(moved)
-    assert f"{steady} GPU{'s' if steady != 1 else ''} steady (±5 %)" in text
+    assert set(rows[: len(moved)]) == set(moved)  # then the other moves, the steady GPUs last
+
+
+def test_summary_past_the_limit_folds_only_the_steady_gpus():
+    doc = doc_for(1000)
+    text = weekly.markdown(doc)
+    assert len(text) <= LIMIT
+    moved = [g["gpu"] for g in doc["gpus"] if abs(g["change_pct"]) > weekly.STEADY_PCT]
+    steady = 1000 - len(moved)
+    assert f"{steady} GPUs steady (±5 %)" in text
     assert not any(row_of(text, g["gpu"]) for g in doc["gpus"] if g["gpu"] not in moved)
     regressed = [g["gpu"] for g in doc["gpus"] if g["regression"]]
-    if n <= 100:  # everything that moved has its row
-        assert all(row_of(text, g) for g in moved)
-    else:  # regressions come first; the rows that do not fit are counted
-        assert all(row_of(text, g) for g in regressed)
-        shown = sum(row_of(text, g) for g in moved)
-        assert shown < len(moved) and f"… and {len(moved) - shown} more GPUs" in text
+    assert all(row_of(text, g) for g in regressed)  # regressions come first
+    shown = sum(row_of(text, g) for g in moved)
+    assert shown < len(moved) and f"… and {len(moved) - shown} more GPUs" in text
+
+
+def test_the_fold_starts_exactly_where_every_row_no_longer_fits():
+    """The largest fleet shown whole fills the message to within one row; one GPU more is folded,
+    and both stay within the limit (the fold is not a habit kicking in early)."""
+    n = 100
+    while "steady" not in weekly.markdown(doc_for(n + 1)):
+        n += 1
+    whole, folded = weekly.markdown(doc_for(n)), weekly.markdown(doc_for(n + 1))
+    row = max(len(line) for line in whole.splitlines() if line.startswith("| gpu-"))
+    assert len(table_rows(whole)) == n and LIMIT - row - 3 < len(whole) <= LIMIT
+    assert len(folded) <= LIMIT and len(table_rows(folded)) < n + 1
 
 
 def test_summary_fits_when_every_gpu_regressed_with_hostile_names():

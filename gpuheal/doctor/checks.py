@@ -745,3 +745,65 @@ def stop_timeout_check(transport, alias: str, unit: str) -> Check:
         return Check(alias, "stop timeout", WARN, f"{unit}: TimeoutStopSec {shown} (> {STOP_TIMEOUT_WARN_S:g} s): "
                      "a hung llama-server ignores SIGTERM, so each restart waits this long before SIGKILL", fix)
     return Check(alias, "stop timeout", OK, f"{unit}: TimeoutStopSec {shown}")
+
+
+# --------------------------------------------------------------------------- Rule 4's baseline seed
+
+BASELINE_DIFF_RATIO = 0.10  # issue 27 item 14: configured and gpu-monitor baselines more than 10 % apart warn
+
+
+@register("network")
+def baseline_probes(ctx: Context) -> Iterable[Probe]:
+    """Rule 4's seed (issue 27 item 14): each GPU's configured ``baseline_tok_s`` against the one
+    gpu-monitor gives in its ``benchmarks`` entry; only where gpu-monitor is the configured source."""
+    mon = ctx.cfg.monitor
+    if mon is not None and mon.url:
+        yield Probe("monitor", "baselines", float(mon.timeout_s), lambda: baseline_checks(ctx.cfg))
+
+
+def baseline_checks(cfg) -> list[Check]:
+    """Fetch gpu-monitor once and compare every GPU's baselines (:func:`baseline_rows`). A monitor
+    that does not answer is the ``gpu-monitor`` row's failure; nothing is compared then."""
+    from gpuheal.sources.sense import fetch_monitor
+
+    doc, _faults, _warnings = fetch_monitor(cfg)
+    if doc is None:
+        return [Check("monitor", "baselines", SKIP, "gpu-monitor gave no document: baselines not compared")]
+    return baseline_rows(cfg, doc.bench_baselines)
+
+
+def baseline_rows(cfg, monitor: dict[str, float | None]) -> list[Check]:
+    """One ``baseline`` row per GPU from ``monitor`` (gpu-monitor's baseline by host; ``None``: absent
+    or bad, not known). A host that several configured GPUs share has one benchmark entry for no one
+    GPU: not compared (as ``check`` reads it)."""
+    from collections import Counter
+
+    shared = {h for h, n in Counter(g.host for g in cfg.gpus).items() if n > 1}
+    return [
+        Check(g.alias, "baseline", *baseline_verdict(g.alias, g.baseline_tok_s, None if g.host in shared else
+                                                     monitor.get(g.host)))
+        for g in cfg.gpus
+    ]
+
+
+def baseline_verdict(alias: str, mine: float | None, theirs: float | None) -> tuple[str, str, str]:
+    """(status, detail, fix) for one GPU's configured and gpu-monitor baselines. The configured one
+    wins when both are there (``benchdata.seed``), so a difference over :data:`BASELINE_DIFF_RATIO`
+    means Rule 4 judges against a figure gpu-monitor disagrees with."""
+    within = f"{BASELINE_DIFF_RATIO * 100:g} %"
+    if mine is None and theirs is None:
+        return SKIP, ("no baseline_tok_s configured nor from gpu-monitor: Rule 4 judges once a week of "
+                      "`gpuheal bench` results makes the rolling 30-day baseline"), ""
+    if mine is None:
+        return OK, f"gpu-monitor's {theirs:g} tok/s seeds Rule 4 (none configured)", ""
+    if theirs is None:
+        return OK, f"configured {mine:g} tok/s (gpu-monitor gives none)", ""
+    if abs(theirs - mine) <= BASELINE_DIFF_RATIO * mine:
+        return OK, f"configured {mine:g} tok/s, gpu-monitor {theirs:g} (within {within})", ""
+    return (
+        WARN,
+        f"configured baseline_tok_s {mine:g} and gpu-monitor's {theirs:g} differ by "
+        f"{(theirs - mine) / mine * 100:+.1f} % (over {within}); Rule 4 uses the configured one",
+        f"set gpus[].baseline_tok_s of {alias} to its current figure, or remove it to seed from gpu-monitor; "
+        "if gpu-monitor's is the stale one, fix its baseline",
+    )

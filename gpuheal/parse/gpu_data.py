@@ -27,6 +27,7 @@ LIMITS = {
     "current_tok_s": 1e6,
     "baseline_tok_s": 1e6,
 }
+MIN_BASELINE_TOK_S = 0.01  # a baseline below this is garbage (1e-320 would make every ratio infinite)
 COUNT_LIMIT = 10**9
 GPU_FIELDS = ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "power_limit_w")
 HOSTNAME_CHARS = 253
@@ -67,6 +68,8 @@ class MonitorDocument:
     models_by_name: dict[str, ModelCounts] = field(default_factory=dict)
     breakers_by_model: dict[str, Breaker] = field(default_factory=dict)
     host_entries: dict[str, int] = field(default_factory=dict)  # GPU entries per hostname
+    # ``benchmarks.HOST.baseline_tok_s`` (issue 27 item 14): None when absent or bad, never zero
+    bench_baselines: dict[str, float | None] = field(default_factory=dict)
 
 
 def _host_reading(entry: dict[str, Any], where: str, problems: list[str]) -> HostReading | None:
@@ -130,10 +133,11 @@ def parse_gpu_data(doc: Any) -> MonitorDocument:
     breaker_entries = Fields(summary, "summary", problems).array("circuit_breakers") or []
     by_name: dict[str, ModelCounts] = {}
     by_model: dict[str, Breaker] = {}
+    bench_baselines: dict[str, float | None] = {}
     return MonitorDocument(
         generated_at=top.time("generated_at"),
         hosts=hosts,
-        benchmarks=_benchmarks(top.mapping("benchmarks"), problems),
+        benchmarks=_benchmarks(top.mapping("benchmarks"), problems, bench_baselines),
         models=_models(model_entries, problems, by_name),
         breakers=_breakers(breaker_entries, problems, by_model),
         problems=problems,
@@ -141,10 +145,13 @@ def parse_gpu_data(doc: Any) -> MonitorDocument:
         models_by_name=by_name,
         breakers_by_model=by_model,
         host_entries=host_entries,
+        bench_baselines=bench_baselines,
     )
 
 
-def _benchmarks(raw: dict[str, Any] | None, problems: list[str]) -> dict[str, tuple[float | None, datetime | None]]:
+def _benchmarks(
+    raw: dict[str, Any] | None, problems: list[str], baselines: dict[str, float | None]
+) -> dict[str, tuple[float | None, datetime | None]]:
     out: dict[str, tuple[float | None, datetime | None]] = {}
     for host, entry in (raw or {}).items():
         if not isinstance(entry, dict):
@@ -154,6 +161,10 @@ def _benchmarks(raw: dict[str, Any] | None, problems: list[str]) -> dict[str, tu
             continue
         f = Fields(entry, f"benchmarks.{name}", problems)
         out[name] = (f.number("current_tok_s", hi=LIMITS["current_tok_s"]), f.time("measured_at"))
+        base = entry.get("baseline_tok_s")
+        none_yet = type(base) in (int, float) and base == 0  # 0: not measured yet, not a fault
+        lo, hi = MIN_BASELINE_TOK_S, LIMITS["baseline_tok_s"]
+        baselines[name] = None if none_yet else f.number("baseline_tok_s", lo=lo, hi=hi)
     return out
 
 

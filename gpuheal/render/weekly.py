@@ -6,12 +6,14 @@ the latest result. Then the week's incidents (counts by issue, time to resolve),
 escalations from the audit trail. Markdown that reads well in Zulip (tables, no HTML), so
 ``gpuheal report --weekly | <zulip sender>`` works as well as ``--send``.
 
-Sized for Zulip at any fleet size (issue 21 point 6): the default Markdown is a summary within
-:data:`MAX_CHARS` (Zulip's 10,000-character message limit) — a row for each GPU that regressed or
-improved more than :data:`STEADY_PCT`, sits far below its baseline or has no week-over-week
-figure, as many as fit, then "N GPUs steady (±5 %)" on one line; every list of names is capped.
-``full=True`` renders every GPU's row; :func:`table_chunks` splits that table into messages that
-each fit.
+Sized for Zulip at any fleet size (issue 21 point 6): the default Markdown stays within
+:data:`MAX_CHARS` (Zulip's 10,000-character message limit). Every GPU has its row while all the
+rows fit — the spec's "per-GPU tok/s trend over 7 days" (issue 27 item 17) — regressions first,
+then the largest moves, the steady GPUs last. Only past that are the steady ones folded: a row for
+each GPU that regressed or improved more than :data:`STEADY_PCT`, sits far below its baseline or
+has no week-over-week figure, as many as fit, then "N GPUs steady (±5 %)" on one line; every list
+of names is capped. ``full=True`` renders every GPU's row; :func:`table_chunks` splits that table
+into messages that each fit.
 """
 
 from __future__ import annotations
@@ -356,8 +358,12 @@ def _notable(g: dict[str, Any]) -> bool:
 
 
 def _summary_table(gpus: list[dict[str, Any]], room: int) -> list[str]:
-    """The notable GPUs' rows (regressions first, the largest moves next), as many as fit ``room``
-    characters, then one line each for the rows left out and the steady GPUs."""
+    """Every GPU's row when they all fit ``room`` characters (regressions first, the largest moves
+    next, the steady GPUs last); else the notable GPUs' rows, as many as fit, then one line each for
+    the rows left out and the steady GPUs (issue 27 item 17: fold only what does not fit)."""
+    every = _gpu_table(sorted(gpus, key=_row_order))
+    if gpus and sum(len(x) + 1 for x in every) <= room:
+        return every
     notable = sorted((g for g in gpus if _notable(g)), key=_row_order)
     steady = len(gpus) - len(notable)
     names = [md(g["gpu"], 64) for g in gpus if not _notable(g)]
@@ -382,8 +388,10 @@ def _summary_table(gpus: list[dict[str, Any]], room: int) -> list[str]:
 
 
 def _row_order(g: dict[str, Any]) -> tuple:
+    """Regressions, then the other notable GPUs, then the steady ones; within each the largest move
+    first, a GPU without a week-over-week figure after those with one."""
     change = g["change_pct"]
-    return (not g["regression"], change is None, -abs(change or 0.0), g["gpu"])
+    return (not g["regression"], not _notable(g), change is None, -abs(change or 0.0), g["gpu"])
 
 
 def table_chunks(doc: dict[str, Any], limit: int = MAX_CHARS) -> list[str]:
@@ -458,7 +466,8 @@ def _baseline_lines(gpus: list[dict[str, Any]], cap: int | None = None) -> list[
             by_source.setdefault(g["baseline_source"], []).append(md(g["gpu"], 64))
     if not by_source:
         return []
-    label = {"config": "seeded from the config", "rolling-30d": "rolling 30-day average"}
+    label = {"config": "seeded from the config", "monitor": "seeded from gpu-monitor",
+             "rolling-30d": "rolling 30-day average"}
     parts = [
         f"{_names(names, cap)} {label.get(src, md(src, 40))}"
         for src, names in sorted(by_source.items(), key=lambda x: x[0] != "rolling-30d")

@@ -321,6 +321,7 @@ def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[d
     bench = None if shared_host else doc.benchmarks.get(gpu.host)
     if bench is not None:
         values["bench_tok_s"], values["bench_measured_at"] = bench
+        values["bench_baseline_tok_s"] = doc.bench_baselines.get(gpu.host)
     return values, problem
 
 

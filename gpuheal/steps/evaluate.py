@@ -99,6 +99,8 @@ def ingest_monitor_bench(
     changed = False
     for alias in cfg.aliases:
         sample = obs.gpus.get(alias)
+        if sample is not None and benchdata.note_monitor_baseline(bench, alias, sample.bench_baseline_tok_s, now_s):
+            changed = True  # gpu-monitor's baseline: Rule 4's seed when the config has none (issue 27 item 14)
         if sample is None or sample.bench_tok_s is None or sample.bench_measured_at is None:
             continue
         at = sample.bench_measured_at.timestamp()

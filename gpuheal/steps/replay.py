@@ -48,6 +48,7 @@ NUMBER_FIELDS = (
     "failures_60s",
     "consecutive_timeouts",
     "bench_tok_s",
+    "bench_baseline_tok_s",
     # llama-server's own telemetry (issue 12)
     "n_decode_total",
     "tokens_predicted_total",

@@ -29,7 +29,8 @@ on Monday morning does not lose the week. Exit status: 0 done, 1 ``--send`` coul
 "by_issue": [...], "list": [...]}, "remediations": [...], "escalations": [...],
 "markdown": str, "sent", "sent_parts": [each message sent], "queued_for_escalate"}``.
 
-The weekly Markdown is a summary within Zulip's 10,000 characters at any fleet size;
+The weekly Markdown stays within Zulip's 10,000 characters at any fleet size: every GPU's row
+while they fit, else the steady GPUs folded into one line (:mod:`gpuheal.render.weekly`);
 ``--full`` prints every GPU's row, or with ``--send`` posts them after the summary, split
 across messages that each fit.
 
