@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from gpuheal.core.urls import split_url
+
 MAX_HEAD_BYTES = 16 * 1024
 MAX_BODY_BYTES = 1024 * 1024  # contract: "a body over 1 MiB is 400"
 READ_DEADLINE_S = 5.0  # contract: "no body within 5 s is 400"
@@ -224,37 +226,16 @@ def describe_alert(alert: LiteLLMAlert | None, text_chars: int) -> str:
 def _clean_base(raw: str) -> str | None:
     """``scheme://host:port/path`` of an API base, without userinfo, query or fragment (they may hold
     a key); ``None`` when it is not an http(s) URL with a host."""
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(raw)
-        port = parts.port
-    except ValueError:
-        return None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return shown(f"{parts.scheme}://{host}{f':{port}' if port else ''}{parts.path}")[:200]
-
-
-def _host_port(url: str) -> tuple[str, int] | None:
-    from urllib.parse import urlsplit
-
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return None
-    if not parts.hostname:
-        return None
-    return parts.hostname.lower(), port or (443 if parts.scheme == "https" else 80)
+    url = split_url(raw)
+    return shown(url.clean)[:200] if url is not None else None
 
 
 def gpu_of_base(api_base: str, endpoints: tuple[tuple[str, str], ...]) -> str | None:
     """The alias whose ``endpoint`` is this API base (host and port; LiteLLM adds ``/v1``). ``None``
     when none is, or when several are (a guess is worse than "not known")."""
-    want = _host_port(api_base)
-    found = [alias for alias, endpoint in endpoints if want is not None and _host_port(endpoint) == want]
+    want = split_url(api_base)
+    found = [alias for alias, endpoint in endpoints
+             if want is not None and (url := split_url(endpoint)) is not None and url.host_port == want.host_port]
     return found[0] if len(found) == 1 else None
 
 
