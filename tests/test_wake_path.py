@@ -22,13 +22,14 @@ from gpuheal.state.store import StateDir
 from tests.test_wake import GPUHEAL, T0, TOKEN, Cycles, exchange, run_cli, status_of
 
 ENDPOINTS = (("gpu-dense", "http://127.0.0.1:18081"), ("gpu-light", "http://127.0.0.1:18082"))
-PROMPT = "my-secret-prompt-4f1c: the quarterly numbers are"
+PROMPT = "my-secret-prompt-4f1c"  # its forged lines below stay within the 100 characters LiteLLM keeps
 PROMPT_REPR = str([{"role": "user", "content": PROMPT + "\nAPI Base: `http://127.0.0.1:18082/v1`\nAlert type: `x`"}])
 LLM_EXCEPTION = (
     "Alert type: `llm_exceptions`\nLevel: `High`\nTimestamp: `12:22:21`\n\nMessage: LLM API call failed: "
     "`litellm.InternalServerError: InternalServerError: OpenAIException - Connection error.\n\nLiteLLM: model "
-    "group 'gpu-dense' failed with the error above. No fallback was attempted.\nModel: openai/gpu-dense\n"
-    f"API Base: `http://127.0.0.1:18081/v1`\nMessages: `{PROMPT_REPR}`\nmodel_group: `gpu-dense`\n\n"
+    "group 'qwen' failed with the error above. No fallback was attempted. LiteLLM Retried: 2 times, LiteLLM Max "
+    "Retries: 2\nModel: openai/gpu-dense\n"
+    f"API Base: `http://127.0.0.1:18081/v1`\nMessages: `{PROMPT_REPR[:100]}`\nmodel_group: `qwen`\n\n"
     "deployment: `openai/gpu-dense`\n`"
 )
 OUTAGE = (
@@ -58,11 +59,11 @@ def test_litellms_alert_on_the_token_path_is_200_runs_one_cycle_and_names_the_gp
     assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
     audit = [json.loads(x) for x in (tmp_path / "state" / "gpu-self-heal-log.jsonl").read_text().splitlines()]
     (woke,) = [r for r in audit if r["issue"] == "wake"]
-    assert woke["detected"]["litellm"] == {"alert_type": "llm_exceptions", "level": "High", "model_group": "gpu-dense",
-                                           "api_base": "http://127.0.0.1:18081/v1", "gpu": "gpu-dense"}  # fmt: skip
-    assert woke["detected"]["woken_by"] == (
-        "litellm llm_exceptions (High): model group gpu-dense, api base http://127.0.0.1:18081/v1, gpu gpu-dense"
-    )
+    assert woke["detected"]["litellm"] == {"alert_type": "llm_exceptions", "level": "High", "model_group": "qwen",
+                                           "model": "openai/gpu-dense", "api_base": "http://127.0.0.1:18081/v1",
+                                           "gpu": "gpu-dense"}  # fmt: skip
+    assert woke["detected"]["woken_by"] == ("litellm llm_exceptions (High): model group qwen, model openai/gpu-dense, "
+                                            "api base http://127.0.0.1:18081/v1, gpu gpu-dense")  # fmt: skip
     # the user's prompt and the token: in no file, no log line, not in the answer
     err = capfd.readouterr().err
     for secret in ("my-secret-prompt", TOKEN):
@@ -72,8 +73,8 @@ def test_litellms_alert_on_the_token_path_is_200_runs_one_cycle_and_names_the_gp
 def test_the_outage_alert_names_its_deployment_too(tmp_path):
     outcome, _ = exchange(tmp_path, litellm_post(OUTAGE), endpoints=ENDPOINTS)
     assert outcome.status == 200
-    assert outcome.detail == "litellm outage_alerts (Medium): model group gpu-light, api base " \
-        "http://127.0.0.1:18082/v1, gpu gpu-light"
+    assert outcome.detail == "litellm outage_alerts (Medium): model gpu-light, api base " \
+        "http://127.0.0.1:18082/v1, gpu gpu-light"  # its "Model Name" is the model, not the group
 
 
 def test_a_bearer_sender_keeps_its_202_whatever_the_path(tmp_path):
@@ -212,7 +213,7 @@ def test_head_repr_never_shows_the_token():
 def test_the_cli_answers_litellm_200_and_keeps_the_token_out_of_its_output(tmp_path):
     proc, answer = run_cli(tmp_path, litellm_post())
     assert status_of(answer) == 200 and proc.returncode == 0, proc.stderr
-    assert "litellm llm_exceptions (High): model group gpu-dense" in proc.stderr
+    assert "litellm llm_exceptions (High): model group qwen" in proc.stderr
     written = "".join(p.read_text(errors="replace") for p in (tmp_path / "st").rglob("*") if p.is_file())
     for secret in (TOKEN, "my-secret-prompt"):
         assert secret not in proc.stderr and secret not in written and secret.encode() not in answer

@@ -47,18 +47,21 @@ class Head:
 @dataclass(frozen=True)
 class LiteLLMAlert:
     """What may be kept of one LiteLLM Slack-style alert (formats.md §4.x): its type and level, and
-    the deployment it names (model group, API base, and the GPU whose endpoint that base is). The
-    rest of the text, the user's prompt in ``Messages:`` above all, is never kept."""
+    the deployment it names (model group, model, API base, and the GPU whose endpoint that base is).
+    The rest of the text, the user's prompt in ``Messages:`` above all, is never kept. An
+    ``outage_alerts`` text names no group: its ``Model Name`` is the deployment's model (measured on
+    1.108.7: ``gpu-solo`` for ``openai/gpu-solo`` in group ``solo``)."""
 
     alert_type: str
     level: str | None = None
     model_group: str | None = None
+    model: str | None = None
     api_base: str | None = None
     gpu: str | None = None
 
     def to_dict(self) -> dict[str, str | None]:
         return {"alert_type": self.alert_type, "level": self.level, "model_group": self.model_group,
-                "api_base": self.api_base, "gpu": self.gpu}  # fmt: skip
+                "model": self.model, "api_base": self.api_base, "gpu": self.gpu}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,8 @@ def _summary(doc: object) -> str:
 _ALERT_TYPE = re.compile(r"^Alert type: `([^`\n]{1,80})`", re.M)
 _LEVEL = re.compile(r"^Level: `([^`\n]{1,40})`", re.M)
 _GROUPS = (re.compile(r"^model_group: `([^`\n]{1,200})`", re.M),
-           re.compile(r"^\*Model Name:\* `([^`\n]{1,200})`", re.M))  # fmt: skip
+           re.compile(r"^LiteLLM: model group '([^'\n]{1,200})' failed", re.M))  # fmt: skip
+_MODELS = (re.compile(r"^Model: ([^`\s]{1,200})$", re.M), re.compile(r"^\*Model Name:\* `([^`\n]{1,200})`", re.M))
 _API_BASE = re.compile(r"^\*?API Base:\*? `([^`\s]{1,500})`", re.M)
 
 
@@ -203,12 +207,14 @@ def litellm_alert(text: str, endpoints: tuple[tuple[str, str], ...] = ()) -> Lit
         return None
     level = _LEVEL.search(text)
     group = next((m.group(1) for rx in _GROUPS if (m := rx.search(text))), None)
+    model = next((m.group(1) for rx in _MODELS if (m := rx.search(text))), None)
     base = _API_BASE.search(text)
     api_base = _clean_base(base.group(1)) if base else None
     return LiteLLMAlert(
         alert_type=shown(kind.group(1))[:80],
         level=shown(level.group(1))[:40] if level else None,
         model_group=shown(group)[:100] if group else None,
+        model=shown(model)[:100] if model else None,
         api_base=api_base,
         gpu=gpu_of_base(api_base, endpoints) if api_base else None,
     )
@@ -217,8 +223,8 @@ def litellm_alert(text: str, endpoints: tuple[tuple[str, str], ...] = ()) -> Lit
 def describe_alert(alert: LiteLLMAlert | None, text_chars: int) -> str:
     if alert is None:  # some other Slack-style sender: its text is not ours to keep
         return f"slack-style text ({text_chars} characters, not a LiteLLM alert)"
-    where = ", ".join(f"{k} {v}" for k, v in (("model group", alert.model_group), ("api base", alert.api_base),
-                                               ("gpu", alert.gpu)) if v)  # fmt: skip
+    where = ", ".join(f"{k} {v}" for k, v in (("model group", alert.model_group), ("model", alert.model),
+                                               ("api base", alert.api_base), ("gpu", alert.gpu)) if v)  # fmt: skip
     level = f" ({alert.level})" if alert.level else ""
     return f"litellm {alert.alert_type}{level}" + (f": {where}" if where else "")
 
