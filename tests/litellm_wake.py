@@ -115,9 +115,11 @@ class TimedWakeListener:
 
 @dataclass
 class Measured:
-    """Seconds from the first failed request: to LiteLLM's first alert reaching gpuheal, to the
-    woken cycle's start, to its end. ``runs``: every wake process of the window."""
+    """Seconds from the first failed request's start (the user sent it): to its ``500`` (LiteLLM's own
+    retries come first), to LiteLLM's first alert reaching gpuheal, to the woken cycle's start, to
+    its end. ``runs``: every wake process of the window."""
 
+    answered_s: float
     alert_s: float
     cycle_started_s: float
     cycle_done_s: float
@@ -127,7 +129,9 @@ class Measured:
 
 
 class WakeRig:
-    def __init__(self, litellm_bin: str, workdir: Path) -> None:
+    def __init__(self, litellm_bin: str, workdir: Path, flush_interval_s: int | None = None) -> None:
+        """``flush_interval_s``: LiteLLM's ``DEFAULT_FLUSH_INTERVAL_SECONDS`` (its alerts are queued
+        and sent every 5 s by default), unset when ``None``."""
         self.workdir = workdir
         start = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         gpus = [{**BASE_GPU, "alias": a, "host": f"ct{i + 8}", "litellm_group": g} for i, (a, g) in enumerate(GROUPS.items())]
@@ -139,8 +143,11 @@ class WakeRig:
             self.listener = TimedWakeListener([], self._env(), workdir)
             models = [deployment(g, a, self.fleet.endpoints[a] + "/v1") for a, g in GROUPS.items()]
             hook = f"http://127.0.0.1:{self.listener.port}/wake/{TOKEN}"
+            env = {"SLACK_WEBHOOK_URL": hook}
+            if flush_interval_s is not None:
+                env["DEFAULT_FLUSH_INTERVAL_SECONDS"] = str(flush_interval_s)
             self.proxy = start_proxy(litellm_bin, workdir / "litellm", models, general_settings=ALERTING,
-                                     extra_env={"SLACK_WEBHOOK_URL": hook})  # fmt: skip
+                                     extra_env=env)  # fmt: skip
         except BaseException:
             self.close()
             raise
@@ -190,9 +197,10 @@ class WakeRig:
         deadline = window_s + timeout_s
         while time.monotonic() < deadline:
             sent_s = time.monotonic()
-            if self.chat(alias, timeout_s=10) != 200:
+            if self.chat(alias, timeout_s=20) != 200:
                 failed += 1
-                first_failed_s = first_failed_s if first_failed_s is not None else sent_s
+                if first_failed_s is None:
+                    first_failed_s, answered_s = sent_s, time.monotonic() - sent_s
             done = [r for r in self.listener.since(window_s) if r.cycled and r.ended_s is not None]
             if done:
                 break
@@ -202,15 +210,26 @@ class WakeRig:
         assert first_failed_s is not None, "no request failed"
         assert woken and woken[0].ended_s is not None, f"no woken cycle within {timeout_s:g} s: {runs}"
         self.fleet.apply({"gpu": alias, "fault": "none"})
+        self.first_failed_s = first_failed_s
         cycle = woken[0]
-        return Measured(runs[0].accepted_s - first_failed_s, cycle.started_s - first_failed_s,  # type: ignore[operator]
+        return Measured(answered_s, runs[0].accepted_s - first_failed_s, cycle.started_s - first_failed_s,  # type: ignore[operator]
                         cycle.ended_s - first_failed_s, failed, runs, state_dir)  # fmt: skip
 
-    def settle(self, alias: str, timeout_s: float = 30.0) -> None:
-        """Wait until the proxy serves ``alias`` again (after its fault is cleared)."""
+    def settle(self, alias: str, timeout_s: float = 60.0, quiet_s: float = 8.0) -> None:
+        """Wait until the proxy serves ``alias`` again (after its fault is cleared) and has sent no
+        alert for ``quiet_s`` (more than its flush interval): a late alert of this fault must not
+        wake the next run's state directory before its own fault (it would book a cycle there, and
+        the next fault's alerts would rightly be answered 429 within ``wake.min_interval_s``)."""
+        assert self.listener is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.chat(alias, timeout_s=10) != 200:
             time.sleep(1)
+        while time.monotonic() < deadline:
+            with self.listener.lock:
+                last_s = max((r.accepted_s for r in self.listener.runs), default=0.0)
+            if time.monotonic() - last_s >= quiet_s:
+                return
+            time.sleep(0.5)
 
     def close(self) -> None:
         if self.proxy is not None:
@@ -226,10 +245,11 @@ def summary(measured: list[Measured]) -> dict[str, object]:
 
     return {
         "runs": len(measured),
+        "answered_s": stats([m.answered_s for m in measured]),
         "alert_s": stats([m.alert_s for m in measured]),
         "cycle_started_s": stats([m.cycle_started_s for m in measured]),
         "cycle_done_s": stats([m.cycle_done_s for m in measured]),
-        "each": [{"alert_s": round(m.alert_s, 2), "cycle_started_s": round(m.cycle_started_s, 2),
+        "each": [{"answered_s": round(m.answered_s, 2), "alert_s": round(m.alert_s, 2), "cycle_started_s": round(m.cycle_started_s, 2),
                   "cycle_done_s": round(m.cycle_done_s, 2), "failed_requests": m.failed_requests,
                   "wake_processes": len(m.runs)} for m in measured],  # fmt: skip
     }
