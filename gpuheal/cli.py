@@ -229,6 +229,38 @@ def wake(ctx: typer.Context) -> None:
 
 
 @app.command()
+def init(
+    ctx: typer.Context,
+    from_litellm: Annotated[
+        str, typer.Option("--from-litellm", metavar="URL", help="LiteLLM proxy whose /v1/model/info lists the fleet.")
+    ],
+    monitor: Annotated[
+        str | None, typer.Option("--monitor", metavar="URL", help="gpu-monitor's /gpu-data: GPU names, memory, index.")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing config file.")] = False,
+    admin_key_env: Annotated[
+        str, typer.Option("--admin-key-env", metavar="NAME", help="Variable holding LiteLLM's admin key.")
+    ] = "LITELLM_MASTER_KEY",
+    timeout_s: Annotated[float, typer.Option("--timeout-s", min=0.1, max=300, help="Per request.")] = 10.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a starting config (--config, default ./gpuheal.yaml) from the deployments LiteLLM routes to.
+
+    One gpus[] entry per deployment (host and endpoint from api_base, model group, model id); every
+    value it cannot know is a comment. Never overwrites without --force. Exit status: 0 written, 3 not.
+    """
+    from gpuheal.clock import now
+    from gpuheal.config import resolve_config_path
+    from gpuheal.runtime import emit
+    from gpuheal.steps import init as step
+
+    opts = step.InitOptions(from_litellm, monitor, force, admin_key_env, timeout_s)
+    result = step.command(resolve_config_path(_options(ctx).config), opts, now())
+    emit(result, json_out)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command()
 def sim(
     scenario: Annotated[Path, typer.Option("--scenario", help="Scenario YAML (see examples/scenarios/).")],
     write_config: Annotated[

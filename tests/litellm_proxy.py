@@ -108,9 +108,14 @@ def start_proxy(
     master_key: str = MASTER_KEY,
     router_settings: dict[str, Any] | None = None,
     litellm_settings: dict[str, Any] | None = None,
+    general_settings: dict[str, Any] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> LiteLLMProxy:
+    """``general_settings`` join the master key (e.g. ``{"alerting": ["slack"]}``); ``extra_env``
+    joins the proxy's environment (e.g. ``SLACK_WEBHOOK_URL``)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = {"model_list": model_list, "general_settings": {"master_key": master_key}}
+    config: dict[str, Any] = {"model_list": model_list,
+                              "general_settings": {**(general_settings or {}), "master_key": master_key}}  # fmt: skip
     if router_settings:
         config["router_settings"] = router_settings
     if litellm_settings:  # e.g. {"callbacks": ["prometheus"]}: LiteLLM's own /metrics (issue 20)
@@ -127,6 +132,9 @@ def start_proxy(
     }
     env.pop("DATABASE_URL", None)
     env.pop("LITELLM_MASTER_KEY", None)
+    for name in ("SLACK_WEBHOOK_URL", "ALERTING_WEBHOOK_URL"):  # never a webhook of the machine's own
+        env.pop(name, None)
+    env.update(extra_env or {})
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(

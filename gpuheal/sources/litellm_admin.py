@@ -322,6 +322,23 @@ def read_deployments(
     return parse_deployments(payload)
 
 
+def read_model_info(base_url: str, admin_key: str | None, deadline_s: float) -> object | AdminProblem:
+    """``GET {url}/v1/model/info`` (admin key): the decoded answer as sent, for readers that need
+    more than :class:`Deployment` (``api_base``: :mod:`gpuheal.core.topology`). Never raises."""
+    if not admin_key:
+        return NO_KEY
+    result = request("GET", base_url.rstrip("/") + "/v1/model/info", deadline_s=deadline_s, max_bytes=MAX_BYTES,
+                     headers=_auth(admin_key))  # fmt: skip
+    if isinstance(result, HttpFault):
+        return _fault(result, "/v1/model/info", deadline_s)
+    payload, bad = _decode(result, "/v1/model/info")
+    if bad is not None:
+        return bad
+    if result.status != 200:
+        return _error(result, payload, "/v1/model/info")
+    return payload
+
+
 NO_KEY = AdminProblem(
     "no-admin-key",
     "no LiteLLM admin key",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 def command(rt, environ: dict[str, str] | None = None):
     from gpuheal import doctor
-    from gpuheal.doctor import checks  # noqa: F401  (registers the built-in checks)
+    from gpuheal.doctor import checks, drift  # noqa: F401  (registers the built-in checks)
     from gpuheal.runtime import CommandResult
 
     ctx = doctor.Context(cfg=rt.cfg, state_dir=rt.state_dir, environ=environ)

@@ -4,13 +4,18 @@ item 7, the spec's "Also wakes on gpu-fleet health degradation"; contract "Wakin
 inetd style, as a systemd socket unit with ``Accept=yes`` runs it (``cron/gpuheal-wake.socket``):
 no daemon, one process per connection, the connection on fds 0 and 1. The order is the safe one:
 
-1. read the head within 5 s; method, bearer token (constant time) and length are judged before
-   any body is read, so a wrong token never costs a megabyte and a 10 MB body is never read;
-2. read the body (still within the 5 s), accept any JSON, summarise what woke us;
+1. read the head within 5 s; method, token (``Authorization: Bearer`` or the last path segment of
+   ``POST /wake/TOKEN``, constant time) and length are judged before any body is read, so a wrong
+   token never costs a megabyte and a 10 MB body is never read;
+2. read the body (still within the 5 s), accept any JSON, summarise what woke us (of a LiteLLM
+   alert only its type, model group, API base and the GPU that base is: never the user's prompt);
 3. take the state lock without waiting: held → a run is going, it will see the state (202, nothing
    runs); ``wake.json`` says a cycle ran within ``wake.min_interval_s`` → 429;
 4. book the cycle's time, audit what woke it (escaped, capped, redacted), answer 202 and hang up,
    then run the cycle under the same lock — a webhook sender never waits for a heal.
+
+A path-token sender (LiteLLM, which counts only ``200`` as delivered) is answered ``200`` where a
+bearer sender is answered ``202``; every other answer is the same for both.
 
 Every refusal is one line on stderr (the journal) and an HTTP answer; never a traceback.
 """
@@ -39,6 +44,7 @@ class Settings:
     state_dir: Path
     secrets: tuple[str, ...] = ()
     deadline_s: float = core.READ_DEADLINE_S
+    endpoints: tuple[tuple[str, str], ...] = ()  # (alias, endpoint): the GPU a LiteLLM alert names
 
 
 @dataclass(frozen=True)
@@ -56,12 +62,12 @@ def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Cal
     got = read_request(in_fd, settings, out_fd)
     if isinstance(got, core.Refusal):
         return _answer(out_fd, Outcome(got.status, "refused", got.why))
-    summary = _redacted(got, settings)
+    summary, ok = _redacted(got.summary, settings), got.ok_status
     store = StateDir(settings.state_dir, 0.0)
     try:
         store.open()
     except StateLockedError:
-        return _answer(out_fd, Outcome(202, "busy", f"a gpuheal run holds the state; it will see it ({summary})"))
+        return _answer(out_fd, Outcome(ok, "busy", f"a gpuheal run holds the state; it will see it ({summary})"))
     except GpuhealError as exc:  # an unusable state directory: the sender hears it, and the journal
         return _answer(out_fd, Outcome(500, "refused", str(exc)))
     try:
@@ -71,18 +77,18 @@ def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Cal
         if not core.cycle_due(last_s, now.timestamp(), settings.min_interval_s):
             detail = f"a cycle ran within wake.min_interval_s={settings.min_interval_s:g} s ({summary})"
             return _answer(out_fd, Outcome(429, "rate-limited", detail))
-        _book(store, now, summary)
-        _answer(out_fd, Outcome(202, "cycle", f"heal cycle started ({summary})"))
+        _book(store, now, summary, got.litellm)
+        _answer(out_fd, Outcome(ok, "cycle", f"heal cycle started ({summary})"))
         _hang_up(in_fd, out_fd)
         result = cycle(store)
         sys.stderr.write(f"gpuheal wake: heal cycle done: {core.shown(result)}\n")
-        return Outcome(202, "cycle", summary)
+        return Outcome(ok, "cycle", summary)
     finally:
         store.close()
 
 
-def read_request(fd: int, settings: Settings, out_fd: int | None = None) -> str | core.Refusal:
-    """The request's summary, or why it is refused. One deadline for head and body together."""
+def read_request(fd: int, settings: Settings, out_fd: int | None = None) -> core.Woken | core.Refusal:
+    """What woke us, or why the request is refused. One deadline for head and body together."""
     end = time.monotonic() + settings.deadline_s
     buf = bytearray()
     while (cut := _head_end(buf)) is None:
@@ -99,9 +105,9 @@ def read_request(fd: int, settings: Settings, out_fd: int | None = None) -> str 
     head = core.parse_head(bytes(buf[: cut[0]]))
     if isinstance(head, core.Refusal):
         return head
-    refusal = core.judge(head, settings.token)
-    if refusal is not None:
-        return refusal
+    via = core.judge(head, settings.token)
+    if isinstance(via, core.Refusal):
+        return via
     body = buf[cut[1]:]
     length = head.content_length or 0
     if head.expect_continue and len(body) < length and out_fd is not None:
@@ -111,7 +117,7 @@ def read_request(fd: int, settings: Settings, out_fd: int | None = None) -> str 
         if not chunk:
             return core.Refusal(400, f"body of {length} bytes not received within {settings.deadline_s:g} s")
         body += chunk
-    return core.summarise(bytes(body[:length]))
+    return core.summarise(bytes(body[:length]), via, settings.endpoints)
 
 
 def _head_end(buf: bytearray) -> tuple[int, int] | None:
@@ -134,20 +140,24 @@ def _read(fd: int, end: float) -> bytes | None:
         return b""
 
 
-def _redacted(got: str | core.Refusal, settings: Settings) -> str:
+def _redacted(text: str, settings: Settings) -> str:
     from gpuheal.redact import redact_text
 
-    return redact_text(str(got), tuple(s for s in (*settings.secrets, settings.token) if s))
+    return redact_text(text, tuple(s for s in (*settings.secrets, settings.token) if s))
 
 
-def _book(store, now: datetime, summary: str) -> None:
-    """The cycle's time and its cause, saved before it runs: a killed cycle still counts."""
+def _book(store, now: datetime, summary: str, alert: core.LiteLLMAlert | None = None) -> None:
+    """The cycle's time and its cause, saved before it runs: a killed cycle still counts. A LiteLLM
+    alert's deployment (its model group, API base and GPU) is named under ``detected.litellm``."""
     from gpuheal.clock import format_iso
     from gpuheal.state import files
 
     store.write(WAKE_FILE, {"last_cycle_s": now.timestamp(), "last_cycle_at": format_iso(now), "woken_by": summary})
+    detected: dict[str, object] = {"woken_by": summary}
+    if alert is not None:
+        detected["litellm"] = alert.to_dict()
     record = {"run_id": None, "timestamp": format_iso(now), "gpu": "fleet", "issue": "wake",
-              "detected": {"woken_by": summary}, "action": "heal-cycle", "result": "started",
+              "detected": detected, "action": "heal-cycle", "result": "started",
               "escalated": False}  # fmt: skip
     store.append_lines(files.AUDIT_LOG, [record])
 
@@ -215,9 +225,11 @@ def command(load_runtime: Callable[[], object], in_fd: int = 0, out_fd: int = 1)
         sys.stderr.write(f"gpuheal wake: ${wake.token_env} is not set: every request is refused\n")
     from gpuheal.zulip import secrets_for
 
-    settings = Settings(token, float(wake.min_interval_s), Path(rt.state_dir), tuple(secrets_for(rt.cfg)))
+    endpoints = tuple((g.alias, g.endpoint) for g in rt.cfg.gpus)
+    settings = Settings(token, float(wake.min_interval_s), Path(rt.state_dir), tuple(secrets_for(rt.cfg)),
+                        endpoints=endpoints)  # fmt: skip
     outcome = serve(in_fd, out_fd, settings, rt.now, lambda store: _heal_cycle(rt, store))
-    return 0 if outcome.status in (202, 429) else 1
+    return 0 if outcome.status in (200, 202, 429) else 1
 
 
 def _heal_cycle(rt, store) -> str:
