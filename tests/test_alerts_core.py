@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuheal.core import alerts
+from gpuheal.rules import ALL
 
 NOW = 1_800_000_000.437  # real time is not whole seconds
+POLICY = alerts.AlertPolicy.of(ALL)  # what the rules declare about their alerts
 
 
 def escalated(gpu, issue, since="S", **kw):
@@ -43,7 +45,7 @@ def test_a_hosts_escalations_fold_into_its_host_unreachable_alert():
     data = alerts.AlertQueue()
     for a in (escalated("gpu-a", "model-stuck"), escalated("gpu-a", "host-unreachable"), escalated("gpu-b", "vram-leak")):
         data.enqueue(a)
-    messages, absorbed, duplicates = alerts.fold(data, {("gpu-a", "host-unreachable"), ("gpu-a", "model-stuck")})
+    messages, absorbed, duplicates = alerts.fold(data, {("gpu-a", "host-unreachable"), ("gpu-a", "model-stuck")}, POLICY)
     assert [(m.alert.fingerprint, [f.fingerprint for f in m.folded]) for m in messages] == [
         ("gpu-a/host-unreachable", ["gpu-a/model-stuck"]),
         ("gpu-b/vram-leak", []),
@@ -56,9 +58,9 @@ def test_reminders_only_for_what_is_still_open_and_old_enough():
     alerts.record_sent(data, escalated("gpu-a", "model-stuck"), NOW - 4 * 3600 - 0.5, 1)
     alerts.record_sent(data, escalated("gpu-b", "model-stuck"), NOW - 3600, 2)
     open_keys = {("gpu-a", "model-stuck"), ("gpu-b", "model-stuck")}
-    due = alerts.due_reminders(data, open_keys, NOW, 4 * 3600)
+    due = alerts.due_reminders(data, open_keys, NOW, 4 * 3600, policy=POLICY)
     assert [(r.fingerprint, r.reminder) for r in due] == [("gpu-a/model-stuck", 1)]
-    assert alerts.due_reminders(data, None, NOW, 4 * 3600) == [], "no health document: nothing known broken"
+    assert alerts.due_reminders(data, None, NOW, 4 * 3600, policy=POLICY) == [], "no health document: nothing known broken"
 
 
 def test_damaged_times_in_the_dedup_memory_are_not_fatal():
@@ -66,7 +68,7 @@ def test_damaged_times_in_the_dedup_memory_are_not_fatal():
                                         "sent": {"x/y": {"kind": "escalated", "sent_at": 10**400, "alert": {"gpu": "x"}}},
                                         "clean_cycles": 10**400})  # fmt: skip
     assert data.queue[0].not_before == 0.0
-    alerts.due_reminders(data, {("x", "y")}, NOW, 3600)
+    alerts.due_reminders(data, {("x", "y")}, NOW, 3600, policy=POLICY)
     alerts.prune_sent(data, set(), NOW)
     assert "x/y" not in data.sent and data.clean_cycles == 1 << 31
 
@@ -89,7 +91,7 @@ def test_the_file_format_round_trips_unchanged():
     }  # fmt: skip
     data = alerts.AlertQueue.from_json(doc)
     assert [a.kind for a in data.queue] == ["escalated", "escalated", "report"]
-    assert data.queue[1].delivery == alerts.Delivery(1, NOW, "HTTP 500", NOW + 30) and data.queue[1].reminder == 2
+    assert data.queue[1].delivery == alerts.Tries(1, NOW, "HTTP 500", NOW + 30) and data.queue[1].reminder == 2
     assert data.to_json() == doc
     assert alerts.normalise({"queue": ["junk", {"no": "fingerprint"}], "clean_cycles": "x"}) == alerts.AlertQueue().to_json()
 
@@ -123,10 +125,10 @@ def test_wrong_typed_fields_of_a_queued_alert_and_a_dedup_entry_are_read_as_not_
     assert (a.reminder, a.unfolded, a.delivery, a.summary, a.not_before) == (0, False, None, "", 0.0)
     assert list(data.sent) == ["gpu-b/model-stuck"] and data.clean_cycles == 0
     open_keys = {("gpu-a", "model-stuck"), ("gpu-b", "model-stuck")}
-    assert alerts.due_reminders(data, open_keys, NOW, 3600) == [], "a dedup entry without its alert is not repeated"
-    messages, _, _ = alerts.fold(data, open_keys)
+    assert alerts.due_reminders(data, open_keys, NOW, 3600, policy=POLICY) == [], "a dedup entry without its alert is not repeated"
+    messages, _, _ = alerts.fold(data, open_keys, POLICY)
     assert [m.alert.fingerprint for m in messages] == ["gpu-a/model-stuck"]
-    assert alerts.unfold(data, "gpu-b", open_keys) == []
+    assert alerts.unfold(data, "gpu-b", open_keys, POLICY) == []
     alerts.prune_sent(data, open_keys, NOW)
     assert data.sent == {}, "a junk time and no alert to say which issue: nothing to keep it for"
     assert alerts.AlertQueue.from_json(data.to_json()).to_json() == data.to_json()
@@ -145,7 +147,7 @@ def no_label(_gpu):
 
 def test_a_gpus_thermal_tiers_are_one_incident_whatever_the_queue_order():
     out = alerts.group(_msgs(("a", "thermal-warning"), ("a", "thermal-critical"), ("a", "thermal-rising")),
-                       no_label, 10)
+                       no_label, 10, POLICY)
     assert len(out) == 1 and out[0].alert.issue == "thermal-critical"
     assert sorted(t.issue for t in out[0].tiers) == ["thermal-rising", "thermal-warning"]
     assert len(out[0].members) == 3
@@ -153,22 +155,22 @@ def test_a_gpus_thermal_tiers_are_one_incident_whatever_the_queue_order():
 
 def test_tier_two_inhibits_tier_one_only_on_the_same_gpu():
     out = alerts.group(_msgs(("a", "thermal-rising"), ("a", "thermal-warning"), ("b", "thermal-warning")),
-                       no_label, 10)
+                       no_label, 10, POLICY)
     assert [(m.alert.gpu, m.alert.issue, [t.issue for t in m.tiers]) for m in out] == [
         ("a", "thermal-rising", ["thermal-warning"]), ("b", "thermal-warning", [])]
 
 
 def test_one_kind_across_gpus_is_one_message_and_a_label_splits_it():
     pairs = [(f"n{i}", "thermal-critical") for i in range(6)]
-    assert len(alerts.group(_msgs(*pairs), no_label, 10)) == 1
-    out = alerts.group(_msgs(*pairs), lambda g: "r1" if g < "n3" else "r2", 10)
+    assert len(alerts.group(_msgs(*pairs), no_label, 10, POLICY)) == 1
+    out = alerts.group(_msgs(*pairs), lambda g: "r1" if g < "n3" else "r2", 10, POLICY)
     assert [sorted(str(m.alert.gpu) for m in msg.incidents) for msg in out] == [["n0", "n1", "n2"], ["n3", "n4", "n5"]]
 
 
 def test_fleet_alerts_and_kinds_never_merge():
     out = alerts.group(_msgs(("fleet", "cooling-infrastructure"), ("fleet", "data-source-unreachable"))
                        + _msgs(("a", "thermal-critical"), kind="resolved") + _msgs(("b", "thermal-critical")),
-                       no_label, 10)
+                       no_label, 10, POLICY)
     assert len(out) == 4
 
 
@@ -176,7 +178,7 @@ def test_the_budget_keeps_every_member_in_one_summary():
     pairs = [(f"n{i}", issue) for i, issue in enumerate(["vram-leak", "model-stuck", "host-unreachable",
                                                            "benchmark-regression", "api-key-mismatch"])]
     msgs = _msgs(*pairs)
-    out = alerts.group(msgs, no_label, 3)
+    out = alerts.group(msgs, no_label, 3, POLICY)
     assert len(out) == 3 and out[-1].summary and not out[0].summary
     assert sorted(a.gpu for m in out for a in m.members) == sorted(g for g, _ in pairs)
 

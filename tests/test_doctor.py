@@ -62,7 +62,7 @@ def test_no_memcap_restart_command_warns_that_the_leak_restart_is_uncapped():
     c = load_config_dict({"litellm": {"api_key": "k"}, "gpus": [
         {"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"},
         {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:9", "memcap_restart_command": "restart-capped b"}]})
-    warned, ok = (checks.memcap_check(g) for g in c.gpus)
+    warned, ok = (checks.fallback_check(g, "vram-leak", "restart-llama-server-memcap") for g in c.gpus)
     assert warned.status == "warn" and "uncapped" in warned.detail and ok.status == "ok"
 
 

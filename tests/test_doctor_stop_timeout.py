@@ -79,11 +79,11 @@ def test_not_asked_for_other_commands_or_verbs(tmp_path, monkeypatch):
 
 
 def test_a_restart_may_run_the_stop_timeout_longer_than_other_commands():
-    from gpuheal.actions.execute import _step_timeout_s
+    from gpuheal.actions.execute import step_timeout_s
     from gpuheal.config import load_config_dict
     from gpuheal.core.catalog import ACTIONS
 
     cfg = load_config_dict({"heal": {"command_timeout_s": 60, "stop_timeout_s": 15},
                             "gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:9"}]})
-    assert _step_timeout_s(cfg, ACTIONS["restart-llama-server"], 60.0) == 75.0
-    assert _step_timeout_s(cfg, ACTIONS["shed-load"], 60.0) == 60.0
+    assert step_timeout_s(cfg, ACTIONS["restart-llama-server"], 60.0) == 75.0
+    assert step_timeout_s(cfg, ACTIONS["shed-load"], 60.0) == 60.0

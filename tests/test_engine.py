@@ -222,7 +222,7 @@ def test_registry_has_every_contract_id_once_and_matches_defaults():
 def _module(name, **attrs):
     mod = SimpleNamespace(__name__=f"gpuheal.rules.{name}", SCOPE="gpu", SEVERITY="warning", NEEDS=(),
                           INHIBITS=None, Params=BY_ID["vram-leak"].Params, detect=lambda v, s, p: None,
-                          recovered=None, hold=None)
+                          recovered=None, hold=None, REMEDY=BY_ID["vram-leak"].REMEDY)
     for k, v in attrs.items():
         setattr(mod, k, v)
     return mod
@@ -240,6 +240,8 @@ def test_registry_refuses_duplicates_unknown_ids_and_misnamed_modules():
         build_registry((_module("vram_leak", ID="vram-leak", SEVERITY="fatal"),))
     with pytest.raises(RuleRegistryError, match="detect"):
         build_registry((_module("vram_leak", ID="vram-leak", detect=None),))
+    with pytest.raises(RuleRegistryError, match="REMEDY"):
+        build_registry((_module("vram_leak", ID="vram-leak", REMEDY=None),))
     assert build_registry((good,)) == (good,)
 
 

@@ -193,7 +193,9 @@ def test_long_429_records_not_before_and_waits_for_it(server, state):
 
 def test_short_429_is_waited_out_once_inside_the_run(server, state, monkeypatch):
     slept = []
-    monkeypatch.setattr(escalate, "_sleep", slept.append)
+    from gpuheal.actions import deliver
+
+    monkeypatch.setattr(deliver, "_sleep", slept.append)
     queue(state, alert("gpu-dense", "model-stuck"))
     server.script = [("429", 0.4)]
     r = run(state, server.url)

@@ -4,10 +4,19 @@ the Rule 2 growth-source decision, redaction, failures that stop the fix."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
-from gpuheal.core.plan import empty_state, plan
+from gpuheal.core import plan as planner
+from gpuheal.core.plan import empty_state
+from gpuheal.rules import REMEDIES
+from gpuheal.rules.vram_leak import attribution as va
+
+# Rule 2's onset snapshots, long before the plan's time: its guard lets the leak's fix act
+OLD_ONSETS = {"vram-leak": {g: {"since": "2026-07-18T08:00:00Z", "snapshot": {"taken_s": 0.0, "processes": []}}
+                            for g in ("gpu-a", "gpu-b")}}
+plan = partial(planner.plan, remedies=REMEDIES, records=OLD_ONSETS)  # every rule's remedy, as heal plans
 
 SECRET = "sk-very-secret-key-1234"
 
@@ -117,15 +126,16 @@ class KillingRunner(FakeRunner):
         return reply
 
 
-def onset(lines, age_s=610.0):
-    """Rule 2's onset snapshot of the same GPU, taken ``age_s`` before the remedy runs."""
-    from gpuheal.core import vram_attribution as va
-
-    return va.Onset("2026-07-18T08:00:00Z", va.from_nvidia("\n".join(lines), NOW_S - age_s))
+def onset(lines, age_s=610.0, gpu="gpu-a"):
+    """Rule 2's record (``vram-onset.json``) holding the onset snapshot of the GPU, taken ``age_s``
+    before the remedy runs."""
+    taken = va.Onset("2026-07-18T08:00:00Z", va.from_nvidia("\n".join(lines), NOW_S - age_s))
+    return va.onsets_to_json({gpu: taken})
 
 
 def leak_run(c, runner, before, item=None):
-    return run_item(item or item_for("vram-leak", c), c, runner, ok_verify, (), onset=onset(before), now_s=NOW_S)
+    item = item or item_for("vram-leak", c)
+    return run_item(item, c, runner, ok_verify, (), record=onset(before, gpu=item.gpu), now_s=NOW_S)
 
 
 def test_vram_leak_from_llama_server_restarts_it():
@@ -157,10 +167,10 @@ def test_vram_leak_unknown_process_killed_when_enabled_with_alert():
 
 
 def test_a_kill_that_does_not_take_says_so(monkeypatch):
-    from gpuheal.actions import leak
+    from gpuheal.rules.vram_leak import remedy
 
-    monkeypatch.setattr(leak, "KILL_SEEN_WITHIN_S", 0.2)
-    monkeypatch.setattr(leak, "KILL_POLL_S", 0.05)
+    monkeypatch.setattr(remedy, "KILL_SEEN_WITHIN_S", 0.2)
+    monkeypatch.setattr(remedy, "KILL_POLL_S", 0.05)
     c = cfg(kill_unknown_processes=True)
     runner = KillingRunner({"nvidia-smi": smi(["4242, python3 miner.py, 9000"])}, stubborn=True)
     ex = leak_run(c, runner, ["4242, python3 miner.py, 8000"])
@@ -199,7 +209,7 @@ def test_unattributed_leak_neither_restarts_nor_kills():
 def test_leak_without_an_onset_snapshot_is_not_attributed():
     c = cfg(kill_unknown_processes=True)
     runner = FakeRunner({"nvidia-smi": smi(["4242, miner, 9000"])})
-    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, (), onset=None, now_s=NOW_S)
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, (), record={}, now_s=NOW_S)
     assert ex.result == "escalated" and "onset" in ex.escalate_reason
     assert not any(argv[0] in ("kill", "systemctl") for _, argv in runner.calls)
 
@@ -267,14 +277,12 @@ def test_unreadable_smi_snapshot_is_a_note_and_nothing_is_restarted(monkeypatch)
     def broken(text):
         raise ValueError("1²234")
 
-    from gpuheal.core import vram_attribution
-
     c = cfg()
     before = onset(["1106871, /app/llama-server, 1000"])
     monkeypatch.setattr(execute, "parse_compute_apps", broken)
-    monkeypatch.setattr(vram_attribution, "parse_compute_apps", broken)
+    monkeypatch.setattr(va, "parse_compute_apps", broken)
     runner = FakeRunner({"nvidia-smi": smi(["1106871, /app/llama-server, 1²234"])})
-    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, (), onset=before, now_s=NOW_S)
+    ex = run_item(item_for("vram-leak", c), c, runner, ok_verify, (), record=before, now_s=NOW_S)
     assert "unreadable snapshot" in ex.evidence["snapshot_parse_error"]
     # Rule 2 since issue 22: an unreadable fire-time list attributes nothing: no restart on a guess
     assert ex.result == "escalated" and "unreadable snapshot" in ex.escalate_reason

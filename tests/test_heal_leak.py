@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import sys
 
-from gpuheal.state import files
 from tests.lab import Lab, scenario
 
 LEAK = [{"at": 0, "gpu": "gpu-a", "ramp": {"vram_used_mb": 10.0}}]  # 600 MB/h
@@ -63,7 +62,7 @@ def test_the_small_process_that_grew_is_killed_and_the_largest_left_alone(tmp_pa
         assert outcome["result"] == "escalated" and outcome["verification"]["gone_from_gpu"] is True
         assert [s["action"] for s in outcome["steps"]] == ["snapshot-processes", "kill-process"]
         # the onset snapshot was kept across cron runs, in the state directory
-        assert lab.read(files.VRAM_ONSET)["gpu-a"]["snapshot"]["taken_s"] == attribution["onset"]["taken_s"]
+        assert lab.read("vram-onset.json")["gpu-a"]["snapshot"]["taken_s"] == attribution["onset"]["taken_s"]
     finally:
         lab.close()
 

@@ -11,18 +11,23 @@ which the decision changes with the whole-second run. Raw ``now - t < X`` compar
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuheal import benchdata
 from gpuheal.core import alerts, verify
+from gpuheal.core import plan as planner
 from gpuheal.core.bench import exclusion_reason
 from gpuheal.core.engine import new_book
 from gpuheal.core.heal_state import HealState, Mitigation
-from gpuheal.core.plan import empty_state, plan
+from gpuheal.core.plan import empty_state
 from gpuheal.core.view import Restarts
+from gpuheal.rules import ALL, REMEDIES
 from gpuheal.steps.evaluate import ingest_monitor_bench
+
+plan = partial(planner.plan, remedies=REMEDIES)  # every rule's remedy, as heal plans
 
 try:
     from tests.series import fleet_config, fleet_trace
@@ -134,7 +139,9 @@ def _reminded(offsets):
     a = alerts.issue_alert("gpu-0", "model-stuck", "escalated", "S", poll(0, offsets), "stuck", run_id="r",
                            detected={}, tried=[], attempts=1)  # fmt: skip
     alerts.record_sent(data, a, poll(0, offsets), 1)
-    return [bool(alerts.due_reminders(data, {("gpu-0", "model-stuck")}, poll(i, offsets), 3600)) for i in (59, 60, 61)]
+    policy = alerts.AlertPolicy.of(ALL)
+    return [bool(alerts.due_reminders(data, {("gpu-0", "model-stuck")}, poll(i, offsets), 3600, policy=policy))
+            for i in (59, 60, 61)]
 
 
 @settings(max_examples=200, deadline=None)

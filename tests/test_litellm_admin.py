@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from servers import Hang, LoopbackServer, Oversized, Reply, closed_url
 
-from gpuheal.actions.execute import describe
+from gpuheal.actions.perform import describe
 from gpuheal.config import load_config_dict
 from gpuheal.core.actions import LITELLM_API, LiteLLMUpdate
 from gpuheal.core.plan import resolve_action as _step

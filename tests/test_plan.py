@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 
 from gpuheal.config import load_config_dict
-from gpuheal.core.plan import empty_state, normalise_state, plan
+from gpuheal.core import plan as planner
+from gpuheal.core.plan import empty_state, normalise_state
+from gpuheal.rules import REMEDIES
 
 NOW = 1_800_000_000.0
+
+
+def onsets(age_s: float = 3600.0, gpus=("gpu-0", "gpu-1", "gpu-2")) -> dict:
+    """Rule 2's record (``vram-onset.json``) as heal keeps it: an onset snapshot of each GPU's leak."""
+    snap = {"taken_s": NOW - age_s, "processes": [], "error": None}
+    return {"vram-leak": {g: {"since": "2026-07-18T08:00:00Z", "snapshot": snap} for g in gpus}}
+
+
+# the planner with every rule's remedy, and Rule 2's onset snapshots old enough to compare (as heal passes them)
+plan = partial(planner.plan, remedies=REMEDIES, records=onsets())
 
 
 def cfg(n_gpus: int = 3, monitor: bool = True, **heal):
@@ -244,12 +258,15 @@ def test_fleet_guard_ignores_a_failure_already_escalated():
 
 
 def test_a_remedy_held_back_by_a_wait_is_blocked_with_its_reason_and_no_attempt():
-    """Rule 2's attribution waits for its second snapshot (``waits``, from actions/leak): the plan
-    holds that remedy back, shown with the reason, and counts no attempt; other issues are untouched."""
+    """Rule 2's attribution waits for its second snapshot (its remedy's guard, reading its onset record):
+    the plan holds that remedy back, shown with the reason, and counts no attempt; other issues are
+    untouched."""
     leak = issue("gpu-1", "vram-leak", severity="warning")
     why = "waiting for attribution: the onset snapshot is 300 s old; the second is taken 600 s after it at the earliest"
-    items = {i.issue: i for i in plan([issue(), leak], empty_state(), cfg(), NOW, waits={("gpu-1", "vram-leak"): why})}
+    items = {i.issue: i for i in plan([issue(), leak], empty_state(), cfg(), NOW, records=onsets(300.0))}
     assert items["vram-leak"].decision == "blocked" and items["vram-leak"].reason == why
     assert items["vram-leak"].attempt_no == 0 and items["vram-leak"].steps == () and items["vram-leak"].key == ""
     assert items["model-stuck"].decision == "act"
     assert only(plan([leak], empty_state(), cfg(), NOW)).decision == "act"  # no wait: acts
+    none = only(plan([leak], empty_state(), cfg(), NOW, records={}))  # no onset snapshot at all: waits for one
+    assert none.decision == "blocked" and none.reason.startswith("waiting for attribution: no per-process")

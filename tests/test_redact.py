@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuheal.core import catalog
 from gpuheal.redact import MASK, redact, redact_text
+from gpuheal.rules import REMEDIES
 
 
 def l1_texts() -> list[str]:
-    """Every text the action catalog says about the L1 api-key mismatch."""
+    """Every text the remedies say about the L1 api-key mismatch."""
     found = []
-    for value in vars(catalog).values():
+    for value in REMEDIES.values():
         for text in re.findall(r"[^\"']*--api-key[^\"']*", repr(value)):
             found.append(text)
     return found
@@ -25,7 +25,7 @@ def l1_texts() -> list[str]:
 def test_the_l1_advice_keeps_every_word():
     text = "llama-server rejects the LiteLLM api key: align --api-key with litellm.api_key (Lesson L1)"
     assert redact_text(text, ("sk-live-123456",)) == text
-    assert l1_texts(), "the catalog no longer names --api-key: update this test"
+    assert l1_texts(), "no remedy names --api-key any more: update this test"
     for text in l1_texts():
         assert MASK not in redact_text(text), text
 

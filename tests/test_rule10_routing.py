@@ -17,9 +17,10 @@ except ImportError:
 from gpuheal.config import load_config_dict
 from gpuheal.config.model import Role
 from gpuheal.core import routing
-from gpuheal.core.routing import Deployment, Followup, Reading, counter_increase, followup, judge, tally
+from gpuheal.core.routing import Deployment, Reading, counter_increase, judge, tally
 from gpuheal.errors import ConfigError
 from gpuheal.parse.litellm_spend import SpendRow
+from gpuheal.rules.workload_misrouted.remedy import Followup, followup
 
 ISSUE = "workload-misrouted"
 LIGHT = Role("vision, light tasks", model_groups=("light",), request_tags=("vision", "web"), max_prompt_tokens=4000)
@@ -245,5 +246,8 @@ def test_a_rule10_alert_gets_no_reminders_once_sent():
         alert = alerts.issue_alert(gpu, issue, "escalated", "2026-07-18T08:00:00Z", now - 5 * H, "x",
                                    run_id=None, detected={}, tried=[], attempts=0)
         alerts.record_sent(data, alert, now - 5 * H, 1)
-    due = alerts.due_reminders(data, {("gpu-light", ISSUE), ("gpu-a", "model-stuck")}, now, 4 * H)
+    from gpuheal.rules import ALL
+
+    due = alerts.due_reminders(data, {("gpu-light", ISSUE), ("gpu-a", "model-stuck")}, now, 4 * H,
+                               policy=alerts.AlertPolicy.of(ALL))
     assert [r.fingerprint for r in due] == ["gpu-a/model-stuck"]  # once per incident; its 48 h audit is its own

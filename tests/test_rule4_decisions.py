@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from functools import partial
 
 import pytest
 from smi_captures import FIXTURES, NVIDIA_CAPTURES, ROCM_CAPTURES
@@ -20,14 +21,18 @@ from test_execute import FakeRunner as FakeRunnerFor
 
 from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
-from gpuheal.core import rebench, rule4
-from gpuheal.core.alerts import Alert, Message, group
-from gpuheal.core.plan import empty_state, plan
-from gpuheal.parse.rule4 import PowerLimits, parse_power_limits, parse_rocm_power_cap
+from gpuheal.core import plan as planner
+from gpuheal.core import rebench
+from gpuheal.core.alerts import Alert, AlertPolicy, Message, group
+from gpuheal.core.plan import empty_state
 from gpuheal.parse.smi import GpuProcess, parse_rocm_pids
+from gpuheal.rules import ALL, REMEDIES
+from gpuheal.rules.benchmark_regression import checks as rule4
+from gpuheal.rules.benchmark_regression.parse import PowerLimits, parse_power_limits, parse_rocm_power_cap
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
+plan = partial(planner.plan, remedies=REMEDIES)  # every rule's remedy, as heal plans
 Y, N, U = rule4.Verdict.YES, rule4.Verdict.NO, rule4.Verdict.NOT_KNOWN
 LLAMA = GpuProcess(1106871, "/app/llama-server", 21000.0)
 MINER = GpuProcess(4242, "python3 miner.py", 2300.0)
@@ -221,7 +226,8 @@ def test_one_message_for_a_hot_gpus_regression_and_its_thermal_critical():
     def alert(issue):
         return Alert(f"gpu-a/{issue}", "gpu-a", issue, "escalated", "k", 1.0, issue)
 
-    msgs = group([Message(alert("thermal-critical")), Message(alert("benchmark-regression"))], lambda g: "", 10)
+    msgs = group([Message(alert("thermal-critical")), Message(alert("benchmark-regression"))], lambda g: "", 10,
+                 AlertPolicy.of(ALL))
     assert len(msgs) == 1 and [a.issue for a in msgs[0].members] == ["thermal-critical", "benchmark-regression"]
 
 
@@ -431,7 +437,7 @@ def test_an_amd_process_list_with_unreadable_entries_is_not_known():
     the list is not known (with the reason), never a list without it."""
     from types import SimpleNamespace
 
-    from gpuheal.actions.rule4 import _processes
+    from gpuheal.rules.benchmark_regression.remedy import processes_of as _processes
 
     amd = SimpleNamespace(vendor="amd", gpu_index=None)
     good = '{"system": {"PID40000": "llama-server, 1, 1048576, 0, 0"}}'

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import threading
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from gpuheal.actions import process_check as pc
 from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
-from gpuheal.core.plan import empty_state, plan
+from gpuheal.core import plan as planner
+from gpuheal.core.plan import empty_state
+from gpuheal.rules import REMEDIES
+from gpuheal.rules.host_unreachable import look as pc
 from gpuheal.sources.litellm_admin import model_health, read_model_health
 from tests.test_execute import FakeRunner, Outcome, ok_verify
+
+plan = partial(planner.plan, remedies=REMEDIES)  # every rule's remedy, as heal plans
 
 
 def cfg(restart="systemctl restart llama-server", endpoint="http://127.0.0.1:8081"):

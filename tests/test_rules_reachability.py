@@ -87,7 +87,7 @@ def test_rule5_resolves_only_when_litellm_also_answers_its_liveliness():
 
 
 def test_rule5_alerts_on_detection_and_is_verified_within_60_s():
-    from gpuheal.core.catalog import REMEDIES
+    from gpuheal.rules import REMEDIES
 
     assert REMEDIES["circuit-breaker-stuck"].alert_now
     assert CFG.rule_params("circuit-breaker-stuck", None)["verify_within_s"] == 60

@@ -13,8 +13,8 @@ from lab import scenario
 from smi_captures import FIXTURES, NVIDIA_CAPTURES, ROCM_CAPTURES
 from test_rule4_decisions import power_row
 
-from gpuheal.parse.rule4 import PowerLimits, parse_power_limits
 from gpuheal.parse.smi import parse_compute_apps
+from gpuheal.rules.benchmark_regression.parse import PowerLimits, parse_power_limits
 from gpuheal.sim import Scenario, SimFleet
 
 POWER_QUERY = ["--query-gpu=power.limit,power.default_limit,power.max_limit", "--format=csv,noheader,nounits"]
@@ -95,8 +95,8 @@ def rocm(fleet, *args: str) -> subprocess.CompletedProcess:
 def test_rocm_smi_answers_with_the_real_tools_keys_and_shapes(fleet):
     import json
 
-    from gpuheal.parse.rule4 import parse_rocm_power_cap
     from gpuheal.parse.smi import parse_rocm_pids, parse_rocm_smi
+    from gpuheal.rules.benchmark_regression.parse import parse_rocm_power_cap
 
     real_keys, real_pids = set(), []
     for capture in ROCM_CAPTURES:

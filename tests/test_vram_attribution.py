@@ -10,8 +10,9 @@ import re
 
 import pytest
 
-from gpuheal.core import vram_attribution as va
+from gpuheal.parse.llama_process import is_llama_server, read_pgrep
 from gpuheal.parse.smi import parse_rocm_pids
+from gpuheal.rules.vram_leak import attribution as va
 from tests.smi_captures import FIXTURES  # noqa: E402 — the real captures, wherever the checkout is
 
 T0 = 1_784_000_000.0
@@ -166,10 +167,17 @@ def test_decisions():
 
 
 def test_is_llama_server_by_program_name_only():
-    assert va.is_llama_server("/app/llama-server") and va.is_llama_server("./build/bin/llama-server")
-    assert va.is_llama_server("C:\\llama\\llama-server")
-    assert not va.is_llama_server("python3 not-llama-server-wrapper.py")
-    assert not va.is_llama_server("llama-server-exporter")
+    assert is_llama_server("/app/llama-server") and is_llama_server("./build/bin/llama-server")
+    assert is_llama_server("C:\\llama\\llama-server")
+    assert not is_llama_server("python3 not-llama-server-wrapper.py")
+    assert not is_llama_server("llama-server-exporter")
+    # one answer for every rule (issue 26): pgrep's program column (Rule 6.1) and Rule 4's owner check agree
+    assert read_pgrep("12 /opt/llama-server-exporter --port 8080\n13 /opt/llama-server --port 8080\n", 8080) == (13,)
+    from gpuheal.parse.smi import GpuProcess
+    from gpuheal.rules.benchmark_regression.checks import is_own
+
+    assert is_own(GpuProcess(12, "/opt/llama-server-exporter", 1.0), frozenset()) is False
+    assert is_own(GpuProcess(13, "/opt/llama-server", 1.0), frozenset()) is True
 
 
 def test_the_record_names_no_culprit_when_unattributed_and_keeps_both_snapshots():

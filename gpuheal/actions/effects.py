@@ -7,31 +7,41 @@ The heal step holds one :class:`Effects` per run and closes it at the end; a tes
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from gpuheal.config.model import SSH_PORT
-from gpuheal.core.actions import LiteLLMUpdate
+from gpuheal.actions.perform import LiteLLMCall, Runner, perform, values_for
+from gpuheal.config.model import SSH_PORT, Config
+from gpuheal.core.actions import Action, CommandOutcome, LiteLLMUpdate, StepResult
+
+if TYPE_CHECKING:
+    from gpuheal.transport import Target, TransportPool
+
+Verifier = Callable[[str], dict[str, Any]]  # (alias) -> a verdict document (a restart's, LiteLLM's health)
+
+__all__ = ["Effects", "Runner", "Verifier"]
 
 
 class Effects:
-    def __init__(self, cfg, runner=None, verify=None, litellm=None, model_health=None) -> None:
+    def __init__(
+        self, cfg: Config, runner: Runner | None = None, verify: Verifier | None = None,
+        litellm: LiteLLMCall | None = None, model_health: Verifier | None = None,
+    ) -> None:
         self.cfg = cfg
-        self.model_health = model_health or self._model_health
-        self._pool = None
-        self.run = runner or self._run
+        self.model_health: Verifier = model_health or self._model_health
+        self._pool: TransportPool | None = None
+        self.run: Runner = runner or self._run
         self._custom_runner = runner is not None
-        self.verify = verify or self._verify
-        self.litellm = litellm or self._litellm
-        self._targets = None
+        self.verify: Verifier = verify or self._verify
+        self.litellm: LiteLLMCall = litellm or self._litellm
+        self._targets: dict[str, Target] | None = None
 
-    def perform(self, step, alias: str, secrets: tuple[str, ...]):
+    def perform(self, step: Action, alias: str, secrets: tuple[str, ...]) -> StepResult:
         """Perform one action for ``alias`` outside a plan item (``restore-load``)."""
-        from gpuheal.actions.execute import perform, values_for
-
         timeout_s = self.cfg.heal.command_timeout_s
         return perform(step, values_for(alias, self.cfg), self.run, self.litellm, timeout_s, secrets, self.cfg)
 
-    def transports(self):
+    def transports(self) -> TransportPool:
         """The run's :class:`~gpuheal.transport.TransportPool`: one SSH connection per host per run,
         shared by the smi sensing of ``check`` (no gpu-monitor, issue 12) and every action."""
         from gpuheal.transport import TransportPool
@@ -40,7 +50,7 @@ class Effects:
             self._pool = TransportPool.from_config(self.cfg.heal)
         return self._pool
 
-    def sensing(self):
+    def sensing(self) -> Any:
         """What the poll's smi sensing runs through (no gpu-monitor, or its Rule 7.3 fallback): the
         run's transport pool, or — when a test handed :class:`Heal` its own runner — that runner, so
         sensing and actions go through one door."""
@@ -53,7 +63,7 @@ class Effects:
             self._pool.close()
             self._pool = None
 
-    def _run(self, target: str, argv: list[str], timeout_s: float):
+    def _run(self, target: str, argv: list[str], timeout_s: float) -> CommandOutcome:
         from gpuheal.transport import Target
 
         heal = self.cfg.heal
@@ -66,7 +76,7 @@ class Effects:
             where = self._targets.get(target) or Target("ssh", target, SSH_PORT, heal.ssh_user)
         return pool.get(where).run(argv, timeout_s)
 
-    def _litellm(self, update: LiteLLMUpdate, timeout_s: float):
+    def _litellm(self, update: LiteLLMUpdate, timeout_s: float) -> CommandOutcome:
         """One built-in load action through LiteLLM's admin API (issue 11): read the deployment,
         change weight or rpm, done only when a read-back shows it. The answer has a command's
         shape (rc, stdout, stderr, error, timed_out) plus ``effect`` (what restore puts back) and
@@ -126,7 +136,6 @@ class Effects:
         return {"ok": bool(out.ok), "completion_s": round(out.elapsed_s, 2) if out.ok else None,
                 "gen_tok_s": out.gen_tok_s, "error": out.error}
 
-
     def _model_health(self, alias: str) -> dict[str, Any]:
         """Rule 6's verify: LiteLLM's own health check of this GPU's deployment, when LiteLLM is
         configured and the GPU names its deployment (``litellm_model_id``)."""
@@ -147,16 +156,16 @@ class Effects:
 class _RunnerPool:
     """``pool.get(target).run(argv, timeout_s)`` over a ``runner(target, argv, timeout_s)``."""
 
-    def __init__(self, run) -> None:
+    def __init__(self, run: Runner) -> None:
         self._run = run
 
-    def get(self, target):
-        run = self._run
-        where = "local" if target.kind == "local" else target.host
+    def get(self, target: Target) -> _OnTarget:
+        return _OnTarget(self._run, "local" if target.kind == "local" else str(target.host))
 
-        class _One:
-            @staticmethod
-            def run(argv, timeout_s):
-                return run(where, argv, timeout_s)
 
-        return _One()
+class _OnTarget:
+    def __init__(self, run: Runner, where: str) -> None:
+        self._run, self._where = run, where
+
+    def run(self, argv: list[str], timeout_s: float) -> CommandOutcome:
+        return self._run(self._where, argv, timeout_s)

@@ -7,16 +7,22 @@ nothing); the alert queue is the ``alerts.json`` document, saved by the heal ste
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
 from gpuheal.clock import format_iso
+from gpuheal.config.model import Config
 from gpuheal.core import alerts
+from gpuheal.core.actions import StepResult
 from gpuheal.core.alerts import AlertQueue
-from gpuheal.core.catalog import ACTIONS, REMEDIES, primary_action
+from gpuheal.core.catalog import ACTIONS, primary_action
+from gpuheal.core.heal_state import Attempt, HealState
+from gpuheal.core.remedy import Execution, Remedy
 from gpuheal.redact import redact
 from gpuheal.state import files
+from gpuheal.state.store import StateDir
 
 
 @dataclass(frozen=True)
@@ -30,12 +36,16 @@ class Subject:
 
 
 class Recorder:
-    def __init__(self, store, now: datetime, secrets: tuple[str, ...], alerts: AlertQueue) -> None:
+    def __init__(
+        self, store: StateDir, now: datetime, secrets: tuple[str, ...], alerts: AlertQueue,
+        remedies: Mapping[str, Remedy] | None = None,
+    ) -> None:
         self.store = store
         self.now = now
         self.now_s = now.timestamp()
         self.secrets = secrets
         self.alerts = alerts
+        self.remedies = remedies or {}
         self.actions: list[dict[str, Any]] = []
 
     def audit(
@@ -45,9 +55,9 @@ class Recorder:
         action: str,
         result: str,
         phase: str,
-        verification: dict | None = None,
+        verification: dict[str, Any] | None = None,
         escalated: bool = False,
-        extra: dict | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         record = {
             "run_id": run_id,
@@ -83,7 +93,9 @@ class Recorder:
                 entry[key] = value
         self.actions.append(redact(entry, self.secrets))
 
-    def intent(self, run_id: str, subject: Subject, actions, extra: dict[str, Any], commands: list) -> None:
+    def intent(
+        self, run_id: str, subject: Subject, actions: Sequence[str], extra: dict[str, Any], commands: list[str]
+    ) -> None:
         """Audited before an attempt's commands run: a kill mid-command still leaves its trace."""
         self.audit(run_id, subject, primary_action(actions), "pending", "intent", None, False,
                    {**extra, "commands": commands})  # fmt: skip
@@ -95,7 +107,7 @@ class Recorder:
         self.queue(subject, "escalated", reason, run_id, tried, attempts)
         self.doc(subject, "alert", reason, "escalated")
 
-    def outcome(self, run_id: str, subject: Subject, ex, extra: dict[str, Any]) -> None:
+    def outcome(self, run_id: str, subject: Subject, ex: Execution, extra: dict[str, Any]) -> None:
         """The audit line of an executed attempt: every step, its verification and evidence."""
         done = [s.action for s in ex.steps] or extra["actions"]
         steps = [
@@ -107,7 +119,7 @@ class Recorder:
         self.audit(run_id, subject, primary_action(done), ex.result, "outcome", ex.verification or None,
                    ex.result == "escalated", extra)  # fmt: skip
 
-    def step_docs(self, subject: Subject, why: str, ex) -> None:
+    def step_docs(self, subject: Subject, why: str, ex: Execution) -> None:
         """One ``actions`` entry per executed step: the last one carries the attempt's result."""
         last = len(ex.steps)
         for n, step in enumerate(ex.steps, 1):
@@ -120,25 +132,27 @@ class Recorder:
             error = step.error or (ex.verification.get("error") if result == "failed" and ex.verification else None)
             self.doc(subject, step.action, step.note or why, result, step.command, step.target, error=error)
 
-    def verified(self, run_id: str, subject: Subject, attempt, attempts: int, mttr: dict | None = None) -> None:
+    def verified(
+        self, run_id: str, subject: Subject, attempt: Attempt, attempts: int, mttr: dict[str, float] | None = None
+    ) -> None:
         """An attempt whose issue cleared: audited (with ``time_to_detect_s`` / ``time_to_resolve_s``,
         issue 20), announced (a "resolved" alert), shown."""
         primary = primary_action(attempt.actions)
         extra = {"attempt": attempt.n, "actions": list(attempt.actions), **(mttr or {})}
         self.audit(run_id, subject, primary, "resolved", "verification", attempt.verification, extra=extra)
         summary = f"resolved after {'+'.join(attempt.actions)} (attempt {attempt.n})"
-        remedy = REMEDIES.get(subject.issue)
+        remedy = self.remedies.get(subject.issue)
         if remedy is None or not remedy.silent:  # Rule 8 tier 1: "no alert", not when it resolves either
             self.queue(subject, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)], attempts)
         self.doc(subject, primary, "verified: the issue cleared", "resolved")
 
-    def not_verified(self, run_id: str, subject: Subject, attempt, why: dict[str, Any], text: str) -> None:
+    def not_verified(self, run_id: str, subject: Subject, attempt: Attempt, why: dict[str, Any], text: str) -> None:
         """An attempt judged failed from fresh data: audited with what was still seen, shown."""
         primary, extra = primary_action(attempt.actions), {"attempt": attempt.n, "actions": list(attempt.actions)}
         self.audit(run_id, subject, primary, "failed", "verification", why, extra=extra)
         self.doc(subject, primary, text, "failed")
 
-    def restored(self, run_id: str, subject: Subject, why: str, target: str, res) -> None:
+    def restored(self, run_id: str, subject: Subject, why: str, target: str, res: StepResult) -> None:
         """The outcome of one ``restore-load`` (the intent was audited before it ran)."""
         result = "resolved" if res.ok else "failed"
         extra = {"command": res.argv or res.command, "error": res.error}
@@ -175,7 +189,9 @@ class Recorder:
         alerts.count_clean_cycle(self.alerts, clean, every, self.now_s)
 
 
-def health_doc(health: dict[str, Any], state, rec: Recorder, cfg, now_s: float, apply: bool) -> dict[str, Any]:
+def health_doc(
+    health: dict[str, Any], state: HealState, rec: Recorder, cfg: Config, now_s: float, apply: bool
+) -> dict[str, Any]:
     """``gpu-health.json`` as heal leaves it: check's document plus the run's actions, mode,
     pauses, restart budgets and queued alerts."""
     health["actions"] = rec.actions

@@ -15,12 +15,15 @@ dispatches on the type:
 - :class:`WaitReady` — the wait after a llama-server restart: ``/health`` polled up to
   ``heal.reload_wait_s``, then a real completion (Rule 3's verify, inside the run).
 
+What performing one gives back is a :class:`StepResult` (a command's answer: :class:`CommandOutcome`).
+
 Every other verification is across runs, from fresh data (:mod:`gpuheal.core.verify`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 LITELLM_API = "litellm-api"  # the ``target`` shown for a LiteLLM admin call
 
@@ -68,3 +71,56 @@ class RestorePowerLimit:
 
 
 Action = RunCommand | LiteLLMUpdate | RestorePowerLimit
+
+
+class CommandOutcome(Protocol):
+    """What running one argv answered (a transport's ``CommandOutcome``, or LiteLLM's admin client in
+    its shape): the exit status, the output, or why it did not run."""
+
+    @property
+    def rc(self) -> int | None: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def timed_out(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class NotRun:
+    """A command that never ran (its template could not be filled in): a :class:`CommandOutcome`."""
+
+    error: str
+    rc: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One performed step as the audit trail and the ``actions`` list show it. ``output`` is the
+    redacted tail kept in the audit; ``stdout`` the command's whole output, in memory only (never
+    written: a parser that needs the full list — Rule 2's snapshot — reads it), ``None`` when the
+    command never ran."""
+
+    action: str
+    argv: list[str]
+    target: str
+    ok: bool
+    rc: int | None = None
+    error: str | None = None
+    output: str = ""
+    note: str = ""
+    command: str = ""  # how it is shown: the argv, or the HTTP call
+    effect: dict[str, Any] | None = None  # a LiteLLM change the read-back proved (restore puts back "before")
+    impossible: bool = False  # the built-in LiteLLM path cannot work in this setup (not a network fault)
+    check: dict[str, Any] | None = None  # what a step that judges before it acts decided (Rule 4.2)
+    stdout: str | None = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            object.__setattr__(self, "command", " ".join(self.argv))

@@ -16,32 +16,32 @@ Clear on every Nth clean cycle. Stored as ``alerts.json`` (internal)::
             "delivery": {"tries", "last_try_at", "last_error", "not_before"}} (escalate's)
 
 In memory the queue is typed: an :class:`AlertQueue` of :class:`Alert` records (with their
-:class:`Delivery`), read from that document by :meth:`AlertQueue.from_json` and written back by
+:class:`Tries`), read from that document by :meth:`AlertQueue.from_json` and written back by
 :meth:`AlertQueue.to_json` — the file format is unchanged. A queued document is read tolerantly:
 an entry without a fingerprint is dropped, a junk field becomes "not known", never a crash.
 
 Here: fingerprinting and dedup (:meth:`AlertQueue.enqueue`), All Clear counting
 (:func:`count_clean_cycle`), reminders (:func:`due_reminders`), folding a host's escalations into
-its ``host-unreachable`` alert (:func:`fold`, :func:`unfold`) and the dedup memory
-(:func:`record_sent`, :func:`prune_sent`). :mod:`gpuheal.steps.escalate` loads, calls these,
-sends, and saves.
+its host-level alert (:func:`fold`, :func:`unfold`), one message per incident (:func:`group`) and the
+dedup memory (:func:`record_sent`, :func:`prune_sent`). Which issue is host-level, which alerts are
+one incident and which are never repeated is what the rules declare (:class:`AlertPolicy`), never an
+issue id named here. :mod:`gpuheal.steps.escalate` loads, calls these, sends, and saves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.core import timing
 from gpuheal.core.heal_state import num as as_time  # an epoch time as stored; None for junk
+from gpuheal.core.remedy import Incident
+from gpuheal.core.rule import Rule
 
 FILE = "alerts.json"
-HOST_UNREACHABLE = "host-unreachable"
 SENT_KEEP_S = 30 * 86400  # settled entries of the dedup memory are forgotten after this
 OPEN_STATES = ("firing", "pending", "verifying")
-# Rule 10 alerts once per incident, then past 48 h asks for its agent alias audit (issue 22 item 6): no reminders
-NO_REMINDERS = frozenset({"workload-misrouted"})
 # Alert.to_json's keys; any other key of a queued document (a renderer's "severity",
 # "verification") is kept in Alert.extra and written back as it came.
 _KEYS = ("fingerprint", "gpu", "issue", "kind", "state_key", "created_at", "run_id", "detected", "tried",
@@ -60,8 +60,9 @@ def _text(value: Any) -> str | None:
 
 
 @dataclass(frozen=True)
-class Delivery:
-    """``escalate``'s bookkeeping of one queued alert: failed tries, and Zulip's "not before"."""
+class Tries:
+    """``escalate``'s bookkeeping of one queued alert: failed tries, and the sink's "not before" (what a
+    delivery answered is :class:`gpuheal.sink.Delivery`; this is what the queue remembers of the tries)."""
 
     tries: int = 0
     last_try_at: float | None = None
@@ -69,7 +70,7 @@ class Delivery:
     not_before: float | None = None
 
     @classmethod
-    def from_json(cls, value: Any) -> Delivery | None:
+    def from_json(cls, value: Any) -> Tries | None:
         if not isinstance(value, dict):
             return None
         error = value.get("last_error")
@@ -108,7 +109,7 @@ class Alert:
     topic: str | None = None  # a Zulip topic other than zulip.topic
     reminder: int = 0  # the nth reminder of an escalation still open
     unfolded: bool = False  # re-sent on its own once the host it was folded into came back
-    delivery: Delivery | None = None
+    delivery: Tries | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -127,7 +128,7 @@ class Alert:
             attempts=attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else None,
             since=v("since") if isinstance(v("since"), str) else None, title=_text(v("title")),
             content=_text(v("content")), topic=_text(v("topic") or None), reminder=as_int(v("reminder")),
-            unfolded=v("unfolded") is True, delivery=Delivery.from_json(v("delivery")),
+            unfolded=v("unfolded") is True, delivery=Tries.from_json(v("delivery")),
             extra={k: x for k, x in value.items() if k not in _KEYS},
         )  # fmt: skip
 
@@ -175,12 +176,36 @@ class Alert:
         return (self.delivery.not_before if self.delivery else None) or 0.0
 
     def failed(self, now_s: float, detail: str) -> Alert:
-        d = self.delivery or Delivery()
+        d = self.delivery or Tries()
         return replace(self, delivery=replace(d, tries=d.tries + 1, last_try_at=now_s, last_error=detail))
 
     def held_until(self, until_s: float) -> Alert:
-        d = self.delivery or Delivery()
+        d = self.delivery or Tries()
         return replace(self, delivery=replace(d, not_before=max(until_s, self.not_before)))
+
+
+@dataclass(frozen=True)
+class AlertPolicy:
+    """What the rules declare about their alerts (read from the registry by :meth:`of`):
+
+    ``host_issue``: the issue that hides its host's other issues (a rule's ``INHIBITS`` ``"host"``:
+    Rule 6) — its escalation carries the host's other escalations in one message; ``incidents``: the
+    incident family and rank of each issue (``REMEDY.incident``: Rule 1 over Rule 8's tiers, Rule 4.3);
+    ``no_reminders``: issues whose escalation is never repeated (``REMEDY.remind``: Rule 10 alerts once
+    per incident, then asks for its alias audit)."""
+
+    host_issue: str | None = None
+    incidents: Mapping[str, Incident] = field(default_factory=dict)
+    no_reminders: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, rules: Iterable[Rule[Any]]) -> AlertPolicy:
+        rules = tuple(rules)
+        return cls(
+            next((r.ID for r in rules if r.INHIBITS == "host"), None),
+            {r.ID: r.REMEDY.incident for r in rules if r.REMEDY.incident is not None},
+            frozenset(r.ID for r in rules if not r.REMEDY.remind),
+        )
 
 
 def fingerprint(gpu: str, issue: str | None) -> str:
@@ -313,21 +338,17 @@ class Message:
         return [self, *self.peers]
 
 
-# Alertmanager's inhibit_rules, per GPU: a firing tier hides the lower tiers of the same cause in the
-# message (Rule 1 over Rule 8's two tiers; Rule 8 tier 2 over tier 1) — one incident, one line each.
-TIER_INHIBITS: dict[str, tuple[str, ...]] = {
-    "thermal-critical": ("thermal-rising", "thermal-warning", "benchmark-regression"),
-    "thermal-rising": ("thermal-warning", "benchmark-regression"),  # Rule 4.3: a hot GPU's regression joins it
-}
 GROUPED_KINDS = ("escalated", "resolved")
 
 
-def group(messages: list[Message], label_of: Callable[[str], str], max_messages: int) -> list[Message]:
+def group(
+    messages: list[Message], label_of: Callable[[str], str], max_messages: int, policy: AlertPolicy
+) -> list[Message]:
     """One cause, one message (contract "Alerts"): each GPU's alerts become one incident, incidents of
     the same kind sharing a group label become one message naming every GPU, and a run sends at most
     ``max_messages`` (the rest folded into one summary). Dedup, reminders and All Clear stay per
     (GPU, issue) underneath: every member is recorded as sent on its own fingerprint."""
-    incidents = _incidents(messages)
+    incidents = _incidents(messages, policy.incidents)
     grouped: list[Message] = []
     by_cause: dict[tuple[Any, ...], Message] = {}
     for msg in incidents:
@@ -347,22 +368,28 @@ def group(messages: list[Message], label_of: Callable[[str], str], max_messages:
                            [*first.peers, *[m for r in rest[1:] for m in r.incidents]], summary=True)]
 
 
-def _incidents(messages: list[Message]) -> list[Message]:
-    """A GPU's lower thermal tiers go inside its highest tier's message (same kind, same run)."""
-    heads: dict[tuple[Any, str | None], Message] = {}
+def _incidents(messages: list[Message], families: Mapping[str, Incident]) -> list[Message]:
+    """Alertmanager's ``inhibit_rules``, per GPU: its highest-ranked alert of an incident family carries,
+    inside its message, the same kind's alerts of that family with a lower rank (one incident, one line
+    each). An alert already carrying others, or a reminder, stands alone."""
+
+    def family(msg: Message) -> Incident | None:
+        return None if msg.folded or msg.alert.reminder else families.get(str(msg.alert.issue))
+
+    heads: dict[tuple[Any, str | None, str], tuple[Message, int]] = {}
     for msg in messages:
-        a, key = msg.alert, (msg.alert.gpu, msg.alert.kind)
-        if a.issue in TIER_INHIBITS and not msg.folded and not a.reminder:
-            head = heads.get(key)
-            if head is None or str(head.alert.issue) in TIER_INHIBITS.get(str(a.issue), ()):
-                heads[key] = msg  # the highest tier of this GPU's thermal incident so far
+        inc = family(msg)
+        if inc is None:
+            continue
+        key = (msg.alert.gpu, msg.alert.kind, inc.family)
+        if key not in heads or heads[key][1] < inc.rank:
+            heads[key] = (msg, inc.rank)
     out: list[Message] = []
     for msg in messages:
-        a = msg.alert
-        head = heads.get((a.gpu, a.kind))
-        if head is not None and head is not msg and a.issue in TIER_INHIBITS.get(str(head.alert.issue), ()) \
-                and not msg.folded and not a.reminder:
-            head.tiers.append(a)
+        inc = family(msg)
+        head = heads.get((msg.alert.gpu, msg.alert.kind, inc.family)) if inc is not None else None
+        if inc is not None and head is not None and inc.rank < head[1]:
+            head[0].tiers.append(msg.alert)
             continue
         out.append(msg)
     return out
@@ -412,6 +439,8 @@ def due_reminders(
     now_s: float,
     interval_s: float,
     tol: float = timing.TOLERANCE_S,
+    *,
+    policy: AlertPolicy,
 ) -> list[Alert]:
     """Reminders for sent escalations still open after ``interval_s``. Needs a health document:
     without one nothing is known to be still broken, so nothing is repeated. The interval is
@@ -424,7 +453,7 @@ def due_reminders(
         alert = _sent_alert(sent, fp)
         if sent.get("kind") != "escalated" or fp in queued or sent.get("folded_into") or alert is None:
             continue
-        if alert.issue in NO_REMINDERS:
+        if alert.issue in policy.no_reminders:
             continue
         if (str(alert.gpu), str(alert.issue)) not in open_keys:
             continue
@@ -435,28 +464,29 @@ def due_reminders(
 
 
 def fold(
-    data: AlertQueue, open_keys: set[tuple[str, str]] | None
+    data: AlertQueue, open_keys: set[tuple[str, str]] | None, policy: AlertPolicy
 ) -> tuple[list[Message], list[tuple[Alert, str]], list[Alert]]:
     """(messages, absorbed (alert, into-fingerprint), duplicates) for the current queue.
 
-    A host's other escalations go out inside its ``host-unreachable`` alert (one message that
-    lists them); while an escalated ``host-unreachable`` of that host stays open, later
+    A host's other escalations go out inside its host-level alert (``policy.host_issue``: one message
+    that lists them); while an escalated host-level alert of that host stays open, later
     escalations of the same host are absorbed without a message of their own. An alert whose
     state was already sent is a duplicate."""
+    host_issue = policy.host_issue
     duplicates = [a for a in data.queue if _is_duplicate(data, a)]
     live = [a for a in data.queue if not _is_duplicate(data, a)]
-    hu_resolving = {a.gpu for a in live if a.issue == HOST_UNREACHABLE and a.kind == "resolved"}
+    hu_resolving = {a.gpu for a in live if host_issue and a.issue == host_issue and a.kind == "resolved"}
 
     def hu_sent_open(gpu: Any) -> bool:
-        sent = data.sent.get(fingerprint(str(gpu), HOST_UNREACHABLE))
+        sent = data.sent.get(fingerprint(str(gpu), host_issue)) if host_issue else None
         return bool(
             sent
             and sent.get("kind") == "escalated"
             and gpu not in hu_resolving
-            and _is_open(open_keys, gpu, HOST_UNREACHABLE)
+            and _is_open(open_keys, gpu, host_issue)
         )
 
-    hosts = {id(a): Message(a) for a in live if a.kind == "escalated" and a.issue == HOST_UNREACHABLE}
+    hosts = {id(a): Message(a) for a in live if a.kind == "escalated" and host_issue and a.issue == host_issue}
     by_gpu = {m.alert.gpu: m for m in hosts.values()}  # the host's (last) host-unreachable alert
     ordered: list[Message] = []
     absorbed: list[tuple[Alert, str]] = []
@@ -469,11 +499,11 @@ def fold(
                 by_gpu[alert.gpu].folded.append(alert)
                 continue
             if hu_sent_open(alert.gpu):
-                absorbed.append((alert, fingerprint(str(alert.gpu), HOST_UNREACHABLE)))
+                absorbed.append((alert, fingerprint(str(alert.gpu), host_issue)))
                 continue
         ordered.append(Message(alert))
-    for msg in ordered:  # a host-unreachable alert also lists what it absorbed earlier
-        if msg.alert.issue == HOST_UNREACHABLE and msg.alert.kind == "escalated":
+    for msg in ordered:  # a host-level alert also lists what it absorbed earlier
+        if host_issue and msg.alert.issue == host_issue and msg.alert.kind == "escalated":
             msg.mentioned.extend(_absorbed_open(data, msg, open_keys))
     return ordered, absorbed, duplicates
 
@@ -520,9 +550,11 @@ def record_sent(
     data.sent[fp] = entry
 
 
-def unfold(data: AlertQueue, gpu: str, open_keys: set[tuple[str, str]] | None) -> list[Alert]:
+def unfold(data: AlertQueue, gpu: str, open_keys: set[tuple[str, str]] | None, policy: AlertPolicy) -> list[Alert]:
     """The host is back: its absorbed escalations that are still open go out on their own."""
-    hu_fp = fingerprint(gpu, HOST_UNREACHABLE)
+    if policy.host_issue is None:
+        return []
+    hu_fp = fingerprint(gpu, policy.host_issue)
     queued = {a.fingerprint for a in data.queue}
     out = []
     for fp, sent in data.sent.items():

@@ -1,15 +1,15 @@
-"""What each remediation is, as data: the spec's "Fix" steps per issue id (issue 4, item 2).
+"""The actions gpuheal can take, as data (issue 4, item 2): the generic catalog every remedy's steps name.
 
 An :class:`ActionSpec` names the contract action, where its command comes from (a per-GPU config
-key, then a default), whether it is a restart (restart budget, startup grace, fleet guard) and how
-it is verified. A :class:`Remedy` is the ordered fix for one issue id. Its numbers — how long the
-issue may take to clear (``verify_within_s``) and how many failed attempts call the humans
-(``escalate_after_failures``) — are rule parameters in ``config/defaults.yaml`` (issue 10), not
-code. Pure data: nothing here runs anything; :func:`gpuheal.core.plan.plan` receives it.
+key, then a default, then another action's command it falls back to), whether it is a restart
+(restart budget, startup grace, fleet guard) and how it is verified. Which actions fix which issue is
+each rule's :class:`~gpuheal.core.remedy.Remedy` (``REMEDY`` at the bottom of the rule's module), not
+this module's. Pure data: nothing here runs anything; :func:`gpuheal.core.plan.plan` receives it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 
@@ -22,6 +22,11 @@ class ActionSpec:
     sync_verify: bool = False  # restart: /health then a real completion, inside the run
     evidence: bool = False  # gathers evidence only, changes nothing
     description: str = ""
+    # without its own command: this action's command is used instead, noted in the audit record; the
+    # doctor warns (``unconfigured``) while the own command is not configured
+    fallback: str | None = None
+    fallback_note: str = ""
+    unconfigured: str = ""
 
 
 ACTIONS: dict[str, ActionSpec] = {
@@ -38,10 +43,15 @@ ACTIONS: dict[str, ActionSpec] = {
         ActionSpec(
             "restart-llama-server-memcap",
             "memcap_restart_command",
-            None,  # falls back to restart_command, noted in the audit record
+            None,
             restarts=True,
             sync_verify=True,
             description="restart llama-server with a memory cap (Rule 2.2)",
+            fallback="restart-llama-server",
+            fallback_note="uncapped: no memcap_restart_command configured, plain restart "
+            "(Rule 2.2 asks for a memory cap)",
+            unconfigured="no memcap_restart_command: a VRAM leak's restart is uncapped (Rule 2.2 asks for a memory "
+            "cap flag); configure one that restarts llama-server with e.g. a smaller --ctx-size / --cache-ram",
         ),
         ActionSpec(
             "snapshot-processes",
@@ -84,100 +94,11 @@ ACTIONS: dict[str, ActionSpec] = {
 }
 
 
-@dataclass(frozen=True)
-class Remedy:
-    """The fix for one issue id.
-
-    ``steps``: actions in order. ``alert_now``: the spec alerts on detection (Rule 8 tier 2);
-    ``automatic``: False = nothing safe to do, escalate at once. ``silent``: its fix is announced to
-    nobody — the spec's "no alert" (Rule 8 tier 1): the audit trail keeps it, and only an escalation
-    (the fix failed or cannot be configured) reaches Zulip. The verification window and the failure
-    budget are the rule's ``verify_within_s`` / ``escalate_after_failures`` parameters.
-    """
-
-    issue: str
-    steps: tuple[str, ...] = ()
-    alert_now: bool = False
-    automatic: bool = True
-    why_escalate: str = "remediation did not fix it"
-    silent: bool = False
-
-
-REMEDIES: dict[str, Remedy] = {
-    r.issue: r
-    for r in (
-        Remedy(
-            "thermal-critical",
-            ("shed-load", "redirect-traffic"),
-            why_escalate="still above 85 °C after load shedding (Rule 1)",
-        ),
-        Remedy(
-            "thermal-warning",
-            ("shed-load",),
-            silent=True,
-            why_escalate="temperature keeps rising after shedding 50 % of the load (Rule 8 tier 1)",
-        ),
-        Remedy(
-            "thermal-rising",
-            ("redirect-traffic",),
-            alert_now=True,
-            why_escalate="still rising 5 minutes after tier 2 — possible hardware failure (Rule 8)",
-        ),
-        Remedy(
-            "cooling-infrastructure",
-            automatic=False,
-            why_escalate="GPUs hot together (the whole fleet, or cooling_fraction of a rack or site): "
-            "check the cooling infrastructure (Rule 1.3)",
-        ),
-        Remedy(
-            "vram-leak",
-            ("snapshot-processes", "restart-llama-server-memcap"),
-            why_escalate="leak persists after restart — hardware investigation (Rule 2)",
-        ),
-        Remedy(
-            "model-stuck",
-            ("restart-llama-server",),
-            why_escalate="still failing after restarts — GPU hardware check (Rule 3)",
-        ),
-        Remedy(
-            "host-unreachable",
-            ("restart-llama-server",),
-            why_escalate="llama-server does not come back — infrastructure alert (Rule 6)",
-        ),
-        Remedy(
-            "data-source-unreachable",
-            ("restart-gpu-monitor",),
-            why_escalate="gpu-monitor does not come back after restarts — networking issue (Rule 7)",
-        ),
-        Remedy(
-            "circuit-breaker-stuck",
-            ("restart-litellm",),
-            alert_now=True,  # Rule 5.2: "alert but do NOT reset" — the humans hear of it on detection
-            why_escalate="LiteLLM restart did not clear the breaker — human investigation (Rule 5)",
-        ),
-        Remedy(
-            "benchmark-regression",
-            ("snapshot-processes", "restore-power-limit"),
-            why_escalate="persistent regression — possible hardware degradation (Rule 4)",
-        ),
-        Remedy(
-            "api-key-mismatch",
-            automatic=False,
-            why_escalate="llama-server rejects the LiteLLM api key: align --api-key with litellm.api_key (Lesson L1)",
-        ),
-        Remedy("context-window", automatic=False, why_escalate=""),
-        Remedy("workload-misrouted", automatic=False, why_escalate=""),
-    )
-}
-
-# Recommendations (severity info) are reported, never acted on and never escalated.
-RECOMMENDATIONS = frozenset({"context-window", "workload-misrouted"})
 # Shared services gpuheal restarts: one restart serves every issue that asked for it, and each has
 # a restart budget of its own (``max_restarts_per_hour``) — a LiteLLM restart cuts the whole fleet.
 SERVICE_OF = {"restart-litellm": "litellm", "restart-gpu-monitor": "gpu-monitor"}
 # Load-side mitigations, undone by ``restore-load`` once the GPU stayed cool.
 MITIGATIONS = ("shed-load", "redirect-traffic")
-THERMAL = ("thermal-critical", "thermal-warning", "thermal-rising")
 
 
 def default_smi_argv(vendor: str) -> tuple[str, ...]:
@@ -226,19 +147,7 @@ POWER_QUERY_ARGV = (
 ROCM_POWER_QUERY_ARGV = ("rocm-smi", "--showmaxpower", "--json")
 
 
-@dataclass(frozen=True)
-class Catalog:
-    """The remediation catalog :func:`gpuheal.core.plan.plan` receives (a test may pass its own)."""
-
-    actions: dict[str, ActionSpec]
-    remedies: dict[str, Remedy]
-    recommendations: frozenset[str]
-
-
-CATALOG = Catalog(ACTIONS, REMEDIES, RECOMMENDATIONS)
-
-
-def primary_action(actions: list[str] | tuple[str, ...]) -> str:
+def primary_action(actions: Sequence[str]) -> str:
     """The one contract action name that stands for an attempt of several steps (the audit trail's
     ``action``; every step is listed in ``actions``): the first step that changes something
     (``shed-load`` of shed-load + redirect-traffic, the restart after a snapshot), else the first."""

@@ -11,7 +11,8 @@ it notices that the running context changed and then does the verify and escalat
   sequence. A value that differs from it is a context change. The first sighting is not a change; a
   poll that does not know ``n_ctx`` (server down, restarting, a fault, garbage) changes nothing, so
   a restart that keeps ``n_ctx`` is not a change either.
-- **Re-benchmark.** A change waits (``state: pending``, kept in the book, across runs) for the next
+- **Re-benchmark** (:mod:`gpuheal.core.rebench`, the mechanism Rule 4's fixes use too). A change
+  waits (``state: pending``, kept in the book, across runs) for the next
   ``bench`` run that measures that GPU, or ``bench --gpu ALIAS`` at once. The latest successful
   result taken after the change is compared with the target: the GPU's baseline (rolling or from the
   config, as Rules 4 and 9 use it) when the change was seen.
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuheal.core import memory_rows
+from gpuheal.core import memory_rows, rebench
 from gpuheal.model import Observation
 
 MEMORY_KEY = "context"
@@ -175,12 +176,12 @@ def settle(
 
 
 def judge(change: ContextChange, tok_s: float, measured_s: float, floor_ratio: float) -> Verdict:
-    """The spec's "confirm within 10 % of target": ``tok_s >= floor_ratio * target``."""
+    """The spec's "confirm within 10 % of target": the re-benchmark's one measure
+    (:func:`gpuheal.core.rebench.judge`), ``tok_s >= floor_ratio * target``."""
     if change.target_tok_s is None:
         return Verdict(change, NO_TARGET, tok_s, None, measured_s)
-    ratio = tok_s / change.target_tok_s
-    state = VERIFIED if ratio >= floor_ratio else PERF_LOSS
-    return Verdict(change, state, tok_s, round(100 * ratio, 1), measured_s)
+    measure = rebench.judge(tok_s, change.target_tok_s, floor_ratio)
+    return Verdict(change, VERIFIED if measure.met else PERF_LOSS, tok_s, measure.ratio_pct, measured_s)
 
 
 def _latest_ok(results: Iterable[dict[str, Any]], after_s: float, to_n_ctx: int) -> tuple[float, float] | None:

@@ -161,7 +161,7 @@ class Mitigation:
     """Load-side mitigations of one GPU, to undo once it stayed cool (``restore-load``)."""
 
     actions: tuple[str, ...]
-    issue: str = "thermal-critical"
+    issue: str = ""  # the issue whose fix shed the load; "" when not recorded (the heal step names the likeliest)
     restore_failures: int = 0
     cool_since: float | None = None
     # the built-in LiteLLM change to undo: the deployment's field and the value found before the
@@ -175,7 +175,7 @@ class Mitigation:
         issue = _text(value.get("issue"))
         return cls(
             _names(value.get("actions")),
-            issue or "thermal-critical",
+            issue or "",
             count(value.get("restore_failures")),
             num(value.get("cool_since")),
             _restore(value.get("restore")),

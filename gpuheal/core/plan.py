@@ -17,10 +17,12 @@ Guards, in order, before any action (issue 4, design "Budgets and blast radius")
 9. one restart per target per run — a GPU or service already restarted by an earlier item of the
    same plan is not restarted again by a later one.
 
-The heal state is :class:`gpuheal.core.heal_state.HealState`; the remediation catalog
-(:mod:`gpuheal.core.catalog`) is data the planner receives; each planned step is a typed action
-(:mod:`gpuheal.core.actions`). Budgets and verification windows are rule parameters
-(``config/defaults.yaml``), never numbers in this module.
+The heal state is :class:`gpuheal.core.heal_state.HealState`; each rule's remedy
+(:class:`gpuheal.core.remedy.Remedy`, ``gpuheal.rules.REMEDIES``) and the action catalog
+(:mod:`gpuheal.core.catalog`) are data the planner receives; each planned step is a typed action
+(:mod:`gpuheal.core.actions`); a remedy's ``guard`` may hold its fix back (Rule 2 waits for its second
+snapshot; Rule 4.3's regression joins its GPU's open thermal incident). Budgets and verification windows
+are rule parameters (``config/defaults.yaml``), never numbers in this module.
 """
 
 from __future__ import annotations
@@ -30,25 +32,25 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuheal.config.model import Config, GpuConfig
-from gpuheal.core import rule4, timing
+from gpuheal.core import timing
 from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
 from gpuheal.core.catalog import (
-    CATALOG,
+    ACTIONS,
     POWER_QUERY_ARGV,
     ROCM_POWER_QUERY_ARGV,
     SERVICE_OF,
-    Catalog,
-    Remedy,
+    ActionSpec,
     default_smi_argv,
     on_gpu,
 )
 from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, normalise_state, num
+from gpuheal.core.remedy import NO_REMEDY, Guard, Incident, Planning, Remedy
 from gpuheal.core.verify import FAILURES, OPEN
 from gpuheal.source_kinds import configured
 
 __all__ = ["PlanItem", "empty_state", "normalise_state", "plan", "resolve_action"]
 
-CANNOT_SERVE = frozenset({"host-unreachable", "model-stuck"})
+Actions = Mapping[str, ActionSpec]
 LOAD_ACTIONS = frozenset({"shed-load", "redirect-traffic", "restore-load"})
 
 
@@ -67,6 +69,7 @@ class PlanItem:
     alert_now: bool = False
     restarts: bool = False  # a step restarts the GPU's llama-server (restart budget, grace)
     restart_targets: frozenset[str] = frozenset()  # the GPU and the services its steps restart
+    remedy: Remedy = field(default=NO_REMEDY, repr=False)  # its rule's remedy: the hooks the executor runs
 
     @property
     def actions(self) -> list[str]:
@@ -81,15 +84,17 @@ def plan(
     now_s: float,
     gpu_filter: str | None = None,
     issue_filter: str | None = None,
-    catalog: Catalog = CATALOG,
+    *,
+    remedies: Mapping[str, Remedy],
+    actions: Actions = ACTIONS,
     tol: float = timing.TOLERANCE_S,
-    waits: Mapping[tuple[str, str], str] | None = None,
+    records: Mapping[str, Any] | None = None,
 ) -> list[PlanItem]:
-    """One :class:`PlanItem` per firing issue (after the filters), guards applied. Every guard's
-    time (verification windows, the restarts-per-hour budgets, the startup grace) is counted in
-    polls with the tolerance ``tol`` (core/timing; issue 9): a poll a second early or late decides
-    the same as one on the second. ``waits``: ``{(gpu, issue): why}`` for remedies held back by
-    what the state here does not hold (Rule 2's attribution until its second snapshot is due)."""
+    """One :class:`PlanItem` per firing issue (after the filters), guards applied. ``remedies``: each
+    rule's :class:`~gpuheal.core.remedy.Remedy` by issue id (``gpuheal.rules.REMEDIES``); ``records``:
+    each remedy's own record as last saved, for its ``guard``. Every guard's time (verification
+    windows, the restarts-per-hour budgets, the startup grace) is counted in polls with the tolerance
+    ``tol`` (core/timing; issue 9): a poll a second early or late decides the same as one on the second."""
     if not isinstance(state, HealState):
         state = HealState.from_json(state)
     firing = [i for i in issues if i.get("state", "firing") == "firing"]
@@ -97,45 +102,62 @@ def plan(
     # "At once": a GPU whose failure is already escalated is the humans' now and says nothing
     # about a shared cause behind a new failure elsewhere.
     failing_gpus = {
-        i["gpu"] for i in firing if i["issue"] in CANNOT_SERVE and f"{i['gpu']}/{i['issue']}" not in state.escalated
-    }
+        i["gpu"] for i in firing
+        if _remedy(remedies, i["issue"]).cannot_serve and f"{i['gpu']}/{i['issue']}" not in state.escalated
+    }  # fmt: skip
     guard = _FleetGuard(
         n_gpus >= 2 and len(failing_gpus) > cfg.heal.fleet_guard_fraction * n_gpus, len(failing_gpus), n_gpus
     )
+    incidents = {i: r.incident for i, r in remedies.items() if r.incident is not None}
     items: list[PlanItem] = []
     restarting: set[str] = set()  # what this run's plan already restarts (a GPU, a service)
     for issue in firing:
         if (gpu_filter and issue["gpu"] != gpu_filter) or (issue_filter and issue["issue"] != issue_filter):
             continue
-        item = _joins_heat(_plan_one(issue, state, cfg, now_s, guard, catalog, tol), issues)
-        if item.decision == "act" and (wait := (waits or {}).get((item.gpu, item.issue))):
-            item = replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=wait)
+        remedy = _remedy(remedies, issue["issue"])
+        item = replace(_plan_one(issue, state, cfg, now_s, guard, remedy, actions, tol), remedy=remedy)
+        if remedy.guard is not None:
+            item = _guarded(item, remedy.guard(_planning(item, issues, incidents, records, now_s, tol, cfg)))
         if item.decision == "act":
             # Two issues of one GPU (model-stuck + vram-leak), or stuck breakers of two GPUs, must
             # not restart the same thing twice in one run: the guards above saw the state before
             # this run's first restart. The most severe issue (listed first) acts; the others wait.
             again = sorted(item.restart_targets & restarting)
             if again:
-                reason = f"{', '.join(again)} is already being restarted by this run"
-                item = replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=reason)
+                item = _held(item, f"{', '.join(again)} is already being restarted by this run")
             restarting |= item.restart_targets
         items.append(item)
     return items
 
 
-def _joins_heat(item: PlanItem, issues: list[dict[str, Any]]) -> PlanItem:
-    """Rule 4.3, "check thermal — if hot, apply Rule 1": the regression carries the same poll's heat,
-    and while a thermal issue of its GPU is open — firing, or pending its hold (hot at this poll, the
-    Rule 1 fix one poll away) — that issue's own fix runs and the regression does nothing of its own
-    (one incident, not two; :func:`gpuheal.core.rule4.hot_join`)."""
-    if item.issue != rule4.ISSUE or item.gpu == "fleet":
-        return item
-    heat = rule4.heat_of(item.detected.get("temp_c"), item.gpu, ((i["gpu"], i["issue"]) for i in issues))
-    detected = {**item.detected, "heat": heat.record()}
-    why = rule4.hot_join(heat)
-    if why is None or item.decision not in ("act", "escalate"):
-        return replace(item, detected=detected)
-    return replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=why, detected=detected)
+def _remedy(remedies: Mapping[str, Remedy], issue_id: str) -> Remedy:
+    return remedies.get(issue_id) or NO_REMEDY
+
+
+def _held(item: PlanItem, reason: str) -> PlanItem:
+    return replace(item, decision="blocked", steps=(), attempt_no=0, key="", reason=reason)
+
+
+def _planning(
+    item: PlanItem, issues: list[dict[str, Any]], incidents: Mapping[str, Incident], records: Mapping[str, Any] | None,
+    now_s: float, tol: float, cfg: Config,
+) -> Planning:
+    """What the item's guard sees: this poll's open issues of its GPU (firing, or pending their hold)."""
+    open_ids = frozenset(str(i["issue"]) for i in issues if i["gpu"] == item.gpu)
+    record = (records or {}).get(item.issue, {})
+    return Planning(item.gpu, item.issue, item.since, item.detected, open_ids, incidents, record, now_s, tol, cfg)
+
+
+def _guarded(item: PlanItem, guard: Guard) -> PlanItem:
+    """The item after its remedy's guard: what it looked at joins ``detected``; an issue that is part of
+    another open incident (Rule 4.3) neither acts nor escalates; a fix that waits (Rule 2) does not act."""
+    if guard.seen:
+        item = replace(item, detected={**item.detected, **guard.seen})
+    if guard.joins is not None and item.decision in ("act", "escalate"):
+        return _held(item, guard.joins)
+    if guard.wait is not None and item.decision == "act":
+        return _held(item, guard.wait)
+    return item
 
 
 @dataclass(frozen=True)
@@ -146,11 +168,11 @@ class _FleetGuard:
 
 
 def _plan_one(
-    issue: dict[str, Any], state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, catalog: Catalog, tol: float
+    issue: dict[str, Any], state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, remedy: Remedy,
+    actions: Actions, tol: float,
 ) -> PlanItem:
     gpu, issue_id = issue["gpu"], issue["issue"]
     since = issue.get("since")
-    remedy: Remedy = catalog.remedies.get(issue_id) or Remedy(issue_id, automatic=False, why_escalate="no remedy known")
     base = {
         "gpu": gpu,
         "issue": issue_id,
@@ -163,7 +185,7 @@ def _plan_one(
     def held(decision: str, reason: str) -> PlanItem:
         return PlanItem(decision=decision, reason=reason, **base)
 
-    if issue_id in catalog.recommendations:
+    if remedy.recommend:
         return held("recommend", issue.get("summary") or "recommendation")
     reason = state.paused_reason(gpu if gpu != "fleet" else "")
     if reason:
@@ -186,11 +208,11 @@ def _plan_one(
         return held(
             "escalate", f"{failed} failed remediation attempt{'s' if failed != 1 else ''}: {remedy.why_escalate}"
         )
-    steps = _steps(remedy, gpu, cfg, catalog)
+    steps = _steps(remedy, gpu, cfg, actions)
     if not steps:
         return held("escalate", f"no command configured to fix it: {remedy.why_escalate}")
     services = {SERVICE_OF[s.action] for s in steps if s.action in SERVICE_OF}
-    restarts = gpu != "fleet" and any(catalog.actions[s.action].restarts and s.action not in SERVICE_OF for s in steps)
+    restarts = gpu != "fleet" and any(actions[s.action].restarts and s.action not in SERVICE_OF for s in steps)
     n = len(attempts) + 1
     item = PlanItem(
         decision="act",
@@ -208,13 +230,13 @@ def _plan_one(
     return item if why is None else held(*why)
 
 
-def _steps(remedy: Remedy, gpu: str, cfg: Config, catalog: Catalog) -> tuple[Action, ...]:
+def _steps(remedy: Remedy, gpu: str, cfg: Config, actions: Actions) -> tuple[Action, ...]:
     """The remedy's actions resolved for ``gpu``; a restart that proves itself in the run carries
     its :class:`WaitReady`. An action with no command configured is left out."""
     out: list[Action] = []
     for name in remedy.steps:
-        step = resolve_action(name, gpu, cfg, catalog)
-        if isinstance(step, RunCommand) and catalog.actions[name].sync_verify:
+        step = resolve_action(name, gpu, cfg, actions)
+        if isinstance(step, RunCommand) and actions[name].sync_verify:
             step = replace(step, then=WaitReady(name, gpu))
         if step is not None:
             out.append(step)
@@ -276,10 +298,10 @@ class NoRestore:
     result: str  # "planned": nothing configured to run; "resolved": nothing to undo
 
 
-def restore_action(alias: str, mitigation: Mitigation, cfg: Config, catalog: Catalog = CATALOG) -> Action | NoRestore:
+def restore_action(alias: str, mitigation: Mitigation, cfg: Config, actions: Actions = ACTIONS) -> Action | NoRestore:
     """What gives a GPU that stayed cool its load back (``restore-load``, step 4 of ``heal``): the
     configured command, or the LiteLLM values the built-in shed changed put back as they were."""
-    step = resolve_action("restore-load", alias, cfg, catalog)
+    step = resolve_action("restore-load", alias, cfg, actions)
     if step is None:
         return NoRestore("GPU cooled down; no restore_load_command configured", "planned")
     if not isinstance(step, LiteLLMUpdate):
@@ -290,13 +312,13 @@ def restore_action(alias: str, mitigation: Mitigation, cfg: Config, catalog: Cat
     return replace(step, model_id=model_id, field=field_name, value=value)
 
 
-def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALOG) -> Action | None:
+def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTIONS) -> Action | None:
     """What ``action`` on ``gpu`` is under this config; ``None`` when nothing is configured.
 
     A configured command always wins; then a built-in: the LiteLLM rpm change for the load
     actions, the NVIDIA power-limit restore, the vendor's smi snapshot, the catalog's default argv.
     """
-    spec = catalog.actions[action]
+    spec = actions[action]
     if action == "restart-gpu-monitor":
         if not configured(cfg).spec.restartable:
             return None  # the source (Prometheus, smi) is no service of ours to restart: escalate
@@ -316,9 +338,10 @@ def resolve_action(action: str, gpu: str, cfg: Config, catalog: Catalog = CATALO
     if argv is None and action in LOAD_ACTIONS:
         return _litellm_load(action, g, cfg)
     note = ""
-    if argv is None and action == "restart-llama-server-memcap":
-        argv = g.command("restart_command") or catalog.actions["restart-llama-server"].default_argv
-        note = "uncapped: no memcap_restart_command configured, plain restart (Rule 2.2 asks for a memory cap)"
+    if argv is None and spec.fallback is not None:
+        instead = actions[spec.fallback]
+        argv = (g.command(instead.command_key) if instead.command_key else None) or instead.default_argv
+        note = spec.fallback_note
     if argv is None and action == "restore-power-limit":
         restore, query = cfg.heal.power_restore, POWER_QUERY_ARGV if g.vendor == "nvidia" else ROCM_POWER_QUERY_ARGV
         note = f"built-in: back to the {restore} limit, only if it is below it"

@@ -1,18 +1,86 @@
-"""Re-benchmarks asked for by a fix (Rule 4's verify: "Benchmark returns to within 10% of baseline").
-Pure: the ``rebench.json`` document in, the document out; ``now_s`` a parameter.
+"""Re-benchmarks: what only a benchmark can prove, one mechanism for Rules 4 and 9. Pure: documents and
+numbers in, documents and verdicts out; ``now_s`` a parameter.
 
-``heal`` marks a GPU when a fix that only a benchmark can prove was applied (a restored power limit);
-the next ``gpuheal bench`` run that benchmarks that GPU (``bench`` or ``bench --gpu ALIAS``) takes the
-mark and writes what its result proved to the audit trail. Stored as
-``{"due": {ALIAS: {"issue", "reason", "requested_at", "attempt", "action"}}, "failed": {ALIAS: {"issue",
-"attempt", "at"}}}``; a damaged entry is dropped. ``failed``: a re-benchmark that did not reach the
-recovered level, so that the next ``heal`` fails the attempt it was verifying at once (Rule 4:
-"Escalate after: persistent regression") instead of waiting out its window.
+The spec verifies two things by benchmarking again: Rule 4's fix ("Benchmark returns to within 10% of
+baseline") and Rule 9's context change ("Re-benchmark after context change, confirm within 10% of
+target"). Both go the same way:
+
+1. **asked**: a fix asks for one through its attempt (:class:`Ask` on the
+   :class:`~gpuheal.core.remedy.Execution`: Rule 4 after a restored power limit), and ``heal`` files it
+   under the GPU in ``rebench.json`` (:func:`marked`) with the heal run that applied it; a change of a
+   GPU's running context is asked by the poll that sees it, kept in Rule 9's memory row
+   (:mod:`gpuheal.core.context_change`);
+2. **answered** by the next ``gpuheal bench`` that measures that GPU (:func:`taken`), judged by
+   :func:`judge` — the one measure: the result against ``floor_ratio`` × the target (Rule 4: the
+   baseline, ``1 − recovered_within_ratio``; Rule 9: the baseline when the change was seen,
+   ``reduce_below_ratio``), with the ratio and the level it had to reach;
+3. **the verdict reaches its owner**: a fix a re-benchmark disproved is noted (:func:`with_failure`) and
+   the next ``heal`` fails its attempt (:func:`disproved`, for any issue), so the regression escalates
+   instead of waiting out its window; a context change at a perf loss is Rule 9's ``info`` issue.
+
+``rebench.json``: ``{"due": {ALIAS: {"issue", "reason", "requested_at", "attempt", "action"}}, "failed":
+{ALIAS: {"issue", "attempt", "at"}}}``; a damaged entry is dropped.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Ask:
+    """A fix that only a benchmark can prove asks for one: why, and the action that applied it."""
+
+    reason: str
+    action: str
+
+
+@dataclass(frozen=True)
+class Measure:
+    """One re-benchmark judged: ``tok_s`` against ``floor_ratio`` × ``target_tok_s``. ``met`` is ``None``
+    when a figure is not known (a failed benchmark, no baseline)."""
+
+    tok_s: float | None
+    target_tok_s: float | None
+    floor_ratio: float | None
+
+    @property
+    def known(self) -> bool:
+        return self.tok_s is not None and self.target_tok_s is not None and self.floor_ratio is not None
+
+    @property
+    def level_tok_s(self) -> float | None:
+        """The speed that counts as back (shown to 2 decimals)."""
+        if self.target_tok_s is None or self.floor_ratio is None:
+            return None
+        return round(self.target_tok_s * self.floor_ratio, 2)
+
+    @property
+    def ratio_pct(self) -> float | None:
+        if self.tok_s is None or not self.target_tok_s:
+            return None
+        return round(100 * self.tok_s / self.target_tok_s, 1)
+
+    @property
+    def met(self) -> bool | None:
+        if self.tok_s is None or self.target_tok_s is None or self.floor_ratio is None:
+            return None
+        return self.tok_s >= self.target_tok_s * self.floor_ratio
+
+
+def judge(tok_s: Any, target_tok_s: Any, floor_ratio: Any) -> Measure:
+    """The one measure of a re-benchmark; a figure that is not a number is not known."""
+    return Measure(_number(tok_s), _number(target_tok_s), _number(floor_ratio))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return float(value)
+
+
+# --------------------------------------------------------------------------- rebench.json
 
 
 def due(doc: Any, part: str = "due") -> dict[str, dict[str, Any]]:
@@ -51,18 +119,16 @@ def disproved(doc: Any, gpu: str, issue: str, run_id: str | None) -> bool:
     return bool(entry and run_id and entry.get("issue") == issue and entry.get("attempt") == run_id)
 
 
-def proof(mark: dict[str, Any], result: dict[str, Any], baseline_tok_s: Any, within_ratio: Any) -> dict[str, Any]:
-    """What one re-benchmark proved: its tok/s against the level at which the regression counts as
-    recovered, ``baseline × (1 − within_ratio)`` (Rule 4's verify: "within 10% of baseline")."""
+def proof(mark: dict[str, Any], result: dict[str, Any], baseline_tok_s: Any, floor_ratio: Any) -> dict[str, Any]:
+    """What one re-benchmark of a fix proved (the audit line's ``verification``, ``bench --json``):
+    its tok/s against the level at which the regression counts as recovered."""
     tok_s = result.get("gen_tok_s") if result.get("ok") else None
-    values = (tok_s, baseline_tok_s, within_ratio)
-    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
-    recovered = round(float(baseline_tok_s) * (1 - within_ratio), 2) if numbers else None
+    measure = judge(tok_s, baseline_tok_s, floor_ratio)
     return {
         "rebench_tok_s": tok_s,
         "baseline_tok_s": baseline_tok_s,
-        "recovered_tok_s": recovered,
-        "within_threshold": None if recovered is None else float(tok_s) >= recovered,  # type: ignore[arg-type]
+        "recovered_tok_s": measure.level_tok_s if measure.known else None,
+        "within_threshold": measure.met,
         "fix": mark.get("reason"),
         "error": result.get("error"),
     }

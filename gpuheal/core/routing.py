@@ -324,33 +324,3 @@ def fleet_readings(view: Any, window_s: float) -> dict[str, Reading]:
                 out[a] = from_monitor(n, g.role_kinds)
     view.cache[key] = out
     return out
-
-
-# --------------------------------------------------------------------------- what heal does about it
-
-
-class Followup(StrEnum):
-    """What ``heal --apply`` does about an open Rule 10 incident this run."""
-
-    ALERT = "alert"  # first run that sees it firing: one alert per incident (grouped by core/alerts)
-    WAITING = "waiting"  # alerted, inside the spec's 24 h to match its role again
-    NOT_VERIFIED = "not-verified"  # 24 h after the alert and still misrouted
-    AUDIT = "audit"  # open more than 48 h: "agent alias audit needed" (its own message, once)
-
-
-AUDIT_TEXT = ("role mismatch persists more than {hours:g} h: agent alias audit needed: check which model alias "
-              "each agent uses against the GPU roles (stable aliases, Lesson L6)")
-
-
-def followup(since_s: float, alerted_s: float | None, now_s: float, *, verify_within_s: float,
-             escalate_after_s: float, tolerance_s: float) -> Followup:
-    """The step for an incident open since ``since_s`` (its first firing poll), alerted at ``alerted_s``
-    (``None``: not yet). Durations compare with the clock's tolerance (cron starts a second or two late):
-    "persists > 48 h" is more than 48 h less the tolerance."""
-    if now_s - since_s > escalate_after_s - tolerance_s:
-        return Followup.AUDIT
-    if alerted_s is None:
-        return Followup.ALERT
-    if now_s - alerted_s > verify_within_s - tolerance_s:
-        return Followup.NOT_VERIFIED
-    return Followup.WAITING

@@ -17,7 +17,9 @@ these names and nothing else — no ``getattr`` on a module that may lack one:
 - ``detect(view, subject, p)`` → :data:`Detection`;
 - ``recovered``: ``None`` ("``detect`` is quiet" clears it) or ``(view, subject, p, record)`` →
   ``bool | None`` (clear-side hysteresis: thermal clears below 80 °C, not at 85 °C);
-- ``hold``: ``None`` (``p.hold_polls``, ``p.hold_s``) or ``(p)`` → ``(polls, seconds)``.
+- ``hold``: ``None`` (``p.hold_polls``, ``p.hold_s``) or ``(p)`` → ``(polls, seconds)``;
+- ``REMEDY``: what ``heal`` does about its issue (:class:`~gpuheal.core.remedy.Remedy`), at the bottom
+  of the module.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gpuheal.signals import Need
 
 if TYPE_CHECKING:
     from gpuheal.core.engine import Finding, IssueRecord
+    from gpuheal.core.remedy import Remedy
     from gpuheal.core.view import FleetView
 
 Scope: TypeAlias = Literal["gpu", "fleet"]  # one issue per GPU, or one for the fleet
@@ -69,6 +72,8 @@ class Rule(Protocol[P]):
     def recovered(self) -> Callable[[FleetView, str, P, IssueRecord], bool | None] | None: ...
     @property
     def hold(self) -> Callable[[P], tuple[int, float]] | None: ...
+    @property
+    def REMEDY(self) -> Remedy: ...
 
 
 def rule(module: Rule[P]) -> Rule[Any]:

@@ -4,7 +4,7 @@ is an argument.
 Design, "An attempt is reserved before it runs", and the spec's "verify, escalate after N
 failures"::
 
-    (reserve) ─► running ─executed─► pending ─issue-cleared─► resolved
+    (reserve) ─► running ─executed─► verifying ─issue-cleared─► resolved
                     │                  ├─new-occurrence─► superseded
                     │                  └─window-passed──► failed ─operator-clear─► cleared
                     ├─exec-failed─► failed
@@ -12,7 +12,9 @@ failures"::
 
 ``running`` is the reserved state: the attempt is saved under its deterministic key *before* its
 commands run, so a run killed mid-command leaves it ``running`` and the next run judges it from
-fresh data (the same three judgements as ``pending``) instead of repeating it. Written the way h11
+fresh data (the same three judgements as ``verifying``) instead of repeating it. ``verifying``: its
+steps ran and passed their own checks, and fresh data will judge it — stored as ``"pending"``, the
+word earlier releases wrote (``heal-state.json``), and the only meaning that word has here. Written the way h11
 writes its ``_SWITCH_*`` tables: every allowed move is one line of :data:`TRANSITIONS`; any other
 is a :class:`BadTransition` (a programming error, never data).
 
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from gpuheal.core import timing
 from gpuheal.core.catalog import MITIGATIONS, SERVICE_OF
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation
+from gpuheal.core.remedy import Result
 
 if TYPE_CHECKING:  # plan imports this module; the item is only read here
     from gpuheal.config.model import Config
@@ -38,13 +41,13 @@ if TYPE_CHECKING:  # plan imports this module; the item is only read here
 
 # states (the stored ``status`` strings)
 RUNNING = "running"
-PENDING = "pending"
+VERIFYING = "pending"  # executed, judged by fresh data (the stored word; contract "Issue state after a remediation")
 RESOLVED = "resolved"
 FAILED = "failed"
 SUPERSEDED = "superseded"
 ESCALATED = "escalated"
 CLEARED = "cleared"
-OPEN = frozenset({RUNNING, PENDING})
+OPEN = frozenset({RUNNING, VERIFYING})
 FAILURES = frozenset({FAILED, ESCALATED})  # count toward the rule's escalate_after_failures
 
 # events
@@ -58,22 +61,22 @@ STILL_BROKEN = "still-broken"  # a poll that may judge it (past the startup grac
 OPERATOR_CLEAR = "operator-clear"  # `gpuheal heal --clear ALIAS/ISSUE`
 
 TRANSITIONS: dict[tuple[str, str], str] = {
-    (RUNNING, EXECUTED): PENDING,
+    (RUNNING, EXECUTED): VERIFYING,
     (RUNNING, EXEC_FAILED): FAILED,
     (RUNNING, EXEC_ESCALATED): ESCALATED,
     (RUNNING, ISSUE_CLEARED): RESOLVED,
     (RUNNING, NEW_OCCURRENCE): SUPERSEDED,
     (RUNNING, WINDOW_PASSED): FAILED,
-    (PENDING, ISSUE_CLEARED): RESOLVED,
-    (PENDING, NEW_OCCURRENCE): SUPERSEDED,
-    (PENDING, WINDOW_PASSED): FAILED,
-    (PENDING, STILL_BROKEN): FAILED,
+    (VERIFYING, ISSUE_CLEARED): RESOLVED,
+    (VERIFYING, NEW_OCCURRENCE): SUPERSEDED,
+    (VERIFYING, WINDOW_PASSED): FAILED,
+    (VERIFYING, STILL_BROKEN): FAILED,
     (FAILED, OPERATOR_CLEAR): CLEARED,
     (ESCALATED, OPERATOR_CLEAR): CLEARED,
 }
 
-# The executor's result of one attempt -> its event.
-EXECUTION_EVENT = {"pending": EXECUTED, "failed": EXEC_FAILED, "escalated": EXEC_ESCALATED}
+# The executor's result of one attempt (core/remedy.Result) -> its event.
+EXECUTION_EVENT = {Result.ACTED: EXECUTED, Result.FAILED: EXEC_FAILED, Result.ESCALATED: EXEC_ESCALATED}
 
 
 class BadTransition(ValueError):
@@ -144,7 +147,7 @@ def judge(
         return ISSUE_CLEARED
     if issue.get("since") != attempt.since:
         return NEW_OCCURRENCE
-    if attempt.status == PENDING and issue.get("state") == "firing":
+    if attempt.status == VERIFYING and issue.get("state") == "firing":
         # The engine reports the issue of a pending attempt ``verifying`` until a poll from the
         # attempt's judgement point (past the startup grace after a GPU restart, else verify_by)
         # saw it still broken; ``firing`` means that poll came (contract "Issue state after a

@@ -9,6 +9,7 @@ import json
 import os
 import time
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 from gpuheal.doctor import FAIL, OK, SKIP, WARN, Check, Context, Probe, register
@@ -44,21 +45,28 @@ def local_probes(ctx: Context) -> Iterable[Probe]:
     if cfg.wake.configured or Path(WAKE_SOCKET_UNIT).exists():
         yield Probe("state", "wake token", 2.0, lambda: wake_token(ctx))
     for g in cfg.gpus:
-        yield Probe(g.alias, "vram-leak restart", 1.0, lambda g=g: memcap_check(g))
+        for issue, action in fallback_steps():
+            yield Probe(g.alias, f"{issue} restart", 1.0, partial(fallback_check, g, issue, action))
 
 
-def memcap_check(g) -> Check:
+def fallback_steps() -> list[tuple[str, str]]:
+    """(issue, action) of each remedy step whose action falls back to another's command when its own is
+    not configured (Rule 2.2's memory-capped restart falls back to a plain one)."""
+    from gpuheal.core.catalog import ACTIONS
+    from gpuheal.rules import REMEDIES
+
+    return [(issue, a) for issue, r in REMEDIES.items() for a in r.steps if ACTIONS[a].fallback is not None]
+
+
+def fallback_check(g, issue: str, action: str) -> Check:
     """Rule 2.2: "restart with memory cap flag". Without ``memcap_restart_command`` the leak's
     restart is a plain one (the audit says "uncapped"), and the leak can come straight back."""
-    if g.command("memcap_restart_command"):
-        return Check(g.alias, "vram-leak restart", OK, "memcap_restart_command configured")
-    return Check(
-        g.alias,
-        "vram-leak restart",
-        WARN,
-        "no memcap_restart_command: a VRAM leak's restart is uncapped (Rule 2.2 asks for a memory cap flag); "
-        "configure one that restarts llama-server with e.g. a smaller --ctx-size / --cache-ram",
-    )
+    from gpuheal.core.catalog import ACTIONS
+
+    spec = ACTIONS[action]
+    if spec.command_key and g.command(spec.command_key):
+        return Check(g.alias, f"{issue} restart", OK, f"{spec.command_key} configured")
+    return Check(g.alias, f"{issue} restart", WARN, spec.unconfigured)
 
 
 WAKE_SOCKET_UNIT = "/etc/systemd/system/gpuheal-wake.socket"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuheal.clock import format_epoch
-from gpuheal.core.alerts import AlertQueue, Delivery, Message
+from gpuheal.core.alerts import AlertQueue, Message, Tries
 from gpuheal.render.human import clean, print_line
 
 
@@ -32,7 +32,7 @@ def queued_entries(data: AlertQueue) -> list[dict[str, Any]]:
     """The ``--json`` document's ``queued``: what stays queued, and why it is not sent yet."""
     out = []
     for a in data.queue:
-        d = a.delivery or Delivery()
+        d = a.delivery or Tries()
         out.append(
             {
                 "fingerprint": a.fingerprint,

@@ -5,7 +5,9 @@ implementation; :mod:`gpuheal.core.rule` says what each name means): ``ID``, ``S
 ``SEVERITY``, ``NEEDS`` (the signals it reads, :mod:`gpuheal.signals`: a poll that did not deliver
 them is "not known" for it, and a source that cannot provide them lists it in ``rules_off``),
 ``INHIBITS``, ``Params`` (its typed parameter record), ``detect(view, subject, p)``,
-``recovered`` and ``hold`` (each ``None`` for the engine's default).
+``recovered`` and ``hold`` (each ``None`` for the engine's default), and at its bottom ``REMEDY``:
+what ``heal`` does about its issue (:class:`~gpuheal.core.remedy.Remedy`; its hooks, if any, in the
+rule package's ``remedy.py``). :data:`REMEDIES` is read from the registry; nothing else lists remedies.
 
 Holding, clearing, inhibition and muting belong to :mod:`gpuheal.core.engine`, once. Params come
 from ``rules.<issue-id>`` in ``config/defaults.yaml`` ← the fleet config ← ``gpus[].rules``, as the
@@ -33,11 +35,12 @@ Adding a rule, exactly (checked by adding one, issue 10):
 4. ``gpuheal/config/defaults.yaml``: ``rules.<id>: {...}`` with every parameter of its ``Params``
    (each then overridable per fleet and per GPU, and checked by name and type by the config
    loader; a number's default must be what the field holds: ``int`` or ``float``);
-5. what ``heal`` does about it: nothing to add to only alert — an issue without a remedy is
-   escalated to the humans once per occurrence; a fix is a :class:`~gpuheal.core.catalog.Remedy`
-   in ``gpuheal/core/catalog.py`` ``REMEDIES`` plus ``verify_within_s`` and
-   ``escalate_after_failures`` in its defaults; an advice-only rule (severity ``info``) joins
-   ``RECOMMENDATIONS`` there so it is reported, never acted on nor escalated;
+5. what ``heal`` does about it, at the bottom of the module: ``REMEDY = Remedy(automatic=False,
+   why_escalate=...)`` to only alert (escalated to the humans once per occurrence); a fix is
+   ``Remedy(steps, ...)`` naming actions of :mod:`gpuheal.core.catalog`, plus ``verify_within_s`` and
+   ``escalate_after_failures`` in its defaults, and its special cases as hooks in the rule package's
+   ``remedy.py`` (:mod:`gpuheal.core.remedy` says which, and when each runs); an advice-only rule
+   (severity ``info``) is ``Remedy(recommend=True)``: reported, never acted on nor escalated;
 6. its tests: a golden trace under ``tests/traces/`` or cases in a ``tests/test_rules_*.py``.
 
 Nothing else names rules: the engine, ``check``, the renderers and the state read the registry.
@@ -49,6 +52,7 @@ from dataclasses import MISSING, is_dataclass
 from typing import Any
 
 from gpuheal.config.model import EngineParams, ParamsMismatch, param_fits, param_kinds
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import INHIBIT_KINDS, SCOPES, SEVERITIES, Rule, rule
 from gpuheal.ids import ISSUE_IDS as KNOWN_IDS  # noqa: E402
 from gpuheal.rules import (
@@ -68,7 +72,7 @@ from gpuheal.rules import (
 )
 from gpuheal.signals import Need
 
-__all__ = ["ALL", "BENCH_RULES", "BY_ID", "INHIBIT_KINDS", "KNOWN_IDS", "SCOPES", "SEVERITIES", "Rule",
+__all__ = ["ALL", "BENCH_RULES", "BY_ID", "INHIBIT_KINDS", "KNOWN_IDS", "REMEDIES", "SCOPES", "SEVERITIES", "Rule",
            "RuleRegistryError", "build_registry", "params_problem"]
 
 
@@ -119,6 +123,8 @@ def _declarations_problem(module: Any) -> str | None:
         value = getattr(module, optional, "missing")
         if value is not None and not callable(value):
             return f"{optional} must be a function or None"
+    if not isinstance(getattr(module, "REMEDY", None), Remedy):
+        return "REMEDY must be a gpuheal.core.remedy.Remedy (what heal does about its issue)"
     return None
 
 
@@ -159,6 +165,8 @@ ALL: tuple[Rule[Any], ...] = build_registry(
     )
 )
 BY_ID: dict[str, Rule[Any]] = {r.ID: r for r in ALL}
+# What heal does about each issue, in the registry's order (the most severe first)
+REMEDIES: dict[str, Remedy] = {r.ID: r.REMEDY for r in ALL}
 
 # Rules judged from recorded benchmark results (``bench`` calls ``steps.evaluate.evaluate_bench_full``).
 BENCH_RULES = ("benchmark-regression", "context-window", "api-key-mismatch")

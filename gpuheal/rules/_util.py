@@ -16,3 +16,6 @@ def show(value: float | None, digits: int = 1) -> str:
         return "?"
     text = f"{float(value):.{digits}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+THERMAL = "thermal"  # the incident family of Rules 1 and 8's tiers (core/remedy.Incident), which Rule 4.3 joins

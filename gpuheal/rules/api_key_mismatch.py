@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from gpuheal.config.model import EngineParams
 from gpuheal.core.engine import Finding, iso
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_UNAUTHORIZED
@@ -67,3 +68,9 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     if probe is None and bench is None:
         return None
     return False
+
+
+REMEDY: Final = Remedy(
+    automatic=False,
+    why_escalate="llama-server rejects the LiteLLM api key: align --api-key with litellm.api_key (Lesson L1)",
+)

@@ -18,6 +18,7 @@ from typing import Final, Literal
 
 from gpuheal.config.model import EngineParams
 from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.rules import thermal_critical as rule1
@@ -114,3 +115,10 @@ def recovered(view: FleetView, subject: str, p: Params, record: IssueRecord) -> 
             return False
         unknown = unknown or verdict is None
     return None if unknown else True
+
+
+REMEDY: Final = Remedy(
+    automatic=False,
+    why_escalate="GPUs hot together (the whole fleet, or cooling_fraction of a rack or site): "
+    "check the cooling infrastructure (Rule 1.3)",
+)

@@ -11,9 +11,10 @@ from typing import Final
 
 from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.remedy import Incident, Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
-from gpuheal.rules._util import show
+from gpuheal.rules._util import THERMAL, show
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "thermal-critical"
@@ -49,3 +50,9 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
         return None
     return temp < p.clear_below_c
 
+
+REMEDY: Final = Remedy(
+    ("shed-load", "redirect-traffic"),
+    why_escalate="still above 85 °C after load shedding (Rule 1)",
+    incident=Incident(THERMAL, 2),  # the highest tier: its message carries Rule 8's tiers (one incident)
+)

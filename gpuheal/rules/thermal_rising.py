@@ -11,8 +11,10 @@ from __future__ import annotations
 from typing import Final
 
 from gpuheal.core.engine import IssueRecord
+from gpuheal.core.remedy import Incident, Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
+from gpuheal.rules._util import THERMAL
 from gpuheal.rules.thermal_warning import RiseParams, current_temp, rising_above
 from gpuheal.signals import Need, Signal, needs
 
@@ -37,3 +39,11 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
     if temp is None:
         return None
     return temp < p.clear_below_c
+
+
+REMEDY: Final = Remedy(
+    ("redirect-traffic",),
+    alert_now=True,
+    why_escalate="still rising 5 minutes after tier 2 — possible hardware failure (Rule 8)",
+    incident=Incident(THERMAL, 1),
+)

@@ -13,10 +13,11 @@ from typing import Final
 from gpuheal.config.model import RemedyParams
 from gpuheal.core import timing
 from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.remedy import Incident, Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.trend import Fit
 from gpuheal.core.view import FleetView
-from gpuheal.rules._util import num, show
+from gpuheal.rules._util import THERMAL, num, show
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "thermal-warning"
@@ -96,3 +97,11 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
     if fit is None:
         return None
     return fit.slope < p.clear_rise_c_per_min
+
+
+REMEDY: Final = Remedy(
+    ("shed-load",),
+    silent=True,
+    why_escalate="temperature keeps rising after shedding 50 % of the load (Rule 8 tier 1)",
+    incident=Incident(THERMAL, 0),  # the lowest tier: carried in the messages of the tiers above it
+)

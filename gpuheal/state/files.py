@@ -1,7 +1,8 @@
 """Names of the files in the state directory, in one place.
 
 Public (contract "State directory"): the spec's "Maintains" objects, keyed by alias, plus the
-audit trail. Internal: everything else (shapes documented where they are written).
+audit trail. Internal: everything else (shapes documented where they are written). A rule's remedy
+that keeps a record of its own declares its file (``REMEDY.state_file``: Rule 2's ``vram-onset.json``).
 """
 
 GPU_HEALTH = "gpu-health.json"
@@ -20,4 +21,3 @@ KG_LOG = "knowledge-graph.jsonl"  # kg.py
 WAKE = "wake.json"                # steps/wake.py: the last woken cycle
 REBENCH = "rebench.json"          # core/rebench.py: GPUs whose next benchmark verifies a fix (Rule 4)
 KG_STATE = "kg-state.json"        # kg.py: offset into the audit log, undelivered nodes
-VRAM_ONSET = "vram-onset.json"    # actions/leak.py: Rule 2's per-process VRAM snapshot at each leak's onset

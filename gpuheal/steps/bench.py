@@ -38,7 +38,7 @@ from gpuheal.core.bench import (
     regression_document,
     result_record,
 )
-from gpuheal.core.heal_state import normalise_state
+from gpuheal.core.heal_state import HealState
 from gpuheal.errors import GpuhealError
 from gpuheal.model import ERR_UNAUTHORIZED
 from gpuheal.sources.llama_server import benchmark_inference
@@ -201,7 +201,8 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
     for r in (r for r in results if r["gpu"] in took):
         mark, gpu = took[r["gpu"]], r["gpu"]
         within = cfg.rule_params(mark["issue"], gpu).get("recovered_within_ratio")
-        out[gpu] = rebench.proof(mark, r, regressions.get(gpu, {}).get("baseline_tok_sec"), within)
+        floor = 1 - within if isinstance(within, int | float) and not isinstance(within, bool) else None
+        out[gpu] = rebench.proof(mark, r, regressions.get(gpu, {}).get("baseline_tok_sec"), floor)
         verdict = {True: "resolved", False: "failed"}.get(out[gpu]["within_threshold"], "pending")
         line = {"run_id": mark.get("attempt") or None, "timestamp": format_iso(now), "gpu": gpu,
                 "issue": mark["issue"], "detected": {}, "action": mark.get("action"), "result": verdict,
@@ -230,14 +231,7 @@ def open_incidents(store: StateDir) -> list[dict[str, Any]]:
 
 
 def recent_restarts(store: StateDir) -> dict[str, list[float]]:
-    """``heal-state.json`` ``restarts``: {alias: [epoch_s, ...]} — tolerant of a damaged file."""
-    restarts = normalise_state(store.read(files.HEAL, {}))["restarts"]
-    if not isinstance(restarts, dict):
-        return {}
-    out: dict[str, list[float]] = {}
-    for alias, times in restarts.items():
-        if isinstance(times, list):
-            out[str(alias)] = [
-                float(t) for t in times if isinstance(t, int | float) and not isinstance(t, bool)
-            ]
-    return out
+    """``heal-state.json`` ``restarts``: {alias: [epoch_s, ...]}, read as heal reads it
+    (:class:`~gpuheal.core.heal_state.HealState`: a damaged value loses that value only)."""
+    state = HealState.from_json(store.read(files.HEAL, {}))
+    return {str(alias): list(times) for alias, times in state.restarts.items()}

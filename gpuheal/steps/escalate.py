@@ -1,7 +1,9 @@
 """``gpuheal escalate``: deliver the queued alerts to Zulip; unsent ones stay queued.
 
 Orchestration only: what to send — reminders, folding, dedup — is decided by the pure
-:mod:`gpuheal.core.alerts`; this module loads the queue, calls it, sends, records and saves.
+:mod:`gpuheal.core.alerts` from what the rules declare (:class:`~gpuheal.core.alerts.AlertPolicy`);
+rendering and sending is :mod:`gpuheal.actions.deliver`'s; this module loads the queue, calls them,
+records and saves.
 
 ``heal`` queues (``alerts.json``, :mod:`gpuheal.alerts`); this is the only sender. Each run:
 
@@ -9,12 +11,12 @@ Orchestration only: what to send — reminders, folding, dedup — is decided by
 2. queues a **reminder** for every escalation already sent whose (gpu, issue) is still open in
    ``gpu-health.json`` and whose last message is older than ``alerts.repeat_interval_h``
    (default 4 h) — "repeated after a configurable interval while it stays broken";
-3. **folds** a host's other escalations into its ``host-unreachable`` alert (one message that
-   lists them); while an escalated ``host-unreachable`` of that host stays open, later
+3. **folds** a host's other escalations into its host-level alert (the rule that inhibits its host's
+   other issues: Rule 6, one message that lists them); while that escalation stays open, later
    escalations of the same host are absorbed without a message of their own (they appear in
    its reminders), and are re-sent on their own when the host's resolution goes out;
-4. **groups** (:func:`gpuheal.core.alerts.group`): a GPU's lower thermal tiers go inside its highest
-   tier's message (one incident); incidents of the same kind and issue sharing a ``alerts.group_by``
+4. **groups** (:func:`gpuheal.core.alerts.group`): a GPU's lower tiers of an incident family go inside
+   its highest tier's message (one incident); incidents of the same kind and issue sharing a ``alerts.group_by``
    label are one message naming every GPU; at most ``alerts.max_messages_per_run`` messages, the rest
    folded into one summary — one cause, one message;
 5. sends the messages oldest first. One per (gpu, issue) fingerprint and state: an alert whose
@@ -45,26 +47,26 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import time
 from typing import Any
 
+from gpuheal.actions import deliver
+from gpuheal.actions.deliver import Outbox
 from gpuheal.core import alerts as core
-from gpuheal.core.alerts import HOST_UNREACHABLE, Alert, Message
+from gpuheal.core.alerts import Alert, AlertPolicy, AlertQueue, Message
 from gpuheal.render.escalate import epoch_text, message_entry, queued_entries
+from gpuheal.rules import ALL
 from gpuheal.state import files
+from gpuheal.state.store import StateDir
 
 log = logging.getLogger("gpuheal")
-
-SHORT_RETRY_S = 2.0  # a 429 asking for at most this long is waited out once inside the run
-RETRY_WITHOUT_HINT_S = 60.0  # a 429 without retry-after: hold the queue a minute (Zulip's usual window)
-_sleep = time.sleep  # tests replace it
+POLICY = AlertPolicy.of(ALL)  # what the rules declare about their alerts
 
 
-def load_alerts(store) -> core.AlertQueue:
-    return core.AlertQueue.from_json(store.read(files.ALERTS, None))
+def load_alerts(store: StateDir) -> AlertQueue:
+    return AlertQueue.from_json(store.read(files.ALERTS, None))
 
 
-def command(rt, store, dry_run: bool = False, post=None):
+def command(rt: Any, store: StateDir, dry_run: bool = False, post: Any = None) -> Any:
     """CLI adapter: the run in the module docstring's order. ``post`` replaces the HTTP transport
     in unit tests."""
     from gpuheal import exit_codes
@@ -81,10 +83,10 @@ def command(rt, store, dry_run: bool = False, post=None):
     if dry_run:
         data = copy.deepcopy(data)
     open_keys = core.open_issue_keys(store.read_raw(files.GPU_HEALTH))
-    out = _Outbox(rt, secrets)
-    data.queue.extend(core.due_reminders(data, open_keys, now_s, out.interval_s))
-    messages, absorbed, duplicates = core.fold(data, open_keys)
-    messages = core.group(messages, out.label_of, out.max_messages)
+    out = Outbox(rt.cfg, rt.now, secrets, POLICY)
+    data.queue.extend(core.due_reminders(data, open_keys, now_s, out.interval_s, policy=POLICY))
+    messages, absorbed, duplicates = core.fold(data, open_keys, POLICY)
+    messages = core.group(messages, out.label_of, out.max_messages, POLICY)
     doc["grouped"] = sum(len(m.peers) for m in messages)
     doc["over_budget"] = sum(len(m.incidents) for m in messages if m.summary)
     _settle(doc, data, duplicates, absorbed, now_s, out, dry_run)
@@ -92,7 +94,7 @@ def command(rt, store, dry_run: bool = False, post=None):
     if dry_run:
         _preview(doc, messages, out, now_s)
     elif messages:
-        error = _send(rt, store, data, messages, open_keys, out, doc, post)
+        error = deliver.send(store, data, messages, open_keys, out, doc, post)
     if not dry_run:
         core.prune_sent(data, open_keys, now_s)
         after = data.to_json()
@@ -111,93 +113,17 @@ def command(rt, store, dry_run: bool = False, post=None):
     return CommandResult(document=doc, exit_code=code, render=render, warnings=warnings)
 
 
-def _sync_knowledge_graph(rt, store, secrets, doc: dict[str, Any]) -> list[str]:
+def _sync_knowledge_graph(rt: Any, store: StateDir, secrets: tuple[str, ...], doc: dict[str, Any]) -> list[str]:
     """Step 1: the knowledge graph catches up with the audit trail; its warnings are the run's."""
     from gpuheal import kg
 
     summary = kg.sync(rt.cfg, store, rt.now, secrets)
-    warnings = summary.pop("warnings")
+    warnings: list[str] = summary.pop("warnings")
     doc["knowledge_graph"] = summary
     return warnings
 
 
-class _Outbox:
-    """Where and how messages go: the sink's destination (its stream and topic, its length limit) and
-    the sink-neutral ``alerts:`` policy; each alert rendered and redacted."""
-
-    def __init__(self, rt, secrets) -> None:
-        from gpuheal.sinks import destination
-
-        self.now, self.cfg, self.secrets = rt.now, rt.cfg, secrets
-        self.to = destination(rt.cfg)
-        policy = rt.cfg.alerts
-        self.interval_s = policy.repeat_interval_h * 3600.0
-        self.stream, self.topic = self.to.channel, self.to.topic
-        self.host_aliases = {g.host: g.alias for g in rt.cfg.gpus}
-        group_by = policy.group_by
-        self._group_by = str(group_by or "")
-        self._labels = {g.alias: g.labels.get(group_by, "") if group_by else "" for g in rt.cfg.gpus}
-        self._hosts = {g.alias: g.host for g in rt.cfg.gpus}
-        self.max_messages = policy.max_messages_per_run
-
-    def label_of(self, gpu: str) -> str:
-        """The GPU's ``alerts.group_by`` label ("" = none, or not configured)."""
-        return self._labels.get(gpu, "")
-
-    def render(self, msg: Message) -> tuple[str, str]:
-        """(title, content) of one message, secrets redacted, content fitted to the sink's limit."""
-        from gpuheal.redact import redact_text
-        from gpuheal.render.report import alert_content, alert_title
-
-        if msg.peers or msg.summary:
-            return self._render_group(msg)
-        alert = msg.alert.to_json()  # the renderer reads documents: a queued one may carry more
-        title = redact_text(alert_title(alert), self.secrets)
-        content = alert_content(
-            alert,
-            self.now,
-            folded=[a.to_json() for a in msg.folded + msg.mentioned],
-            repeat_interval_h=self.interval_s / 3600.0,
-            host_aliases=self.host_aliases,
-            inhibited=[a.to_json() for a in msg.tiers],
-        )
-        return title, self.to.fit(redact_text(content, self.secrets))
-
-    def _render_group(self, msg: Message) -> tuple[str, str]:
-        """A group of GPUs with one cause (or the run's over-budget summary) as one table."""
-        from gpuheal.redact import redact_text
-        from gpuheal.render.incident import group_content, group_title
-
-        incidents = [{**m.alert.to_json(), "tiers": [t.issue for t in m.tiers]} for m in msg.incidents]
-        kind, issue = str(msg.alert.kind), str(msg.alert.issue)
-        gpus = len({str(m.alert.gpu) for m in msg.incidents})
-        cause = self._site_cause(msg) if issue == HOST_UNREACHABLE and not msg.summary else None
-        content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels,
-                                cause=cause)
-        title = redact_text(group_title(kind, issue, gpus, msg.summary, cause), self.secrets)
-        return title, self.to.fit(redact_text(content, self.secrets))
-
-    def _site_cause(self, msg: Message) -> str | None:
-        """Most (over half) of the hosts sharing the message's group label — the whole fleet without
-        ``alerts.group_by`` — unreachable at once: one "network or site" incident (issue 21 point 2)."""
-        label = self._labels.get(str(msg.alert.gpu), "")
-        hosts = {h for a, h in self._hosts.items() if self._labels.get(a, "") == label}
-        down = {self._hosts.get(str(m.alert.gpu)) for m in msg.incidents} & hosts
-        if len(hosts) < 2 or 2 * len(down) <= len(hosts):
-            return None
-        where = f" in {self._group_by} {label}" if label else ""
-        return f"network or site: {len(down)} of {len(hosts)} hosts{where} unreachable"
-
-    def redacted(self, value: Any) -> Any:
-        from gpuheal.redact import redact
-
-        return redact(value, self.secrets)
-
-    def redacted_alert(self, alert: Alert) -> Alert:
-        return alert.mapped(self.redacted)
-
-
-def _report_error(doc: dict[str, Any], error: dict[str, Any], queued: int, secrets) -> None:
+def _report_error(doc: dict[str, Any], error: dict[str, Any], queued: int, secrets: tuple[str, ...]) -> None:
     from gpuheal.redact import redact_text
 
     error["detail"] = redact_text(error["detail"], secrets)
@@ -205,7 +131,10 @@ def _report_error(doc: dict[str, Any], error: dict[str, Any], queued: int, secre
     log.error("escalate: %s; %d alert(s) stay queued", error["detail"], queued)
 
 
-def _settle(doc, data, duplicates, absorbed, now_s: float, out: _Outbox, dry_run: bool) -> None:
+def _settle(
+    doc: dict[str, Any], data: AlertQueue, duplicates: list[Alert], absorbed: list[tuple[Alert, str]], now_s: float,
+    out: Outbox, dry_run: bool,
+) -> None:
     """Drop what was already sent in this state; record what a host's open alert absorbs."""
     for alert in duplicates:
         doc["dropped"].append({"fingerprint": alert.fingerprint, "reason": "already sent in this state"})
@@ -219,7 +148,7 @@ def _settle(doc, data, duplicates, absorbed, now_s: float, out: _Outbox, dry_run
     data.remove([a for a, _ in absorbed])
 
 
-def _preview(doc, messages, out: _Outbox, now_s: float) -> None:
+def _preview(doc: dict[str, Any], messages: list[Message], out: Outbox, now_s: float) -> None:
     """``--dry-run``: each message as it would be sent, and when."""
     for msg in messages:
         title, content = out.render(msg)
@@ -228,72 +157,3 @@ def _preview(doc, messages, out: _Outbox, now_s: float) -> None:
         nb = msg.alert.not_before
         entry["not_before"] = epoch_text(nb) if nb > now_s else None
         doc["would_send"].append(entry)
-
-
-def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict[str, Any] | None:
-    """Send in order; stop at the first failure. Returns the error (or None).
-
-    Each delivery is saved at once (a crash after it repeats nothing sent); a host's resolution
-    queues, behind it, the escalations it had absorbed that are still open."""
-    from gpuheal.sink import SinkUnavailable
-    from gpuheal.sinks import open_sink
-
-    now_s = rt.now.timestamp()
-    try:
-        sink = open_sink(rt.cfg, post)
-    except SinkUnavailable as exc:
-        data.note_failure([a for m in messages for a in m.members], now_s, exc.detail)
-        return {"kind": exc.kind, "detail": exc.detail}
-    queue = list(messages)
-    i = 0
-    while i < len(queue):
-        msg = queue[i]
-        i += 1
-        nb = max(a.not_before for a in msg.members)
-        if nb > now_s:
-            return {"kind": "rate-limited", "detail": f"{sink.name} asked to wait until {epoch_text(nb)} (HTTP 429)"}
-        title, content = out.render(msg)
-        outcome = _post(sink, msg.alert.topic or out.topic, content)
-        if not outcome.ok:
-            return _failed(sink, data, msg, outcome, now_s)
-        for incident in msg.incidents:  # dedup and reminders stay per (GPU, issue) underneath
-            primary = incident.alert
-            core.record_sent(data, out.redacted_alert(primary), now_s, outcome.message_id)
-            for other in incident.folded:
-                into = primary.fingerprint
-                core.record_sent(data, out.redacted_alert(other), now_s, outcome.message_id, folded_into=into)
-            for tier in incident.tiers:
-                core.record_sent(data, out.redacted_alert(tier), now_s, outcome.message_id)
-            if primary.kind == "resolved" and primary.issue == HOST_UNREACHABLE:
-                queue += [Message(a) for a in core.unfold(data, str(primary.gpu), open_keys)]
-        data.remove(msg.members)
-        doc["sent"].append(message_entry(msg, title, outcome.message_id))
-        store.write(files.ALERTS, out.redacted(data.to_json()))
-    return None
-
-
-def _post(sink, topic: str, content: str):
-    """One message; a 429 asking for at most ``SHORT_RETRY_S`` is waited out once."""
-    from gpuheal.sink import Delivery
-
-    outcome = sink.send(content, topic)
-    if outcome.kind == Delivery.RATE_LIMITED and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
-        _sleep(outcome.retry_after_s or 0)
-        outcome = sink.send(content, topic)
-    return outcome
-
-
-def _failed(sink, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
-    """A delivery failed: the message's alerts note it (they stay queued); the run's error.
-    A longer 429 holds the whole queue until the sink's "not before"."""
-    data.note_failure(msg.members, now_s, outcome.detail)
-    if outcome.kind == "rate-limited":  # Delivery is a StrEnum
-        retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S
-        until = now_s + retry
-        data.hold(until)
-        detail = f"{sink.name} rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
-        return {"kind": "rate-limited", "detail": detail}
-    if outcome.kind == "unauthorized":
-        detail = f"{sink.name} rejected the bot credentials ({outcome.detail}); check {sink.credential_hint}"
-        return {"kind": "unauthorized", "detail": detail}
-    return {"kind": str(outcome.kind), "detail": f"{sink.name} delivery failed: {outcome.detail}"}

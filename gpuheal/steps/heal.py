@@ -2,61 +2,58 @@
 
 Dry-run by default: without ``--apply`` the plan is printed (what, where, why, the exact command)
 and the heal state, the audit trail and the alert queue are not touched. With ``--apply`` each
-run, in order (:meth:`Heal.run`, and the methods below it in the same order):
+run, in order (:meth:`Heal.run`):
 
-1. judges the open attempts of earlier runs from this run's fresh data (:mod:`gpuheal.core.verify`:
-   resolved when the issue cleared, failed when its window passed, superseded by a new occurrence);
-2. plans the firing issues with every guard (:mod:`gpuheal.core.plan`);
-3. executes each ``act`` item (:mod:`gpuheal.actions.execute`), escalates the rest;
-4. undoes load-side mitigations of GPUs that stayed cool (``restore-load``);
+1. lets each remedy keep what its fix will need from its open issues (its ``track`` hook), then
+   judges the open attempts of earlier runs from this run's fresh data (:mod:`gpuheal.actions.attempts`:
+   resolved when the issue cleared, failed when its window passed or a re-benchmark disproved it,
+   superseded by a new occurrence);
+2. plans the firing issues with every guard (:mod:`gpuheal.core.plan`, each remedy's ``guard`` included);
+3. executes each ``act`` item (:mod:`gpuheal.actions.execute`), escalates the rest, and follows up the
+   advice it never acts on (a remedy's ``follow_up``);
+4. undoes load-side mitigations of GPUs that stayed cool (:mod:`gpuheal.actions.restore`);
 5. (Rule 7.3's direct smi probes while gpu-monitor is down are part of the poll: sources/sense);
 6. counts the clean cycle (the All Clear on every Nth) and saves.
 
-The decisions are the pure core's; this module loads, calls the core, performs what it returns,
-records it (:mod:`gpuheal.actions.record`) and saves.
+Which rule an issue belongs to never matters here: its remedy (``gpuheal.rules.REMEDIES``) says what to
+do. The decisions are the pure core's; the books are :class:`~gpuheal.actions.ledger.Ledger`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from gpuheal.actions import leak
-from gpuheal.actions.effects import Effects
-from gpuheal.actions.findings import with_findings
-from gpuheal.actions.record import Recorder, Subject, health_doc
-from gpuheal.actions.rule4 import rebench_verdict
-from gpuheal.clock import format_iso
-from gpuheal.core import alerts, timing, verify
+from gpuheal.actions import attempts, restore
+from gpuheal.actions.context import Context, Records
+from gpuheal.actions.effects import Effects, Runner, Verifier
+from gpuheal.actions.ledger import Ledger
+from gpuheal.actions.record import Subject, health_doc
+from gpuheal.config.model import Config
+from gpuheal.core import timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
-from gpuheal.core.catalog import REMEDIES, THERMAL, primary_action
-from gpuheal.core.heal_state import Escalation, HealState
-from gpuheal.core.plan import NoRestore, PlanItem, plan, restore_action
-from gpuheal.state import files
-from gpuheal.steps.heal_routing import follow_up
+from gpuheal.core.catalog import primary_action
+from gpuheal.core.plan import PlanItem, plan
+from gpuheal.core.remedy import Followed, OpenIssue
+from gpuheal.rules import REMEDIES
+from gpuheal.state.store import StateDir
 
-FAILED_VERIFICATION = {
-    verify.WINDOW_PASSED: "verification window passed, issue still open",
-    verify.STILL_BROKEN: "still broken at the first poll that could judge it (past the startup grace)",
-}
 ACTIONABLE = ("warning", "critical")  # contract "Alerts": what resets the All Clear count
 
 
 class Heal:
-    """One heal run. Holds the state documents while the run works on them."""
+    """One heal run. Holds the run's books (:class:`Ledger`) while it works on them."""
 
-    def __init__(self, cfg, store, now: datetime, apply: bool, runner=None, verify=None) -> None:
+    def __init__(self, cfg: Config, store: StateDir, now: datetime, apply: bool, runner: Runner | None = None,
+                 verify: Verifier | None = None) -> None:  # fmt: skip
         from gpuheal.credentials import secrets_for
 
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
-        self.state = HealState.from_json(store.read(files.HEAL, {}))
-        self.secrets = secrets_for(cfg)
-        self.rec = Recorder(store, now, self.secrets, alerts.AlertQueue.from_json(store.read(files.ALERTS, {})))
+        self.ledger = Ledger(store, now, secrets_for(cfg), REMEDIES)
         self.effects = Effects(cfg, runner, verify)
+        self.records = Records(store, {i: r.state_file for i, r in REMEDIES.items() if r.state_file})
         self.warnings: list[str] = []
         self.tol = timing.TOLERANCE_S  # until this run's evaluation says the history's own
-        self.onsets: dict = {}  # Rule 2: each open vram-leak's per-process VRAM snapshot at its onset
 
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
@@ -70,32 +67,33 @@ class Heal:
         health, acted = dict(result.health), False
         self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
         try:
-            self.onsets = leak.onsets(self.store)  # Rule 2: the per-process snapshots at each leak's onset
-            if self.apply:  # 1. judge earlier attempts from this run's data
-                self.onsets = leak.track(self.store, still_open, self.cfg, self.effects.run, self.now_s, self.secrets)
-                self._judge_attempts(still_open, set(hidden), health.get("gpus") or {})
-                self._settle_escalations(set(still_open))
-            waits = leak.waits(self.onsets, result.issues, self.cfg, self.now_s, self.tol)
-            for item in plan(result.issues, self.state, self.cfg, self.now_s, gpu_filter, issue_filter, tol=self.tol,
-                             waits=waits):
+            if self.apply:  # 1. keep what the fixes need, judge earlier attempts from this run's data
+                self._track(still_open)
+                attempts.judge(self.ledger, self.effects, self.cfg, still_open, set(hidden), health.get("gpus") or {},
+                               self.tol)  # fmt: skip
+                attempts.settle_escalations(self.ledger, set(still_open))
+            for item in plan(result.issues, self.ledger.state, self.cfg, self.now_s, gpu_filter, issue_filter,
+                             remedies=REMEDIES, tol=self.tol, records=self.records.all()):  # fmt: skip
                 acted |= self._handle(item)  # 2-3. plan, then show (dry-run) or act
             if self.apply:  # 4. give cooled GPUs their load back
-                acted |= self._undo_mitigations(set(still_open), gpu_filter)
+                acted |= restore.undo_mitigations(self.ledger, self.cfg, self.effects, set(still_open), gpu_filter,
+                                                  self.tol)  # fmt: skip
         finally:
             self.effects.close()
         if self.apply:  # 6. count the clean cycle, save
             actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]  # never an info advice
-            self.rec.count_clean_cycle(not actionable and not acted, self.cfg.alerts.all_clear_every)
-            self.state = self.state.pruned(self.now_s, verify.OPEN)
-            self._save()
-            self.store.write(files.ALERTS, self.rec.alerts.to_json())
+            self.ledger.rec.count_clean_cycle(not actionable and not acted, self.cfg.alerts.all_clear_every)
+            self.ledger.state = self.ledger.state.pruned(self.now_s, verify.OPEN)
+            self.ledger.save()
+            self.ledger.save_alerts()
             # what this run fixed and proved reads "verifying" in this run's document already
-            health = verify.present_verifying(health, result.obs, self.state, self.cfg, self.now_s)
-        check.save_health(self.store, health_doc(health, self.state, self.rec, self.cfg, self.now_s, self.apply))
+            health = verify.present_verifying(health, result.obs, self.ledger.state, self.cfg, self.now_s)
+        doc = health_doc(health, self.ledger.state, self.ledger.rec, self.cfg, self.now_s, self.apply)
+        check.save_health(self.store, doc)
         self.warnings = list(result.obs.warnings)
         return health
 
-    def _check(self, gpu_filter: str | None):
+    def _check(self, gpu_filter: str | None) -> Any:
         """This run's fresh data: ``check``'s poll (smi sensing over SSH shares the run's logins)."""
         from gpuheal.errors import GpuhealError
         from gpuheal.steps import check
@@ -108,168 +106,59 @@ class Heal:
             self.effects.close()
             raise
 
-    # ------------------------------------------------------------------ 1. judge earlier attempts
-    def _judge_attempts(self, still_open: dict, hidden: set, readings: dict) -> None:
-        for attempt in list(self.state.attempts.values()):
-            issue = still_open.get((attempt.gpu, attempt.issue))
-            event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, self.now_s, self.tol)
-            event = event or rebench_verdict(self.store, attempt)  # Rule 4: a re-benchmark disproved the fix
-            if event is None:
+    def _track(self, still_open: dict[tuple[str, str], dict[str, Any]]) -> None:
+        """Each remedy's ``track`` hook over its open issues (pending, firing or hidden)."""
+        for issue_id, remedy in REMEDIES.items():
+            if remedy.track is None:
                 continue
-            found = verify.resolution(attempt, self.now_s) if event == verify.ISSUE_CLEARED else None
-            if found is not None and attempt.gpu in self.cfg.aliases:
-                completion = self.effects.prove(attempt.gpu)  # resolved only after a real completion
-                if not completion.get("ok"):
-                    continue  # still pending: judged again next poll, until its window passes
-                found = {**found, "completion_s": completion["completion_s"], "proof_tok_s": completion["gen_tok_s"]}
-            attempt = verify.transition(attempt, event, self.now_s, found)
-            subject = Subject(attempt.gpu, attempt.issue, attempt.since, (issue or {}).get("detected") or {})
-            if event == verify.ISSUE_CLEARED:
-                # the resolved record carries the reading that proved the fix and the MTTR (issue 20)
-                proved = verify.proof(readings.get(attempt.gpu), found, format_iso(self.now))
-                subject = Subject(attempt.gpu, attempt.issue, attempt.since, proved)
-                timing_s = verify.mttr(self.state, attempt, self.now_s)
-                self.rec.verified(attempt.run_id or self._run_id(), subject, attempt, self._attempts(subject), timing_s)
-            elif event in FAILED_VERIFICATION:  # (superseded: the new occurrence gets attempts of its own)
-                why = {"still_open_after_s": verify.open_for_s(attempt, self.now_s), "detected": issue.get("detected")}
-                text = FAILED_VERIFICATION[event]
-                self.rec.not_verified(attempt.run_id or self._run_id(), subject, attempt, why, text)
-            self.state = self.state.with_attempt(attempt)
+            found = tuple(OpenIssue(gpu, i.get("since"), i.get("state") == "firing")
+                          for (gpu, name), i in still_open.items() if name == issue_id)  # fmt: skip
+            remedy.track(found, self._context(issue_id, "fleet"))
 
-    def _settle_escalations(self, still_open: set) -> None:
-        for gpu, issue, since, notify in verify.settled_escalations(self.state, still_open):
-            self.state = self.state.with_escalation(f"{gpu}/{issue}", None)
-            if notify:  # else the attempt's own resolution already queued the notice
-                subject = Subject(gpu, issue, since)
-                self.rec.audit(self._run_id(), subject, "alert", "resolved", "verification")
-                self._queue(subject, "resolved", "resolved after escalation", None, [])
+    def _context(self, issue: str, gpu: str) -> Context:
+        e = self.effects
+        return Context(self.cfg, gpu, issue, self.now_s, e.run, self.ledger.rec.secrets, e.litellm, e.model_health,
+                       e.prove, self.records)  # fmt: skip
 
     # ------------------------------------------------------------------ 2-3. plan items
     def _handle(self, item: PlanItem) -> bool:
         """Show or perform one plan item; True if anything was acted on."""
         subject = Subject(item.gpu, item.issue, item.since, item.detected)
-        if item.decision == "recommend":  # Rule 10's follow-through (issue 22): steps/heal_routing.py
-            return follow_up(self, item, subject)
+        if item.decision == "recommend":  # advice: never an action on the fleet (README "Alerts")
+            if item.remedy.follow_up is not None:
+                followed = Followed(item.gpu, item.issue, item.since, item.reason, self.ledger.escalated_at(subject),
+                                    self.now_s, self.tol, self.apply, self.cfg)  # fmt: skip
+                self.ledger.follow(subject, item.remedy.follow_up(followed))
+            return False
         if item.decision == "blocked":
-            remedy = REMEDIES.get(item.issue)
-            self.rec.blocked(subject, primary_action(item.actions or list(remedy.steps if remedy else ())), item.reason)
+            self.ledger.rec.blocked(subject, primary_action(item.actions or item.remedy.steps), item.reason)
             return False
         if item.decision == "escalate" and self.apply:
-            self._escalate(subject, item.reason, self._tried(subject))
+            self.ledger.escalate(subject, item.reason, self.ledger.tried(subject))
             return True
         if not self.apply:
             self._show(item, subject)
             return False
-        self._act(item, subject)
+        attempts.act(self.ledger, item, subject, self.cfg, self.effects, self.records)
         return True
 
     def _show(self, item: PlanItem, subject: Subject) -> None:
-        from gpuheal.actions.execute import describe
+        from gpuheal.actions.perform import describe
 
+        rec = self.ledger.rec
         if item.decision == "escalate":
-            self.rec.doc(subject, "alert", item.reason, "planned")
+            rec.doc(subject, "alert", item.reason, "planned")
             return
         for step in item.steps:  # an "auto" LiteLLM change shows what LiteLLM would do (a GET), or why not
             auto = isinstance(step, LiteLLMUpdate) and step.field == "auto"
-            note, shown = self.effects.preview(step) if auto else step.note, describe(step, item.gpu, self.cfg)
-            self.rec.doc(subject, step.action, item.reason, "planned", shown, step.target, note)
+            note = self.effects.preview(step) if isinstance(step, LiteLLMUpdate) and auto else step.note
+            rec.doc(subject, step.action, item.reason, "planned", describe(step, item.gpu, self.cfg), step.target, note)
         if item.alert_now:
-            self.rec.doc(subject, "alert", "alert on detection", "planned")
-
-    def _act(self, item: PlanItem, subject: Subject) -> None:
-        from gpuheal.actions.execute import describe, run_item
-
-        if item.key in self.state.attempts:  # never repeat a reserved attempt
-            self.rec.blocked(subject, primary_action(item.actions), f"attempt {item.key} already reserved")
-            return
-        run_id = self._run_id()
-        params = self.cfg.rule_params(item.issue, item.gpu if item.gpu in self.cfg.aliases else None)
-        within_s = float(params["verify_within_s"])
-        attempt = verify.reserve(item, now_s=self.now_s, verify_within_s=within_s, run_id=run_id)
-        # Reserved and saved before anything runs: a kill after this line never repeats it.
-        self.state = verify.book(self.state, attempt, item.restarts, self.now_s)
-        self._save()
-        extra = {"attempt": item.attempt_no, "actions": item.actions}
-        self.rec.intent(run_id, subject, item.actions, extra, [describe(s, item.gpu, self.cfg) for s in item.steps])
-        if item.alert_now:
-            self._queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
-        ex = run_item(item, self.cfg, self.effects.run, self.effects.verify, self.secrets, self.effects.litellm,
-                      self.effects.model_health, self.onsets.get(item.gpu), self.now_s)  # fmt: skip
-        subject = with_findings(self.store, subject, ex, run_id, self.now_s)  # Rules 2, 4, 6.1: what the fix found
-        self.rec.step_docs(subject, item.reason, ex)
-        if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
-            self.state = self.state.with_litellm_restart(self.now_s)
-        self.state = verify.note_restore(self.state, item.gpu, [s.effect for s in ex.steps if s.ok and s.effect])
-        attempt = verify.transition(attempt, verify.EXECUTION_EVENT[ex.result], self.now_s, ex.verification)
-        self.state = self.state.with_attempt(attempt)
-        self.rec.outcome(run_id, subject, ex, extra)
-        if ex.result == "escalated":
-            self._escalate(subject, ex.escalate_reason or "remediation escalated", self._tried(subject), run_id)
-
-    def _escalate(
-        self, subject: Subject, reason: str, tried: list[str], run_id: str | None = None, hold: bool = True
-    ) -> None:
-        """Tell the humans. ``hold``: and stop acting on this (gpu, issue) until it resolves or is
-        cleared (not for an issue that is already closed, like a failed restore-load)."""
-        run_id = run_id or self._run_id()
-        if hold:
-            key = f"{subject.gpu}/{subject.issue}"
-            self.state = self.state.with_escalation(key, Escalation(self.now_s, reason, subject.since))
-        self.rec.escalated(run_id, subject, reason, tried, self._attempts(subject))
-
-    # ------------------------------------------------------------------ 4. undo mitigations
-    def _undo_mitigations(self, still_open: set, gpu_filter: str | None) -> bool:
-        hot = {alias for alias, issue in still_open if issue in THERMAL}
-        after_s = self.cfg.heal.restore_after_s
-        self.state, due = verify.cooldown(
-            self.state, hot, set(self.cfg.aliases), self.now_s, after_s, gpu_filter, self.tol
-        )
-        acted = False
-        for r in due:
-            subject, m = Subject(r.alias, r.mitigation.issue), r.mitigation
-            step = restore_action(r.alias, m, self.cfg)
-            if isinstance(step, NoRestore):
-                self.rec.doc(subject, "restore-load", step.why, step.result)
-                continue
-            why, run_id, acted = f"GPU cooled down: undo {', '.join(m.actions)}", self._run_id(), True
-            self.rec.audit(run_id, subject, "restore-load", "pending", "intent")
-            res = self.effects.perform(step, r.alias, self.secrets)
-            self.rec.restored(run_id, subject, why, step.target, res)
-            if not res.ok:
-                self._restore_failed(subject, m, res.error, run_id)
-        return acted
-
-    def _restore_failed(self, subject: Subject, m, error: str | None, run_id: str) -> None:
-        """A GPU left at reduced load quietly costs capacity: retry next run, and after
-        ``max_failed_verifications`` failures tell the humans instead."""
-        failures = m.restore_failures + 1
-        if failures < self.cfg.heal.max_failed_verifications:
-            self.state = self.state.with_mitigation(subject.gpu, replace(m, restore_failures=failures))
-            return
-        reason = f"could not restore the load on {subject.gpu} after {failures} tries ({error}); it still runs shed"
-        self._escalate(subject, reason, [f"restore-load × {failures}"], run_id, hold=False)
-
-    # ------------------------------------------------------------------ helpers
-    def _queue(
-        self, subject: Subject, kind: str, summary: str, run_id: str | None, tried: list[str] | None = None
-    ) -> None:
-        self.rec.queue(subject, kind, summary, run_id, tried or [], self._attempts(subject))
-
-    def _attempts(self, subject: Subject) -> int:
-        return len(self.state.attempts_for(subject.gpu, subject.issue, subject.since))
-
-    def _tried(self, subject: Subject) -> list[str]:
-        return self.state.tried(subject.gpu, subject.issue, subject.since)
-
-    def _run_id(self) -> str:
-        self.state, run_id = self.state.next_run_id(self.now.astimezone(UTC).strftime("%Y%m%d"))
-        return run_id
-
-    def _save(self) -> None:
-        self.store.write(files.HEAL, self.state.to_json())
+            rec.doc(subject, "alert", "alert on detection", "planned")
 
 
-def command(rt, store, apply: bool = False, gpu: str | None = None, issue: str | None = None, clear: str | None = None):
+def command(rt: Any, store: StateDir, apply: bool = False, gpu: str | None = None, issue: str | None = None,
+            clear: str | None = None) -> Any:  # fmt: skip
     from gpuheal import exit_codes
     from gpuheal.render.human import render_heal
     from gpuheal.runtime import CommandResult
@@ -292,8 +181,9 @@ def _clear(heal: Heal, target: str) -> None:
 
     gpu, _, issue = target.partition("/")
     if not gpu or not issue:
-        raise GpuhealError(f"--clear {target!r}: expected ALIAS/ISSUE, e.g. gpu-dense/model-stuck")
-    heal.state, found = verify.clear(heal.state, gpu, issue, heal.now_s)
+        example = f"{heal.cfg.aliases[0] if heal.cfg.aliases else 'gpu-dense'}/{next(iter(REMEDIES))}"
+        raise GpuhealError(f"--clear {target!r}: expected ALIAS/ISSUE, e.g. {example}")
+    heal.ledger.state, found = verify.clear(heal.ledger.state, gpu, issue, heal.now_s)
     if not found:
         raise GpuhealError(f"--clear {target!r}: nothing escalated for {gpu}/{issue}")
-    heal._save()
+    heal.ledger.save()

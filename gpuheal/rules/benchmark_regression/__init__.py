@@ -18,9 +18,11 @@ from typing import Any, Final
 from gpuheal import benchdata
 from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding
+from gpuheal.core.remedy import Incident, Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
-from gpuheal.rules._util import num, show
+from gpuheal.rules._util import THERMAL, num, show
+from gpuheal.rules.benchmark_regression import remedy
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "benchmark-regression"
@@ -85,3 +87,14 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
         f"baseline {show(baseline)} tok/s over {p.min_results}+ benchmarks",
         started_at=st["regressing_since"],
     )
+
+
+REMEDY: Final = Remedy(
+    ("snapshot-processes", "restore-power-limit"),
+    why_escalate="persistent regression — possible hardware degradation (Rule 4)",
+    # a hot GPU's regression is one incident with its thermal issue (Rule 4.3): carried in the messages
+    # of the tiers above the lowest, and planned as part of them (remedy.guard)
+    incident=Incident(THERMAL, 0),
+    guard=remedy.guard,
+    conclude=remedy.conclude,
+)

@@ -19,6 +19,7 @@ from typing import Final
 
 from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding, IssueRecord, iso
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_OK
@@ -84,3 +85,10 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
     if sample.breaker is not None and sample.breaker.open:
         return False
     return view.obs is None or view.obs.litellm_ok is not False  # closed, and LiteLLM answers
+
+
+REMEDY: Final = Remedy(
+    ("restart-litellm",),
+    alert_now=True,  # Rule 5.2: "alert but do NOT reset" — the humans hear of it on detection
+    why_escalate="LiteLLM restart did not clear the breaker — human investigation (Rule 5)",
+)

@@ -32,6 +32,7 @@ from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
 from gpuheal.core import context_change
 from gpuheal.core.engine import Finding
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
@@ -103,3 +104,6 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
         },
         f"{alias} at {show(100 * ratio, 0)} % of baseline ({show(tok_s)} / {show(baseline)} tok/s): {text}",
     )
+
+
+REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True)

@@ -14,6 +14,7 @@ from typing import Final
 
 from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.signals import Need, Signal, needs
@@ -50,3 +51,9 @@ def detect(view: FleetView, subject: str, p: Params) -> Detection:
         {"source": source, "fault": fault, "detail": detail},
         f"{name} unusable ({fault}); monitor-fed rules report unknown",
     )
+
+
+REMEDY: Final = Remedy(
+    ("restart-gpu-monitor",),
+    why_escalate="gpu-monitor does not come back after restarts — networking issue (Rule 7)",
+)

@@ -14,9 +14,11 @@ from typing import Final
 
 from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_OK, UNREACHABLE_STATES
+from gpuheal.rules.host_unreachable import remedy
 from gpuheal.signals import Need
 
 ID: Final = "host-unreachable"
@@ -55,3 +57,12 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
     if state in UNREACHABLE_STATES:
         return False
     return None  # answering, not healthy yet (loading, http-5xx): neither down nor recovered
+
+
+REMEDY: Final = Remedy(
+    ("restart-llama-server",),
+    why_escalate="llama-server does not come back — infrastructure alert (Rule 6)",
+    cannot_serve=True,
+    before_step=remedy.before_step,
+    conclude=remedy.conclude,
+)

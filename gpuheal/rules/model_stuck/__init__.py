@@ -36,6 +36,7 @@ from gpuheal.config.model import RemedyParams
 from gpuheal.core.decode import decode_state
 from gpuheal.core.engine import Finding, IssueRecord
 from gpuheal.core.litellm_rate import litellm_window
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.taskloop import taskloop_state
 from gpuheal.core.view import FleetView
@@ -208,3 +209,10 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
         if loop is not None:
             judged.append(int(loop.get("polls") or 0) < 2)
     return all(judged) if judged else None
+
+
+REMEDY: Final = Remedy(
+    ("restart-llama-server",),
+    why_escalate="still failing after restarts — GPU hardware check (Rule 3)",
+    cannot_serve=True,
+)

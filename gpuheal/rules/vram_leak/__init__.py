@@ -11,7 +11,7 @@ is not a leak. Recovers when the rate drops below the threshold (the spec's veri
 
 The fix ("If llama-server is the growth source → restart with memory cap flag; if unknown process
 → kill and alert") acts on the process that GREW between a per-process snapshot at onset and one
-at fire time (core/vram_attribution.py). Not attributable: escalate with both snapshots, no
+at fire time (``attribution.py``; the hooks in ``remedy.py``). Not attributable: escalate with both snapshots, no
 restart — the spec restarts llama-server only when it *is* the source, and a restart on a guess
 frees the VRAM for an hour while the real source keeps growing.
 """
@@ -23,10 +23,12 @@ from typing import Final
 from gpuheal.config.model import RemedyParams
 from gpuheal.core import timing
 from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.trend import Fit
 from gpuheal.core.view import FleetView, SourceFit
 from gpuheal.rules._util import num, show
+from gpuheal.rules.vram_leak import remedy
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "vram-leak"
@@ -100,3 +102,13 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
     if fit is None:
         return None
     return fit.slope < p.mb_per_hour
+
+
+REMEDY: Final = Remedy(
+    ("snapshot-processes", "restart-llama-server-memcap"),
+    why_escalate="leak persists after restart — hardware investigation (Rule 2)",
+    state_file=remedy.STATE_FILE,
+    track=remedy.track,
+    guard=remedy.guard,
+    before_step=remedy.before_step,
+)

@@ -7,7 +7,7 @@ off its target (weight over the sum of weights) by more than ``tolerance_ratio``
 more than ``role_tolerance_ratio`` of its judgeable requests fall outside its role. Needs at least
 ``min_requests`` requests in the window, else not known. Holds ``hold_s`` before firing; ``heal`` alerts
 once per incident and, past ``escalate_after_s`` (the spec's ">48 h"), asks for an agent alias audit
-(:func:`gpuheal.core.routing.followup`).
+(``remedy.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Final
 from gpuheal.config.model import EngineParams
 from gpuheal.core import routing
 from gpuheal.core.engine import Finding
+from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
+from gpuheal.rules.workload_misrouted import remedy
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "workload-misrouted"
@@ -34,7 +36,7 @@ class Params(EngineParams):
     role_tolerance_ratio: float  # more than this share of a GPU's judged requests outside its role: misrouted
     min_requests: int  # fewer requests fleet-wide in the window say nothing (read at fleet level)
     window_s: float  # the trailing window the shares are counted over (read at fleet level)
-    escalate_after_s: float  # the spec's "persists >48h -> agent alias audit needed" (steps/heal_routing)
+    escalate_after_s: float  # the spec's "persists >48h -> agent alias audit needed" (remedy.py)
 
 
 def detect(view: FleetView, alias: str, p: Params) -> Detection:
@@ -49,3 +51,6 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
         min_requests=float(fleet.min_requests), window_s=fleet.window_s,
     )
     return Finding(verdict.detected, verdict.summary) if isinstance(verdict, routing.Verdict) else verdict
+
+
+REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True, remind=False, follow_up=remedy.follow_up)

@@ -6,19 +6,20 @@ case. Rule 6.2's restart is right either way (a hung server is only cured by one
 How it looks: when the restart command is ``[sudo] systemctl restart UNIT``, ``systemctl is-active
 UNIT`` (the unit is the truth: a process of another unit is not ours); otherwise ``pgrep -af
 llama-server``, keeping only lines whose program is ``llama-server`` listening on the endpoint's
-port (``--port N``, default 8080). The shell that wraps a command over SSH also has
-``llama-server`` in its argv; its program is ``sh``, so it is never counted.
+port (``--port N``, default 8080: :mod:`gpuheal.parse.llama_process`, the one answer to "is this our
+llama-server?"). Pure: the look is run by the rule's remedy (``remedy.py``) through the heal run's
+context, and judged here.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from typing import Any
+
+from gpuheal.core.actions import CommandOutcome
+from gpuheal.parse.llama_process import PGREP_ARGV, read_pgrep
 
 RUNNING, NOT_RUNNING, NOT_KNOWN = "running", "not-running", "not known"
-PGREP_ARGV = ("pgrep", "-af", "llama-server")
-LLAMA_DEFAULT_PORT = 8080  # llama-server's --port default (llama-server.md)
 # systemctl is-active's answers (systemctl(1)); activating/reloading: a process is there
 _UNIT_RUNNING = frozenset({"active", "activating", "reloading", "deactivating", "refreshing"})
 _UNIT_STOPPED = frozenset({"inactive", "failed"})
@@ -40,18 +41,22 @@ class ProcessCheck:
             return "down: llama-server is not running"
         return f"not known whether llama-server runs ({self.detail})"
 
-    def record(self) -> dict:
+    def record(self) -> dict[str, Any]:
         return {"state": self.state, "case": self.case(), "check": self.how, "pids": list(self.pids)}
 
 
 def systemd_unit(restart_argv: tuple[str, ...] | None) -> str | None:
     """``UNIT`` of ``[sudo [-n]] systemctl restart UNIT``; ``None`` for any other command."""
     words = list(restart_argv or ())
-    while words and (os.path.basename(words[0]) == "sudo" or (words[0].startswith("-") and len(words) > 1)):
+    while words and (_program(words[0]) == "sudo" or (words[0].startswith("-") and len(words) > 1)):
         words.pop(0)
-    if len(words) != 3 or os.path.basename(words[0]) != "systemctl" or words[1] != "restart":
+    if len(words) != 3 or _program(words[0]) != "systemctl" or words[1] != "restart":
         return None
     return words[2] if not words[2].startswith("-") else None
+
+
+def _program(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
 
 
 def check_argv(restart_argv: tuple[str, ...] | None) -> tuple[str, ...]:
@@ -59,38 +64,8 @@ def check_argv(restart_argv: tuple[str, ...] | None) -> tuple[str, ...]:
     return ("systemctl", "is-active", unit) if unit else PGREP_ARGV
 
 
-def _port_of(words: list[str]) -> int | None:
-    for n, word in enumerate(words):
-        value = word.split("=", 1)[1] if word.startswith("--port=") else None
-        if word == "--port" and n + 1 < len(words):
-            value = words[n + 1]
-        if value is not None:
-            return int(value) if value.isdigit() else None
-    return LLAMA_DEFAULT_PORT
-
-
-def endpoint_port(endpoint: str) -> int | None:
-    try:
-        parts = urlsplit(endpoint)
-        return parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return None
-
-
-def read_pgrep(stdout: str, port: int | None) -> tuple[int, ...]:
-    """Pure: the pids of ``llama-server`` processes on ``port`` in ``pgrep -af`` output."""
-    found = []
-    for line in stdout.splitlines()[:500]:
-        words = line.split()
-        if len(words) < 2 or not words[0].isdigit() or not os.path.basename(words[1]).startswith("llama-server"):
-            continue
-        if port is None or _port_of(words[2:]) == port:
-            found.append(int(words[0]))
-    return tuple(found)
-
-
-def judge(argv: list[str], outcome, endpoint: str) -> ProcessCheck:
-    """Pure: what the check's ``outcome`` (rc, stdout, error, timed_out) says."""
+def judge(argv: list[str], outcome: CommandOutcome, port: int | None) -> ProcessCheck:
+    """What the check's ``outcome`` (rc, stdout, error, timed_out) says; ``port``: the endpoint's."""
     how = " ".join(argv)
     if outcome.error or outcome.timed_out:
         return ProcessCheck(NOT_KNOWN, how, detail=str(outcome.error or "timed out")[:160])
@@ -104,5 +79,5 @@ def judge(argv: list[str], outcome, endpoint: str) -> ProcessCheck:
         return ProcessCheck(NOT_KNOWN, how, detail=f"systemctl said {said[:60]!r} (exit {outcome.rc})")
     if outcome.rc not in (0, 1):  # pgrep: 0 matched, 1 none; 2/3 a usage or fatal error
         return ProcessCheck(NOT_KNOWN, how, detail=f"exit status {outcome.rc}")
-    pids = read_pgrep(stdout, endpoint_port(endpoint))
+    pids = read_pgrep(stdout, port)
     return ProcessCheck(RUNNING if pids else NOT_RUNNING, how, pids)

@@ -19,17 +19,16 @@ Pure: snapshots in, a typed verdict out; the time each snapshot was taken is a p
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from gpuheal.core.heal_state import num as _finite  # a finite number, else None (True, "5", NaN, huge ints)
+from gpuheal.parse.llama_process import is_llama_server
 from gpuheal.parse.smi import PID_MAX, parse_compute_apps, parse_rocm_pids
 
 MAX_PROCESSES = 1024  # a longer list is cut here, and a cut list is never attributed
 MIN_GROWTH_MB = 1.0  # summed growth below this is "no process grew"
 MAX_USED_MB = 16 * 1024 * 1024.0  # 16 TB: any larger figure is garbage
-LLAMA_SERVER = "llama-server"
 
 
 @dataclass(frozen=True)
@@ -141,24 +140,16 @@ def from_rocm(text: str, taken_s: float, several_gpus: bool) -> VramSnapshot:
     return VramSnapshot(taken_s, procs)
 
 
-def is_llama_server(name: str, llama_name: str = LLAMA_SERVER) -> bool:
-    """Whether a process name is llama-server: the program's base name (``/app/llama-server``,
-    ``./build/bin/llama-server``), never a substring of something else's name."""
-    base = os.path.basename(name.strip().replace("\\", "/"))
-    return bool(llama_name) and (base == llama_name or base.startswith(llama_name + " "))
-
-
 def attribute(
     onset: VramSnapshot | None,
     now: VramSnapshot | None,
     share: float = 0.5,
-    llama_name: str = LLAMA_SERVER,
     llama_pids: frozenset[int] = frozenset(),
 ) -> Attribution:
     """The process that grew between ``onset`` and ``now``, or why none can be named.
 
     ``llama_pids``: this GPU's llama-server as looked up by its endpoint's port, when known; else
-    a process is this GPU's llama-server by its name (``llama_name``)."""
+    a process is this GPU's llama-server by its name (:func:`gpuheal.parse.llama_process.is_llama_server`)."""
     why = _unusable(onset, now)
     if why is not None:
         return Unattributed(why)
@@ -182,7 +173,7 @@ def attribute(
             f"(the most: pid {pid}, {growth[pid]:.0f} MB)"
         )
     proc = next(p for p in now.processes if p.pid == pid)
-    llama = pid in llama_pids if llama_pids else is_llama_server(proc.name, llama_name)
+    llama = pid in llama_pids if llama_pids else is_llama_server(proc.name)
     return Culprit(pid, proc.name, round(growth[pid], 1), round(total, 1), llama)
 
 
@@ -234,7 +225,7 @@ def _shown(snap: VramSnapshot | None) -> dict[str, Any] | None:
 
 
 # --------------------------------------------------------------------------- the onset snapshots
-# ``vram-onset.json`` (state/files.py): ``{ALIAS: {"since": ISO, "snapshot": SNAPSHOT}}``, one per
+# ``vram-onset.json`` (the remedy's ``state_file``): ``{ALIAS: {"since": ISO, "snapshot": SNAPSHOT}}``, one per
 # GPU whose vram-leak is open; kept across runs (cron starts a new process every minute) and
 # dropped when the issue clears.
 

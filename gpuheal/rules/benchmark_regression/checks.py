@@ -23,20 +23,16 @@ that could not be read all say "not known" and the reason.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from gpuheal.parse.rule4 import PowerLimits
+from gpuheal.parse.llama_process import is_llama_server
 from gpuheal.parse.smi import GpuProcess
+from gpuheal.rules.benchmark_regression.parse import PowerLimits
 
-ISSUE = "benchmark-regression"
-THERMAL_ISSUES = ("thermal-critical", "thermal-rising", "thermal-warning")  # most severe first
 POWER_RESTORE = ("default", "max")
 POWER_TOLERANCE_W = 1.0  # nvidia-smi prints 2 decimals; a limit within 1 W of its target is at it
-OWN_NAMES = ("llama-server",)
 
 
 class Verdict(StrEnum):
@@ -103,16 +99,17 @@ def _mb(value: float | None) -> str:
     return "VRAM not known" if value is None else f"{value:.0f} MB VRAM"
 
 
-def is_own(p: GpuProcess, own_pids: frozenset[int], own_names: Iterable[str] = OWN_NAMES) -> bool | None:
+def is_own(p: GpuProcess, own_pids: frozenset[int]) -> bool | None:
     """Whether ``p`` is this GPU's llama-server: its pid is the one serving the endpoint's port when
-    that is known, else its program's name; ``None`` when neither can tell (``[Not Found]``: a
-    process of another pid namespace, as nvidia-smi prints it inside a container)."""
+    that is known, else its program's name (:func:`gpuheal.parse.llama_process.is_llama_server`);
+    ``None`` when neither can tell (``[Not Found]``: a process of another pid namespace, as
+    nvidia-smi prints it inside a container)."""
     if own_pids:
         return p.pid in own_pids
-    name = os.path.basename(p.name.strip())
+    name = p.name.strip()
     if not name or name.startswith("["):
         return None
-    return any(name.startswith(own) for own in own_names)
+    return is_llama_server(name)
 
 
 def judge_competition(
@@ -120,7 +117,6 @@ def judge_competition(
     threshold_pct: float,
     processes: list[GpuProcess] | None,
     own_pids: frozenset[int] = frozenset(),
-    own_names: Iterable[str] = OWN_NAMES,
     unread: str = "",
 ) -> Competition:
     """Competing = utilisation above ``threshold_pct`` while another process holds compute on the GPU.
@@ -137,7 +133,7 @@ def judge_competition(
         return Competition(Verdict.NOT_KNOWN, f"utilisation {util_pct:g} % but no compute process listed")
     if own_pids and not any(p.pid in own_pids for p in processes):
         own_pids = frozenset()  # the pid on the port is not on the list (another pid namespace): names decide
-    mine = [(p, is_own(p, own_pids, own_names)) for p in processes]
+    mine = [(p, is_own(p, own_pids)) for p in processes]
     others = tuple(p for p, own in mine if own is False)
     unsure = tuple(p for p, own in mine if own is None)
     if util_pct is None:
@@ -166,10 +162,9 @@ class Heat:
         return {"hot": str(self.hot), "temp_c": self.temp_c, "thermal_issue": self.open_issue}
 
 
-def heat_of(temp_c: Any, gpu: str, firing: Iterable[tuple[str, str]]) -> Heat:
-    """The GPU's heat from this poll's reading and the (gpu, issue) pairs firing now."""
-    open_ids = {issue for g, issue in firing if g == gpu}
-    worst = next((i for i in THERMAL_ISSUES if i in open_ids), None)
+def heat_of(temp_c: Any, thermal_open: tuple[str, ...]) -> Heat:
+    """The GPU's heat from this poll's reading and its thermal issues open now, most severe first."""
+    worst = thermal_open[0] if thermal_open else None
     value = temp_c if isinstance(temp_c, int | float) and not isinstance(temp_c, bool) else None
     return Heat(None if value is None else float(value), worst)
 
@@ -213,12 +208,3 @@ def decide(power: PowerCheck, restored: bool, competition: Competition) -> Decis
 
 def _verdict(check: PowerCheck | Competition) -> Verdict:
     return check.throttled if isinstance(check, PowerCheck) else check.competing
-
-
-def rebench_proof(results: list[dict[str, Any]], after_s: float) -> dict[str, Any] | None:
-    """The first good benchmark of the GPU taken after ``after_s`` (the fix): what proved it."""
-    for r in results:
-        at, tok_s = r.get("at"), r.get("gen_tok_s")
-        if r.get("ok") and isinstance(at, int | float) and at >= after_s and isinstance(tok_s, int | float):
-            return {"rebench_tok_s": round(float(tok_s), 2), "rebench_at_s": float(at)}
-    return None

@@ -1,0 +1,47 @@
+"""A toy rule, known only to this package (issue 26 item 6): a GPU drawing more than ``power_w`` watts
+for ``hold_polls`` polls. Everything beyond ``detect`` is its ``REMEDY``, with hooks in ``remedy.py``;
+the test that registers it for itself (one registry line) is tests/test_toy_rule.py. Not a product
+rule: its id is no contract id."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from gpuheal.config.model import RemedyParams
+from gpuheal.core.engine import Finding
+from gpuheal.core.remedy import Remedy
+from gpuheal.core.rule import Detection
+from gpuheal.core.view import FleetView
+from gpuheal.signals import Need, Signal, needs
+from tests.toy_fault import remedy
+
+ID: Final = "toy-fault"
+SCOPE: Final = "gpu"
+SEVERITY: Final = "warning"
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.POWER)
+INHIBITS: Final = None
+recovered: Final = None
+hold: Final = None
+
+
+class Params(RemedyParams):
+    power_w: float  # above this a poll is a toy fault
+
+
+def detect(view: FleetView, alias: str, p: Params) -> Detection:
+    sample = view.sample(alias)
+    power = None if sample is None else sample.power_w
+    if power is None:
+        return None
+    return Finding({"power_w": power}, f"{alias} draws {power:g} W") if power > p.power_w else False
+
+
+REMEDY: Final = Remedy(
+    ("snapshot-processes",),
+    why_escalate="the toy fault persists",
+    state_file=remedy.STATE_FILE,
+    track=remedy.track,
+    guard=remedy.guard,
+    before_step=remedy.before_step,
+    conclude=remedy.conclude,
+)
