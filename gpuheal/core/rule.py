@@ -17,7 +17,15 @@ these names and nothing else — no ``getattr`` on a module that may lack one:
 - ``detect(view, subject, p)`` → :data:`Detection`;
 - ``recovered``: ``None`` ("``detect`` is quiet" clears it) or ``(view, subject, p, record)`` →
   ``bool | None`` (clear-side hysteresis: thermal clears below 80 °C, not at 85 °C);
-- ``hold``: ``None`` (``p.hold_polls``, ``p.hold_s``) or ``(p)`` → ``(polls, seconds)``.
+- ``hold``: ``None`` (``p.hold_polls``, ``p.hold_s``) or ``(p)`` → ``(polls, seconds)``;
+- ``remember``: ``None``, or what the rule keeps between polls — a tuple of
+  :class:`~gpuheal.core.memory.Remember` (each a memory's key, its typed row's loader and a pure
+  ``fold(row, view, subject)`` → the row after this poll, ``None`` for "this poll cannot say"). The
+  engine folds every poll in before any rule detects (:func:`gpuheal.core.engine.remember`) and
+  keeps the rows (:class:`~gpuheal.core.memory.Memory`); the rule reads its rows from ``view.memory``.
+  Declared directly after ``hold``, in ``rules/<id>/memory.py`` when there is one;
+- ``JUDGED_FROM_BENCH``: whether its evidence is the recorded benchmark results, so that ``bench``
+  evaluates it after recording them (``steps.evaluate.evaluate_bench_full``).
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from gpuheal.signals import Need
 
 if TYPE_CHECKING:
     from gpuheal.core.engine import Finding, IssueRecord
+    from gpuheal.core.memory import Remember
     from gpuheal.core.view import FleetView
 
 Scope: TypeAlias = Literal["gpu", "fleet"]  # one issue per GPU, or one for the fleet
@@ -61,6 +70,8 @@ class Rule(Protocol[P]):
     @property
     def INHIBITS(self) -> Inhibits: ...
     @property
+    def JUDGED_FROM_BENCH(self) -> bool: ...
+    @property
     def Params(self) -> type[P]: ...
 
     def detect(self, view: FleetView, subject: str, p: P, /) -> Detection: ...
@@ -69,6 +80,8 @@ class Rule(Protocol[P]):
     def recovered(self) -> Callable[[FleetView, str, P, IssueRecord], bool | None] | None: ...
     @property
     def hold(self) -> Callable[[P], tuple[int, float]] | None: ...
+    @property
+    def remember(self) -> tuple[Remember[Any], ...] | None: ...
 
 
 def rule(module: Rule[P]) -> Rule[Any]:

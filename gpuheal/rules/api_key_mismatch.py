@@ -27,8 +27,10 @@ NEEDS: Final[tuple[Need, ...]] = ()
 # What a rejected key causes and a restart cannot fix: LiteLLM's failures (Rule 3 would restart the
 # GPU), its breaker opening (Rule 5 would restart LiteLLM), traffic moving elsewhere (Rule 10).
 INHIBITS: Final = frozenset({"model-stuck", "circuit-breaker-stuck", "workload-misrouted"})
+JUDGED_FROM_BENCH: Final = True
 recovered: Final = None  # neither signal says 401 any more (detect quiet)
 hold: Final = None  # the engine's: hold_polls (1: reported at once)
+remember: Final = None
 UNAUTHORIZED_ERRORS = frozenset({"unauthorized", "http-401", "401"})
 
 
