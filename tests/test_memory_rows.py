@@ -209,6 +209,21 @@ def test_a_state_directory_written_by_the_previous_version_carries_on(tmp_path):
     assert {("gpu-dense", "model-stuck"), ("gpu-light", "circuit-breaker-stuck")} <= fired
 
 
+def test_every_row_the_previous_version_wrote_is_read_not_replaced():
+    """Each of the seven memories main wrote at 080cd9d loads row for row (none taken for damage), and
+    the rows that earlier versions stored bare — Rule 10's request buckets, Rule 5's first-seen time —
+    keep their values."""
+    stored = json.loads((OLD_STATE / "issues.json").read_text())["data"]["memory"]
+    declared = {m.key: m for rule in ALL for m in rule.remember or ()}
+    assert set(stored) == set(declared) == set(KEYS)
+    memory = Memory.from_json(stored)
+    for key, rows in stored.items():
+        assert set(memory.of(declared[key])) == set(rows), key
+    requests = memory.of(declared["requests"])["gpu-dense"]
+    assert requests == RequestsRow(None, ((1784361600.0, 110), (1784361900.0, 22)))
+    assert memory.of(declared["breaker_open_since"])["gpu-light"] == BreakerRow(None, 1784361780.0)
+
+
 # --------------------------------------------------------------------------- a jittered clock
 
 
