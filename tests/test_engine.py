@@ -274,6 +274,14 @@ def test_the_rules_judged_from_benchmark_results_are_declared_on_them():
     assert {r.ID for r in ALL if r.JUDGED_FROM_BENCH} == {"benchmark-regression", "context-window", "api-key-mismatch"}
 
 
+def test_the_fleet_incidents_that_keep_results_out_of_the_baseline_are_derived_from_the_rules():
+    """A bench result taken while the fleet's cooling is failing is not the GPU's speed; one taken while
+    the data source is down is (gpuheal just cannot see): a new fleet rule must land on one side."""
+    from gpuheal.steps.bench import slowing_every_gpu
+
+    assert slowing_every_gpu(ALL) == {"cooling-infrastructure"}
+
+
 def test_every_rule_declares_a_contract_severity():
     critical = {"thermal-critical", "model-stuck", "host-unreachable", "api-key-mismatch",
                 "thermal-rising", "cooling-infrastructure"}
