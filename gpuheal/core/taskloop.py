@@ -5,8 +5,8 @@ llama-server answers ``/health`` and ``/props`` on its HTTP threads, but ``/metr
 every completion go through its task loop (the main thread). A deadlocked decode or a stuck CUDA
 kernel (llama.cpp#27388) leaves ``/health`` saying ok while those hang: measured on b11312 with the
 main thread stopped by ptrace, ``/health`` 200 in 10 ms, ``/metrics`` and ``/slots`` no answer.
-With no ``/metrics`` answer there is no ``n_decode_total`` either, so :mod:`gpuheal.core.decode`
-cannot see it.
+With no ``/metrics`` answer there is no ``n_decode_total`` either, so Rule 3's decode progress
+(``rules/model_stuck/memory.py``) cannot see it.
 
 A **stalled poll**: ``/health`` ok, at least one task-loop endpoint asked and not answered within
 the probe deadline (``timeout``), and none answered. A busy server is not a hung one: it answers

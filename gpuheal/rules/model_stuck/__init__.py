@@ -8,7 +8,7 @@ and ``grace_s`` (30): at a 60 s cadence the issue fires at the 2nd consecutive b
 Fewer than ``min_requests`` requests is not enough to judge (one stuck request is not a stuck GPU):
 not known. Recovers when the failure rate drops to ``clear_failure_ratio`` (the spec's verify: 0 %).
 
-**llama-server ``/metrics``** (contract "Rule 3 from llama-server", :mod:`gpuheal.core.decode`):
+**llama-server ``/metrics``** (contract "Rule 3 from llama-server", ``memory.py``):
 requests in flight and ``n_decode_total`` unchanged since the previous poll is a stalled poll; the
 finding starts at the first poll of the run (``started_at``) and is reported from the 1st stalled
 poll on, so the same hold — 2 polls and more than ``grace_s`` since the run began — fires it at the
