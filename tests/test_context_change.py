@@ -1,19 +1,43 @@
-"""Rule 9's follow-through, pure (``gpuheal.core.context_change``): a context change seen between polls,
-its re-benchmark and the verdict — with bad input as normal input and a jittered cron clock."""
+"""Rule 9's follow-through, pure (``gpuheal.core.context_change``): a context change seen between polls
+(Rule 9's memory, ``rules/context_window/memory.py``, folded in by the engine), its re-benchmark and the
+verdict — with bad input as normal input and a jittered cron clock."""
 
 from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from functools import cache
 
 import pytest
 
+from gpuheal import benchdata
 from gpuheal.clock import format_epoch
+from gpuheal.config import load_config_dict
 from gpuheal.core import context_change as cc
+from gpuheal.core import engine
+from gpuheal.core.memory import Memory
+from gpuheal.core.view import FleetView
 from gpuheal.model import GpuSample, Observation
+from gpuheal.rules import ALL
+from gpuheal.state.history import History
 
 START = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
 ALIASES = ("gpu-dense", "gpu-light")
+
+
+@cache
+def config(target: float | None):
+    """The fleet of ``ALIASES``; ``target`` is each GPU's configured baseline (a change's target)."""
+    gpus = [{"alias": a, "host": a, "endpoint": f"http://127.0.0.1:{9 + i}", "transport": "local",
+             **({} if target is None else {"baseline_tok_s": target})} for i, a in enumerate(ALIASES)]
+    return load_config_dict({"monitor": {"url": "http://127.0.0.1:9/gpu-data"}, "gpus": gpus})
+
+
+def remember_context(memory: Memory, obs: Observation, target: float | None) -> list[cc.ContextChange]:
+    """One poll folded into every rule's memory by the engine, as ``check`` does; the changes it saw."""
+    view = FleetView(config(target), obs.at.timestamp(), obs, History(), benchdata.empty(), memory)
+    engine.remember(ALL, view, memory)
+    return list(cc.awaiting(memory, seen_at_s=view.now_s).values())
 
 
 def jittered(n: int, seed: int = 7) -> list[datetime]:
@@ -27,20 +51,20 @@ def poll(at: datetime, **n_ctx) -> Observation:
     return Observation(at=at, gpus=gpus, monitor_ok=True)
 
 
-def run(series: list, target: float | None = 74.8) -> tuple[dict, list[list[cc.ContextChange]]]:
+def run(series: list, target: float | None = 74.8) -> tuple[Memory, list[list[cc.ContextChange]]]:
     """Feed gpu-dense's n_ctx poll by poll (``None``: the GPU absent from the poll)."""
-    memory: dict = {}
+    memory = Memory()
     seen = []
     for at, value in zip(jittered(len(series)), series, strict=True):
         obs = poll(at) if value is None else Observation(at=at, gpus={"gpu-dense": GpuSample(n_ctx=value)}, monitor_ok=True)
-        seen.append(cc.remember_context(memory, obs, ALIASES, lambda alias: target))
+        seen.append(remember_context(memory, obs, target))
     return memory, seen
 
 
 def test_first_sighting_is_not_a_change():
     memory, seen = run([4096, 4096, 4096])
     assert seen == [[], [], []]
-    assert memory["context"]["gpu-dense"]["n_ctx"] == 4096
+    assert memory.to_json()["context"]["gpu-dense"]["n_ctx"] == 4096
     assert cc.awaiting(memory) == {}
 
 
@@ -72,33 +96,34 @@ def test_bad_n_ctx_is_not_known_and_never_a_change(bad):
     assert cc.known_n_ctx(bad) is None
     memory, seen = run([4096, bad, bad, 4096])
     assert all(s == [] for s in seen)
-    assert memory["context"]["gpu-dense"]["n_ctx"] == 4096
+    assert memory.to_json()["context"]["gpu-dense"]["n_ctx"] == 4096
 
 
 def test_a_whole_float_counts_and_the_same_poll_twice_counts_once():
     assert cc.known_n_ctx(2048.0) == 2048
-    memory: dict = {}
+    memory = Memory()
     at = jittered(2)
-    cc.remember_context(memory, poll(at[0], **{"gpu-dense": 4096}), ALIASES, lambda a: 70.0)
-    assert cc.remember_context(memory, poll(at[0], **{"gpu-dense": 2048}), ALIASES, lambda a: 70.0) == []
-    assert len(cc.remember_context(memory, poll(at[1], **{"gpu-dense": 2048}), ALIASES, lambda a: 70.0)) == 1
+    remember_context(memory, poll(at[0], **{"gpu-dense": 4096}), 70.0)
+    assert remember_context(memory, poll(at[0], **{"gpu-dense": 2048}), 70.0) == []
+    assert len(remember_context(memory, poll(at[1], **{"gpu-dense": 2048}), 70.0)) == 1
 
 
 def test_damaged_memory_is_tolerated_and_dropped_gpus_forgotten():
-    memory = {"context": {"gpu-dense": {"n_ctx": "x", "at_s": "y", "change": {"from_n_ctx": -1}}, "gone": {}}}
+    memory = Memory.from_json({"context": {"gpu-dense": {"n_ctx": "x", "at_s": "y", "change": {"from_n_ctx": -1}},
+                                           "gone": {}}})
     at = jittered(1)[0]
-    assert cc.remember_context(memory, poll(at, **{"gpu-dense": 4096}), ALIASES, lambda a: 70.0) == []
-    assert "gone" not in memory["context"]
-    assert memory["context"]["gpu-dense"] == {"n_ctx": 4096, "at_s": at.timestamp(), "change": None}
-    assert cc.remember_context({"context": []}, poll(at, **{"gpu-dense": 4096}), ALIASES, lambda a: 1.0) == []
-    assert cc.awaiting({"context": {"gpu-dense": "junk"}}) == {}
-    assert cc.escalation({"context": 5}, "gpu-dense", format_epoch) is None
+    assert remember_context(memory, poll(at, **{"gpu-dense": 4096}), 70.0) == []
+    assert "gone" not in memory.to_json()["context"]
+    assert memory.to_json()["context"]["gpu-dense"] == {"n_ctx": 4096, "at_s": at.timestamp(), "change": None}
+    assert remember_context(Memory.from_json({"context": []}), poll(at, **{"gpu-dense": 4096}), 1.0) == []
+    assert cc.awaiting(Memory.from_json({"context": {"gpu-dense": "junk"}})) == {}
+    assert cc.escalation(Memory.from_json({"context": 5}), "gpu-dense", format_epoch) is None
 
 
 # --------------------------------------------------------------------------- re-benchmark and verdict
 
 
-def changed(target: float | None = 74.8) -> tuple[dict, cc.ContextChange]:
+def changed(target: float | None = 74.8) -> tuple[Memory, cc.ContextChange]:
     memory, seen = run([131072, 131072, 98304], target=target)
     return memory, seen[2][0]
 
@@ -107,7 +132,7 @@ def result(at_s: float, tok_s, ok: bool = True, n_ctx=98304) -> dict:
     return {"at": at_s, "gen_tok_s": tok_s, "ok": ok, "n_ctx": n_ctx}
 
 
-def settle(memory: dict, results: list[dict], floor: float = 0.9) -> list[cc.Verdict]:
+def settle(memory: Memory, results: list[dict], floor: float = 0.9) -> list[cc.Verdict]:
     return cc.settle(memory, lambda alias: results if alias == "gpu-dense" else [], lambda alias: floor, ALIASES)
 
 

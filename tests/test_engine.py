@@ -20,6 +20,7 @@ except ImportError:
 from gpuheal import benchdata
 from gpuheal.core import engine
 from gpuheal.core.engine import Finding, load_book, new_book
+from gpuheal.core.memory import Memory
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.rules import ALL, BY_ID, KNOWN_IDS, RuleRegistryError, build_registry
 from gpuheal.signals import Signal
@@ -183,7 +184,7 @@ def test_issues_of_removed_gpus_or_rules_are_forgotten():
                                   {"memory": 5, "log": {}}])
 def test_load_book_tolerates_garbage(junk):
     book = load_book(junk)
-    assert book.issues == {} and isinstance(book.memory, dict) and isinstance(book.log, list)
+    assert book.issues == {} and isinstance(book.memory, Memory) and book.memory.to_json() == {} and isinstance(book.log, list)
 
 
 def test_log_is_bounded():
@@ -222,7 +223,8 @@ def test_registry_has_every_contract_id_once_and_matches_defaults():
 def _module(name, **attrs):
     mod = SimpleNamespace(__name__=f"gpuheal.rules.{name}", SCOPE="gpu", SEVERITY="warning", NEEDS=(),
                           INHIBITS=None, Params=BY_ID["vram-leak"].Params, detect=lambda v, s, p: None,
-                          recovered=None, hold=None, REMEDY=BY_ID["vram-leak"].REMEDY)
+                          recovered=None, hold=None, remember=None, JUDGED_FROM_BENCH=False,
+                          REMEDY=BY_ID["vram-leak"].REMEDY)
     for k, v in attrs.items():
         setattr(mod, k, v)
     return mod
@@ -243,6 +245,44 @@ def test_registry_refuses_duplicates_unknown_ids_and_misnamed_modules():
     with pytest.raises(RuleRegistryError, match="REMEDY"):
         build_registry((_module("vram_leak", ID="vram-leak", REMEDY=None),))
     assert build_registry((good,)) == (good,)
+
+
+def test_registry_refuses_a_bad_memory_declaration_and_two_memories_under_one_key():
+    """``remember`` is None or a tuple of Remember records whose keys no other rule uses (each key
+    is a memory in the issue book); ``JUDGED_FROM_BENCH`` a bool, never missing or truthy text."""
+    from gpuheal.core.memory import Remember
+
+    memory = Remember("rows", lambda data: None, lambda row, view, subject: None)
+    for bad in ("rows", (), (memory, "rows"), [memory], "missing"):
+        attrs = {} if bad == "missing" else {"remember": bad}
+        mod = _module("vram_leak", ID="vram-leak", **attrs)
+        if bad == "missing":
+            del mod.remember
+        with pytest.raises(RuleRegistryError, match="remember must be None or a tuple"):
+            build_registry((mod,))
+    for bad in ("yes", 1, None):
+        with pytest.raises(RuleRegistryError, match="JUDGED_FROM_BENCH"):
+            build_registry((_module("vram_leak", ID="vram-leak", JUDGED_FROM_BENCH=bad),))
+    one, two = _module("vram_leak", ID="vram-leak", remember=(memory,)), _module("model_stuck", ID="model-stuck",
+                                                                                 remember=(memory,))
+    with pytest.raises(RuleRegistryError, match="memory key 'rows' is also vram-leak's"):
+        build_registry((one, two))
+    assert build_registry((one,)) == (one,)
+    assert len({m.key for r in ALL for m in r.remember or ()}) == sum(len(r.remember or ()) for r in ALL) == 7
+
+
+def test_the_rules_judged_from_benchmark_results_are_declared_on_them():
+    """``bench`` re-evaluates exactly the rules whose evidence is the recorded results: Rule 4, Rule 9
+    and the rejected key (L1), read from each rule's own declaration."""
+    assert {r.ID for r in ALL if r.JUDGED_FROM_BENCH} == {"benchmark-regression", "context-window", "api-key-mismatch"}
+
+
+def test_the_fleet_incidents_that_keep_results_out_of_the_baseline_are_derived_from_the_rules():
+    """A bench result taken while the fleet's cooling is failing is not the GPU's speed; one taken while
+    the data source is down is (gpuheal just cannot see): a new fleet rule must land on one side."""
+    from gpuheal.steps.bench import slowing_every_gpu
+
+    assert slowing_every_gpu(ALL) == {"cooling-infrastructure"}
 
 
 def test_every_rule_declares_a_contract_severity():

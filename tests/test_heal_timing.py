@@ -167,7 +167,7 @@ def _bench_excluded(offsets):
         sample = obs.gpus[DENSE]
         moved = replace(sample, bench_measured_at=sample.bench_measured_at.fromtimestamp(at, tz=obs.at.tzinfo))
         ingest_monitor_bench(BENCH_CFG, bench, replace(obs, gpus={**obs.gpus, DENSE: moved}), book, restarts)
-        own = exclusion_reason(DENSE, at, [], [restarted], 120)
+        own = exclusion_reason(DENSE, at, [], [restarted], 120, fleet_incidents=())
         out.append((bench["results"][DENSE][-1]["excluded"], own is not None))
     return out
 

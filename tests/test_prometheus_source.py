@@ -539,8 +539,12 @@ def test_breakers_are_not_known_without_gpu_monitor(source, shown):
     """circuit-breaker-status.json said ``"open": false`` for every GPU behind Prometheus, where nothing
     is known of LiteLLM's breakers; and such a poll reset a breaker gpu-monitor had seen open."""
     from gpuheal import benchdata
-    from gpuheal.core.view import FleetView, remember
+    from gpuheal.core import engine
+    from gpuheal.core.memory import Memory
+    from gpuheal.core.view import FleetView
     from gpuheal.model import GpuSample
+    from gpuheal.rules import ALL
+    from gpuheal.rules.circuit_breaker_stuck.memory import open_since
     from gpuheal.state.history import History
     from gpuheal.steps.evaluate import breaker_status
 
@@ -548,11 +552,12 @@ def test_breakers_are_not_known_without_gpu_monitor(source, shown):
     at = datetime(2026, 7, 18, 8, 0, 0, 400000, tzinfo=UTC)
     obs = Observation(at=at, gpus={"a": GpuSample(temp_c=60.0), "b": GpuSample(temp_c=61.0)}, monitor_ok=True,
                       source=source)
-    memory = {"breaker_open_since": {"a": at.timestamp() - 600}}
-    remember(memory, obs, ("a", "b"), frozenset(), 3600)
+    memory = Memory.from_json({"breaker_open_since": {"a": at.timestamp() - 600}})
     view = FleetView(cfg, at.timestamp(), obs, History(), benchdata.empty(), memory)
+    engine.remember(ALL, view, memory)
     assert breaker_status(view, {})["a"]["open"] is shown
-    assert ("a" in memory["breaker_open_since"]) is (shown is None)
+    # still open since then after a poll that does not know the breakers; reset by one that saw it closed
+    assert open_since(memory, "a") == (at.timestamp() - 600 if shown is None else None)
 
 
 # --------------------------------------------------------------------------- Rule 2's remembered trend

@@ -113,13 +113,20 @@ def test_a_monitor_found_issue_is_not_cleared_by_an_idle_metrics_reading():
 
 
 def test_the_same_poll_twice_is_counted_once():
-    from gpuheal.core.decode import decode_state, remember_decode
+    from gpuheal import benchdata
+    from gpuheal.core import engine
+    from gpuheal.core.memory import Memory
+    from gpuheal.core.view import FleetView
+    from gpuheal.rules import ALL
+    from gpuheal.rules.model_stuck.memory import decode_state
+    from gpuheal.state.history import History
 
     obs = fleet_trace(CFG, {G: {"n_decode_total": "7x2", "requests_processing": "1x2"}})
-    memory: dict = {}
+    memory = Memory()
     for o in (obs[0], obs[0], obs[1], obs[1]):
-        remember_decode(memory, o, CFG.aliases)
-    assert decode_state(memory, G, (START + timedelta(seconds=60)).timestamp())["polls"] == 2
+        view = FleetView(CFG, o.at.timestamp(), o, History(), benchdata.empty(), memory)
+        engine.remember(ALL, view, memory)
+    assert decode_state(memory, G, (START + timedelta(seconds=60)).timestamp()).polls == 2
 
 
 def test_a_recorded_trace_replays_rule_3_and_rejects_garbage_telemetry(tmp_path):

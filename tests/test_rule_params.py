@@ -80,7 +80,8 @@ def test_a_params_record_missing_a_field_or_typed_otherwise_is_caught():
 def _module(params, **attrs):
     mod = SimpleNamespace(__name__="gpuheal.rules.thermal_critical", ID="thermal-critical", SCOPE="gpu",
                           SEVERITY="critical", NEEDS=(), INHIBITS=None, Params=params,
-                          detect=lambda v, s, p: None, recovered=None, hold=None, REMEDY=thermal_critical.REMEDY)
+                          detect=lambda v, s, p: None, recovered=None, hold=None, remember=None,
+                          JUDGED_FROM_BENCH=False, REMEDY=thermal_critical.REMEDY)
     for k, v in attrs.items():
         setattr(mod, k, v)
     return mod

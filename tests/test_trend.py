@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from gpuheal import benchdata
 from gpuheal.core.engine import Finding
 from gpuheal.core.trend import SPARK, fit_window, slope, sparkline
-from gpuheal.core.view import FleetView, vram_trend
+from gpuheal.core.view import FleetView
 from gpuheal.rules import vram_leak
+from gpuheal.rules.vram_leak.trend import vram_trend
 from gpuheal.state.history import History
 
 try:

@@ -6,8 +6,9 @@ context itself (the recommendation names the exact ``--ctx-size``; an operator r
 it notices that the running context changed and then does the verify and escalate steps:
 
 - **Seen between polls.** Each poll reads ``n_ctx`` (per slot) from llama-server's ``GET /props``
-  (Lesson L3: the running state, not the config). The last value known is kept in the issue book's
-  memory, ``memory["context"][ALIAS]``, so cron's one-shot runs and ``replay`` see the same
+  (Lesson L3: the running state, not the config). The last value known is Rule 9's memory
+  (``rules/context_window/memory.py``; its rows, :class:`ContextRow`, are typed here because the
+  re-benchmark below reads and updates them), so cron's one-shot runs and ``replay`` see the same
   sequence. A value that differs from it is a context change. The first sighting is not a change; a
   poll that does not know ``n_ctx`` (server down, restarting, a fault, garbage) changes nothing, so
   a restart that keeps ``n_ctx`` is not a change either.
@@ -37,8 +38,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuheal.core import memory_rows, rebench
-from gpuheal.model import Observation
+from gpuheal.core import rebench
+from gpuheal.core.memory import Memory, number
 
 MEMORY_KEY = "context"
 # The largest per-slot context believed: 2**27 tokens (134 M) is far beyond any model's n_ctx_train
@@ -49,6 +50,7 @@ PENDING = "pending"
 VERIFIED = "verified"
 PERF_LOSS = "perf-loss"
 NO_TARGET = "no-target"
+STATES = (PENDING, VERIFIED, PERF_LOSS, NO_TARGET)
 ESCALATION = "context can't be adjusted without significant perf loss"  # the spec's words (Rule 9)
 
 
@@ -89,63 +91,92 @@ def known_n_ctx(value: object) -> int | None:
     return int(value)
 
 
-# --------------------------------------------------------------------------- polls
+# --------------------------------------------------------------------------- the remembered rows
 
 
-def remember_context(
-    memory: dict[str, Any],
-    obs: Observation,
-    aliases: tuple[str, ...],
-    target: Callable[[str], float | None],
-) -> list[ContextChange]:
-    """Fold this poll's ``n_ctx`` into ``memory["context"]``; the changes seen this poll.
-    ``target(alias)``: the GPU's baseline tok/s now (asked only on a change). Mutates ``memory``."""
-    book = memory_rows.rows(memory, MEMORY_KEY, aliases)
-    now_s = obs.at.timestamp()
-    changes = []
-    for alias in aliases:
-        sample = obs.gpus.get(alias)
-        n_ctx = known_n_ctx(getattr(sample, "n_ctx", None))
-        if n_ctx is None:
-            continue  # not known this poll: neither a change nor a reset
-        found = book.get(alias)
-        prev: dict[str, Any] = found if isinstance(found, dict) else {}
-        last, last_s = known_n_ctx(prev.get("n_ctx")), _float(prev.get("at_s"))
-        if last_s is not None and now_s <= last_s:
-            continue  # the same poll again, or a clock step back
-        entry = {"n_ctx": n_ctx, "at_s": now_s, "change": _record_or_none(prev.get("change"))}
-        if last is not None and n_ctx != last:
-            change = ContextChange(alias, last, n_ctx, now_s, _positive(target(alias)))
-            entry["change"] = _pending(change)
-            changes.append(change)
-        book[alias] = entry
-    return changes
+@dataclass(frozen=True, slots=True)
+class ChangeRecord:
+    """A change as remembered: from → to, seen at ``at_s``, its target, and its re-benchmark so far
+    (``state`` pending / verified / perf-loss / no-target; the result that judged it last)."""
+
+    from_n_ctx: int
+    to_n_ctx: int
+    at_s: float
+    target_tok_s: float | None
+    state: str
+    gen_tok_s: float | None = None
+    ratio_pct: float | None = None
+    checked_at_s: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"from_n_ctx": self.from_n_ctx, "to_n_ctx": self.to_n_ctx, "at_s": self.at_s,
+                "target_tok_s": self.target_tok_s, "state": self.state, "gen_tok_s": self.gen_tok_s,
+                "ratio_pct": self.ratio_pct, "checked_at_s": self.checked_at_s}
+
+    @classmethod
+    def load(cls, record: object) -> ChangeRecord | None:
+        """A stored change; ``None`` when there is none or it is damaged (a number that is not one
+        reads as not known)."""
+        if not isinstance(record, dict):
+            return None
+        from_n_ctx, to_n_ctx = known_n_ctx(record.get("from_n_ctx")), known_n_ctx(record.get("to_n_ctx"))
+        at_s, state = number(record.get("at_s")), record.get("state")
+        if from_n_ctx is None or to_n_ctx is None or at_s is None or state not in STATES:
+            return None
+        return cls(from_n_ctx, to_n_ctx, at_s, _positive(record.get("target_tok_s")),
+                   str(state), number(record.get("gen_tok_s")), number(record.get("ratio_pct")),
+                   number(record.get("checked_at_s")))
 
 
-def _pending(change: ContextChange) -> dict[str, Any]:
-    return {"from_n_ctx": change.from_n_ctx, "to_n_ctx": change.to_n_ctx, "at_s": change.at_s,
-            "target_tok_s": change.target_tok_s, "state": PENDING, "gen_tok_s": None, "ratio_pct": None,
-            "checked_at_s": None}
+@dataclass(frozen=True, slots=True)
+class ContextRow:
+    """A GPU's last running context known (``n_ctx`` at the poll ``at_s``) and its last change."""
+
+    n_ctx: int | None
+    at_s: float | None
+    change: ChangeRecord | None
+
+    def to_json(self) -> dict[str, object]:
+        change = None if self.change is None else self.change.to_json()
+        return {"n_ctx": self.n_ctx, "at_s": self.at_s, "change": change}
+
+    @classmethod
+    def load(cls, data: object) -> ContextRow | None:
+        """A stored row, each part read on its own: a damaged ``n_ctx`` is not known (no change is
+        seen against it), a damaged change is none."""
+        if not isinstance(data, dict):
+            return None
+        return cls(known_n_ctx(data.get("n_ctx")), _float(data.get("at_s")), ChangeRecord.load(data.get("change")))
+
+
+def rows(memory: Memory) -> dict[str, ContextRow]:
+    """Rule 9's rows, by alias (live: an update is kept)."""
+    return memory.rows(MEMORY_KEY, ContextRow.load)
+
+
+def pending(change: ContextChange) -> ChangeRecord:
+    """A change just seen: waiting for its re-benchmark."""
+    return ChangeRecord(change.from_n_ctx, change.to_n_ctx, change.at_s, change.target_tok_s, PENDING)
 
 
 # --------------------------------------------------------------------------- bench
 
 
-def awaiting(memory: dict[str, Any], seen_at_s: float | None = None) -> dict[str, ContextChange]:
+def awaiting(memory: Memory, seen_at_s: float | None = None) -> dict[str, ContextChange]:
     """Changes still waiting for their re-benchmark, by alias (only those seen at ``seen_at_s``:
     this poll's, for its audit lines)."""
     out = {}
-    for alias, entry in _entries(memory):
-        change = _change(alias, entry)
-        if change is None or entry["change"].get("state") != PENDING:
+    for alias, row in rows(memory).items():
+        if row.change is None or row.change.state != PENDING:
             continue
+        change = _change(alias, row.change)
         if seen_at_s is None or change.at_s == seen_at_s:
             out[alias] = change
     return out
 
 
 def settle(
-    memory: dict[str, Any],
+    memory: Memory,
     results: Callable[[str], Iterable[dict[str, Any]]],
     floor_ratio: Callable[[str], float],
     aliases: tuple[str, ...],
@@ -157,20 +188,20 @@ def settle(
     judged again by the next result, so a GPU whose speed comes back clears the escalation.
     Mutates ``memory``."""
     verdicts = []
-    for alias, entry in _entries(memory):
-        change = _change(alias, entry) if alias in aliases else None
-        if change is None or entry["change"]["state"] not in (PENDING, PERF_LOSS):
+    book = rows(memory)
+    for alias, row in book.items():
+        record = row.change
+        if alias not in aliases or record is None or record.state not in (PENDING, PERF_LOSS):
             continue
-        record = entry["change"]
-        previous = record["state"]
-        after = _float(record.get("checked_at_s")) or change.at_s
+        change = _change(alias, record)
+        after = record.checked_at_s or change.at_s
         latest = _latest_ok(results(alias), after, change.to_n_ctx)
         if latest is None:
             continue
         measured_s, tok_s = latest
-        verdict = replace(judge(change, tok_s, measured_s, floor_ratio(alias)), previous=previous)
-        record.update(state=verdict.state, gen_tok_s=round(tok_s, 2), ratio_pct=verdict.ratio_pct,
-                      checked_at_s=measured_s)
+        verdict = replace(judge(change, tok_s, measured_s, floor_ratio(alias)), previous=record.state)
+        book[alias] = replace(row, change=replace(record, state=verdict.state, gen_tok_s=round(tok_s, 2),
+                                                  ratio_pct=verdict.ratio_pct, checked_at_s=measured_s))
         verdicts.append(verdict)
     return verdicts
 
@@ -200,19 +231,17 @@ def _latest_ok(results: Iterable[dict[str, Any]], after_s: float, to_n_ctx: int)
 # --------------------------------------------------------------------------- rule 9 and reports
 
 
-def escalation(memory: dict[str, Any], alias: str, iso: Callable[[float], str]) -> dict[str, Any] | None:
+def escalation(memory: Memory, alias: str, iso: Callable[[float], str]) -> dict[str, Any] | None:
     """The ``detected`` of Rule 9's escalation when the GPU's last change lost significant
     performance at its re-benchmark; ``None`` otherwise."""
-    entry = _entry(memory, alias)
-    if entry is None:
+    row = rows(memory).get(alias)
+    record = None if row is None else row.change
+    if record is None or record.state != PERF_LOSS:
         return None
-    change = _change(alias, entry)
-    if change is None or entry["change"].get("state") != PERF_LOSS:
-        return None
-    record = entry["change"]
+    change = _change(alias, record)
     return {"recommendation": "escalate", "escalation": ESCALATION, "from_n_ctx": change.from_n_ctx,
-            "to_n_ctx": change.to_n_ctx, "changed_at": iso(change.at_s), "gen_tok_s": record.get("gen_tok_s"),
-            "target_tok_s": change.target_tok_s, "ratio_pct": record.get("ratio_pct")}
+            "to_n_ctx": change.to_n_ctx, "changed_at": iso(change.at_s), "gen_tok_s": record.gen_tok_s,
+            "target_tok_s": change.target_tok_s, "ratio_pct": record.ratio_pct}
 
 
 def escalation_summary(alias: str, detected: dict[str, Any]) -> str:
@@ -256,40 +285,11 @@ def _audit(gpu: str, at: str, detected: dict[str, Any], action: str, result: str
             "action": action, "result": result, "verification": verification, "escalated": escalated}
 
 
-# --------------------------------------------------------------------------- memory, tolerant
+# --------------------------------------------------------------------------- values, tolerant
 
 
-def _entries(memory: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    book = memory.get(MEMORY_KEY)
-    if not isinstance(book, dict):
-        return []
-    return [(str(a), e) for a, e in book.items() if isinstance(e, dict)]
-
-
-def _entry(memory: dict[str, Any], alias: str) -> dict[str, Any] | None:
-    book = memory.get(MEMORY_KEY)
-    entry = book.get(alias) if isinstance(book, dict) else None
-    return entry if isinstance(entry, dict) else None
-
-
-def _change(alias: str, entry: dict[str, Any]) -> ContextChange | None:
-    """The entry's change as a record; ``None`` when there is none or it is damaged."""
-    record = _record_or_none(entry.get("change"))
-    if record is None:
-        entry["change"] = None
-        return None
-    return ContextChange(alias, record["from_n_ctx"], record["to_n_ctx"], record["at_s"],
-                         _positive(record.get("target_tok_s")))
-
-
-def _record_or_none(record: object) -> dict[str, Any] | None:
-    if not isinstance(record, dict):
-        return None
-    if known_n_ctx(record.get("from_n_ctx")) is None or known_n_ctx(record.get("to_n_ctx")) is None:
-        return None
-    if _float(record.get("at_s")) is None or record.get("state") not in (PENDING, VERIFIED, PERF_LOSS, NO_TARGET):
-        return None
-    return record
+def _change(alias: str, record: ChangeRecord) -> ContextChange:
+    return ContextChange(alias, record.from_n_ctx, record.to_n_ctx, record.at_s, record.target_tok_s)
 
 
 def _float(value: object) -> float | None:

@@ -12,12 +12,15 @@ A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, 
 - **clearing**: a pending issue whose finding stops holding is dropped (it never fired); a firing
   issue resolves only when the rule's recovery condition holds (``recovered``: clear-side
   hysteresis, e.g. thermal clears below 80 °C, not at 85 °C) for ``clear_polls`` polls.
-- **inhibition** (a rule's ``INHIBITS``): a firing ``host-unreachable`` freezes and hides that GPU's
-  other issues; a firing ``data-source-unreachable`` freezes and hides the issues of rules fed by
-  gpu-monitor (reported as not known — neither healthy nor hot); a firing ``api-key-mismatch``
-  freezes and hides the symptoms a restart cannot fix on that GPU (model-stuck, a stuck breaker,
-  misrouted work: L1/L2). Hidden issues stay in the book and come back, or resolve, once the
-  inhibitor resolves.
+- **inhibition** (a rule's ``INHIBITS``): a firing issue of a rule that inhibits ``"host"`` (an
+  unreachable host) freezes and hides that GPU's other issues; one that inhibits ``"monitor"`` (the
+  GPU data source down) freezes and hides the issues of the rules whose signals that poll did not
+  deliver (reported as not known — neither healthy nor hot); one that inhibits a set of issue ids
+  freezes and hides those issues on that GPU (a rejected API key hides the symptoms a restart cannot
+  fix: L1/L2). Hidden issues stay in the book and come back, or resolve, once the inhibitor resolves.
+- **memory** (a rule's ``remember``): before any rule detects, :func:`remember` folds the poll into
+  what each rule keeps between polls (:mod:`gpuheal.core.memory`: missing data, a poll seen twice, a
+  damaged row and a GPU gone are handled there and here, once).
 - **muting**: a GPU inside ``heal``'s startup grace is not evaluated at all.
 - **verifying** (contract "Issue state after a remediation"): a firing issue whose remediation ran
   and passed its own checks (``heal``'s ``pending`` attempt, :class:`~gpuheal.core.view.Verifying`)
@@ -35,7 +38,7 @@ state directory from before stays readable both ways::
 
     {"version": 1,
      "issues": {"ALIAS|ISSUE-ID": RECORD},
-     "memory": {...},                 # core/view.remember: request counts, breaker first seen
+     "memory": {KEY: {SUBJECT: ROW}}, # what the rules remember (core/memory.Memory)
      "log":    [TRANSITION, ...]}     # the last LOG_MAX transitions, oldest first
 
 ``since`` is kept once, as ``since_s``; the ISO text is derived (and still written, for the
@@ -52,6 +55,7 @@ from typing import Any
 from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
+from gpuheal.core.memory import Memory
 from gpuheal.core.rule import Detection, Rule
 from gpuheal.core.view import FleetView, Verifying, epoch_or_none
 from gpuheal.signals import Signal, unmet
@@ -135,7 +139,7 @@ class Evaluation:
     inhibited: list[dict[str, Any]] = field(default_factory=list)
     muted: list[str] = field(default_factory=list)
     tolerance_s: float = timing.TOLERANCE_S
-    memory: dict[str, Any] = field(default_factory=dict)  # the book's memory after it (decode progress)
+    memory: Memory = field(default_factory=Memory)  # the book's memory after it (decode progress)
 
 
 # --------------------------------------------------------------------------- the book
@@ -258,18 +262,18 @@ class Transition:
 
 @dataclass
 class IssueBook:
-    """The engine's state between polls: the open issues by ``ALIAS|ISSUE-ID``, the view's memory
-    (core/view.remember, core/decode) and the last :data:`LOG_MAX` transitions, oldest first."""
+    """The engine's state between polls: the open issues by ``ALIAS|ISSUE-ID``, what the rules
+    remember (:class:`~gpuheal.core.memory.Memory`) and the last :data:`LOG_MAX` transitions, oldest first."""
 
     issues: dict[str, IssueRecord] = field(default_factory=dict)
-    memory: dict[str, Any] = field(default_factory=dict)
+    memory: Memory = field(default_factory=Memory)
     log: list[Transition] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": BOOK_VERSION,
             "issues": {key: rec.to_json() for key, rec in self.issues.items()},
-            "memory": self.memory,
+            "memory": self.memory.to_json(),
             "log": [t.to_json() for t in self.log],
         }
 
@@ -294,8 +298,7 @@ def load_book(data: Any) -> IssueBook:
             rec = IssueRecord.from_json(key, stored)
             if rec is not None:
                 book.issues[key] = rec
-    if isinstance(data.get("memory"), dict):
-        book.memory = data["memory"]
+    book.memory = Memory.from_json(data.get("memory"))
     if isinstance(data.get("log"), list):
         log = (Transition.from_json(t) for t in data["log"])
         book.log = [t for t in log if t is not None][-LOG_MAX:]
@@ -370,6 +373,29 @@ def _present(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
     if timing.at_least(seen_s - v.judge_from_s, 0.0, view.tolerance_s):
         return public  # seen still broken from judge_from on: firing again (heal fails the attempt)
     return verifying_issue(public, v)
+
+
+def remember(rules: Sequence[Rule[Any]], view: FleetView, memory: Memory) -> None:
+    """Fold this poll (``view``) into what each rule remembers (its ``remember``), before any rule
+    detects. Missing data neither advances nor resets (a fold answers ``None``: the row stays); a poll
+    already folded in — the same poll again, a clock stepped back — is never folded twice; the rows of a
+    GPU no longer configured, and the memories no rule declares, go. A muted or inhibited GPU is still
+    remembered: its memory is what it was seen doing. A bench-only evaluation (no poll) changes nothing.
+    Mutates ``memory``."""
+    if view.obs is None:
+        return
+    declared = [(rule, m) for rule in rules for m in rule.remember or ()]
+    memory.keep({m.key for _, m in declared}, {*view.aliases, FLEET})
+    now_s = view.now_s
+    for rule, m in declared:
+        rows = memory.of(m)
+        for subject in (FLEET,) if rule.SCOPE == FLEET else view.aliases:
+            row = rows.get(subject)
+            if row is not None and row.at_s is not None and now_s <= row.at_s:
+                continue
+            folded = m.fold(row, view, subject)
+            if folded is not None:
+                rows[subject] = folded
 
 
 def evaluate(

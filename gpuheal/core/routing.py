@@ -16,6 +16,9 @@ designated role within 24h. Escalate: if role mismatch persists >48h → agent a
    The deployment's model group is known; request tags and prompt sizes are not;
 3. ``gpu-monitor``: its per-host ``requests_60s`` summed over the window — weight only.
 
+The last two are remembered poll by poll by the rule (``rules/workload_misrouted/memory.py``, which also
+picks the source for the fleet).
+
 **Weight**: a GPU's share of the fleet's requests against its weight over the sum of weights; off by
 more than ``tolerance_ratio`` of the target (at least 2 points) is misrouted. **Role**: the requests
 outside its role over those that could be judged, more than ``role_tolerance_ratio``, is misrouted.
@@ -30,8 +33,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from gpuheal.config.model import Role
-from gpuheal.core import memory_rows
-from gpuheal.model import Observation, RoleTally
+from gpuheal.model import RoleTally
 from gpuheal.parse.litellm_spend import SpendRow
 
 SPEND_LOGS = "spend-logs"
@@ -252,75 +254,3 @@ def _pct(value: float) -> str:
     return f"{value:.0f}"
 
 
-# --------------------------------------------------------------------------- the fleet's readings
-
-
-def remember_counters(memory: dict[str, Any], obs: Observation, aliases: tuple[str, ...], keep_s: float) -> None:
-    """Fold this poll's LiteLLM counters into ``memory["routing"]`` (``{ALIAS: [[t, total, group], ...]}``,
-    kept ``keep_s``), so that one-shot cron runs see their increase over the window. A poll that did
-    not know a GPU's counter adds nothing for it. Mutates ``memory`` only."""
-    now_s = obs.at.timestamp()
-    book = memory_rows.rows(memory, "routing", aliases)
-    for alias in aliases:
-        sample = obs.gpus.get(alias)
-        total = None if sample is None else sample.litellm_requests_total
-        group = None if sample is None else sample.litellm_model_group
-        found = book.get(alias)
-        points = book[alias] = [p for p in found if _point(p)] if isinstance(found, list) else []  # damage dropped
-        if total is not None and (not points or now_s > points[-1][0]):
-            points.append([now_s, total, group])
-        while points and points[0][0] < now_s - keep_s:
-            points.pop(0)
-        if not points:
-            del book[alias]
-
-
-def counter_points(memory: Mapping[str, Any], alias: str, start_s: float) -> list[tuple[float, float]]:
-    """The remembered counter values of ``alias`` from ``start_s`` on (anything malformed is skipped)."""
-    points = memory.get("routing", {}).get(alias)
-    if not isinstance(points, list):
-        return []
-    return [(float(p[0]), float(p[1])) for p in points if _point(p) and p[0] >= start_s]
-
-
-def _point(p: Any) -> bool:
-    """A remembered ``[t, total, group]``, well formed."""
-    return isinstance(p, list) and len(p) == 3 and all(isinstance(v, int | float) and not isinstance(v, bool)
-                                                       for v in p[:2])
-
-
-def last_group(memory: Mapping[str, Any], alias: str) -> str | None:
-    points = memory.get("routing", {}).get(alias)
-    if isinstance(points, list) and points and isinstance(points[-1], list) and len(points[-1]) == 3:
-        group = points[-1][2]
-        return group if isinstance(group, str) else None
-    return None
-
-
-def fleet_readings(view: Any, window_s: float) -> dict[str, Reading]:
-    """Every GPU's :class:`Reading` over the trailing window from the best source this poll has: the
-    spend logs when this poll read them, else LiteLLM's counters when remembered, else gpu-monitor's
-    counts. One source for the whole fleet, so that shares compare like with like. Cached per view."""
-    key = ("routing", window_s)
-    if key in view.cache:
-        cached: dict[str, Reading] = view.cache[key]
-        return cached
-    gpus = view.gpus
-    out: dict[str, Reading] = {}
-    samples = {a: view.sample(a) for a in gpus}
-    if any(s is not None and s.routing is not None for s in samples.values()):
-        for a, s in samples.items():
-            if s is not None and s.routing is not None:
-                out[a] = from_spend(s.routing, gpus[a].role_kinds)
-    elif any(counter_points(view.memory, a, 0.0) for a in gpus):
-        for a, g in gpus.items():
-            increase = counter_increase(counter_points(view.memory, a, view.now_s - window_s - view.tolerance_s))
-            if increase is not None:
-                out[a] = from_counters(increase, last_group(view.memory, a), g.role_kinds)
-    else:
-        for a, g in gpus.items():
-            n = view.requests_in_window(a, window_s)
-            if n is not None:
-                out[a] = from_monitor(n, g.role_kinds)
-    view.cache[key] = out
-    return out

@@ -18,6 +18,14 @@ these names and nothing else — no ``getattr`` on a module that may lack one:
 - ``recovered``: ``None`` ("``detect`` is quiet" clears it) or ``(view, subject, p, record)`` →
   ``bool | None`` (clear-side hysteresis: thermal clears below 80 °C, not at 85 °C);
 - ``hold``: ``None`` (``p.hold_polls``, ``p.hold_s``) or ``(p)`` → ``(polls, seconds)``;
+- ``remember``: ``None``, or what the rule keeps between polls — a tuple of
+  :class:`~gpuheal.core.memory.Remember` (each a memory's key, its typed row's loader and a pure
+  ``fold(row, view, subject)`` → the row after this poll, ``None`` for "this poll cannot say"). The
+  engine folds every poll in before any rule detects (:func:`gpuheal.core.engine.remember`) and
+  keeps the rows (:class:`~gpuheal.core.memory.Memory`); the rule reads its rows from ``view.memory``.
+  Declared directly after ``hold``, in ``rules/<id>/memory.py`` when there is one;
+- ``JUDGED_FROM_BENCH``: whether its evidence is the recorded benchmark results, so that ``bench``
+  evaluates it after recording them (``steps.evaluate.evaluate_bench_full``);
 - ``REMEDY``: what ``heal`` does about its issue (:class:`~gpuheal.core.remedy.Remedy`), at the bottom
   of the module.
 """
@@ -32,6 +40,7 @@ from gpuheal.signals import Need
 
 if TYPE_CHECKING:
     from gpuheal.core.engine import Finding, IssueRecord
+    from gpuheal.core.memory import Remember
     from gpuheal.core.remedy import Remedy
     from gpuheal.core.view import FleetView
 
@@ -64,6 +73,8 @@ class Rule(Protocol[P]):
     @property
     def INHIBITS(self) -> Inhibits: ...
     @property
+    def JUDGED_FROM_BENCH(self) -> bool: ...
+    @property
     def Params(self) -> type[P]: ...
 
     def detect(self, view: FleetView, subject: str, p: P, /) -> Detection: ...
@@ -74,6 +85,8 @@ class Rule(Protocol[P]):
     def hold(self) -> Callable[[P], tuple[int, float]] | None: ...
     @property
     def REMEDY(self) -> Remedy: ...
+    @property
+    def remember(self) -> tuple[Remember[Any], ...] | None: ...
 
 
 def rule(module: Rule[P]) -> Rule[Any]:

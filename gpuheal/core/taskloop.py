@@ -5,8 +5,8 @@ llama-server answers ``/health`` and ``/props`` on its HTTP threads, but ``/metr
 every completion go through its task loop (the main thread). A deadlocked decode or a stuck CUDA
 kernel (llama.cpp#27388) leaves ``/health`` saying ok while those hang: measured on b11312 with the
 main thread stopped by ptrace, ``/health`` 200 in 10 ms, ``/metrics`` and ``/slots`` no answer.
-With no ``/metrics`` answer there is no ``n_decode_total`` either, so :mod:`gpuheal.core.decode`
-cannot see it.
+With no ``/metrics`` answer there is no ``n_decode_total`` either, so Rule 3's decode progress
+(``rules/model_stuck/memory.py``) cannot see it.
 
 A **stalled poll**: ``/health`` ok, at least one task-loop endpoint asked and not answered within
 the probe deadline (``timeout``), and none answered. A busy server is not a hung one: it answers
@@ -15,19 +15,13 @@ milliseconds), so one answer ends the run. A poll that says neither (``/health``
 ``/metrics`` disabled and nothing else asked; a 401) neither advances nor resets it — as for
 ``n_decode_total``, ``model-stuck`` fires at the rule's hold, the 3rd consecutive stalled poll.
 
-The run lives in the issue book's memory (``memory["taskloop"][ALIAS]``), so cron's one-shot runs and
-``replay`` see the same sequence::
-
-    {"polls": consecutive stalled polls (1 = the first), "first_s": that first poll,
-     "at_s": the poll this entry is of, "answered": [paths], "silent": [paths]}
+The run is Rule 3's to remember (``rules/model_stuck/memory.py``, ``taskloop``), so cron's one-shot
+runs and ``replay`` see the same sequence.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from gpuheal.core import memory_rows
-from gpuheal.model import Observation
 
 HEALTH_OK = "ok"
 ANSWERED = frozenset({"ok", "idle"})  # /slots "idle": not asked because /metrics answered "nothing in flight"
@@ -68,30 +62,3 @@ def canary_due(sample: Any, now_s: float, every_polls: int) -> bool:
     if states & (ANSWERED | {SILENT}):
         return False
     return int(now_s // 60) % max(1, int(every_polls)) == 0
-
-
-def remember_taskloop(memory: dict[str, Any], obs: Observation, aliases: tuple[str, ...]) -> None:
-    """Fold this poll into ``memory["taskloop"]``. Mutates ``memory`` only."""
-    book = memory_rows.rows(memory, "taskloop", aliases)
-    now_s = obs.at.timestamp()
-    for alias in aliases:
-        stalled, answered, silent = classify(obs.gpus.get(alias))
-        if stalled is None:
-            continue
-        prev, seen = memory_rows.previous(book, alias, now_s)
-        if seen:
-            continue  # the same poll again, or a clock step back: never counted twice
-        polls = int(prev.get("polls") or 0) if prev is not None else 0
-        if not stalled:
-            book[alias] = {"polls": 0, "first_s": None, "at_s": now_s, "answered": answered, "silent": silent}
-            continue
-        first_s = prev.get("first_s") if prev is not None and polls > 0 else now_s
-        book[alias] = {"polls": polls + 1, "first_s": first_s, "at_s": now_s, "answered": answered, "silent": silent}
-
-
-def taskloop_state(memory: dict[str, Any], alias: str, now_s: float) -> dict[str, Any] | None:
-    """This poll's entry for ``alias``; ``None`` when this poll could not say."""
-    entry = memory.get("taskloop", {}).get(alias)
-    if not isinstance(entry, dict) or entry.get("at_s") != now_s:
-        return None
-    return entry

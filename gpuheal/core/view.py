@@ -21,6 +21,7 @@ from gpuheal.config import Config, GpuConfig
 from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
 from gpuheal.core.heal_state import num
+from gpuheal.core.memory import Memory
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
 from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop
@@ -37,7 +38,6 @@ class History(Protocol):
 
 ParamsT = TypeVar("ParamsT", bound=EngineParams)
 NO_PARAMS: Mapping[str, Any] = MappingProxyType({})  # a rule without defaults (its record then says what is missing)
-REQUEST_BUCKET_S = 300.0  # request counts are remembered in 5-minute buckets (Rule 10)
 
 
 # A stored time, or None for anything that is not a finite number (damaged state).
@@ -145,15 +145,16 @@ class FleetView:
         obs: Observation | None,
         history: History,
         bench: dict[str, Any],
-        memory: dict[str, Any],
+        memory: Memory | Mapping[str, Any],
         restarts: Restarts = NO_RESTARTS,
     ) -> None:
+        """``memory``: the issue book's store, or its stored form (``issues.json``'s ``memory``)."""
         self.cfg = cfg
         self.now_s = now_s
         self.obs = obs
         self.history = history
         self.bench = bench
-        self.memory = memory
+        self.memory = memory if isinstance(memory, Memory) else Memory.from_json(memory)
         self.restarts = restarts
         self.gpus: dict[str, GpuConfig] = {g.alias: g for g in cfg.gpus}
         self.aliases: tuple[str, ...] = tuple(self.gpus)
@@ -170,18 +171,10 @@ class FleetView:
         return self._tolerance_s
 
     # ------------------------------------------------------------------ config
-    def params(self, rule_id: str, subject: str) -> dict[str, Any]:
-        """Defaults ← fleet ``rules`` ← the GPU's ``rules`` (merged at config load), as a mapping
-        (for readers other than the rule; a rule reads :meth:`rule_params`)."""
-        gpu = self.gpus.get(subject)
-        if gpu is None:
-            return self.cfg.rules.get(rule_id, {})
-        return gpu.rules.get(rule_id, {})
-
     def rule_params(self, rule_id: str, params_type: type[ParamsT], subject: str) -> ParamsT:
         """The rule's typed parameter record for ``subject`` (a GPU alias, or ``fleet``: the fleet's
         values), built once per config (:meth:`Config.rule_record`)."""
-        gpu = self.gpus.get(subject)  # as params(), inlined: asked for every rule of every GPU
+        gpu = self.gpus.get(subject)  # asked for every rule of every GPU
         merged = (self.cfg.rules if gpu is None else gpu.rules).get(rule_id, NO_PARAMS)
         return self.cfg.rule_record(params_type, merged)
 
@@ -361,80 +354,6 @@ class FleetView:
     def baseline(self, alias: str) -> tuple[float | None, str]:
         return benchdata.baseline(self.bench, alias, self.gpus[alias].baseline_tok_s)
 
-    # ------------------------------------------------------------------ memory
-    def requests_in_window(self, alias: str, window_s: float) -> int | None:
-        """Requests LiteLLM sent ``alias`` over the trailing window (summed ``requests_60s``);
-        ``None`` when no count was known in the window."""
-        buckets = self.memory.get("requests", {}).get(alias)
-        if not buckets:
-            return None
-        cut = self.now_s - window_s
-        total = 0
-        seen = False
-        for start, count in buckets:
-            # the bucket ends after the cut (one ending within the tolerance of it does not)
-            if timing.more_than(start + REQUEST_BUCKET_S - cut, 0.0, self.tolerance_s):
-                total += count
-                seen = True
-        return total if seen else None
-
-    def breaker_open_since(self, alias: str) -> float | None:
-        since_s: float | None = self.memory.get("breaker_open_since", {}).get(alias)
-        return since_s
-
-
-def remember(
-    memory: dict[str, Any],
-    obs: Observation,
-    aliases: tuple[str, ...],
-    weighted: frozenset[str],
-    keep_s: float,
-) -> None:
-    """Fold this poll into the engine's memory (part of the issue book). Pure on its arguments.
-
-    - ``requests``: per alias with a configured ``weight``, ``[[bucket_start_s, count], ...]`` of
-      ``requests_60s`` (Rule 10), kept ``keep_s``;
-    - ``breaker_open_since``: per alias, the first poll that saw the breaker open (Rule 5 when the
-      monitor gives no ``opened_at``). A poll that does not know the breaker neither starts nor
-      resets it; a known closed breaker resets it.
-    """
-    now_s = obs.at.timestamp()
-    requests = memory.setdefault("requests", {})
-    breakers = memory.setdefault("breaker_open_since", {})
-    for alias in list(requests):
-        if alias not in weighted:
-            del requests[alias]
-    for alias in list(breakers):
-        if alias not in aliases:
-            del breakers[alias]
-    if not obs.monitor_ok:
-        return
-    cut = now_s - keep_s - REQUEST_BUCKET_S
-    for alias in aliases:
-        sample = obs.gpus.get(alias)
-        if sample is None:
-            continue
-        if sample.requests_60s is not None and alias in weighted:
-            # a poll within the tolerance before a bucket boundary belongs to the bucket it stands for
-            poll_s = now_s + timing.TOLERANCE_S
-            start = poll_s - poll_s % REQUEST_BUCKET_S
-            buckets = requests.setdefault(alias, [])
-            if buckets and buckets[-1][0] == start:
-                buckets[-1][1] += sample.requests_60s
-            elif not buckets or buckets[-1][0] < start:
-                buckets.append([start, sample.requests_60s])
-            while buckets and buckets[0][0] < cut:
-                buckets.pop(0)
-        breaker = sample.breaker
-        if not obs.breakers_known:
-            continue  # a source without breakers neither starts nor resets one
-        if breaker is not None and breaker.open:
-            breakers.setdefault(alias, now_s)
-        else:
-            # monitor usable and no open breaker listed for this host: closed (the monitor lists
-            # breakers it knows; an absent entry is a closed one)
-            breakers.pop(alias, None)
-
 
 # --------------------------------------------------------------------------- public trend objects
 
@@ -448,37 +367,3 @@ def last_known(cols: dict[str, list[Any]] | None, metric: str) -> tuple[float, f
         if vs[i] is not None:
             return ts[i], vs[i]
     return None
-
-
-def vram_trend(view: FleetView, alias: str) -> dict[str, Any]:
-    """The spec's ``vram-trend`` object for one GPU (``vram-trend.json``, ``gpuheal trend``): the same
-    least-squares fit Rule 2 uses, over its window; ``rate_mb_per_hour`` is ``None`` until two samples
-    exist, ``projected_full_in_hours`` is ``None`` unless VRAM is growing and the total is known."""
-    p = view.params("vram-leak", alias)
-    fit = view.vram_fit(alias, float(p["window_h"]) * 3600, p.get("reload_jump_mb"))
-    last = last_known(view.columns(alias), "vram_used_mb")
-    current = fit.last_v if fit is not None else (last[1] if last else None)
-    total = view.vram_total_mb(alias)
-    rate = fit.slope if fit is not None else None
-    full_in = None
-    if rate is not None and rate > 0 and total and current is not None:
-        full_in = round(max(total - current, 0.0) / rate, 2)
-    return {
-        "gpu": alias,
-        "current_mb": current,
-        "rate_mb_per_hour": None if rate is None else round(rate, 1),
-        "projected_full_in_hours": full_in,
-        "samples": 0 if fit is None else fit.n,
-        "span_h": 0.0 if fit is None else round(fit.span_s / 3600, 2),
-    }
-
-
-def temp_rise_c_per_min(view: FleetView, alias: str) -> float | None:
-    """Rule 8's rise (°C/min over its window), ``None`` with too few samples."""
-    p = view.params("thermal-warning", alias)
-    fit = view.temp_rise(alias, float(p["window_s"]))
-    if fit is None or fit.n < p["min_samples"]:
-        return None
-    if not timing.at_least(fit.span_s, float(p["min_span_s"]), view.tolerance_s):
-        return None
-    return round(fit.slope, 2)

@@ -15,9 +15,11 @@ TEMP_SPAN_S = 3600.0
 
 
 def render_trend(doc: dict[str, Any], history, now_s: float, cfg) -> None:
+    from gpuheal.rules import vram_leak
+
     rows = []
     for alias, trend in doc["vram_trend"].items():
-        window_s = float(cfg.rule_params("vram-leak", alias)["window_h"]) * 3600
+        window_s = cfg.rule_record(vram_leak.Params, cfg.rule_params(vram_leak.ID, alias)).window_h * 3600
         cols = history.raw.get(alias)
         vram_spark = temp_spark = ""
         if cols and cols["t"]:
@@ -26,7 +28,7 @@ def render_trend(doc: dict[str, Any], history, now_s: float, cfg) -> None:
             temp_spark = sparkline(cols["t"], cols["temp_c"], max(now_s - TEMP_SPAN_S, first), now_s, SPARK_WIDTH // 2)
         rate = trend["rate_mb_per_hour"]
         threshold = doc["leak_threshold_mb_per_hour"][alias]
-        leak = any(a["gpu"] == alias and a["issue"] == "vram-leak" for a in doc["attention"])
+        leak = any(a["gpu"] == alias and a["issue"] == vram_leak.ID for a in doc["attention"])
         full = trend["projected_full_in_hours"]
         rise = doc["temp_rise_c_per_min"][alias]
         rows.append(

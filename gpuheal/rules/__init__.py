@@ -4,19 +4,21 @@ Each module implements the :class:`~gpuheal.core.rule.Rule` protocol (the module
 implementation; :mod:`gpuheal.core.rule` says what each name means): ``ID``, ``SCOPE``,
 ``SEVERITY``, ``NEEDS`` (the signals it reads, :mod:`gpuheal.signals`: a poll that did not deliver
 them is "not known" for it, and a source that cannot provide them lists it in ``rules_off``),
-``INHIBITS``, ``Params`` (its typed parameter record), ``detect(view, subject, p)``,
-``recovered`` and ``hold`` (each ``None`` for the engine's default), and at its bottom ``REMEDY``:
+``INHIBITS``, ``JUDGED_FROM_BENCH``, ``Params`` (its typed parameter record), ``detect(view, subject, p)``,
+``recovered`` and ``hold`` (each ``None`` for the engine's default), ``remember`` (``None``, or
+what it keeps between polls: ``rules/<id>/memory.py``), and at its bottom ``REMEDY``:
 what ``heal`` does about its issue (:class:`~gpuheal.core.remedy.Remedy`; its hooks, if any, in the
 rule package's ``remedy.py``). :data:`REMEDIES` is read from the registry; nothing else lists remedies.
 
-Holding, clearing, inhibition and muting belong to :mod:`gpuheal.core.engine`, once. Params come
+Holding, clearing, inhibition, muting and the memory's bookkeeping belong to
+:mod:`gpuheal.core.engine` (and its store, :mod:`gpuheal.core.memory`), once. Params come
 from ``rules.<issue-id>`` in ``config/defaults.yaml`` ← the fleet config ← ``gpus[].rules``, as the
 rule's ``Params`` record, built once per config and GPU (``Config.rule_record``).
 
 The registry is checked twice. mypy (``make lint``) checks each module against the protocol where
 :data:`ALL` lists it, including that ``detect``, ``recovered`` and ``hold`` take its own ``Params``.
 At import, :func:`build_registry` refuses an unknown id, a duplicate, a module not named after its
-id, a value outside the protocol's Literals, or a ``Params`` that is not an
+id, a value outside the protocol's Literals, two memories under one key, or a ``Params`` that is not an
 :class:`~gpuheal.config.model.EngineParams` record of scalar fields whose defaults fit their types — never
 a silently ignored rule. That ``Params`` and ``defaults.yaml`` name the same parameters with the
 types the config schema gives them (:func:`gpuheal.config.params.record_problems`) is checked by
@@ -27,10 +29,13 @@ Adding a rule, exactly (checked by adding one, issue 10):
 1. ``gpuheal/ids.py``: its issue id in ``ISSUE_IDS`` (a contract id: alerts, the audit trail and
    dashboards key on it, so it never changes once released);
 2. ``gpuheal/rules/<id with _ for ->.py``: ``ID``, ``SCOPE``, ``SEVERITY``, ``NEEDS``, ``INHIBITS``,
-   a ``Params`` record (``class Params(RemedyParams)`` if heal acts on it, else ``EngineParams``:
-   frozen, and checked by mypy as a dataclass) with one field per parameter, units in the names,
-   and ``detect`` — plus ``recovered`` and ``hold``, or ``None`` for each — pure, fully annotated:
-   values in, values out;
+   ``JUDGED_FROM_BENCH`` (``True`` when its evidence is the recorded benchmark results), a ``Params``
+   record (``class Params(RemedyParams)`` if heal acts on it, else ``EngineParams``: frozen, and
+   checked by mypy as a dataclass) with one field per parameter, units in the names,
+   and ``detect`` — plus ``recovered``, ``hold`` and ``remember``, or ``None`` for each — pure, fully
+   annotated: values in, values out. A rule that remembers between polls is a package
+   (``rules/<id>/__init__.py``) whose ``memory.py`` declares its rows, their loader and fold
+   (:class:`~gpuheal.core.memory.Remember`); the engine keeps them in the issue book;
 3. this module: import it and add ``rule(<module>)`` to :data:`ALL` (the registry line);
 4. ``gpuheal/config/defaults.yaml``: ``rules.<id>: {...}`` with every parameter of its ``Params``
    (each then overridable per fleet and per GPU, and checked by name and type by the config
@@ -52,6 +57,7 @@ from dataclasses import MISSING, is_dataclass
 from typing import Any
 
 from gpuheal.config.model import EngineParams, ParamsMismatch, param_fits, param_kinds
+from gpuheal.core.memory import Remember
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import INHIBIT_KINDS, SCOPES, SEVERITIES, Rule, rule
 from gpuheal.ids import ISSUE_IDS as KNOWN_IDS  # noqa: E402
@@ -72,7 +78,7 @@ from gpuheal.rules import (
 )
 from gpuheal.signals import Need
 
-__all__ = ["ALL", "BENCH_RULES", "BY_ID", "INHIBIT_KINDS", "KNOWN_IDS", "REMEDIES", "SCOPES", "SEVERITIES", "Rule",
+__all__ = ["ALL", "BY_ID", "INHIBIT_KINDS", "KNOWN_IDS", "REMEDIES", "SCOPES", "SEVERITIES", "Rule",
            "RuleRegistryError", "build_registry", "params_problem"]
 
 
@@ -84,6 +90,7 @@ def build_registry(modules: tuple[Rule[Any], ...]) -> tuple[Rule[Any], ...]:
     """``modules``, once each is shown to be a rule (the protocol's runtime check: mypy checks the
     types, this the values)."""
     seen: dict[str, Rule[Any]] = {}
+    keys: dict[str, str] = {}
     for module in modules:
         name = getattr(module, "__name__", "?").rsplit(".", 1)[-1]
         rule_id = getattr(module, "ID", None)
@@ -97,6 +104,10 @@ def build_registry(modules: tuple[Rule[Any], ...]) -> tuple[Rule[Any], ...]:
         problem = _declarations_problem(module) or params_problem(getattr(module, "Params", None))
         if problem:
             raise RuleRegistryError(f"{name}: {problem}")
+        for memory in module.remember or ():
+            if memory.key in keys:
+                raise RuleRegistryError(f"{name}: memory key {memory.key!r} is also {keys[memory.key]}'s")
+            keys[memory.key] = rule_id
         seen[rule_id] = module
     return tuple(modules)
 
@@ -117,6 +128,13 @@ def _declarations_problem(module: Any) -> str | None:
         or (isinstance(inhibits, frozenset) and inhibits and inhibits <= set(KNOWN_IDS) and module.ID not in inhibits)
     ):
         return f"INHIBITS must be None, one of {INHIBIT_KINDS} or a frozenset of other issue ids"
+    if not isinstance(getattr(module, "JUDGED_FROM_BENCH", None), bool):
+        return "JUDGED_FROM_BENCH must be True or False"
+    remember = getattr(module, "remember", "missing")
+    if remember is not None and not (
+        isinstance(remember, tuple) and remember and all(isinstance(m, Remember) for m in remember)
+    ):
+        return "remember must be None or a tuple of gpuheal.core.memory.Remember"
     if not callable(getattr(module, "detect", None)):
         return "no detect(view, subject, params)"
     for optional in ("recovered", "hold"):
@@ -168,5 +186,3 @@ BY_ID: dict[str, Rule[Any]] = {r.ID: r for r in ALL}
 # What heal does about each issue, in the registry's order (the most severe first)
 REMEDIES: dict[str, Remedy] = {r.ID: r.REMEDY for r in ALL}
 
-# Rules judged from recorded benchmark results (``bench`` calls ``steps.evaluate.evaluate_bench_full``).
-BENCH_RULES = ("benchmark-regression", "context-window", "api-key-mismatch")

@@ -11,14 +11,18 @@ never appears in the evidence.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any, Final
 
+from gpuheal import benchdata
+from gpuheal.clock import format_iso
 from gpuheal.config.model import EngineParams
 from gpuheal.core.engine import Finding, iso
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
-from gpuheal.model import ENDPOINT_UNAUTHORIZED
+from gpuheal.model import ENDPOINT_UNAUTHORIZED, ERR_UNAUTHORIZED
 from gpuheal.signals import Need
 
 ID: Final = "api-key-mismatch"
@@ -28,8 +32,10 @@ NEEDS: Final[tuple[Need, ...]] = ()
 # What a rejected key causes and a restart cannot fix: LiteLLM's failures (Rule 3 would restart the
 # GPU), its breaker opening (Rule 5 would restart LiteLLM), traffic moving elsewhere (Rule 10).
 INHIBITS: Final = frozenset({"model-stuck", "circuit-breaker-stuck", "workload-misrouted"})
+JUDGED_FROM_BENCH: Final = True
 recovered: Final = None  # neither signal says 401 any more (detect quiet)
 hold: Final = None  # the engine's: hold_polls (1: reported at once)
+remember: Final = None
 UNAUTHORIZED_ERRORS = frozenset({"unauthorized", "http-401", "401"})
 
 
@@ -68,6 +74,62 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     if probe is None and bench is None:
         return None
     return False
+
+
+# --------------------------------------------------------------------------- bench's report of a 401
+
+
+def key_alert(data: dict[str, Any], alias: str, iso: Callable[[float], str]) -> dict[str, Any] | None:
+    """The latest attempt was refused with 401: say so, with the key described (never shown)."""
+    items = benchdata.results(data, alias)
+    if not items or items[-1].get("error") != ERR_UNAUTHORIZED:
+        return None
+    since = items[-1]["at"]
+    for r in reversed(items):
+        if r.get("error") != ERR_UNAUTHORIZED:
+            break
+        since = r["at"]
+    sent = items[-1].get("key_sent") or "?"
+    return {
+        "issue": ID,
+        "severity": "critical",
+        "since": iso(since),
+        "message": f"llama-server answers 401 to the configured litellm.api_key (sent {sent}); "
+        "not retried (L1/L2)",
+    }
+
+
+def complete_issues(
+    issues: list[dict[str, Any]], results: list[dict[str, Any]], now: datetime
+) -> list[dict[str, Any]]:
+    """Make sure a 401 seen by this run is in the list as the api-key-mismatch issue of that GPU,
+    with the key that was sent (described, never shown). The rules engine's own issue wins where
+    it has one (its ``detected`` gains ``key_sent``); Rule 4 is the engine's alone."""
+    have = {(i.get("gpu"), i.get("issue")): i for i in issues}
+    stamp = format_iso(now)
+    for r in results:
+        if r["error"] != ERR_UNAUTHORIZED:
+            continue
+        key = (r["gpu"], ID)
+        if key in have:
+            detected = have[key].get("detected")
+            detected = dict(detected) if isinstance(detected, dict) else {}
+            detected.setdefault("key_sent", r.get("key_sent"))
+            have[key]["detected"] = detected
+            continue
+        issue = {
+            "gpu": r["gpu"],
+            "issue": ID,
+            "severity": "critical",
+            "state": "firing",
+            "since": stamp,
+            "detected": {"status": 401, "key_sent": r.get("key_sent"), "answer": r.get("detail")},
+            "summary": f"llama-server rejects the configured litellm.api_key (sent {r.get('key_sent')}); "
+            "start it with the LiteLLM key (L1). Not retried.",
+        }
+        issues.append(issue)
+        have[key] = issue
+    return issues
 
 
 REMEDY: Final = Remedy(

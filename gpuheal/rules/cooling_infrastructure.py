@@ -30,7 +30,9 @@ SCOPE: Final = "fleet"
 SEVERITY: Final = "critical"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's: hold_polls hot polls
+remember: Final = None
 FLEET_GROUP = "fleet"  # the group's name when group_by is "" (the whole fleet)
 
 

@@ -22,7 +22,9 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "critical"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's: hold_polls consecutive hot polls
+remember: Final = None
 
 
 class Params(RemedyParams):

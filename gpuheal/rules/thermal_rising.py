@@ -23,7 +23,9 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "critical"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, Signal.TEMP_TREND)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's hold_polls / hold_s
+remember: Final = None
 
 
 class Params(RiseParams):

@@ -25,7 +25,9 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "warning"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, Signal.TEMP_TREND)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's hold_polls / hold_s (the rise itself spans minutes)
+remember: Final = None
 
 
 class RiseParams(RemedyParams):

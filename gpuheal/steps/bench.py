@@ -22,6 +22,7 @@ The decisions and documents are pure, in :mod:`gpuheal.core.bench`; the terminal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -29,15 +30,7 @@ from typing import TYPE_CHECKING, Any
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
 from gpuheal.config import Config, GpuConfig
-from gpuheal.core.bench import (
-    KEY_ISSUE,
-    REGRESSION_ISSUE,
-    complete_issues,
-    exclusion_reason,
-    public_result,
-    regression_document,
-    result_record,
-)
+from gpuheal.core.bench import exclusion_reason, public_result, result_record
 from gpuheal.core.heal_state import HealState
 from gpuheal.errors import GpuhealError
 from gpuheal.model import ERR_UNAUTHORIZED
@@ -46,6 +39,7 @@ from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
 if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
+    from gpuheal.core.rule import Rule
     from gpuheal.render.bench import Progress
 
 
@@ -81,9 +75,12 @@ class BenchRun:
             return True
         if any(self.regressions.get(a, {}).get("trend") == "regressing" for a in benched):
             return True
+        from gpuheal.rules import ALL
+
+        judged = {r.ID for r in ALL if r.JUDGED_FROM_BENCH and r.SEVERITY != "info"}  # not Rule 9's advice
         return any(
             i.get("gpu") in benched
-            and i.get("issue") in (REGRESSION_ISSUE, KEY_ISSUE)
+            and i.get("issue") in judged
             and i.get("state", "firing") == "firing"
             for i in self.issues
         )
@@ -111,8 +108,12 @@ def run(
     gpu: str | None = None,
     progress: Progress | None = None,
 ) -> BenchRun:
+    from gpuheal.rules import ALL, api_key_mismatch
+    from gpuheal.rules.benchmark_regression.report import regression_document
+
     gpus, skipped = select_gpus(cfg, gpu)
     now_s = now.timestamp()
+    fleet_incidents = slowing_every_gpu(ALL)
     bench_cfg = cfg.bench
     incidents = open_incidents(store)
     restarts = recent_restarts(store)
@@ -131,7 +132,8 @@ def run(
             bench_cfg.warmup,
             prompt=bench_cfg.prompt,
         )
-        reason = exclusion_reason(g.alias, now_s, incidents, restarts.get(g.alias, []), grace_s)
+        reason = exclusion_reason(g.alias, now_s, incidents, restarts.get(g.alias, []), grace_s,
+                                  fleet_incidents=fleet_incidents)
         record = result_record(outcome, now_s, reason)
         benchdata.add_result(data, g.alias, record)
         results.append(public_result(g.alias, record, outcome))
@@ -152,7 +154,7 @@ def run(
 
     verdicts: list[dict[str, Any]] = []  # Rule 9: context changes re-benchmarked by this run
     issues = [dict(i) for i in evaluate_bench_full(cfg, store, now, verdicts).issues]
-    issues = complete_issues(issues, results, now)
+    issues = api_key_mismatch.complete_issues(issues, results, now)
     return BenchRun(
         results=results,
         regressions=regressions,
@@ -214,6 +216,13 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
 
 
 # --------------------------------------------------------------------------- state readers
+
+
+def slowing_every_gpu(rules: Sequence[Rule[Any]]) -> frozenset[str]:
+    """The fleet-wide issues that slow every GPU, so that a result taken during one stays out of the
+    baseline: a fleet rule's issue that inhibits nothing is the fleet's own condition (cooling), where
+    an inhibitor's (the data source down) says only that gpuheal cannot see."""
+    return frozenset(r.ID for r in rules if r.SCOPE == "fleet" and r.INHIBITS is None)
 
 
 def open_incidents(store: StateDir) -> list[dict[str, Any]]:

@@ -180,16 +180,16 @@ def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, n
     return rules_step.run_full(cfg, store, obs, history, now)
 
 
-def _add_decode_progress(health: dict[str, Any], memory: dict[str, Any], now_s: float) -> None:
+def _add_decode_progress(health: dict[str, Any], memory, now_s: float) -> None:
     """Per GPU, from llama-server's ``/metrics`` poll over poll (issue 12): ``polls_without_decode``
     (requests in flight, ``n_decode_total`` unchanged) and ``deferred_growing_polls`` (waiting
     requests growing while none finished) — shown in ``check``'s table, not an issue by itself."""
-    from gpuheal.core.decode import decode_state
+    from gpuheal.rules.model_stuck.memory import decode_state
 
     for alias, row in health["gpus"].items():
         state = decode_state(memory, alias, now_s)
-        row["polls_without_decode"] = None if state is None else state.get("polls", 0)
-        row["deferred_growing_polls"] = None if state is None else state.get("deferred_growing", 0)
+        row["polls_without_decode"] = None if state is None else state.polls
+        row["deferred_growing_polls"] = None if state is None else state.deferred_growing
 
 
 # the contract's "gpus" readings: always in the file, null = not known

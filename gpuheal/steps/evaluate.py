@@ -13,8 +13,8 @@ Two callers share :func:`evaluate_poll` (pure, in memory), so ``replay`` is exac
                                    ALIAS: {"gpu", "open", "auto_reset_attempted", "last_reset",
                                            "opened_at"}}
 
-- :func:`evaluate_bench_full` — ``bench``, after recording results: only the bench-driven rules
-  (benchmark-regression, context-window, api-key-mismatch), same book.
+- :func:`evaluate_bench_full` — ``bench``, after recording results: only the rules judged from them
+  (those declaring ``JUDGED_FROM_BENCH``), same book.
 - ``steps/replay`` — a recorded trace, with the trace's own clock, no state directory.
 
 Issue dicts (``gpu-health`` ``issues``): ``{"gpu", "issue", "severity", "state", "since",
@@ -30,17 +30,14 @@ from typing import Any
 
 from gpuheal import benchdata
 from gpuheal.config import Config
-from gpuheal.core import context_change, engine, routing, timing
-from gpuheal.core.context_change import remember_context
-from gpuheal.core.decode import remember_decode
+from gpuheal.core import context_change, engine, timing
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import normalise_state
-from gpuheal.core.litellm_rate import remember_litellm
-from gpuheal.core.taskloop import remember_taskloop
-from gpuheal.core.view import REQUEST_BUCKET_S, FleetView, Restarts, remember, vram_trend
+from gpuheal.core.memory import Memory
+from gpuheal.core.view import FleetView, Restarts
 from gpuheal.model import Observation
-from gpuheal.rules import ALL, BENCH_RULES
-from gpuheal.rules.circuit_breaker_stuck import opened_at as breaker_opened_at
+from gpuheal.rules import ALL, circuit_breaker_stuck, context_window
+from gpuheal.rules.vram_leak.trend import vram_trend
 from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
@@ -67,24 +64,12 @@ def evaluate_poll(
     now_s: float,
     only: tuple[str, ...] | None = None,
 ) -> tuple[Evaluation, FleetView]:
-    """One poll through every rule (or ``only`` these ids). ``history`` already holds ``obs``.
-    Mutates ``book`` (and nothing else)."""
-    if obs is not None:
-        weighted = frozenset(g.alias for g in cfg.gpus if g.weight is not None)
-        keep_s = float(cfg.rules["workload-misrouted"]["window_s"])
-        remember(book.memory, obs, cfg.aliases, weighted, keep_s)
-        remember_decode(book.memory, obs, cfg.aliases)  # Rule 3 from llama-server's /metrics
-        remember_taskloop(book.memory, obs, cfg.aliases)  # Rule 3 from a hung task loop (issue 20)
-        remember_litellm(book.memory, obs, cfg.aliases)  # Rule 3 from LiteLLM's own counters (issue 20)
-        remember_context(book.memory, obs, cfg.aliases, lambda a: _target_tok_s(cfg, bench, a))  # Rule 9
-        routing.remember_counters(book.memory, obs, cfg.aliases, keep_s + REQUEST_BUCKET_S)  # Rule 10 (issue 22)
+    """One poll through every rule (or ``only`` these ids): the poll folded into what the rules
+    remember, then every rule judged. ``history`` already holds ``obs``. Mutates ``book`` (and nothing
+    else)."""
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
+    engine.remember(ALL, view, book.memory)
     return engine.evaluate(ALL, view, book, only=only), view
-
-
-def _target_tok_s(cfg: Config, bench: dict[str, Any], alias: str) -> float | None:
-    """Rule 9's "target" for a context change: the GPU's baseline now (rolling, else the config's)."""
-    return benchdata.baseline(bench, alias, cfg.gpu(alias).baseline_tok_s)[0]
 
 
 def ingest_monitor_bench(
@@ -152,7 +137,7 @@ def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
     for alias in view.aliases:
         sample = view.monitor_sample(alias) if breakers_known else None
         is_open = None if sample is None else bool(sample.breaker is not None and sample.breaker.open)
-        opened = breaker_opened_at(view, alias) if is_open else None
+        opened = circuit_breaker_stuck.opened_at(view, alias) if is_open else None
         out[alias] = {
             "gpu": alias,
             "open": is_open,
@@ -185,9 +170,7 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     _audit_context_changes(store, book.memory, now.timestamp())
     if bench_changed:
         store.write(files.BENCH, bench)
-    store.write_raw(
-        files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}}
-    )
+    store.write_raw(files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}})
     store.write_raw(files.CIRCUIT_BREAKER_STATUS, {"schema_version": 1, **breaker_status(view, heal_state)})
     return ev
 
@@ -201,7 +184,8 @@ def evaluate_bench_full(
     to ``verdicts_out``)."""
     book, bench, _, restarts = _load(cfg, store)
     verdicts = settle_context_changes(cfg, book.memory, bench)
-    ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=BENCH_RULES)
+    judged = tuple(r.ID for r in ALL if r.JUDGED_FROM_BENCH)
+    ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=judged)
     store.write(files.ISSUES, book.to_json())
     news = [v for v in verdicts if v.is_news]  # a perf loss judged again the same is no new line
     if news:
@@ -213,18 +197,16 @@ def evaluate_bench_full(
     return ev
 
 
-def settle_context_changes(cfg: Config, memory: dict[str, Any], bench: dict[str, Any]) -> list:
+def settle_context_changes(cfg: Config, memory: Memory, bench: dict[str, Any]) -> list[context_change.Verdict]:
     """Rule 9's "re-benchmark after context change": each recorded change judged by the results
     recorded since (:func:`gpuheal.core.context_change.settle`)."""
-    return context_change.settle(
-        memory,
-        lambda alias: benchdata.results(bench, alias),
-        lambda alias: float(cfg.gpu(alias).rules["context-window"]["reduce_below_ratio"]),
-        cfg.aliases,
-    )
+    def floor_ratio(alias: str) -> float:
+        return cfg.rule_record(context_window.Params, cfg.rule_params(context_window.ID, alias)).reduce_below_ratio
+
+    return context_change.settle(memory, lambda alias: benchdata.results(bench, alias), floor_ratio, cfg.aliases)
 
 
-def _audit_context_changes(store: StateDir, memory: dict[str, Any], now_s: float) -> None:
+def _audit_context_changes(store: StateDir, memory: Memory, now_s: float) -> None:
     """The audit line of each context change this poll saw (from, to, when): a re-benchmark is due."""
     seen = context_change.awaiting(memory, seen_at_s=now_s)
     if seen:

@@ -12,7 +12,7 @@ on the state directory except that, for the whole fleet, it refreshes ``vram-tre
      "leak_threshold_mb_per_hour": {ALIAS: float},
      "temp_c": {ALIAS: float | null},                      # newest recorded temperature
      "temp_rise_c_per_min": {ALIAS: float | null},
-     "attention": [{"gpu", "issue": "vram-leak" | "thermal-warning", "detail"}]}
+     "attention": [{"gpu", "issue": ISSUE-ID, "detail"}]}     # Rule 2's leak, Rule 8's warning
 
 Exit status: 0 done; 1 some GPU needs attention (a leak by Rule 2's test, or hotter than Rule 8's
 tier-1 temperature and rising faster than its rate); 3 could not run (e.g. an unknown ``--gpu``).
@@ -25,7 +25,7 @@ from typing import Any
 from gpuheal.config import Config
 from gpuheal.core.engine import Finding, iso
 from gpuheal.core.heal_state import normalise_state
-from gpuheal.core.view import FleetView, Restarts, last_known, temp_rise_c_per_min, vram_trend
+from gpuheal.core.view import FleetView, Restarts, last_known
 from gpuheal.errors import GpuhealError
 from gpuheal.state import files
 from gpuheal.state.history import History
@@ -33,7 +33,8 @@ from gpuheal.state.history import History
 
 def build(cfg: Config, history: History, now_s: float, restarts: Restarts, aliases: tuple[str, ...]) -> dict[str, Any]:
     from gpuheal import benchdata
-    from gpuheal.rules import vram_leak
+    from gpuheal.rules import thermal_warning, vram_leak
+    from gpuheal.rules.vram_leak.trend import vram_trend
 
     view = FleetView(cfg, now_s, None, history, benchdata.empty(), {}, restarts)
     doc: dict[str, Any] = {
@@ -51,16 +52,17 @@ def build(cfg: Config, history: History, now_s: float, restarts: Restarts, alias
         doc["leak_threshold_mb_per_hour"][alias] = leak_p.mb_per_hour
         last = last_known(view.columns(alias), "temp_c")
         temp = last[1] if last and now_s - last[0] <= 600 else None
-        rise = temp_rise_c_per_min(view, alias)
+        warn_p = view.rule_params(thermal_warning.ID, thermal_warning.Params, alias)
+        fit = thermal_warning.rise(view, alias, warn_p)  # Rule 8's rise over its window
+        rise = None if fit is None else round(fit.slope, 2)
         doc["temp_c"][alias] = temp
         doc["temp_rise_c_per_min"][alias] = rise
         finding = vram_leak.detect(view, alias, leak_p)
         if isinstance(finding, Finding):
             doc["attention"].append({"gpu": alias, "issue": vram_leak.ID, "detail": finding.summary})
-        warn_p = view.params("thermal-warning", alias)
-        if temp is not None and rise is not None and temp > warn_p["temp_c"] and rise > warn_p["rise_c_per_min"]:
+        if temp is not None and rise is not None and temp > warn_p.temp_c and rise > warn_p.rise_c_per_min:
             doc["attention"].append(
-                {"gpu": alias, "issue": "thermal-warning", "detail": f"{alias} at {temp:g} °C rising {rise:g} °C/min"}
+                {"gpu": alias, "issue": thermal_warning.ID, "detail": f"{alias} at {temp:g} °C rising {rise:g} °C/min"}
             )
     return doc
 

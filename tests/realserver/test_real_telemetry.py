@@ -194,7 +194,7 @@ def test_a_stopped_server_is_a_probe_timeout_not_stuck(real_llama_server, long_m
 def test_a_restart_between_two_polls_resets_counters_without_firing(real_llama_server, long_model):
     """Poll a server mid-answer, restart it on the same port, poll the new one mid-answer: its
     counters went down (a reset, never progress, never a stall) and nothing fires."""
-    from gpuheal.core.decode import decode_state
+    from gpuheal.rules.model_stuck.memory import decode_state
     from gpuheal.state.history import History
     from gpuheal.steps.evaluate import evaluate_poll
 
@@ -227,7 +227,7 @@ def test_a_restart_between_two_polls_resets_counters_without_firing(real_llama_s
     assert before.requests_processing == after.requests_processing == 1
     assert after.n_decode_total < before.n_decode_total
     state = decode_state(book.memory, "real", (T0 + timedelta(seconds=60)).timestamp())
-    assert state["reset_s"] == state["at_s"] and state["polls"] == 1
+    assert state.reset_s == state.at_s and state.polls == 1
     time.sleep(1.0)
     third = real_poll(2)
     assert third.n_decode_total > after.n_decode_total

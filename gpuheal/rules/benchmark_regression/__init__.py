@@ -30,8 +30,10 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "warning"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.BENCHMARK)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = True
 recovered: Final = None  # regression_state says when a result is back near the baseline
 hold: Final = None  # the engine's: min_results slow results are the hold
+remember: Final = None
 
 
 class Params(RemedyParams):

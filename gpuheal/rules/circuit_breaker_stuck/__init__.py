@@ -2,7 +2,7 @@
 the GPU's own ``/health`` answers 200.
 
 Counted from the monitor's ``opened_at`` when given, else from the first poll that saw it open
-(kept in the engine's memory, so a poll with ``/health`` not 200 does not restart the count); the
+(the rule's memory, ``memory.py``, so a poll with ``/health`` not 200 does not restart the count); the
 engine's ``hold_s`` is ``open_for_s`` ("more than"). Only while ``/health`` is 200: a breaker open on
 a sick GPU is doing its job. Breakers the monitor does not list are closed.
 
@@ -24,6 +24,7 @@ from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_OK
 from gpuheal.rules._util import num, show
+from gpuheal.rules.circuit_breaker_stuck.memory import REMEMBER, open_since
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "circuit-breaker-stuck"
@@ -31,6 +32,7 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "warning"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.BREAKERS)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 
 
 class Params(RemedyParams):
@@ -41,6 +43,9 @@ def hold(p: Params) -> tuple[int, float]:
     return 1, p.open_for_s
 
 
+remember: Final = REMEMBER  # when the breaker was first seen open (memory.py)
+
+
 def opened_at(view: FleetView, alias: str) -> float | None:
     """When the breaker opened, as well as known (epoch s); ``None`` if it is not open."""
     sample = view.sample(alias)
@@ -48,7 +53,7 @@ def opened_at(view: FleetView, alias: str) -> float | None:
         return None
     if sample.breaker.opened_at is not None:
         return sample.breaker.opened_at.timestamp()
-    return view.breaker_open_since(alias)
+    return open_since(view.memory, alias)
 
 
 def detect(view: FleetView, alias: str, p: Params) -> Detection:

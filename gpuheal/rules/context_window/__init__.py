@@ -20,7 +20,7 @@ rounded down to 256 tokens, times the result's ``slots`` (llama-server.md: "Slot
 
 Verify and Escalate ("Re-benchmark after context change, confirm within 10% of target"; "If context
 can't be adjusted without significant perf loss"): a change of the running context is seen between
-polls and re-benchmarked by ``bench`` (:mod:`gpuheal.core.context_change`); while its re-benchmark is
+polls (``memory.py``) and re-benchmarked by ``bench`` (:mod:`gpuheal.core.context_change`); while its re-benchmark is
 below ``reduce_below_ratio`` of the target, this issue is that escalation (still ``info``: no page).
 """
 
@@ -36,6 +36,7 @@ from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
+from gpuheal.rules.context_window.memory import REMEMBER
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "context-window"
@@ -43,8 +44,10 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "info"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.BENCHMARK)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = True
 recovered: Final = None  # back in the optimal band (detect quiet)
 hold: Final = None  # the engine's hold_polls / hold_s
+remember: Final = REMEMBER  # the running context, poll by poll (memory.py)
 
 
 class Params(EngineParams):

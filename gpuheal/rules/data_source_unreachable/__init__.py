@@ -25,8 +25,10 @@ SCOPE: Final = "fleet"
 SEVERITY: Final = "warning"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.SOURCE_HEALTH)
 INHIBITS: Final = "monitor"
+JUDGED_FROM_BENCH: Final = False
 recovered: Final = None  # the first usable poll (detect quiet) resolves it
 hold: Final = None  # the engine's: hold_polls (fires on the 3rd consecutive unusable poll)
+remember: Final = None
 
 
 class Params(RemedyParams):

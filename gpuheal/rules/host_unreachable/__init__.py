@@ -26,7 +26,9 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "critical"
 NEEDS: Final[tuple[Need, ...]] = ()
 INHIBITS: Final = "host"
+JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's: hold_polls (fires on the 3rd consecutive failed probe)
+remember: Final = None
 
 
 class Params(RemedyParams):

@@ -8,7 +8,7 @@ and ``grace_s`` (30): at a 60 s cadence the issue fires at the 2nd consecutive b
 Fewer than ``min_requests`` requests is not enough to judge (one stuck request is not a stuck GPU):
 not known. Recovers when the failure rate drops to ``clear_failure_ratio`` (the spec's verify: 0 %).
 
-**llama-server ``/metrics``** (contract "Rule 3 from llama-server", :mod:`gpuheal.core.decode`):
+**llama-server ``/metrics``** (contract "Rule 3 from llama-server", ``memory.py``):
 requests in flight and ``n_decode_total`` unchanged since the previous poll is a stalled poll; the
 finding starts at the first poll of the run (``started_at``) and is reported from the 1st stalled
 poll on, so the same hold — 2 polls and more than ``grace_s`` since the run began — fires it at the
@@ -33,14 +33,12 @@ from __future__ import annotations
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
-from gpuheal.core.decode import decode_state
 from gpuheal.core.engine import Finding, IssueRecord
-from gpuheal.core.litellm_rate import litellm_window
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
-from gpuheal.core.taskloop import taskloop_state
 from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
+from gpuheal.rules.model_stuck.memory import REMEMBER, decode_state, litellm_window, taskloop_state
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "model-stuck"
@@ -50,6 +48,7 @@ NEEDS: Final[tuple[Need, ...]] = needs(
     Signal.ENDPOINT, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS, Signal.TASK_LOOP)
 )
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 
 SOURCE_MONITOR = "gpu-monitor"
 SOURCE_METRICS = "llama-server /metrics"
@@ -66,6 +65,9 @@ class Params(RemedyParams):
 
 def hold(p: Params) -> tuple[int, float]:
     return p.hold_polls, p.grace_s
+
+
+remember: Final = REMEMBER  # decode progress, a hung task loop, LiteLLM's counters (memory.py)
 
 
 def _counts(view: FleetView, alias: str) -> tuple[int, int, int | None] | None:
@@ -122,28 +124,28 @@ def _from_metrics(view: FleetView, alias: str) -> Detection:
     state = decode_state(view.memory, alias, view.now_s)
     if state is None:
         return None
-    polls = int(state.get("polls", 0))
+    polls = state.polls
     if polls < 2:
         return False
-    first_s = state.get("first_s")
+    first_s = state.first_s
     sample = view.sample(alias)
     detected = {
         "source": SOURCE_METRICS,
-        "requests_processing": state.get("busy"),
-        "requests_deferred": state.get("deferred"),
-        "deferred_growing_polls": state.get("deferred_growing", 0),
-        "n_decode_total": state.get("n"),
+        "requests_processing": state.busy,
+        "requests_deferred": state.deferred,
+        "deferred_growing_polls": state.deferred_growing,
+        "n_decode_total": state.n,
         "polls_without_decode": polls,
         "slots_busy": None if sample is None else sample.slots_busy,
         "endpoint": view.endpoint(alias),
     }
-    stalled_s = view.now_s - first_s if isinstance(first_s, int | float) else None
-    waiting = f", {state.get('deferred')} deferred" if state.get("deferred") else ""
+    stalled_s = view.now_s - first_s if first_s is not None else None
+    waiting = f", {state.deferred} deferred" if state.deferred else ""
     return Finding(
         detected,
-        f"{alias}: {state.get('busy')} request(s) in flight{waiting} and no decode for {polls} polls "
+        f"{alias}: {state.busy} request(s) in flight{waiting} and no decode for {polls} polls "
         f"({show(stalled_s, 0)} s) while /health says {view.endpoint(alias)}",
-        started_at=first_s if isinstance(first_s, int | float) else None,
+        started_at=first_s,
     )
 
 
@@ -151,12 +153,11 @@ def _from_taskloop(view: FleetView, alias: str) -> Detection:
     state = taskloop_state(view.memory, alias, view.now_s)
     if state is None:
         return None
-    polls = int(state.get("polls") or 0)
+    polls = state.polls
     if polls < 2:
         return False
-    first_s = state.get("first_s")
-    first_s = first_s if isinstance(first_s, int | float) else None
-    silent, answered = list(state.get("silent") or []), list(state.get("answered") or [])
+    first_s = state.first_s
+    silent, answered = list(state.silent), list(state.answered)
     detected = {"source": SOURCE_TASKLOOP, "answered": answered, "not_answered": silent,
                 "polls_stalled": polls, "endpoint": view.endpoint(alias)}
     stalled_s = None if first_s is None else view.now_s - first_s
@@ -198,7 +199,7 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
     if SOURCE_METRICS in source:
         state = decode_state(view.memory, alias, view.now_s)
         if state is not None:
-            judged.append(int(state.get("polls", 0)) < 2)
+            judged.append(state.polls < 2)
     if SOURCE_LITELLM in source:
         window = litellm_window(view.memory, alias, view.now_s)
         if window is not None:
@@ -207,7 +208,7 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
     if SOURCE_TASKLOOP in source:
         loop = taskloop_state(view.memory, alias, view.now_s)
         if loop is not None:
-            judged.append(int(loop.get("polls") or 0) < 2)
+            judged.append(loop.polls < 2)
     return all(judged) if judged else None
 
 

@@ -36,7 +36,9 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "warning"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.VRAM, Signal.VRAM_TREND)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's hold_polls / hold_s (the fit itself spans hours)
+remember: Final = None
 
 
 class Params(RemedyParams):

@@ -2,7 +2,8 @@
 requests vs its configured ``role`` (``info``: a recommendation, never a status change).
 
 Over the trailing ``window_s``, from LiteLLM's spend logs, else LiteLLM's per-deployment counters, else
-gpu-monitor's ``requests_60s`` (:mod:`gpuheal.core.routing`, which judges): misrouted when the share is
+gpu-monitor's ``requests_60s`` (the last two remembered poll by poll: ``memory.py``; judged by
+:mod:`gpuheal.core.routing`): misrouted when the share is
 off its target (weight over the sum of weights) by more than ``tolerance_ratio`` of the target, or when
 more than ``role_tolerance_ratio`` of its judgeable requests fall outside its role. Needs at least
 ``min_requests`` requests in the window, else not known. Holds ``hold_s`` before firing; ``heal`` alerts
@@ -21,6 +22,7 @@ from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.rules.workload_misrouted import remedy
+from gpuheal.rules.workload_misrouted.memory import REMEMBER, fleet_readings
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "workload-misrouted"
@@ -28,8 +30,10 @@ SCOPE: Final = "gpu"
 SEVERITY: Final = "info"
 NEEDS: Final[tuple[Need, ...]] = needs(Signal.REQUEST_SHARE)
 INHIBITS: Final = None
+JUDGED_FROM_BENCH: Final = False
 recovered: Final = None  # back within the band (detect quiet)
 hold: Final = None  # the engine's: hold_s
+remember: Final = REMEMBER  # LiteLLM's counters and gpu-monitor's request counts, poll by poll (memory.py)
 
 class Params(EngineParams):
     tolerance_ratio: float  # a share off its target by more than this share of the target is misrouted
@@ -46,7 +50,7 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     fleet = view.rule_params(ID, Params, "fleet")
     weights = {a: g.weight for a, g in view.gpus.items() if g.weight is not None}
     verdict = routing.judge(
-        alias, routing.fleet_readings(view, fleet.window_s), weights, gpu.role,
+        alias, fleet_readings(view, fleet.window_s), weights, gpu.role,
         tolerance_ratio=p.tolerance_ratio, role_tolerance_ratio=p.role_tolerance_ratio,
         min_requests=float(fleet.min_requests), window_s=fleet.window_s,
     )

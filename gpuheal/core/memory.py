@@ -1,0 +1,139 @@
+"""What the rules remember between one-shot cron runs: typed rows, per memory and subject. Pure.
+
+A rule that needs more than this poll declares ``remember`` (:mod:`gpuheal.core.rule`): a tuple of
+:class:`Remember` records, each naming one memory (its ``key`` in the issue book), the loader of its
+row record and a pure ``fold`` — Rule 3's decode progress, hung task loop and LiteLLM counters, Rule 5's
+breaker first seen open, Rule 9's running context, Rule 10's request counts and LiteLLM counters. What
+every memory shares is owned here and by :func:`gpuheal.core.engine.remember`, once:
+
+- **missing data neither advances nor resets**: a fold returns ``None`` for "this poll cannot say",
+  and the row stays as it was;
+- **a poll already folded in** — the same poll again, or a clock stepped back (``now_s`` at or
+  before the row's ``at_s``) — is never folded twice;
+- **a damaged row** (hand-edited, cut short, written by another version) is replaced, never trusted:
+  its loader answers ``None`` and the fold starts again from this poll;
+- **a GPU no longer configured** is dropped, and so is a memory no rule declares any more.
+
+The store (:class:`Memory`) is the issue book's ``memory`` (``issues.json``), on disk in the shape
+earlier versions wrote, so a state directory from before loads::
+
+    {KEY: {SUBJECT: ROW}}      # e.g. "decode": {"gpu-dense": {"n": 158, "at_s": ..., ...}}
+
+A memory is decoded into its row records the first time it is asked for (a bench-only run that reads
+none decodes none), and written back from them; what nobody asked for is written back as it was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
+
+if TYPE_CHECKING:
+    from gpuheal.core.view import FleetView
+
+
+class Row(Protocol):
+    """One remembered row: a frozen record that says which poll it last folded in."""
+
+    @property
+    def at_s(self) -> float | None:
+        """The poll this row last folded in (epoch s); ``None`` when not known (an older version's row)."""
+        ...
+
+    def to_json(self) -> object:
+        """The row as stored in ``issues.json``."""
+        ...
+
+
+R = TypeVar("R", bound=Row)
+
+
+@dataclass(frozen=True)
+class Remember(Generic[R]):
+    """One memory a rule keeps per subject (a GPU alias, or ``fleet`` for a fleet rule).
+
+    ``key``: its name in the issue book (unique among the rules: the registry checks it);
+    ``load``: the stored JSON → the row record, ``None`` when damaged;
+    ``fold(row, view, subject)``: the row after this poll (``view.now_s``, ``view.sample(subject)``),
+    or ``None`` when this poll cannot say (the row stays). Pure: values in, values out."""
+
+    key: str
+    load: Callable[[object], R | None]
+    fold: Callable[[R | None, FleetView, str], R | None]
+
+
+class Memory:
+    """The issue book's ``memory``: each declared memory's rows by subject, typed."""
+
+    __slots__ = ("_rows", "_stored")
+
+    def __init__(self, stored: Mapping[str, object] | None = None) -> None:
+        self._stored: dict[str, object] = dict(stored) if stored else {}
+        self._rows: dict[str, dict[str, Row]] = {}
+
+    @classmethod
+    def from_json(cls, data: object) -> Memory:
+        """The store from ``issues.json``'s ``memory``; anything but a mapping is an empty store."""
+        return cls({str(k): v for k, v in data.items()} if isinstance(data, Mapping) else None)
+
+    def rows(self, key: str, load: Callable[[object], R | None]) -> dict[str, R]:
+        """The rows of memory ``key`` by subject: live (what the caller puts in, the store keeps).
+        Read with ``load`` on the first ask; a damaged row, or a damaged memory, is dropped."""
+        rows = self._rows.get(key)
+        if rows is None:
+            stored = self._stored.pop(key, None)
+            loaded: dict[str, Row] = {}
+            if isinstance(stored, Mapping):
+                for subject, data in stored.items():
+                    row = load(data)
+                    if row is not None:
+                        loaded[str(subject)] = row
+            rows = self._rows[key] = loaded
+        return cast("dict[str, R]", rows)
+
+    def of(self, memory: Remember[R]) -> dict[str, R]:
+        """The rows of a declared memory (see :meth:`rows`)."""
+        return self.rows(memory.key, memory.load)
+
+    def get(self, memory: Remember[R], subject: str) -> R | None:
+        return self.of(memory).get(subject)
+
+    def keep(self, keys: Collection[str], subjects: Collection[str]) -> None:
+        """Forget the memories no rule declares and the rows of subjects no longer configured."""
+        for key in [k for k in self._stored if k not in keys]:
+            del self._stored[key]
+        for key in [k for k in self._rows if k not in keys]:
+            del self._rows[key]
+        for key, stored in list(self._stored.items()):
+            if isinstance(stored, Mapping) and any(s not in subjects for s in stored):
+                self._stored[key] = {s: v for s, v in stored.items() if s in subjects}
+        for rows in self._rows.values():
+            for subject in [s for s in rows if s not in subjects]:
+                del rows[subject]
+
+    def to_json(self) -> dict[str, object]:
+        """``issues.json``'s ``memory``."""
+        out = dict(self._stored)
+        for key, rows in self._rows.items():
+            out[key] = {subject: row.to_json() for subject, row in rows.items()}
+        return out
+
+
+# --------------------------------------------------------------------------- readers for loaders
+
+
+def number(value: object) -> float | None:
+    """A finite number stored in a row (an int stays an int: evidence shows it as it was read);
+    anything else — a bool, text, NaN, infinity — is ``None``. Asked for every field of every row
+    at load (tens of thousands at 1,000 GPUs)."""
+    if isinstance(value, float):
+        return value if value - value == 0.0 else None  # NaN and ±infinity: not 0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def whole(value: object) -> int | None:
+    """A stored whole number (``3``, not ``3.5``, ``True`` or ``"3"``)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
