@@ -1,12 +1,14 @@
-"""The drill (issue 20, item 3): gpuheal healing real llama-servers in real time, and what users saw.
+"""The drill (issues 20 and 28): gpuheal healing real llama-servers in real time, and what users saw.
 
-    .venv/bin/python benchmarks/drill.py                       # 10 cycles, 60 s apart (~11 min)
-    .venv/bin/python benchmarks/drill.py --no-heal             # the baseline: `heal` without --apply
-    .venv/bin/python benchmarks/drill.py --cycles 3 --cadence-s 20 --fault-cycle 1   # smoke (~1.5 min)
+    .venv/bin/python benchmarks/drill.py                       # 3 runs of 10 cycles, 60 s apart (~33 min)
+    .venv/bin/python benchmarks/drill.py --no-heal --runs 1    # the baseline: `heal` without --apply
+    .venv/bin/python benchmarks/drill.py --litellm             # a real LiteLLM in front, a twin per fault
+    .venv/bin/python benchmarks/drill.py --runs 1 --cycles 3 --cadence-s 20 --fault-cycle 1   # smoke (~1.5 min)
 
 Seven real llama-servers (the suite's binary from scripts/build-llama-server.sh, the suite's
 generated tiny model) on 127.0.0.1, owned by a systemd-like supervisor (benchmarks/drill_supervisor.py:
-SIGTERM + SIGCONT, ``--stop-timeout-s`` (15 s), SIGKILL, start). Each gets one fault or none:
+``--restart-kill-signal`` (TERM) + SIGCONT, ``--stop-timeout-s`` (15 s), SIGKILL, start). Each gets one
+fault or none:
 
 ========== ==========================================================================
 hang       SIGSTOP (every thread stops: /health times out)
@@ -30,8 +32,15 @@ A prober sends a 4-token completion to every server every ``--probe-every-s`` (5
 Per fault: the cycle whose poll first saw an issue (pending) and fired it, the supervisor's restarts
 (when, how the old process ended), the MTTR (fault injected -> first successful client completion
 sent after it) and the failed client requests; for the busy twin and the controls the actions
-gpuheal's audit trail (gpu-self-heal-log.jsonl) records on them. The result is one JSON file in
-benchmarks/results/ and a table on stdout. Everything stays on loopback; it stops by itself; on exit
+gpuheal's audit trail (gpu-self-heal-log.jsonl) records on them. Nothing but cron wakes gpuheal.
+
+``--runs`` (3) whole drills run in a row, each on a fresh fleet with its own cron jitter; each run's
+table is printed as it ends, then each fault's median and worst (benchmarks/drill_report.py). With
+``--litellm`` (benchmarks/drill_litellm.py) the real LiteLLM 1.108.7 is in front: each faulted server
+shares a model group with a healthy twin, gpuheal's config points at the proxy (``litellm_model_id``
+per GPU), and the prober also sends each group's users' requests through the proxy. The result is one
+JSON file in benchmarks/results/ (every run's figures, probes, cycles and audit trail, the machine and
+its load average) and the tables on stdout. Everything stays on loopback; it stops by itself; on exit
 and on Ctrl-C every server is stopped and reaped and every ptrace ended.
 """
 

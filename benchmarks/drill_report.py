@@ -16,6 +16,7 @@ FAULTS = {"hang": "SIGSTOP", "frozen": "ptrace task loop", "kill": "SIGKILL", "s
 FAULTED = ("hang", "frozen", "kill", "slow-load")
 QUIET = ("busy", "control-1", "control-2")
 TWIN = "-twin"  # with --litellm: each faulted server's healthy twin in its model group
+SLOW_S = 5.0  # a served request through LiteLLM slower than this waited on a sick deployment (healthy: < 1 s)
 
 
 def servers(litellm: bool) -> list[str]:
@@ -80,6 +81,7 @@ def proxy_figures(probes: list[dict], fault_t: float | None) -> dict:
     over the whole run for a group with no fault."""
     counted = [p for p in probes if fault_t is None or p["sent"] >= fault_t]
     return {"proxy_failed": sum(not p["ok"] for p in counted), "proxy_probes": len(counted),
+            "proxy_slow": sum(p["ok"] and p["done"] - p["sent"] > SLOW_S for p in counted),
             "proxy_errors": sorted({p["error"] for p in counted if not p["ok"]})}
 
 
@@ -146,6 +148,7 @@ def aggregate(runs: list[dict]) -> dict:
         }
         if all("proxy_failed" in s for s in rows):
             per[name]["proxy_failed"] = median_worst([s["proxy_failed"] for s in rows])
+            per[name]["proxy_slow"] = median_worst([s["proxy_slow"] for s in rows])
     false_actions = [sum(len(s["actions"]) for n, s in r["servers"].items() if quiet(n)) for r in runs]
     return {"servers": per, "quiet_actions_per_run": false_actions,
             "load_max_1m_per_run": [r.get("load", {}).get("max_1m") for r in runs]}
@@ -155,13 +158,17 @@ def aggregate(runs: list[dict]) -> dict:
 def table(result: dict) -> str:
     """One run: a row per server."""
     proxy = any("proxy_failed" in s for s in result["servers"].values())
-    rows = [f"drill: {result['mode']}, {result['cycles']} cycles every {result['cadence_s']} s, faults before cycle "
-            f"{result['fault_cycle']}, stop timeout {result['stop_timeout_s']} s",
+    woken = "cron and wake" if result.get("wake") else "cron only"
+    rows = [f"drill: {result['mode']}, {result['cycles']} cycles every {result['cadence_s']} s ({woken}"
+            f"{', a real LiteLLM in front' if result.get('litellm') else ''}), faults before cycle "
+            f"{result['fault_cycle']}, stop timeout {result['stop_timeout_s']} s, restart kill signal "
+            f"{result.get('restart_kill_signal', 'TERM')}",
             f"{'server':15} {'fault':18} {'inject s':>8} {'pend':>4} {'fire':>4} {'restarts (t s, stop)':24} "
-            f"{'MTTR s':>7} {'failed':>6} {'ok/probes':>9} {'actions':>7}" + (f" {'via LiteLLM':>11}" if proxy else "")]
+            f"{'MTTR s':>7} {'failed':>6} {'ok/probes':>9} {'actions':>7}"
+            + (" via LiteLLM failed/sent (slow)" if proxy else "")]
     for name, s in result["servers"].items():
         rs = ", ".join(f"{r['t']:.0f} {r['stop']}" for r in s["restarts"]) or "-"
-        via = f" {s['proxy_failed']:>4}/{s['proxy_probes']:<6}" if "proxy_failed" in s else (" " * 12 if proxy else "")
+        via = f" {s['proxy_failed']:>4}/{s['proxy_probes']} ({s['proxy_slow']})" if "proxy_failed" in s else ""
         rows.append(f"{name:15} {s['fault']:18} {_f(s['injected_s']):>8} {_f(s['pending_cycle']):>4} "
                     f"{_f(s['fired_cycle']):>4} {rs:24} {_f(s['mttr_s']):>7} {s['failed_after_fault']:>6} "
                     f"{s['probes_ok']:>4}/{s['probes']:<4} {len(s['actions']):>7}" + via)
@@ -176,13 +183,16 @@ def summary_table(summary: dict, n_runs: int) -> str:
     """Over the runs: median / worst per figure, then the per-run values."""
     proxy = any("proxy_failed" in s for s in summary["servers"].values())
     head = (f"{'server':15} {'fault':18} {'MTTR s med/worst':>17} {'failed med/worst':>17}"
-            + (f" {'via LiteLLM med/worst':>22}" if proxy else "") + "  per run: MTTR s | failed | actions")
-    rows = [f"over {n_runs} run(s): median / worst (never healed = never)", head]
+            + (f" {'via LiteLLM med/worst':>22} {'slow med/worst':>15}" if proxy else "")
+            + "  per run: MTTR s | failed | actions")
+    rows = [f"over {n_runs} run(s): median / worst (never healed = never; slow = served through LiteLLM after "
+            f"more than {SLOW_S:g} s)", head]
     for name, s in summary["servers"].items():
         mt, fl = s["mttr_s"], s["failed_after_fault"]
         cells = f"{'-' if quiet(name) else _mw(mt):>17} {_mw(fl):>17}"
         if proxy:
-            cells += f" {_mw(s['proxy_failed']) if 'proxy_failed' in s else '-':>22}"
+            cells += (f" {_mw(s['proxy_failed']):>22} {_mw(s['proxy_slow']):>15}" if "proxy_failed" in s
+                      else f" {'-':>22} {'-':>15}")
         runs = "-" if quiet(name) else " ".join(_never(v) for v in mt["runs"])
         rows.append(f"{name:15} {s['fault']:18} {cells}  {runs} | {' '.join(map(str, fl['runs']))} | "
                     f"{' '.join(map(str, s['actions']))}")

@@ -116,11 +116,12 @@ def test_median_and_worst_count_never_healed_as_the_worst():
 
 
 def test_failed_requests_through_litellm_count_from_the_fault_to_the_end():
-    probes = [{"sent": 80.0, "ok": False, "error": "HTTP 500"},  # before the fault: not the fault's
-              {"sent": 95.0, "ok": False, "error": "TimeoutError"},
-              {"sent": 100.0, "ok": True, "error": ""},  # the twin served it
-              {"sent": 300.0, "ok": False, "error": "HTTP 429"}]  # still the fault's, after the restart
-    assert proxy_figures(probes, 90.0) == {"proxy_failed": 2, "proxy_probes": 3,
+    probes = [{"sent": 80.0, "done": 80.1, "ok": False, "error": "HTTP 500"},  # before the fault: not the fault's
+              {"sent": 95.0, "done": 105.0, "ok": False, "error": "TimeoutError"},
+              {"sent": 100.0, "done": 100.2, "ok": True, "error": ""},  # the twin served it
+              {"sent": 300.0, "done": 300.1, "ok": False, "error": "HTTP 429"}]  # still the fault's, after the restart
+    probes.append({"sent": 305.0, "done": 313.5, "ok": True, "error": ""})  # served after a failover
+    assert proxy_figures(probes, 90.0) == {"proxy_failed": 2, "proxy_probes": 4, "proxy_slow": 1,
                                            "proxy_errors": ["HTTP 429", "TimeoutError"]}
     assert proxy_figures(probes, None)["proxy_failed"] == 3  # a group with no fault: the whole run
 
