@@ -477,18 +477,22 @@ def execute(args: argparse.Namespace, run_dir: Path, seed: int) -> dict:
             "audit": audit}
 
 
+def router_settings(args: argparse.Namespace) -> dict:
+    from drill_litellm import ROUTER_SETTINGS
+
+    return ROUTER_SETTINGS if args.litellm_router is None else args.litellm_router
+
+
 def start_litellm(args: argparse.Namespace, run_dir: Path, ports: dict[str, int]):
     import drill_litellm
 
-    router = drill_litellm.ROUTER_SETTINGS if args.litellm_router is None else args.litellm_router
-    return drill_litellm.start(run_dir / "litellm", ports, API_KEY, router)
+    return drill_litellm.start(run_dir / "litellm", ports, API_KEY, router_settings(args))
 
 
 def settings(args: argparse.Namespace) -> dict:
     """What every run of one invocation shares (the JSON's head and each table's title line)."""
     return {"mode": "no-heal" if args.no_heal else "heal --apply", "wake": False, "litellm": args.litellm,
-            "litellm_router": (None if not args.litellm else args.litellm_router or
-                               __import__("drill_litellm").ROUTER_SETTINGS),
+            "litellm_router": router_settings(args) if args.litellm else None,
             "cycles": args.cycles, "cadence_s": args.cadence_s, "fault_cycle": args.fault_cycle,
             "stop_timeout_s": args.stop_timeout_s, "restart_kill_signal": args.restart_kill_signal,
             "slow_load_s": args.slow_load_s, "probe_every_s": args.probe_every_s,
