@@ -743,8 +743,8 @@ def stop_timeout_check(transport, alias: str, unit: str) -> Check:
     stop_s = timeout_stop_s(out.stdout) if out.ok else None
     restart_signal = show_int(out.stdout, "RestartKillSignal") if out.ok else None
     old_systemd = out.ok and "RestartKillSignal=" not in out.stdout  # < 244: a restart sends KillSignal
-    signal = show_int(out.stdout, "KillSignal") if old_systemd else restart_signal
-    if signal == SIGKILL:
+    first_signal = show_int(out.stdout, "KillSignal") if old_systemd else restart_signal
+    if first_signal == SIGKILL:
         return Check(alias, "stop timeout", OK, f"{unit}: a restart sends SIGKILL first "
                      f"({'KillSignal' if old_systemd else 'RestartKillSignal'}=9): a frozen llama-server costs "
                      "no stop timeout")
