@@ -50,6 +50,23 @@ def health_status(port: int, timeout_s: float = 2.0) -> int | str:
         conn.close()
 
 
+def all_stopped(pid: int, timeout_s: float = 2.0) -> bool:
+    """Every thread of ``pid`` in the stopped state: SIGSTOP's group stop is asynchronous, and a
+    thread still running for a moment can answer one more request."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = []
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                pass
+        if states and all(s in ("T", "t") for s in states):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -133,6 +150,7 @@ def test_a_sigstopped_server_is_restarted_and_serves(supervised):
     port = start("hang")
     old = sup.pid("hang")
     assert send(old, signal.SIGSTOP)
+    assert all_stopped(old)
     assert health_status(port, 1.0) == "TimeoutError"
 
     done = restart("hang")
