@@ -1,12 +1,14 @@
-"""The drill (issue 20, item 3): gpuheal healing real llama-servers in real time, and what users saw.
+"""The drill (issues 20 and 28): gpuheal healing real llama-servers in real time, and what users saw.
 
-    .venv/bin/python benchmarks/drill.py                       # 10 cycles, 60 s apart (~11 min)
-    .venv/bin/python benchmarks/drill.py --no-heal             # the baseline: `heal` without --apply
-    .venv/bin/python benchmarks/drill.py --cycles 3 --cadence-s 20 --fault-cycle 1   # smoke (~1.5 min)
+    .venv/bin/python benchmarks/drill.py                       # 3 runs of 10 cycles, 60 s apart (~33 min)
+    .venv/bin/python benchmarks/drill.py --no-heal --runs 1    # the baseline: `heal` without --apply
+    .venv/bin/python benchmarks/drill.py --litellm             # a real LiteLLM in front, a twin per fault
+    .venv/bin/python benchmarks/drill.py --runs 1 --cycles 3 --cadence-s 20 --fault-cycle 1   # smoke (~1.5 min)
 
 Seven real llama-servers (the suite's binary from scripts/build-llama-server.sh, the suite's
 generated tiny model) on 127.0.0.1, owned by a systemd-like supervisor (benchmarks/drill_supervisor.py:
-SIGTERM + SIGCONT, ``--stop-timeout-s`` (15 s), SIGKILL, start). Each gets one fault or none:
+``--restart-kill-signal`` (TERM) + SIGCONT, ``--stop-timeout-s`` (15 s), SIGKILL, start). Each gets one
+fault or none:
 
 ========== ==========================================================================
 hang       SIGSTOP (every thread stops: /health times out)
@@ -30,8 +32,15 @@ A prober sends a 4-token completion to every server every ``--probe-every-s`` (5
 Per fault: the cycle whose poll first saw an issue (pending) and fired it, the supervisor's restarts
 (when, how the old process ended), the MTTR (fault injected -> first successful client completion
 sent after it) and the failed client requests; for the busy twin and the controls the actions
-gpuheal's audit trail (gpu-self-heal-log.jsonl) records on them. The result is one JSON file in
-benchmarks/results/ and a table on stdout. Everything stays on loopback; it stops by itself; on exit
+gpuheal's audit trail (gpu-self-heal-log.jsonl) records on them. Nothing but cron wakes gpuheal.
+
+``--runs`` (3) whole drills run in a row, each on a fresh fleet with its own cron jitter; each run's
+table is printed as it ends, then each fault's median and worst (benchmarks/drill_report.py). With
+``--litellm`` (benchmarks/drill_litellm.py) the real LiteLLM 1.108.7 is in front: each faulted server
+shares a model group with a healthy twin, gpuheal's config points at the proxy (``litellm_model_id``
+per GPU), and the prober also sends each group's users' requests through the proxy. The result is one
+JSON file in benchmarks/results/ (every run's figures, probes, cycles and audit trail, the machine and
+its load average) and the tables on stdout. Everything stays on loopback; it stops by itself; on exit
 and on Ctrl-C every server is stopped and reaped and every ptrace ended.
 """
 
@@ -57,31 +66,26 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests" / "realserver"))
 
 from drill_faults import Freeze, freeze_task_loop, send  # noqa: E402
+from drill_report import (  # noqa: E402,F401  (re-exported for tests/test_drill_report.py)
+    FAULTED,
+    FAULTS,
+    QUIET,
+    Run,
+    aggregate,
+    first_cycle,
+    group_of,
+    load_figures,
+    servers,
+    summarize,
+    summary_table,
+    table,
+)
 from drill_supervisor import Service, Supervisor  # noqa: E402
 
 API_KEY = "drill-key"
-FAULTS = {"hang": "SIGSTOP", "frozen": "ptrace task loop", "kill": "SIGKILL", "slow-load": "SIGKILL, 40 s load",
-          "busy": "none (saturated)", "control-1": "none", "control-2": "none"}
-FAULTED = ("hang", "frozen", "kill", "slow-load")
-QUIET = ("busy", "control-1", "control-2")
 BUSY_CLIENTS = 4  # -np 2: two generating, two deferred
 BUSY_N_PREDICT = 3000
-
-
-@dataclass
-class Run:
-    """Everything the drill records while it runs (times are seconds since the drill's t0)."""
-
-    t0: float
-    probes: list[dict] = field(default_factory=list)
-    cycles: list[dict] = field(default_factory=list)
-    faults: dict[str, float] = field(default_factory=dict)
-    busy_done: int = 0
-    end: float | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def rel(self, t: float | None = None) -> float:
-        return round((time.time() if t is None else t) - self.t0, 2)
+LOAD_SAMPLE_S = 5.0
 
 
 # ---------------------------------------------------------------------------------- HTTP on loopback
@@ -135,9 +139,9 @@ def server_argv(binary: Path, model: Path, port: int, *, busy: bool) -> list[str
 
 
 def start_fleet(sup: Supervisor, binary: Path, models: dict[str, Path], run_dir: Path,
-                slow_load_s: float) -> dict[str, int]:
+                slow_load_s: float, names: list[str]) -> dict[str, int]:
     ports: dict[str, int] = {}
-    for name in FAULTS:
+    for name in names:
         port = free_port()
         prefix = ([sys.executable, str(ROOT / "benchmarks" / "drill_faults.py"), "delayed-exec", str(slow_load_s),
                    "--"] if name == "slow-load" else [])
@@ -150,16 +154,21 @@ def start_fleet(sup: Supervisor, binary: Path, models: dict[str, Path], run_dir:
     return ports
 
 
-def write_config(path: Path, ports: dict[str, int], sock: Path, zulip_port: int) -> None:
+def write_config(path: Path, ports: dict[str, int], sock: Path, zulip_port: int,
+                 litellm_url: str | None = None) -> None:
+    """gpuheal's config: direct sensing, local transport, the supervisor's client as restart_command;
+    with LiteLLM in front, its url and each GPU's deployment id (the server's name)."""
     import yaml
 
     client = [sys.executable, str(ROOT / "benchmarks" / "drill_supervisor.py"), str(sock), "restart"]
-    cfg = {
-        "litellm": {"api_key": API_KEY},
-        "zulip": {"site": f"http://127.0.0.1:{zulip_port}", "timeout_s": 5},
-        "gpus": [{"alias": name, "host": f"drill-{name}", "endpoint": f"http://127.0.0.1:{port}",
-                  "transport": "local", "restart_command": client + [name]} for name, port in ports.items()],
-    }
+    gpus = [{"alias": name, "host": f"drill-{name}", "endpoint": f"http://127.0.0.1:{port}", "transport": "local",
+             "restart_command": client + [name]} for name, port in ports.items()]
+    litellm: dict = {"api_key": API_KEY}
+    if litellm_url:
+        litellm["url"] = litellm_url
+        for gpu in gpus:
+            gpu["litellm_model_id"] = gpu["alias"]
+    cfg = {"litellm": litellm, "zulip": {"site": f"http://127.0.0.1:{zulip_port}", "timeout_s": 5}, "gpus": gpus}
     path.write_text("# generated by benchmarks/drill.py: no monitor (direct sensing)\n"
                     + yaml.safe_dump(cfg, sort_keys=False))
 
@@ -180,16 +189,38 @@ def probe_once(run: Run, name: str, port: int, timeout_s: float) -> None:
     sent = time.time()
     ok, err = post_completion(port, 4, timeout_s)
     with run.lock:
-        run.probes.append({"server": name, "sent": run.rel(sent), "done": run.rel(), "ok": ok, "error": err})
+        run.probes.append({"server": name, "via": "direct", "sent": run.rel(sent), "done": run.rel(), "ok": ok,
+                           "error": err})
 
 
-def prober(run: Run, ports: dict[str, int], every_s: float, timeout_s: float, stop: threading.Event) -> None:
+def probe_via_proxy(run: Run, name: str, proxy, timeout_s: float) -> None:
+    """A user of ``name``'s model group, through LiteLLM (the twin may serve it)."""
+    from drill_litellm import post_via_proxy
+
+    sent = time.time()
+    ok, err = post_via_proxy(proxy.url, proxy.master_key, group_of(name), timeout_s)
+    with run.lock:
+        run.probes.append({"server": name, "via": "proxy", "sent": run.rel(sent), "done": run.rel(), "ok": ok,
+                           "error": err})
+
+
+def prober(run: Run, ports: dict[str, int], args: argparse.Namespace, stop: threading.Event, proxy=None) -> None:
+    """Every ``--probe-every-s``: a 4-token completion to each server, and with LiteLLM one to each
+    model group through the proxy; the load average on its own slower tick."""
     tick = 0
+    groups = [n for n in ports if n in FAULTS]  # a twin's users are its group's: counted once
     while not stop.is_set():
         for name, port in ports.items():
-            threading.Thread(target=probe_once, args=(run, name, port, timeout_s), daemon=True).start()
+            threading.Thread(target=probe_once, args=(run, name, port, args.probe_timeout_s), daemon=True).start()
+        if proxy is not None:
+            for name in groups:
+                threading.Thread(target=probe_via_proxy, args=(run, name, proxy, args.proxy_timeout_s),
+                                 daemon=True).start()
+        if tick % max(1, round(LOAD_SAMPLE_S / args.probe_every_s)) == 0:
+            with run.lock:
+                run.load.append((run.rel(), round(os.getloadavg()[0], 2)))
         tick += 1
-        stop.wait(max(0.0, run.t0 + tick * every_s - time.time()))
+        stop.wait(max(0.0, run.t0 + tick * args.probe_every_s - time.time()))
 
 
 # ---------------------------------------------------------------------------------- cron cycles
@@ -278,9 +309,9 @@ def inject(run: Run, name: str, sup: Supervisor, freezes: dict[str, Freeze]) -> 
     print(f"[{run.rel():7.1f}] fault: {name} ({FAULTS[name]}) pid {pid}", flush=True)
 
 
-def schedule(args: argparse.Namespace) -> list[tuple[float, str, object]]:
+def schedule(args: argparse.Namespace, seed: int | None = None) -> list[tuple[float, str, object]]:
     """(seconds after t0, kind, what): cron starts with jitter, then faults; sorted by time."""
-    rng = random.Random(args.seed)
+    rng = random.Random(args.seed if seed is None else seed)
     events: list[tuple[float, str, object]] = [(k * args.cadence_s + rng.uniform(0.3, 1.7), "cycle", k)
                                                for k in range(args.cycles)]
     at = (args.fault_cycle - 0.5) * args.cadence_s + args.fault_offset_s
@@ -289,9 +320,10 @@ def schedule(args: argparse.Namespace) -> list[tuple[float, str, object]]:
     return sorted(events, key=lambda e: e[0])
 
 
-def drive(run: Run, args: argparse.Namespace, gh: Gpuheal, sup: Supervisor, freezes: dict[str, Freeze]) -> None:
+def drive(run: Run, args: argparse.Namespace, gh: Gpuheal, sup: Supervisor, freezes: dict[str, Freeze],
+          seed: int) -> None:
     threads: list[threading.Thread] = []
-    for at, kind, what in schedule(args):
+    for at, kind, what in schedule(args, seed):
         if at >= args.cycles * args.cadence_s:
             continue
         time.sleep(max(0.0, run.t0 + at - time.time()))
@@ -319,56 +351,10 @@ def read_audit(state_dir: Path) -> list[dict]:
     return out
 
 
-def first_cycle(cycles: list[dict], gpu: str, *, fired: bool) -> int | None:
-    """The first cycle whose poll saw an issue on ``gpu``: any, or one past pending (firing, verifying...)."""
-    for rec in sorted(cycles, key=lambda r: r["cycle"]):
-        if any(i["gpu"] == gpu and (not fired or i["state"] != "pending") for i in rec["issues"] or ()):
-            return rec["cycle"]
-    return None
-
-
-def summarize(run: Run, sup: Supervisor, audit: list[dict]) -> dict:
-    per: dict[str, dict] = {}
-    for name in FAULTS:
-        fault_t = run.faults.get(name)
-        probes = [p for p in run.probes if p["server"] == name]
-        after = [p for p in probes if fault_t is not None and p["sent"] >= fault_t]
-        first_ok = next((p for p in sorted(after, key=lambda p: p["sent"]) if p["ok"]), None)
-        restarts = [{**r, "t": run.rel(r["t"])} for r in sup.services[name].restarts]
-        actions = [a for a in audit if a.get("gpu") == name and a.get("phase") == "intent"]
-        per[name] = {
-            "fault": FAULTS[name], "injected_s": fault_t,
-            "pending_cycle": first_cycle(run.cycles, name, fired=False),
-            "fired_cycle": first_cycle(run.cycles, name, fired=True),
-            "restarts": restarts,
-            "mttr_s": round(first_ok["done"] - fault_t, 1) if first_ok and fault_t is not None else None,
-            "failed_after_fault": sum(not p["ok"] for p in after if first_ok is None or p["sent"] < first_ok["sent"]),
-            "probes_ok": sum(p["ok"] for p in probes), "probes": len(probes),
-            "actions": [{"action": a.get("action"), "issue": a.get("issue"), "ts": a.get("ts")} for a in actions],
-        }
-    return per
-
-
-def table(result: dict) -> str:
-    rows = [f"drill: {result['mode']}, {result['cycles']} cycles every {result['cadence_s']} s, faults before cycle "
-            f"{result['fault_cycle']}, stop timeout {result['stop_timeout_s']} s",
-            f"{'server':10} {'fault':18} {'inject s':>8} {'pend':>4} {'fire':>4} {'restarts (t s, stop)':24} "
-            f"{'MTTR s':>7} {'failed':>6} {'ok/probes':>9} {'actions':>7}"]
-    for name, s in result["servers"].items():
-        rs = ", ".join(f"{r['t']:.0f} {r['stop']}" for r in s["restarts"]) or "-"
-        rows.append(f"{name:10} {s['fault']:18} {_f(s['injected_s']):>8} {_f(s['pending_cycle']):>4} "
-                    f"{_f(s['fired_cycle']):>4} {rs:24} {_f(s['mttr_s']):>7} {s['failed_after_fault']:>6} "
-                    f"{s['probes_ok']:>4}/{s['probes']:<4} {len(s['actions']):>7}")
-    return "\n".join(rows)
-
-
-def _f(v: object) -> str:
-    return "-" if v is None else str(v)
-
-
 # ---------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3, help="whole drills in a row, each on a fresh fleet")
     ap.add_argument("--cycles", type=int, default=10)
     ap.add_argument("--cadence-s", type=float, default=60.0)
     ap.add_argument("--fault-cycle", type=int, default=2, help="hang/frozen/kill injected half a cadence before")
@@ -377,14 +363,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--slow-load-after", type=float, default=3.0, help="cycles after the others (fleet guard)")
     ap.add_argument("--slow-load-s", type=float, default=40.0)
     ap.add_argument("--stop-timeout-s", type=float, default=15.0, help="the supervisor's TimeoutStopSec")
+    ap.add_argument("--restart-kill-signal", choices=("TERM", "KILL"), default="TERM",
+                    help="the supervisor's RestartKillSignal (KILL: a restart costs no stop timeout)")
     ap.add_argument("--probe-every-s", type=float, default=5.0)
     ap.add_argument("--probe-timeout-s", type=float, default=10.0)
+    ap.add_argument("--litellm", action="store_true",
+                    help="a real LiteLLM in front: each faulted server in a model group with a healthy twin")
+    ap.add_argument("--proxy-timeout-s", type=float, default=30.0, help="a user's timeout through LiteLLM")
+    ap.add_argument("--litellm-router", type=json.loads, default=None,
+                    help="LiteLLM router_settings as JSON (default: benchmarks/drill_litellm.py's)")
     ap.add_argument("--no-heal", action="store_true", help="baseline: `heal` without --apply")
-    ap.add_argument("--seed", type=int, default=20)
+    ap.add_argument("--seed", type=int, default=20, help="run i uses seed + i")
     ap.add_argument("--out", type=Path, help="JSON result (default benchmarks/results/drill-MODE-latest.json)")
     ap.add_argument("--llama-server", type=Path, help="binary (default: scripts/build-llama-server.sh's)")
-    ap.add_argument("--keep", action="store_true", help="keep the run directory (logs, state)")
-    return ap.parse_args(argv)
+    ap.add_argument("--keep", action="store_true", help="keep the run directories (logs, state)")
+    args = ap.parse_args(argv)
+    if args.runs < 1 or args.cycles < 1:
+        ap.error("--runs and --cycles: at least 1")
+    return args
 
 
 def binary_path(explicit: Path | None) -> Path:
@@ -393,17 +389,32 @@ def binary_path(explicit: Path | None) -> Path:
     env = os.environ.get("LLAMA_SERVER_BIN")
     if env:
         return Path(env)
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "build-llama-server.sh")], stdout=subprocess.PIPE,
-                         text=True, check=True)
-    return Path(out.stdout.strip().splitlines()[-1])
+    check = subprocess.run(["bash", str(ROOT / "scripts" / "build-llama-server.sh"), "--check"],
+                           stdout=subprocess.PIPE, text=True)
+    if check.returncode != 0 or not check.stdout.strip():
+        raise SystemExit("drill: the real llama-server is not built here; run scripts/build-llama-server.sh "
+                         "(once per machine), then the drill")
+    return Path(check.stdout.strip().splitlines()[-1])
 
 
-def _sigterm(signum: int, frame: object) -> None:
+def machine() -> dict:
+    """Where and under what load it ran: CPUs, model, kernel, the load averages now."""
+    model = "?"
+    try:
+        model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("model name")), "?")
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu_model": model, "kernel": os.uname().release,
+            "loadavg": [round(x, 2) for x in os.getloadavg()], "at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def sigterm_to_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def execute(args: argparse.Namespace, run_dir: Path) -> dict:
-    """Start everything, drive the cycles, stop everything (whatever happens), return the result."""
+def execute(args: argparse.Namespace, run_dir: Path, seed: int) -> dict:
+    """One drill: start everything, drive the cycles, stop everything (whatever happens), return the result."""
     from make_model import make_tiny_model
 
     from gpuheal.sim.zulip import DEFAULT_EMAIL, DEFAULT_KEY, ZulipLookalike
@@ -417,27 +428,31 @@ def execute(args: argparse.Namespace, run_dir: Path) -> dict:
         if name in freezes:
             freezes.pop(name).end()
 
-    sup = Supervisor(run_dir / "supervisor.sock", args.stop_timeout_s, before_reap)
+    sup = Supervisor(run_dir / "supervisor.sock", args.stop_timeout_s, before_reap,
+                     signal.SIGKILL if args.restart_kill_signal == "KILL" else signal.SIGTERM)
     zulip = ZulipLookalike().start()
     stop = threading.Event()
     run = Run(t0=time.time())
-    gh = None
+    gh = proxy = None
+    started = machine()
     try:
         sup.serve()
-        ports = start_fleet(sup, binary, models, run_dir, args.slow_load_s)
-        write_config(run_dir / "gpuheal.yaml", ports, sup.socket_path, zulip.port)
+        ports = start_fleet(sup, binary, models, run_dir, args.slow_load_s, servers(args.litellm))
         env = {**os.environ, "ZULIP_EMAIL": DEFAULT_EMAIL, "ZULIP_API_KEY": DEFAULT_KEY, "NO_PROXY": "127.0.0.1"}
+        if args.litellm:
+            proxy = start_litellm(args, run_dir, ports)
+            env["LITELLM_MASTER_KEY"] = proxy.master_key
+        write_config(run_dir / "gpuheal.yaml", ports, sup.socket_path, zulip.port, proxy.url if proxy else None)
         gh = Gpuheal(run_dir / "gpuheal.yaml", run_dir / "state", not args.no_heal, env)
         for _ in range(BUSY_CLIENTS):
             threading.Thread(target=busy_load, args=(ports["busy"], stop, run), daemon=True).start()
         time.sleep(3)  # the busy twin's slots fill before the first poll
         run.t0 = time.time()
-        threading.Thread(target=prober, args=(run, ports, args.probe_every_s, args.probe_timeout_s, stop),
-                         daemon=True).start()
-        drive(run, args, gh, sup, freezes)
+        threading.Thread(target=prober, args=(run, ports, args, stop, proxy), daemon=True).start()
+        drive(run, args, gh, sup, freezes, seed)
         run.end = run.rel()
         stop.set()
-        time.sleep(args.probe_timeout_s + 0.5)  # the last probes answer or time out while the faults hold
+        time.sleep(max(args.probe_timeout_s, args.proxy_timeout_s if proxy else 0) + 0.5)  # the last probes end
         with run.lock:
             run.probes = [p for p in run.probes if p["sent"] < run.end]
     finally:
@@ -449,16 +464,39 @@ def execute(args: argparse.Namespace, run_dir: Path) -> dict:
         sup.stop_all()
         sup.close()
         zulip.stop()
+        if proxy is not None:
+            proxy.stop()
     audit = read_audit(run_dir / "state")
-    return {"mode": "no-heal" if args.no_heal else "heal --apply", "cycles": args.cycles,
-            "cadence_s": args.cadence_s, "fault_cycle": args.fault_cycle, "stop_timeout_s": args.stop_timeout_s,
-            "slow_load_s": args.slow_load_s, "probe_every_s": args.probe_every_s,
-            "probe_timeout_s": args.probe_timeout_s, "seed": args.seed,
-            "gpuheal": gpuheal_version(run_dir), "duration_s": run.end, "servers": summarize(run, sup, audit),
+    restarts = {name: svc.restarts for name, svc in sup.services.items()}
+    return {"seed": seed, "machine": started, "load": load_figures(run.load), "loadavg_end": machine()["loadavg"],
+            "gpuheal": gpuheal_version(run_dir), "duration_s": run.end,
+            "servers": summarize(run, restarts, audit, servers(args.litellm)),
             "busy_generations_done": run.busy_done, "zulip_messages": len(zulip.messages),
             "cycle_log": sorted(run.cycles, key=lambda c: c["cycle"]),
-            "probes": sorted(run.probes, key=lambda p: (p["server"], p["sent"])),
+            "probes": sorted(run.probes, key=lambda p: (p["server"], p.get("via", ""), p["sent"])),
             "audit": audit}
+
+
+def router_settings(args: argparse.Namespace) -> dict:
+    from drill_litellm import ROUTER_SETTINGS
+
+    return ROUTER_SETTINGS if args.litellm_router is None else args.litellm_router
+
+
+def start_litellm(args: argparse.Namespace, run_dir: Path, ports: dict[str, int]):
+    import drill_litellm
+
+    return drill_litellm.start(run_dir / "litellm", ports, API_KEY, router_settings(args))
+
+
+def settings(args: argparse.Namespace) -> dict:
+    """What every run of one invocation shares (the JSON's head and each table's title line)."""
+    return {"mode": "no-heal" if args.no_heal else "heal --apply", "wake": False, "litellm": args.litellm,
+            "litellm_router": router_settings(args) if args.litellm else None,
+            "cycles": args.cycles, "cadence_s": args.cadence_s, "fault_cycle": args.fault_cycle,
+            "stop_timeout_s": args.stop_timeout_s, "restart_kill_signal": args.restart_kill_signal,
+            "slow_load_s": args.slow_load_s, "probe_every_s": args.probe_every_s,
+            "probe_timeout_s": args.probe_timeout_s, "proxy_timeout_s": args.proxy_timeout_s}
 
 
 def gpuheal_version(cwd: Path) -> str:
@@ -473,25 +511,35 @@ def gpuheal_version(cwd: Path) -> str:
     return f"{version} from {tree} at {rev.stdout.strip() or '?'}{' (gpuheal/ modified)' if dirty.stdout else ''}"
 
 
+def default_out(args: argparse.Namespace) -> Path:
+    name = f"drill-{'noheal' if args.no_heal else 'heal'}{'-litellm' if args.litellm else ''}-latest.json"
+    return ROOT / "benchmarks" / "results" / name
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _sigterm)
+    signal.signal(signal.SIGTERM, sigterm_to_interrupt)
     signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C even where SIGINT came in ignored (`cmd &`)
-    run_dir = Path(tempfile.mkdtemp(prefix="gpuheal-drill-"))
-    try:
-        result = execute(args, run_dir)
-    except KeyboardInterrupt:
-        print("drill interrupted: every server stopped and reaped", file=sys.stderr)
-        return 130
-    finally:
-        if not args.keep:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            print(f"run directory kept: {run_dir}", file=sys.stderr)
-    out = args.out or ROOT / "benchmarks" / "results" / f"drill-{'noheal' if args.no_heal else 'heal'}-latest.json"
+    head = settings(args)
+    runs: list[dict] = []
+    for i in range(args.runs):
+        run_dir = Path(tempfile.mkdtemp(prefix="gpuheal-drill-"))
+        try:
+            runs.append(execute(args, run_dir, args.seed + i))
+        except KeyboardInterrupt:
+            print("drill interrupted: every server stopped and reaped", file=sys.stderr)
+            return 130
+        finally:
+            if not args.keep:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            else:
+                print(f"run directory kept: {run_dir}", file=sys.stderr)
+        print(f"run {i + 1} of {args.runs}:\n{table({**head, **runs[-1]})}", flush=True)
+    result = {**head, "runs_done": len(runs), "machine": machine(), "summary": aggregate(runs), "runs": runs}
+    out = args.out or default_out(args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    print(table(result))
+    print(summary_table(result["summary"], len(runs)))
     print(f"result: {out}")
     return 0
 

@@ -1,12 +1,14 @@
 """The drill's stand-in for systemd: it owns the llama-server processes (it is their parent and
 reaps them) and restarts one the way ``systemctl restart UNIT`` does.
 
-A restart: SIGTERM followed by SIGCONT (systemd sends SIGCONT after SIGTERM, so a SIGSTOPped service
-can act on it), then up to ``stop_timeout_s`` (``TimeoutStopSec``; default 15 s, the value the README
-recommends) for the process to exit, then SIGKILL, then start again. A hung llama-server ignores
-SIGTERM (its handler only asks the frozen task loop to stop), so its restart costs the whole stop
-timeout. Like ``systemctl restart`` of a ``Type=simple`` unit it returns once the new process runs,
-not once the model has loaded: gpuheal's verify waits for that.
+A restart: the restart kill signal (``RestartKillSignal=``, systemd >= 244; else ``KillSignal=``;
+SIGTERM by default) followed by SIGCONT (systemd always sends SIGCONT after it, so a SIGSTOPped
+service can act on it), then up to ``stop_timeout_s`` (``TimeoutStopSec``; default 15 s) for the
+process to exit, then SIGKILL (``FinalKillSignal=``, SIGKILL by default), then start again. A hung
+llama-server ignores SIGTERM (its handler only asks the frozen task loop to stop), so its restart
+costs the whole stop timeout; with ``restart_kill_signal=SIGKILL`` (``RestartKillSignal=SIGKILL``)
+it costs none (issue 28, item 4). Like ``systemctl restart`` of a ``Type=simple`` unit it returns
+once the new process runs, not once the model has loaded: gpuheal's verify waits for that.
 
 gpuheal reaches it through ``restart_command``, an argv list::
 
@@ -50,9 +52,11 @@ class Supervisor:
     (a ptrace tracer) on a process before it is waited for."""
 
     def __init__(self, socket_path: Path, stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
-                 before_reap: Callable[[str, int], None] | None = None) -> None:
+                 before_reap: Callable[[str, int], None] | None = None,
+                 restart_kill_signal: signal.Signals = signal.SIGTERM) -> None:
         self.socket_path = socket_path
         self.stop_timeout_s = stop_timeout_s
+        self.restart_kill_signal = restart_kill_signal
         self.before_reap = before_reap or (lambda name, pid: None)
         self.services: dict[str, Service] = {}
         self._lock = threading.Lock()
@@ -77,15 +81,16 @@ class Supervisor:
             service.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                             start_new_session=True)
 
-    def _stop(self, service: Service, timeout_s: float) -> str:
-        """SIGTERM + SIGCONT, wait, SIGKILL; reap. Returns how it ended: "exited", "killed", "gone"."""
+    def _stop(self, service: Service, timeout_s: float, first: signal.Signals = signal.SIGTERM) -> str:
+        """``first`` + SIGCONT, wait, SIGKILL; reap. Returns how it ended: "exited" (on ``first``),
+        "killed" (SIGKILL after the stop timeout), "sigkill" (``first`` was SIGKILL), "gone" (dead already)."""
         proc = service.proc
         if proc is None or proc.poll() is not None:
             if proc is not None:
                 self.before_reap(service.name, proc.pid)
             return "gone"
-        how = "exited"
-        for sig in (signal.SIGTERM, signal.SIGCONT):
+        how = "sigkill" if first == signal.SIGKILL else "exited"
+        for sig in (first, signal.SIGCONT):
             try:
                 proc.send_signal(sig)
             except ProcessLookupError:
@@ -111,10 +116,11 @@ class Supervisor:
                 raise RuntimeError("the drill is shutting down")
             t0 = time.time()
             old_pid = service.proc.pid if service.proc else None
-            how = self._stop(service, self.stop_timeout_s)
+            how = self._stop(service, self.stop_timeout_s, self.restart_kill_signal)
+            stopped = time.time()
             self._spawn(service, restart=True)
-            rec = {"t": t0, "stop": how, "took_s": round(time.time() - t0, 2), "old_pid": old_pid,
-                   "new_pid": service.proc.pid if service.proc else None}
+            rec = {"t": t0, "stop": how, "stop_s": round(stopped - t0, 2), "took_s": round(time.time() - t0, 2),
+                   "old_pid": old_pid, "new_pid": service.proc.pid if service.proc else None}
             service.restarts.append(rec)
             return rec
 

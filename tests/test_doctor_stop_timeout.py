@@ -1,6 +1,9 @@
-"""``doctor`` reads the llama-server unit's stop timeout over the transport when the restart command is
-a ``systemctl restart`` of it (issue 20): a hung server ignores SIGTERM, so past 30 s it warns. Tested
-with a stand-in ``systemctl`` on PATH printing systemd's real format, and with garbage."""
+"""``doctor`` reads the llama-server unit's stop timeout and restart kill signal over the transport
+when the restart command is a ``systemctl restart`` of it (issues 20, 28): a frozen server ignores
+SIGTERM, so unless a restart sends SIGKILL first (``RestartKillSignal=SIGKILL``) a stop timeout past
+10 s warns, with the drop-in that fixes it (a systemd older than 244 does not show
+``RestartKillSignal``: its fix is the short stop timeout alone). Tested with a stand-in ``systemctl``
+on PATH printing systemd's real format, and with garbage."""
 
 from __future__ import annotations
 
@@ -51,17 +54,43 @@ def rows(template=("systemctl", "restart", "llama-server")):
     return {r.check: r for r in out}
 
 
+SHOW = "KillSignal=15\nRestartKillSignal={restart}\nTimeoutStopUSec={stop}\n"  # systemd >= 244's answer
+
+
 def test_the_default_90_s_warns_and_says_how_to_fix(tmp_path, monkeypatch):
-    fake_systemctl(tmp_path, monkeypatch, "TimeoutStopUSec=1min 30s\n")
+    fake_systemctl(tmp_path, monkeypatch, SHOW.format(restart=15, stop="1min 30s"))
     row = rows()["stop timeout"]
-    assert row.status == "warn" and "90 s" in row.detail and "TimeoutStopSec=15" in row.fix
+    assert row.status == "warn" and "90 s" in row.detail and "MTTR target 90 s" in row.detail
+    assert row.fix == ("systemctl edit llama-server: [Service] RestartKillSignal=SIGKILL and TimeoutStopSec=10 "
+                       "(README: install)")
 
 
-def test_fifteen_seconds_is_ok(tmp_path, monkeypatch):
-    fake_systemctl(tmp_path, monkeypatch, "TimeoutStopUSec=15s\n")
+@pytest.mark.parametrize("stop, status", [("15s", "warn"), ("10s", "ok"), ("5s", "ok"), ("infinity", "warn")])
+def test_past_ten_seconds_a_frozen_servers_restart_breaks_the_target(tmp_path, monkeypatch, stop, status):
+    fake_systemctl(tmp_path, monkeypatch, SHOW.format(restart=15, stop=stop))
     got = rows()
     assert got["restart_command"].status == "ok"
-    assert got["stop timeout"].status == "ok" and "15 s" in got["stop timeout"].detail
+    assert got["stop timeout"].status == status
+
+
+@pytest.mark.parametrize("show", [SHOW.format(restart=9, stop="1min 30s"),  # RestartKillSignal=SIGKILL
+                                  "KillSignal=9\nTimeoutStopUSec=1min 30s\n"])  # systemd < 244, KillSignal=SIGKILL
+def test_a_restart_that_sends_sigkill_first_waits_no_stop_timeout(tmp_path, monkeypatch, show):
+    fake_systemctl(tmp_path, monkeypatch, show)
+    row = rows()["stop timeout"]
+    assert row.status == "ok" and "SIGKILL first" in row.detail and "=9" in row.detail
+
+
+def test_a_systemd_without_restart_kill_signal_is_told_the_short_stop_timeout(tmp_path, monkeypatch):
+    fake_systemctl(tmp_path, monkeypatch, "KillSignal=15\nTimeoutStopUSec=1min 30s\n")  # systemd 239 (RHEL 8)
+    row = rows()["stop timeout"]
+    assert row.status == "warn" and row.fix == "systemctl edit llama-server: [Service] TimeoutStopSec=5 (README: install)"
+
+
+@pytest.mark.parametrize("restart", ["SIGKILL", "-9", "9999", "9; rm -rf /", ""])
+def test_a_restart_kill_signal_that_is_not_a_number_is_not_sigkill(tmp_path, monkeypatch, restart):
+    fake_systemctl(tmp_path, monkeypatch, SHOW.format(restart=restart, stop="1min 30s"))
+    assert rows()["stop timeout"].status == "warn"
 
 
 @pytest.mark.parametrize("output, rc", [("TimeoutStopUSec=soon\n", 0), ("\x1b[31mboom\x1b[0m\n", 0), ("", 1)])

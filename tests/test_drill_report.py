@@ -1,18 +1,24 @@
-"""The drill's bookkeeping (benchmarks/drill.py, issue 20): the cron schedule's jitter and fault
-placement, and the per-server figures (detection cycles, MTTR, failed requests, false actions) worked
-out from recorded probes, heal polls and audit records. The real run is benchmarks/drill.py itself;
-tests/realserver/test_drill_real.py exercises its supervisor and faults on a real server."""
+"""The drill's bookkeeping (benchmarks/drill.py, issues 20 and 28): the cron schedule's jitter and fault
+placement, the per-server figures (detection cycles, MTTR, failed requests direct and through LiteLLM,
+false actions) worked out from recorded probes, heal polls and audit records, their median and worst
+over several runs, and the supervisor's restart kill signal. The real run is benchmarks/drill.py
+itself; tests/realserver/test_drill_real.py exercises its supervisor and faults on a real server."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from drill import FAULTS, Run, heal_issues, schedule, summarize, table  # noqa: E402
+from drill import FAULTS, Run, heal_issues, parse_args, schedule, summarize, table  # noqa: E402
+from drill_report import aggregate, group_of, median_worst, proxy_figures, servers, summary_table  # noqa: E402
 from drill_supervisor import Service, Supervisor  # noqa: E402
 
 
@@ -67,7 +73,7 @@ def test_mttr_failed_requests_detection_and_false_actions(tmp_path):
     audit = [{"gpu": "control-1", "phase": "intent", "action": "restart-llama-server", "issue": "model-stuck"},
              {"gpu": "control-1", "phase": "outcome", "action": "restart-llama-server"},
              {"gpu": "kill", "phase": "intent", "action": "restart-llama-server", "issue": "host-unreachable"}]
-    per = summarize(run, sup, audit)
+    per = summarize(run, {n: s.restarts for n, s in sup.services.items()}, audit)
     kill = per["kill"]
     assert (kill["pending_cycle"], kill["fired_cycle"]) == (2, 3)
     assert kill["mttr_s"] == 180.4  # fault -> the first good completion sent after it
@@ -80,3 +86,89 @@ def test_mttr_failed_requests_detection_and_false_actions(tmp_path):
               "servers": per}
     text = table(result)
     assert "180.4" in text and text.count("\n") == len(FAULTS) + 1
+
+
+def test_the_defaults_are_three_runs_at_the_spec_cadence_with_cron_alone():
+    a = parse_args([])
+    assert (a.runs, a.cadence_s, a.cycles, a.litellm, a.restart_kill_signal) == (3, 60.0, 10, False, "TERM")
+    assert parse_args(["--runs", "1", "--litellm", "--restart-kill-signal", "KILL"]).litellm
+
+
+def test_each_run_has_its_own_jitter():
+    one, two = schedule(args(), 20), schedule(args(), 21)
+    assert [e for e in one if e[1] == "fault"] == [e for e in two if e[1] == "fault"]  # faults at the same times
+    assert [e[0] for e in one if e[1] == "cycle"] != [e[0] for e in two if e[1] == "cycle"]
+
+
+def test_with_litellm_each_faulted_server_has_a_twin_in_its_group():
+    names = servers(litellm=True)
+    assert names[:4] == ["hang", "frozen", "kill", "slow-load"] and "hang-twin" in names and len(names) == 11
+    assert group_of("hang") == group_of("hang-twin") != group_of("kill")
+    assert servers(litellm=False) == list(FAULTS)
+
+
+def test_median_and_worst_count_never_healed_as_the_worst():
+    assert median_worst([60.0, 90.5, 45.0]) == {"median": 60.0, "worst": 90.5, "runs": [60.0, 90.5, 45.0]}
+    assert median_worst([60.0, None, 45.0]) == {"median": 60.0, "worst": None, "runs": [60.0, None, 45.0]}
+    assert median_worst([None, 30.0]) == {"median": None, "worst": None, "runs": [None, 30.0]}
+    assert median_worst([3, 5]) == {"median": 4.0, "worst": 5, "runs": [3, 5]}
+    assert median_worst([]) == {"median": None, "worst": None, "runs": []}
+
+
+def test_failed_requests_through_litellm_count_from_the_fault_to_the_end():
+    probes = [{"sent": 80.0, "done": 80.1, "ok": False, "error": "HTTP 500"},  # before the fault: not the fault's
+              {"sent": 95.0, "done": 105.0, "ok": False, "error": "TimeoutError"},
+              {"sent": 100.0, "done": 100.2, "ok": True, "error": ""},  # the twin served it
+              {"sent": 300.0, "done": 300.1, "ok": False, "error": "HTTP 429"}]  # still the fault's, after the restart
+    probes.append({"sent": 305.0, "done": 313.5, "ok": True, "error": ""})  # served after a failover
+    assert proxy_figures(probes, 90.0) == {"proxy_failed": 2, "proxy_probes": 4, "proxy_slow": 1,
+                                           "proxy_errors": ["HTTP 429", "TimeoutError"]}
+    assert proxy_figures(probes, None)["proxy_failed"] == 3  # a group with no fault: the whole run
+
+
+def one_run(mttr, failed, proxy_failed, control_actions):
+    run = Run(t0=0.0)
+    run.faults["hang"] = 90.0
+    run.probes = [{"server": "hang", "via": "direct", "sent": 90.0 + mttr if mttr else 95.0,
+                   "done": 90.0 + (mttr or 0), "ok": mttr is not None, "error": ""}]
+    run.probes += [{"server": "hang", "via": "direct", "sent": 91.0 + i, "done": 92.0 + i, "ok": False,
+                    "error": "TimeoutError"} for i in range(failed)]
+    run.probes += [{"server": "hang", "via": "proxy", "sent": 95.0 + i, "done": 96.0, "ok": i >= proxy_failed,
+                    "error": "" if i >= proxy_failed else "HTTP 500"} for i in range(4)]
+    audit = [{"gpu": "hang-twin", "phase": "intent", "action": "restart-llama-server"}] * control_actions
+    return {"servers": summarize(run, {}, audit, servers(litellm=True))}
+
+
+def test_aggregate_gives_median_worst_and_the_per_run_figures():
+    runs = [one_run(60.0, 3, 1, 0), one_run(None, 5, 2, 1), one_run(45.0, 2, 0, 0)]
+    summary = aggregate(runs)
+    hang = summary["servers"]["hang"]
+    assert hang["mttr_s"] == {"median": 60.0, "worst": None, "runs": [60.0, None, 45.0]}
+    assert hang["proxy_failed"] == {"median": 1, "worst": 2, "runs": [1, 2, 0]}
+    assert summary["quiet_actions_per_run"] == [0, 1, 0]  # the twin's restart in run 2 is a false action
+    assert "proxy_failed" not in summary["servers"]["hang-twin"]  # its users are counted with hang's
+    text = summary_table(summary, 3)
+    assert "60.0 / never" in text and "1 / 2" in text and "per run: 0 1 0 (target 0)" in text
+
+
+def _deaf(tmp_path: Path, first: signal.Signals) -> Supervisor:
+    """A supervised process that ignores SIGTERM, as a frozen llama-server does."""
+    sup = Supervisor(tmp_path / "d.sock", 1.0, restart_kill_signal=first)
+    ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+    sup.add(Service("deaf", [sys.executable, "-c", ignore], tmp_path / "deaf.log"))
+    deadline = time.monotonic() + 10
+    while "up" not in (tmp_path / "deaf.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return sup
+
+
+@pytest.mark.parametrize("first, how, slow", [(signal.SIGTERM, "killed", True), (signal.SIGKILL, "sigkill", False)])
+def test_a_restart_waits_the_stop_timeout_on_a_deaf_process_unless_it_sends_sigkill_first(tmp_path, first, how, slow):
+    sup = _deaf(tmp_path, first)
+    try:
+        rec = sup.restart("deaf")
+        assert rec["stop"] == how
+        assert (rec["stop_s"] >= 1.0) is slow, rec  # RestartKillSignal=SIGKILL: no stop timeout
+    finally:
+        sup.stop_all()
+        sup.close()

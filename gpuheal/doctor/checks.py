@@ -17,7 +17,10 @@ from gpuheal.parse.values import printable
 
 CMD_TIMEOUT_S = 5.0
 RESTART_VERBS = {"restart", "try-restart", "reload-or-restart"}
-STOP_TIMEOUT_WARN_S = 30.0  # issue 20: past this a hung server's restart waits too long for SIGKILL
+# issue 28: a frozen server's restart within the MTTR target (90 s, cron every 60 s): up to 62 s until
+# a poll sees it, ~10 s of in-run confirmation, ~5 s to start and verify; the stop gets the rest
+STOP_TIMEOUT_WARN_S = 10.0
+SIGKILL = 9
 SERVICE_VERBS = {"restart", "start", "stop", "reload", "try-restart", "reload-or-restart", "kill"}
 
 
@@ -737,13 +740,23 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
 
 
 def stop_timeout_check(transport, alias: str, unit: str) -> Check:
-    """A hung llama-server ignores SIGTERM: ``systemctl restart`` then waits the unit's
-    ``TimeoutStopSec`` before SIGKILL (issue 20). Past 30 s the GPU stays down that much longer."""
-    from gpuheal.parse.systemd import timeout_stop_s
+    """A frozen llama-server (SIGSTOP, or its task loop hung) ignores SIGTERM: ``systemctl restart``
+    then waits the unit's ``TimeoutStopSec`` before SIGKILL (issues 20, 28). A restart that sends
+    SIGKILL first (``RestartKillSignal=SIGKILL``, systemd >= 244) waits nothing; otherwise past
+    ``STOP_TIMEOUT_WARN_S`` the restart alone breaks the 90 s MTTR target with a 60 s cron."""
+    from gpuheal.parse.systemd import show_int, timeout_stop_s
 
-    fix = f"systemctl edit {unit}: [Service] TimeoutStopSec=15 (README: install)"
-    out = transport.run(["systemctl", "show", "-p", "TimeoutStopUSec", "--", unit], CMD_TIMEOUT_S)
+    argv = ["systemctl", "show", "-p", "TimeoutStopUSec", "-p", "RestartKillSignal", "-p", "KillSignal", "--", unit]
+    out = transport.run(argv, CMD_TIMEOUT_S)
     stop_s = timeout_stop_s(out.stdout) if out.ok else None
+    restart_signal = show_int(out.stdout, "RestartKillSignal") if out.ok else None
+    old_systemd = out.ok and "RestartKillSignal=" not in out.stdout  # < 244: a restart sends KillSignal
+    first_signal = show_int(out.stdout, "KillSignal") if old_systemd else restart_signal
+    if first_signal == SIGKILL:
+        return Check(alias, "stop timeout", OK, f"{unit}: a restart sends SIGKILL first "
+                     f"({'KillSignal' if old_systemd else 'RestartKillSignal'}=9): a frozen llama-server costs "
+                     "no stop timeout")
+    fix = stop_timeout_fix(unit, old_systemd=old_systemd)
     if stop_s is None:
         said = out.stdout or out.stderr or out.describe() if out.ok else out.stderr or out.describe()
         why = printable(said, 80 if out.ok else 160)
@@ -751,8 +764,18 @@ def stop_timeout_check(transport, alias: str, unit: str) -> Check:
     shown = "infinity" if stop_s == float("inf") else f"{stop_s:g} s"
     if stop_s > STOP_TIMEOUT_WARN_S:
         return Check(alias, "stop timeout", WARN, f"{unit}: TimeoutStopSec {shown} (> {STOP_TIMEOUT_WARN_S:g} s): "
-                     "a hung llama-server ignores SIGTERM, so each restart waits this long before SIGKILL", fix)
+                     "a frozen llama-server ignores SIGTERM, so its restart waits this long before SIGKILL "
+                     "(MTTR target 90 s)", fix)
     return Check(alias, "stop timeout", OK, f"{unit}: TimeoutStopSec {shown}")
+
+
+def stop_timeout_fix(unit: str, *, old_systemd: bool) -> str:
+    """The drop-in that makes a frozen server's restart cost no stop timeout (README: install).
+    ``RestartKillSignal=`` is systemd >= 244; an older one (it does not show the property) gets the
+    short stop timeout alone."""
+    if old_systemd:
+        return f"systemctl edit {unit}: [Service] TimeoutStopSec=5 (README: install)"
+    return f"systemctl edit {unit}: [Service] RestartKillSignal=SIGKILL and TimeoutStopSec=10 (README: install)"
 
 
 # --------------------------------------------------------------------------- Rule 4's baseline seed

@@ -42,3 +42,14 @@ def timeout_stop_s(output: str, prop: str = "TimeoutStopUSec") -> float | None:
         if sep and key.strip() == prop:
             return parse_timespan_s(value)
     return None
+
+
+def show_int(output: str, prop: str) -> int | None:
+    """An integer property (``KillSignal=15``, ``RestartKillSignal=9``) from ``systemctl show``'s
+    output; absent (a systemd too old to know it), garbage or negative: ``None``."""
+    for line in output.splitlines()[:20]:
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == prop:
+            value = value.strip()
+            return int(value) if value.isascii() and value.isdigit() and len(value) <= 3 else None
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -49,6 +50,23 @@ def health_status(port: int, timeout_s: float = 2.0) -> int | str:
         conn.close()
 
 
+def all_stopped(pid: int, timeout_s: float = 2.0) -> bool:
+    """Every thread of ``pid`` in the stopped state: SIGSTOP's group stop is asynchronous, and a
+    thread still running for a moment can answer one more request."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = []
+        for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+            try:
+                states.append(stat.read_text().rsplit(")", 1)[1].split()[0])
+            except (OSError, IndexError):
+                pass
+        if states and all(s in ("T", "t") for s in states):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -57,13 +75,14 @@ def gone(pid: int) -> bool:
         return True
 
 
-@pytest.fixture
-def supervised(llama_server_bin, tiny_model):
-    """A factory for one supervised real server; every process stopped, reaped, traces ended."""
+@pytest.fixture(params=["SIGTERM"])
+def supervised(request, llama_server_bin, tiny_model):
+    """A factory for one supervised real server; every process stopped, reaped, traces ended. The
+    param is the restart's first signal (``RestartKillSignal=``)."""
     run_dir = Path(tempfile.mkdtemp(prefix="drill-t-"))  # short: a Unix socket path has ~100 bytes
     freezes = {}
     sup = Supervisor(run_dir / "sup.sock", STOP_TIMEOUT_S, lambda name, pid: freezes.pop(name).end()
-                     if name in freezes else None)
+                     if name in freezes else None, getattr(signal, request.param))
     sup.serve()
 
     def start(name: str, prefix: list[str] | None = None) -> int:
@@ -107,11 +126,31 @@ def test_a_frozen_task_loop_answers_health_and_is_killed_after_the_stop_timeout(
     assert post_completion(port, 4, 10.0) == (True, "")
 
 
+@pytest.mark.parametrize("supervised", ["SIGKILL"], indirect=True)
+def test_a_frozen_task_loop_restarted_with_sigkill_first_costs_no_stop_timeout(supervised):
+    """``RestartKillSignal=SIGKILL`` (issue 28, item 4): the deaf process is gone at once."""
+    sup, start, restart, freezes = supervised
+    port = start("frozen")
+    old = sup.pid("frozen")
+    try:
+        freezes["frozen"] = freeze_task_loop(old)
+    except PtraceDenied as exc:
+        pytest.skip(f"ptrace not permitted here: {exc}")
+    assert post_completion(port, 4, 2.0) == (False, "TimeoutError")
+    done = restart("frozen")
+    assert done.returncode == 0 and "stop=sigkill" in done.stdout, (done.stdout, done.stderr)
+    assert sup.services["frozen"].restarts[-1]["stop_s"] < STOP_TIMEOUT_S / 2
+    assert "frozen" not in freezes and gone(old)
+    assert wait_health(port, 60)
+    assert post_completion(port, 4, 10.0) == (True, "")
+
+
 def test_a_sigstopped_server_is_restarted_and_serves(supervised):
     sup, start, restart, _ = supervised
     port = start("hang")
     old = sup.pid("hang")
-    assert send(old, __import__("signal").SIGSTOP)
+    assert send(old, signal.SIGSTOP)
+    assert all_stopped(old)
     assert health_status(port, 1.0) == "TimeoutError"
 
     done = restart("hang")
@@ -125,7 +164,7 @@ def test_a_slow_load_restart_keeps_the_port_closed_then_serves(supervised):
     sup, start, restart, _ = supervised
     wrapper = [sys.executable, str(ROOT / "benchmarks" / "drill_faults.py"), "delayed-exec", "4", "--"]
     port = start("slow-load", prefix=wrapper)
-    send(sup.pid("slow-load"), __import__("signal").SIGKILL)
+    send(sup.pid("slow-load"), signal.SIGKILL)
     assert restart("slow-load").returncode == 0
     assert sup.services["slow-load"].restarts[-1]["stop"] == "gone"
     assert health_status(port, 1.0) == "ConnectionRefusedError"  # still sleeping before exec
