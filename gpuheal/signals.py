@@ -132,14 +132,3 @@ def serves_task_loop(metrics: str | None, slots: str | None, canary: str | None 
 def unmet(rule_needs: tuple[Need, ...], provided: frozenset[Signal]) -> tuple[Need, ...]:
     """The needs ``provided`` does not meet (empty: the rule can judge)."""
     return tuple(n for n in rule_needs if not n.met(provided))
-
-
-def __getattr__(name: str) -> object:
-    """``SOURCES`` and ``spec`` moved to the source registry (:mod:`gpuheal.source_kinds`), where each
-    source declares itself; the old names still resolve there for code written before (issue 19
-    item 3). Loaded by name: the registry imports this module, so an import here would be a cycle."""
-    if name in ("SOURCES", "spec"):
-        import importlib
-
-        return getattr(importlib.import_module("gpuheal.source_kinds"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -243,7 +243,7 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
 
 
 def monitor_check(cfg) -> Check:
-    from gpuheal.sources.sense import fetch_monitor
+    from gpuheal.sources.monitor import fetch_monitor
 
     doc, faults, warnings = fetch_monitor(cfg)
     if doc is None:

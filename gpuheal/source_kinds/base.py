@@ -58,7 +58,7 @@ class SourceKind:
       in the registry); ``build`` turns the validated section into its record (``cfg.sections[section]``),
       or ``None`` when the user wrote no such section;
     - ``reader``: ``"module:function"`` reading one poll, ``(cfg, now, deadline_s, transports, memory)
-      -> gpuheal.sources.gpu_source.SourcePoll``;
+      -> gpuheal.model.SourcePoll`` (the one typed poll of every source);
     - ``probes``: its doctor probes, from its section record; ``probes_endpoints``: whether gpuheal
       probes each llama-server's ``/health`` itself (False: the source gives liveness);
     - ``fallback``: the spec of what its polls say while it is unusable and a stand-in answered

@@ -1,7 +1,7 @@
 """Prometheus as the GPU source (issue 13; contract "Prometheus as a source"): instant queries for the
 readings, PromQL over each rule's window for the trends (it keeps its own history, so gpuheal's state
 stays flat), and optionally each llama-server's liveness from its scrape target's ``up``. Nothing of
-ours to restart: Rule 7 escalates. The reader is :func:`gpuheal.sources.gpu_source.read_prometheus`;
+ours to restart: Rule 7 escalates. The reader is :func:`gpuheal.sources.prometheus.read_poll`;
 the doctor check :func:`gpuheal.doctor.prometheus.query_checks`."""
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ KIND = SourceKind(
     ),
     section="prometheus",
     build=build,
-    reader="gpuheal.sources.gpu_source:read_prometheus",
+    reader="gpuheal.sources.prometheus:read_poll",
     probes=probes,
     probes_endpoints=probes_endpoints,
     memory=("gpuheal.steps.check:prom_memory", "gpuheal.steps.check:remember_trends"),

@@ -36,11 +36,13 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
+from gpuheal import provenance as prov
 from gpuheal.config import Config, GpuConfig
-from gpuheal.model import DataFault, SourceTrend
+from gpuheal.model import ENDPOINT_OK, ENDPOINT_REFUSED, DataFault, GpuValues, Liveness, SourcePoll, SourceTrend
 from gpuheal.parse.values import parse_decimal, printable
 from gpuheal.sources.http import HttpFault, request
 
@@ -607,6 +609,32 @@ def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromRea
         more = f" (+{len(problems) - MAX_SHOWN} more)" if len(problems) > MAX_SHOWN else ""
         faults.append(DataFault(SOURCE, "invalid", shown + more))
     return PromReading(values=values, faults=faults, warnings=[], ok=ok)
+
+
+def read_poll(cfg: Config, now: datetime, deadline_s: float, transports: Any, memory: Any) -> SourcePoll:
+    """The Prometheus source's reader (``source_kinds/prometheus.py``): :func:`read` as the typed poll
+    every source returns — each GPU's readings and trends with their provenance (the instant
+    queries), and its llama-server's liveness from its target's ``up`` where gpuheal does not probe."""
+    from gpuheal.source_kinds.prometheus import KIND
+
+    got = read(cfg, now.timestamp(), memory)
+    gpus: dict[str, GpuValues] = {}
+    for alias, values in got.values.items():
+        up = values.get("endpoint")
+        if up is not None:
+            values = {k: v for k, v in values.items() if k != "endpoint"}
+        parts = ((prov.PROMETHEUS, values),) if got.ok and values else ()
+        liveness = None if up is None else UP_OK if up == ENDPOINT_OK else UP_DOWN
+        gpus[alias] = GpuValues(parts, liveness=liveness) if liveness is not None or parts else _NOTHING
+    return SourcePoll(KIND.name, bool(got.ok), gpus, tuple(got.faults), tuple(got.warnings))
+
+
+# ``up`` of a GPU's llama-server target: 1 is ``ok``; 0 is ``refused`` (Prometheus's scrape failed; it cannot
+# tell refused, timeout and a model still loading apart); no series is not known
+UP_OK = Liveness(ENDPOINT_OK, prov.PROMETHEUS_UP)
+UP_DOWN = Liveness(ENDPOINT_REFUSED, prov.PROMETHEUS_UP, "Prometheus: up == 0 for its llama-server target",
+                   ENDPOINT_REFUSED)
+_NOTHING = GpuValues()
 
 
 def merge_faults(faults: list[DataFault]) -> list[DataFault]:
