@@ -46,7 +46,7 @@ def test_every_registered_source_is_whole(kind):
     assert configured(cfg) is kind and source.kind is kind and source.provides() == kind.spec.provides
     for probe in source.doctor_probes():
         assert callable(resolve(probe.check)) and probe.deadline_s > 0
-    for hook in kind.memory or ():
+    for hook in (kind.memory.load, kind.memory.save) if kind.memory else ():
         assert callable(resolve(hook))
     if kind.fallback is not None:
         assert home(kind.fallback.source) == kind.name and kind_of(kind.fallback.source) is kind

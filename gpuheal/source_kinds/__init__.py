@@ -33,10 +33,10 @@ from typing import Any
 
 from gpuheal.signals import SourceSpec
 from gpuheal.source_kinds import monitor, prometheus, smi
-from gpuheal.source_kinds.base import DoctorProbe, SectionInput, SourceKind
+from gpuheal.source_kinds.base import DoctorProbe, SectionInput, SourceKind, SourceMemory
 
-__all__ = ["REGISTRY", "SOURCES", "DoctorProbe", "SectionInput", "SourceKind", "configured", "home", "kind_of",
-           "section_of", "spec"]
+__all__ = ["REGISTRY", "SOURCES", "DoctorProbe", "SectionInput", "SourceKind", "SourceMemory", "configured", "home",
+           "kind_of", "section_of", "spec"]
 
 # THE REGISTRY: one line per GPU source. A config sets up at most one section of these (the loader
 # refuses two); the one source without a section (nvidia-smi / rocm-smi) is the default, listed last.
