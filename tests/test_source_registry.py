@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from gpuheal.config.load import load_config_dict
+from gpuheal.named import resolve
 from gpuheal.signals import Signal, SourceSpec
 from gpuheal.source_kinds import REGISTRY, SOURCES, configured, home, kind_of, spec
-from gpuheal.sources.gpu_source import gpu_source, resolve
+from gpuheal.sources.gpu_source import gpu_source
 
 PKG = Path(__file__).resolve().parent.parent / "gpuheal"
 GPUS = [{"alias": "gpu-0", "host": "ct0", "endpoint": "http://127.0.0.1:9000"}]

@@ -59,7 +59,7 @@ def row_of(text: str, gpu: str) -> bool:
 @pytest.mark.parametrize("n", [3, 100, 1000])
 def test_summary_fits_one_message_and_names_what_moved(n):
     doc = doc_for(n)
-    text = weekly.markdown(doc)
+    text = weekly.markdown(doc, limit=LIMIT)
     assert len(text) <= LIMIT
     moved = [g["gpu"] for g in doc["gpus"] if abs(g["change_pct"]) > weekly.STEADY_PCT]
     steady = n - len(moved)
@@ -76,7 +76,7 @@ def test_summary_fits_one_message_and_names_what_moved(n):
 
 def test_summary_fits_when_every_gpu_regressed_with_hostile_names():
     doc = doc_for(1000, regress_all=True, prefix=HOSTILE)
-    text = weekly.markdown(doc)
+    text = weekly.markdown(doc, limit=LIMIT)
     assert len(text) <= LIMIT
     assert "@**all**" not in text  # escaped: no mention
     assert "and 990 more GPUs regressed" in text
@@ -84,9 +84,9 @@ def test_summary_fits_when_every_gpu_regressed_with_hostile_names():
 
 def test_full_has_every_row_and_its_chunks_each_fit():
     doc = doc_for(1000)
-    full = weekly.markdown(doc, full=True)
+    full = weekly.markdown(doc, full=True, limit=LIMIT)
     assert len(full) > LIMIT and all(row_of(full, g["gpu"]) for g in doc["gpus"])
-    chunks = weekly.table_chunks(doc)
+    chunks = weekly.table_chunks(doc, limit=LIMIT)
     assert len(chunks) > 1 and all(len(c) <= LIMIT for c in chunks)
     rows = [line for c in chunks for line in c.splitlines() if line.startswith("| gpu-")]
     assert sorted(r.split(" ")[1] for r in rows) == sorted(g["gpu"] for g in doc["gpus"])
@@ -120,7 +120,7 @@ def test_send_full_splits_the_table_across_messages_that_arrive_whole(tmp_path, 
     result, messages = _send(tmp_path, monkeypatch, 1000, full=True)
     assert result.exit_code == 0
     doc = result.document
-    chunks = weekly.table_chunks(doc)
+    chunks = weekly.table_chunks(doc, limit=LIMIT)
     assert [m["content"] for m in messages] == [doc["markdown"].strip()] + chunks
     assert all(len(m["content"]) <= LIMIT for m in messages)
     assert len(doc["sent_parts"]) == len(messages)

@@ -177,7 +177,8 @@ def uses_builtin_shedding(cfg) -> bool:
 @register("network")
 def source_probes(ctx: Context) -> Iterable[Probe]:
     """The configured GPU source's own probes (gpu-monitor's document, Prometheus's queries)."""
-    from gpuheal.sources.gpu_source import gpu_source, resolve
+    from gpuheal.named import resolve
+    from gpuheal.sources.gpu_source import gpu_source
 
     for p in gpu_source(ctx.cfg).doctor_probes():
         check = resolve(p.check)

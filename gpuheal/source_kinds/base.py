@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuheal.secret import Secret
 from gpuheal.signals import SourceSpec
 
 
@@ -78,7 +79,9 @@ class SourceKind:
     - ``fallback``: the spec of what its polls say while it is unusable and a stand-in answered
       (gpu-monitor's Rule 7.3 smi fallback); such a poll stands for this source (coverage's "home");
     - ``memory``: :class:`SourceMemory`, for a source whose queries depend on what earlier runs left
-      (Prometheus's trend cache), read and written by ``check`` around the poll.
+      (Prometheus's trend cache), read and written by ``check`` around the poll;
+    - ``secrets``: the secrets its section reads (:class:`~gpuheal.secret.Secret`): redacted from
+      everything gpuheal writes (:func:`gpuheal.credentials.secrets_for`), as every sink's are.
     """
 
     spec: SourceSpec
@@ -89,6 +92,7 @@ class SourceKind:
     probes_endpoints: Callable[[Any], bool] = _probes_endpoints
     fallback: SourceSpec | None = None
     memory: SourceMemory | None = None
+    secrets: tuple[Secret, ...] = ()
 
     @property
     def name(self) -> str:

@@ -6,13 +6,13 @@ the doctor check :func:`gpuheal.doctor.prometheus.query_checks`."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from gpuheal.errors import ConfigError
+from gpuheal.named import resolve
 from gpuheal.signals import READINGS, Signal, Source, SourceSpec, Window
 from gpuheal.source_kinds.base import DoctorProbe, SectionInput, SourceKind, SourceMemory
 from gpuheal.source_kinds.smi import NO_MONITOR_FIX
@@ -58,7 +58,7 @@ def trend_reads(rules: Iterable[Any]) -> dict[Signal, tuple[tuple[str, Window], 
 def rule_trends() -> dict[Signal, tuple[tuple[str, Window], ...]]:
     """:func:`trend_reads` of the rule registry. Named, not imported: the rules ask this registry which
     source a poll came from (Rule 7), so an import here would be a cycle (tests/test_import_graph.py)."""
-    return trend_reads(importlib.import_module("gpuheal.rules").ALL)
+    return trend_reads(resolve("gpuheal.rules:ALL"))
 
 
 def build(given: SectionInput) -> PrometheusConfig | None:

@@ -10,16 +10,16 @@ list is in :mod:`gpuheal.source_kinds`) and returns the one typed poll, :class:`
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
 from gpuheal.model import SourcePoll
+from gpuheal.named import resolve
 from gpuheal.signals import Signal, SourceSpec
 from gpuheal.source_kinds import DoctorProbe, SourceKind, configured, section_of
 
-__all__ = ["DoctorProbe", "GpuSource", "gpu_source", "resolve"]
+__all__ = ["DoctorProbe", "GpuSource", "gpu_source"]
 
 
 class GpuSource(Protocol):
@@ -34,12 +34,6 @@ class GpuSource(Protocol):
     def read(self, now: datetime, deadline_s: float, transports: Any, memory: Any) -> SourcePoll: ...
 
     def doctor_probes(self) -> Iterable[DoctorProbe]: ...
-
-
-def resolve(name: str) -> Any:
-    """``"module:function"`` → the function (a source's reader, doctor check or memory hook)."""
-    module, attr = name.split(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 class ConfiguredSource:

@@ -125,7 +125,7 @@ def _sense_with_memory(cfg: Config, store: StateDir, now: datetime, transports) 
     memory, kept = source_memory(cfg, store, now)
     obs = sense(cfg, now, transports, memory)
     if kept is not None:
-        from gpuheal.sources.gpu_source import resolve
+        from gpuheal.named import resolve
 
         doc = resolve(kept.save)(cfg, memory, obs)
         if doc is not None:
@@ -136,7 +136,8 @@ def _sense_with_memory(cfg: Config, store: StateDir, now: datetime, transports) 
 def source_memory(cfg: Config, store: StateDir, now: datetime) -> tuple[Any, Any]:
     """(the configured source's memory for this poll, its declaration ``SourceMemory``); ``(None, None)``
     for a source that keeps none. Read-only on the state directory (``trend`` uses it too)."""
-    from gpuheal.sources.gpu_source import gpu_source, resolve
+    from gpuheal.named import resolve
+    from gpuheal.sources.gpu_source import gpu_source
 
     kept = gpu_source(cfg).kind.memory
     if kept is None:

@@ -98,7 +98,7 @@ def command(rt, store, dry_run: bool = False, post=None):
         after = data.to_json()
         if json.dumps(after, sort_keys=True, default=str) != before:  # cron runs this every minute
             store.write(files.ALERTS, out.redacted(after))
-    doc["queued"] = queued_entries(data)
+    doc["queued"] = out.redacted(queued_entries(data))  # a failed try's detail may name a secret
     if error is not None:
         _report_error(doc, error, len(data.queue), secrets)
     code = exit_codes.OK if dry_run or not data.queue else exit_codes.ATTENTION
@@ -173,7 +173,7 @@ class _Outbox:
         gpus = len({str(m.alert.gpu) for m in msg.incidents})
         cause = self._site_cause(msg) if issue == HOST_UNREACHABLE and not msg.summary else None
         content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels,
-                                cause=cause)
+                                limit=self.to.max_chars, cause=cause)
         title = redact_text(group_title(kind, issue, gpus, msg.summary, cause), self.secrets)
         return title, self.to.fit(redact_text(content, self.secrets))
 
@@ -274,10 +274,10 @@ def _send(rt, store, data, messages, open_keys, out: _Outbox, doc, post) -> dict
 
 def _post(sink, topic: str, content: str):
     """One message; a 429 asking for at most ``SHORT_RETRY_S`` is waited out once."""
-    from gpuheal.sink import Delivery
+    from gpuheal.sink import SendStatus
 
     outcome = sink.send(content, topic)
-    if outcome.kind == Delivery.RATE_LIMITED and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
+    if outcome.kind == SendStatus.RATE_LIMITED and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
         _sleep(outcome.retry_after_s or 0)
         outcome = sink.send(content, topic)
     return outcome
@@ -287,7 +287,7 @@ def _failed(sink, data, msg: Message, outcome, now_s: float) -> dict[str, Any]:
     """A delivery failed: the message's alerts note it (they stay queued); the run's error.
     A longer 429 holds the whole queue until the sink's "not before"."""
     data.note_failure(msg.members, now_s, outcome.detail)
-    if outcome.kind == "rate-limited":  # Delivery is a StrEnum
+    if outcome.kind == "rate-limited":  # SendStatus is a StrEnum
         retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S
         until = now_s + retry
         data.hold(until)
