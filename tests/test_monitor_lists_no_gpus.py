@@ -53,7 +53,9 @@ def fake_smi(tmp: Path, monkeypatch, control_url: str) -> None:
 
 @pytest.fixture
 def lab(tmp_path, monkeypatch):
-    lab = Lab(tmp_path, scenario(GPUS))
+    # the look-alike is two Python starts per host: on a loaded machine that is seconds, not the 1 s a
+    # real nvidia-smi needs within the probe deadline
+    lab = Lab(tmp_path, scenario(GPUS), probe={"timeout_s": 20})
     fake_smi(tmp_path, monkeypatch, lab.fleet.control_url)
     yield lab
     lab.fleet.stop()
