@@ -145,3 +145,12 @@ def test_four_polls_of_an_empty_gpus_list(tmp_path, monkeypatch):
     assert {("fleet", DSU), ("gpu-hot", "thermal-critical")} <= set(firing(health))
     assert [f["source"] for f in health["faults"]] == ["monitor"]
     assert {o["rule"] for o in health["rules_off"]} >= {"circuit-breaker-stuck"}
+
+
+def test_doctor_warns_of_a_monitor_listing_no_gpus(tmp_path):
+    from gpuheal.doctor.checks import monitor_check
+
+    with LoopbackServer({"/gpu-data": json_reply({"gpus": []})}) as mon:
+        cfg = load_config_dict(fleet_config(mon.url + "/gpu-data", [("gpu-hot", "ct8", "http://127.0.0.1:9")]))
+        row = monitor_check(cfg)
+    assert row.status == "warn" and "lists no GPUs" in row.detail, row

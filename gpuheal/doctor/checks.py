@@ -265,11 +265,12 @@ def monitor_check(cfg) -> Check:
             fix,
         )
     hosts = set(doc.hosts)
-    missing = sorted({g.host for g in cfg.gpus} - hosts) if hosts else []
+    missing = sorted({g.host for g in cfg.gpus} - hosts)
     if faults or missing:
         detail = "; ".join(printable(f.detail, 100) for f in faults)
-        if missing:
-            detail = (detail + "; " if detail else "") + f"no reading for host {', '.join(missing)}"
+        if missing:  # Rule 7 for those GPUs, read through the fallback (issue 27 defect 1)
+            lacks = f"no reading for host {', '.join(missing)}" if hosts else "it lists no GPUs"
+            detail = (detail + "; " if detail else "") + lacks
         return Check("monitor", "gpu-monitor", WARN, detail, "gpus[].host must be the hostname gpu-monitor reports")
     return Check("monitor", "gpu-monitor", OK, f"valid document, {len(hosts)} host{'s' if len(hosts) != 1 else ''}")
 
