@@ -1,5 +1,6 @@
 """Credentials: the environment, then Lesson L4's ``.env`` fallback, and the list of every secret
-gpuheal knows of (for redaction). No network, no config parsing: both ``gpuheal.config`` and
+gpuheal knows of (for redaction), derived from what each source and sink declares (``secrets``:
+:class:`gpuheal.secret.Secret`). No network, no config parsing: both ``gpuheal.config`` and
 ``gpuheal.zulip`` use this module, so neither has to import the other (issue 10, point 3).
 
 Lookup order (L4: "check the source"): the environment variable, else a ``.env`` file in the
@@ -13,6 +14,8 @@ import os
 import stat
 from pathlib import Path
 from typing import Any
+
+from gpuheal.secret import Secret
 
 log = logging.getLogger("gpuheal")
 
@@ -85,27 +88,40 @@ def _warn_if_readable(path: Path) -> None:
         log.warning("%s holds credentials and is readable by other users; chmod 600 it", path)
 
 
-def secrets_for(cfg: Any, environ: dict[str, str] | None = None) -> tuple[str, ...]:
-    """Every secret value gpuheal can know of, for :func:`gpuheal.redact.redact`.
+# LiteLLM's (a core section, neither a GPU source nor an alert sink): the key gpuheal sends to it and
+# to llama-server, and the admin key built-in load shedding uses
+LITELLM_SECRETS = (Secret(field="api_key", in_config=True), Secret(field="admin_key_env"))
 
-    The Zulip key (environment or ``.env``), the LiteLLM/llama-server api key, the LiteLLM admin
-    key, and the value of any environment variable named like a secret (``*_API_KEY``, ``*_TOKEN``).
-    """
+
+def declared(cfg: Any) -> list[tuple[Any, Secret]]:
+    """Every declared secret with its config section's record (``None``: not written, or none): each
+    registered GPU source's (:mod:`gpuheal.source_kinds`) and alert sink's (:mod:`gpuheal.sinks`),
+    configured or not (a secret in the environment is redacted either way), and LiteLLM's."""
+    from gpuheal.sinks import SINKS
+    from gpuheal.source_kinds import REGISTRY
+
+    sections = getattr(cfg, "sections", {}) or {}
+    out = [(sections.get(k.section) if k.section else None, s) for k in (*REGISTRY, *SINKS) for s in k.secrets]
+    return out + [(getattr(cfg, "litellm", None), s) for s in LITELLM_SECRETS]
+
+
+def secret_value(secret: Secret, section: Any, config_path: str | None,
+                 environ: dict[str, str] | None = None) -> str | None:
+    """The value of one declared secret: the section's field itself (``in_config``), else the variable
+    the field names (or ``secret.env``) from the environment or ``.env``; ``None`` where there is none."""
+    named = getattr(section, secret.field, None) if secret.field and section is not None else None
+    if secret.in_config:
+        return str(named) if named else None
+    return lookup(str(named or secret.env), config_path, environ)[0] if (named or secret.env) else None
+
+
+def secrets_for(cfg: Any, environ: dict[str, str] | None = None) -> tuple[str, ...]:
+    """Every secret value gpuheal can know of, for :func:`gpuheal.redact.redact`: each declared one
+    (:func:`declared`), and the value of any environment variable named like a secret (``*_API_KEY``,
+    ``*_TOKEN``)."""
     env = os.environ if environ is None else environ
     config_path = getattr(cfg, "path", None)
-    values: list[str] = []
-    key_env = str(cfg.zulip.api_key_env or "ZULIP_API_KEY")
-    key, _ = lookup(key_env, config_path, environ)
-    if key:
-        values.append(key)
-    api_key = getattr(cfg.litellm, "api_key", "") or ""
-    if api_key:
-        values.append(api_key)
-    admin_env = getattr(cfg.litellm, "admin_key_env", None)
-    if admin_env:  # the LiteLLM admin key used by built-in load shedding
-        admin, _ = lookup(admin_env, config_path, environ)
-        if admin:
-            values.append(admin)
+    values = [v for section, secret in declared(cfg) if (v := secret_value(secret, section, config_path, environ))]
     for name, value in env.items():
         if value and name.upper().endswith(SECRET_ENV_SUFFIXES) and len(value) >= 8:
             values.append(value)

@@ -158,7 +158,7 @@ def sync(cfg, store, now: datetime | None = None, secrets: tuple[str, ...] | Non
     """Bring the knowledge graph up to date with the audit trail. Never raises for IO trouble:
     problems come back as ``warnings`` (the caller's run goes on)."""
     if secrets is None:
-        from gpuheal.zulip import secrets_for
+        from gpuheal.credentials import secrets_for
 
         secrets = secrets_for(cfg)
     state = _normalise_state(store.read(STATE_FILE, None))

@@ -265,8 +265,8 @@ def _add_gpus(ex: Exposition, gpus: dict[str, dict[str, Any]], bench: dict[str, 
 
 def write_metrics(rt, store, path: Path) -> None:
     """Write the textfile; a failure is a warning on stderr, never the command's failure."""
+    from gpuheal.credentials import secrets_for
     from gpuheal.redact import redact_text
-    from gpuheal.zulip import secrets_for
 
     try:
         text = redact_text(render(rt, store), secrets_for(rt.cfg))

@@ -7,6 +7,7 @@ Observations serialise to one JSON object (``to_dict``/``from_dict``) so ``check
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any
@@ -229,6 +230,59 @@ class GpuSample:
 
 
 @dataclass(frozen=True)
+class Liveness:
+    """A GPU's llama-server as the GPU source reports it, for a fleet gpuheal does not probe itself
+    (``prometheus.probe_endpoints: false``: the ``up`` of its scrape target): the endpoint state
+    (``None``: not known), the request that told (provenance), and the data fault it is, if any."""
+
+    state: str | None
+    request: str
+    detail: str = ""
+    fault: str | None = None
+    latency_s: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuValues:
+    """One configured GPU's values from the GPU source in one poll (issue 26 item 5): the
+    :class:`GpuSample` fields, in groups each written by one request (the request names its
+    provenance, :mod:`gpuheal.provenance`), in the order they were read; the GPU's own data faults
+    of the source (an entry it cannot match); and its llama-server's liveness where the source
+    reports it. A GPU the source could not read has no values."""
+
+    parts: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+    faults: tuple[DataFault, ...] = ()
+    liveness: Liveness | None = None
+
+
+NO_VALUES = GpuValues()
+
+
+@dataclass(frozen=True)
+class SourcePoll:
+    """One poll of the configured GPU source, whichever it is: what every source's reader returns
+    (``SourceKind.reader``), so ``sense`` merges it without asking which source answered.
+
+    - ``source``: the name of what the readings came from (a registered source's, or a stand-in's:
+      ``smi-fallback`` while gpu-monitor is unusable, Rule 7.3); ``ok``: the source itself answered
+      and was usable (the observation's ``monitor_ok``); ``fallback_ok``: a stand-in answered;
+    - ``gpus``: alias → :class:`GpuValues` (a GPU absent: nothing known of it from the source);
+    - ``lacking``: the configured GPUs an answer of the source did not list (the spec's "returns no
+      GPUs"; contract "Rule timing"), read through the fallback: Rule 7 judges the source unusable for them;
+    - ``faults`` and ``warnings`` of the poll; ``unmatched_hosts``: hosts it listed that no GPU is
+      configured on."""
+
+    source: str
+    ok: bool
+    gpus: Mapping[str, GpuValues] = field(default_factory=dict)
+    faults: tuple[DataFault, ...] = ()
+    warnings: tuple[str, ...] = ()
+    fallback_ok: bool = False
+    lacking: tuple[str, ...] = ()
+    unmatched_hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Observation:
     """One poll of every source, at one instant (the run's clock)."""
 
@@ -245,6 +299,9 @@ class Observation:
     # false and ``fallback_ok`` says whether any host's smi answered)
     source: str = "monitor"
     fallback_ok: bool = False
+    # the configured GPUs the source's answer did not list this poll (``SourcePoll.lacking``): read
+    # through the Rule 7.3 fallback, and Rule 7's "returns no GPUs" for them
+    lacking: tuple[str, ...] = ()
 
     @property
     def readings_ok(self) -> bool:
@@ -276,6 +333,7 @@ class Observation:
             "unmatched_hosts": list(self.unmatched_hosts),
             **({} if self.source == TRACE_DEFAULT_SOURCE else {"source": self.source}),
             **({"fallback_ok": True} if self.fallback_ok else {}),
+            **({"lacking": list(self.lacking)} if self.lacking else {}),
         }
 
     @classmethod
@@ -300,10 +358,18 @@ class Observation:
             unmatched_hosts=tuple(str(h) for h in data.get("unmatched_hosts") or []),
             source=_source(data.get("source")),
             fallback_ok=data.get("fallback_ok") is True,
+            lacking=_aliases(data.get("lacking")),
         )
 
 
 TRACE_DEFAULT_SOURCE = "monitor"  # the trace format: a poll without "source" (before issue 13) is gpu-monitor's
+
+
+def _aliases(value: Any) -> tuple[str, ...]:
+    """A recorded list of aliases; anything else (a damaged trace) is none."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(a[:200] for a in value[:100_000] if isinstance(a, str))
 
 
 def _source(value: Any) -> str:

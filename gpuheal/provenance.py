@@ -50,11 +50,6 @@ def smi(vendor: str | None, transport: str | None) -> str:
     return f"{'rocm-smi' if vendor == 'amd' else 'nvidia-smi'} over {transport or 'local'}"
 
 
-def source_reader(source: str) -> str:
-    """A registered source that maps its own per-GPU values (``SourcePoll.gpu_values``): its reader."""
-    return f"{source} reader"
-
-
 class Origins:
     """The values of one GPU's sample as they are merged, and the request that wrote each."""
 

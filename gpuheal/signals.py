@@ -60,10 +60,34 @@ class Source(StrEnum):
 
 
 @dataclass(frozen=True)
+class Window:
+    """How a rule reads a trend signal: the fit's window and what it must show, each named by the rule's
+    ``Params`` field (so each GPU's value comes from the config). A source that computes trends where
+    the data lives (Prometheus: PromQL) asks what these say, and nothing else names a rule's window
+    (issue 26 item 5).
+
+    - ``window``: the field holding the window the fit runs over; ``unit_s``: seconds per unit of it
+      and of the spans (3600 for a field in hours);
+    - ``spans``: fields holding the spans the fit must be proven to cover (judging, recovering);
+    - ``sustained``: (rate field, ratio field): each half of the window must grow at rate × ratio too;
+    - ``above``: the field of a threshold the rule judges the trend only above (the reading now);
+    - ``restarts``: the window starts again after gpuheal restarted the GPU (plus its startup grace)."""
+
+    window: str
+    unit_s: float = 1.0
+    spans: tuple[str, ...] = ()
+    sustained: tuple[str, str] | None = None
+    above: str | None = None
+    restarts: bool = False
+
+
+@dataclass(frozen=True)
 class Need:
-    """One need of a rule: any one of ``any_of`` satisfies it."""
+    """One need of a rule: any one of ``any_of`` satisfies it; a trend signal's need says how the rule
+    reads it (``window``)."""
 
     any_of: tuple[Signal, ...]
+    window: Window | None = None
 
     def met(self, provided: frozenset[Signal]) -> bool:
         return any(s in provided for s in self.any_of)
@@ -72,10 +96,16 @@ class Need:
         return " or ".join(s.value for s in self.any_of)
 
 
-def needs(*groups: Signal | tuple[Signal, ...]) -> tuple[Need, ...]:
-    """``needs(Signal.TEMP, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS))``: each argument one
-    need, a tuple being alternatives."""
-    return tuple(Need(g if isinstance(g, tuple) else (g,)) for g in groups)
+def needs(*groups: Signal | tuple[Signal, ...] | Need) -> tuple[Need, ...]:
+    """``needs(Signal.TEMP, (Signal.FAILURE_RATIO, Signal.DECODE_PROGRESS), trend(...))``: each argument
+    one need, a tuple being alternatives, a :class:`Need` as it is."""
+    return tuple(g if isinstance(g, Need) else Need(g if isinstance(g, tuple) else (g,)) for g in groups)
+
+
+def trend(signal: Signal, window: str, **how: object) -> Need:
+    """The need of a trend ``signal`` read over the rule's ``window`` field (:class:`Window`'s other
+    fields as keywords): ``trend(Signal.TEMP_TREND, "window_s", spans=("min_span_s",), above="temp_c")``."""
+    return Need((signal,), Window(window, **how))  # type: ignore[arg-type]
 
 
 # The GPU readings every GPU source gives (gpuheal.source_kinds: each source's declaration adds its extras).
@@ -132,14 +162,3 @@ def serves_task_loop(metrics: str | None, slots: str | None, canary: str | None 
 def unmet(rule_needs: tuple[Need, ...], provided: frozenset[Signal]) -> tuple[Need, ...]:
     """The needs ``provided`` does not meet (empty: the rule can judge)."""
     return tuple(n for n in rule_needs if not n.met(provided))
-
-
-def __getattr__(name: str) -> object:
-    """``SOURCES`` and ``spec`` moved to the source registry (:mod:`gpuheal.source_kinds`), where each
-    source declares itself; the old names still resolve there for code written before (issue 19
-    item 3). Loaded by name: the registry imports this module, so an import here would be a cycle."""
-    if name in ("SOURCES", "spec"):
-        import importlib
-
-        return getattr(importlib.import_module("gpuheal.source_kinds"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

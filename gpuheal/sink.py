@@ -6,8 +6,9 @@ typed :class:`SendOutcome` — and never name the service or read its config sec
 where it delivers and how content is fitted to it without credentials (``--dry-run``). What to send
 and how often (reminders, grouping, the per-run budget) is sink-neutral: ``alerts:``
 (:class:`gpuheal.config.model.AlertsConfig`). Zulip (:mod:`gpuheal.zulip`) is the one implementation;
-the files a second sink takes are listed in :mod:`gpuheal.sinks`. (The types live here, the choice in
-``sinks``: a sink module imports this one, so this one imports no sink.)
+the files a second sink takes, and how it declares its secrets, are listed in :mod:`gpuheal.sinks`.
+(The types live here, the choice in ``sinks``: a sink module imports this one, so this one imports no
+sink.)
 
 Outcomes are values, never exceptions: a cron run records "not before" on a rate limit and leaves
 the alert queued; it must not sleep or crash inside the call.
@@ -21,8 +22,9 @@ from enum import StrEnum
 from typing import Protocol
 
 
-class Delivery(StrEnum):
-    """What one send came to (the values are those written to ``alerts.json`` and ``--json``)."""
+class SendStatus(StrEnum):
+    """What one send came to (the values are those written to ``alerts.json`` and ``--json``). Not the
+    queued alert's bookkeeping of its tries: that is :class:`gpuheal.core.alerts.Tries`."""
 
     SENT = "sent"  # delivered; ``message_id`` names it
     RATE_LIMITED = "rate-limited"  # try again after ``retry_after_s``
@@ -36,7 +38,7 @@ class Delivery(StrEnum):
 
 @dataclass(frozen=True)
 class SendOutcome:
-    kind: Delivery
+    kind: SendStatus
     detail: str = ""
     message_id: int | None = None
     status: int | None = None
@@ -45,19 +47,21 @@ class SendOutcome:
 
     @property
     def ok(self) -> bool:
-        return self.kind == Delivery.SENT
+        return self.kind == SendStatus.SENT
 
 
 @dataclass(frozen=True)
 class Destination:
     """Where the configured sink delivers, from the config alone (no credentials): what ``escalate``
-    and ``report`` show and record (``stream`` / ``topic`` in their ``--json``), and ``fit``, the
-    service's length limit applied visibly before a message is rendered for it."""
+    and ``report`` show and record (``stream`` / ``topic`` in their ``--json``); ``max_chars``, the
+    longest message the service takes whole — the one limit the renderers fit a message to (a group
+    alert's table, the weekly report) — and ``fit``, that limit applied visibly before it is sent."""
 
     sink: str  # "Zulip": for log lines
     channel: str  # the stream (or a channel, a room)
     topic: str  # the default topic, already within the service's limit
     fit: Callable[[str], str]
+    max_chars: int
 
     @property
     def where(self) -> str:
@@ -77,7 +81,7 @@ class AlertSink(Protocol):
     """One destination for messages to humans."""
 
     name: str  # "Zulip": for log lines
-    max_chars: int  # the longest message the service takes whole
+    max_chars: int  # the longest message the service takes whole (its Destination's)
     where: str  # the default destination, for humans ("#agent-hub > alerts-gpu")
     credential_hint: str  # what to check when credentials are refused (variable names only)
 

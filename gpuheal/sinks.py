@@ -1,25 +1,30 @@
-"""Which :class:`gpuheal.sink.AlertSink` a config sends through (issue 19 item 3).
+"""The alert sinks, each declared in one place, and the one list of them (issue 19 item 3; issue 26
+item 4: the same registry style as the GPU sources', :mod:`gpuheal.source_kinds`).
 
-:data:`SINKS` names the sink modules; the first one the config sets up is used (none set up: the
-first, whose ``open_sink`` then says what is missing). A sink module provides ``configured(cfg)``,
-``destination(cfg)`` (:class:`gpuheal.sink.Destination`, no credentials) and ``open_sink(cfg, post)``
-(the :class:`~gpuheal.sink.AlertSink`, or :class:`~gpuheal.sink.SinkUnavailable`).
+A sink is a :class:`SinkKind`: its name, its config section and that section's record (built by the
+config loader into ``cfg.sections[section]``), whether a config sets it up, the secrets it reads
+(redacted from everything gpuheal writes), and — named ``"module:function"``, not imported, since they
+do IO and the config loader reads this module (tests/test_import_graph.py) — where it delivers
+(``destination(cfg) -> Destination``: no credentials, with the service's length limit) and its opener
+(``open_sink(cfg, post) -> AlertSink``, or :class:`~gpuheal.sink.SinkUnavailable`). :data:`SINKS` lists
+them; the first one the config sets up is used (none set up: the first, whose opener then says what is
+missing).
 
-**A second sink** (Slack, Matrix, a webhook) takes four files: its module (``gpuheal/<name>.py``:
-those three functions and a class satisfying :class:`~gpuheal.sink.AlertSink`); this module — its
-section's record (a frozen dataclass, as :class:`ZulipConfig`) and its line in :data:`SINKS`; and its
-config section in ``config/schema.json`` and ``config/defaults.yaml``. Its record is built by the
-config loader into ``cfg.sections[<section>]``. The records live here, not in the sink modules: the
-loader reads this module, and a sink module does IO (tests/test_import_graph.py).
+**A second sink** (Slack, Matrix, a webhook) takes: its module (``gpuheal/<name>.py``: a class satisfying
+:class:`~gpuheal.sink.AlertSink`, its ``destination`` and ``open_sink``); here, its section's record (a
+frozen dataclass, as :class:`ZulipConfig`) and its :class:`SinkKind` line in :data:`SINKS` — with its
+secrets (a webhook URL is one); and its config section in ``config/schema.json`` and
+``config/defaults.yaml``.
 """
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
+from gpuheal.named import resolve
+from gpuheal.secret import Secret
 from gpuheal.sink import AlertSink, Destination
 
 
@@ -36,34 +41,48 @@ class ZulipConfig:
     timeout_s: float
 
 
+def _always(section: Any) -> bool:
+    return True
+
+
 @dataclass(frozen=True)
 class SinkKind:
-    """One alert sink: its module (named: it does IO, and the config loader reads this list), its
-    config section and that section's record, built by the loader into ``cfg.sections[section]``."""
+    """One alert sink, declared in one place (see the module's docstring): ``configured`` is asked of
+    its section's record (``None`` for a sink without a section); ``destination`` and ``opener`` are
+    ``"module:function"``; ``secrets`` are what redaction removes."""
 
-    module: str
-    section: str
-    record: type
+    name: str
+    section: str | None
+    record: type | None
+    destination: str
+    opener: str
+    configured: Callable[[Any], bool] = _always
+    secrets: tuple[Secret, ...] = ()
 
 
-SINKS: tuple[SinkKind, ...] = (  # one line per sink, in order of preference
-    SinkKind("gpuheal.zulip", "zulip", ZulipConfig),
+ZULIP = SinkKind(
+    "Zulip", "zulip", ZulipConfig, "gpuheal.zulip:destination", "gpuheal.zulip:open_sink",
+    configured=lambda section: bool(section is not None and section.site),
+    secrets=(Secret(field="api_key_env", env="ZULIP_API_KEY"),),
 )
 
+SINKS: tuple[SinkKind, ...] = (ZULIP,)  # THE REGISTRY: one line per sink, in order of preference
 
-def _chosen(cfg: Any) -> ModuleType:
-    modules = [importlib.import_module(kind.module) for kind in SINKS]
-    return next((m for m in modules if m.configured(cfg)), modules[0])
+
+def chosen(cfg: Any) -> SinkKind:
+    """The sink a config sends through: the first it sets up, else the first registered."""
+    sections = getattr(cfg, "sections", {}) or {}
+    return next((k for k in SINKS if k.configured(sections.get(k.section) if k.section else None)), SINKS[0])
 
 
 def destination(cfg: Any) -> Destination:
-    """Where the configured sink delivers and how it fits content (no credentials needed)."""
-    found: Destination = _chosen(cfg).destination(cfg)
+    """Where the configured sink delivers, and how it fits content (no credentials needed)."""
+    found: Destination = resolve(chosen(cfg).destination)(cfg)
     return found
 
 
 def open_sink(cfg: Any, post: Any = None) -> AlertSink:
     """The configured sink, or :class:`gpuheal.sink.SinkUnavailable` (not configured, no credentials).
     ``post`` replaces the HTTP transport in tests."""
-    sink: AlertSink = _chosen(cfg).open_sink(cfg, post)
+    sink: AlertSink = resolve(chosen(cfg).opener)(cfg, post)
     return sink

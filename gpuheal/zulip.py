@@ -12,8 +12,9 @@ failure returned as a value) does it in a few lines and keeps every outcome expl
 
 Credentials come from the environment variables the config names (``zulip.email_env``,
 ``zulip.api_key_env``); Lesson L4's fallback: a ``.env`` file in the working directory, then one
-next to the config file (``KEY=VALUE`` lines). They are never written anywhere, and their values
-are redacted from every text gpuheal produces (:func:`secrets_for`).
+next to the config file (``KEY=VALUE`` lines). They are never written anywhere, and the key is
+redacted from every text gpuheal produces, as its declaration says (``gpuheal.sinks.ZULIP.secrets``;
+:func:`gpuheal.credentials.secrets_for`).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from gpuheal.credentials import lookup, read_dotenv, secrets_for  # noqa: F401  (re-exported)
-from gpuheal.sink import Delivery, Destination, SendOutcome, SinkUnavailable
+from gpuheal.credentials import lookup
+from gpuheal.sink import Destination, SendOutcome, SendStatus, SinkUnavailable
 
 log = logging.getLogger("gpuheal")
 
@@ -181,17 +182,13 @@ class ZulipSink:
                             self.timeout_s, post=self.post)
 
 
-# --------------------------------------------------------------------------- the sink's entry points (gpuheal.sinks)
-
-
-def configured(cfg) -> bool:
-    return bool(cfg.zulip.site)
+# --------------------------------------------------------------------------- named by its declaration (sinks.ZULIP)
 
 
 def destination(cfg) -> Destination:
     """``#stream > topic`` from ``zulip:``, and Zulip's length limit, without credentials."""
     stream, topic = str(cfg.zulip.stream or "agent-hub"), fit_topic(str(cfg.zulip.topic or "alerts-gpu"))
-    return Destination("Zulip", stream, topic, fit_content)
+    return Destination("Zulip", stream, topic, fit_content, MAX_CONTENT)
 
 
 def open_sink(cfg, post: Callable[..., Any] | None = None) -> ZulipSink:
@@ -203,7 +200,7 @@ def interpret(res: Any) -> SendOutcome:
     ``msg`` is translated to the bot's locale)."""
     status = getattr(res, "status", None)
     if not hasattr(res, "headers"):  # HttpFault
-        kind = {"timeout": Delivery.TIMEOUT, "refused": Delivery.UNREACHABLE}.get(res.kind, Delivery.INVALID)
+        kind = {"timeout": SendStatus.TIMEOUT, "refused": SendStatus.UNREACHABLE}.get(res.kind, SendStatus.INVALID)
         return SendOutcome(kind, f"{res.kind}: {res.detail}"[:200], status=status)
     doc: dict[str, Any] = {}
     try:
@@ -217,11 +214,11 @@ def interpret(res: Any) -> SendOutcome:
     if 200 <= res.status < 300:
         if doc.get("result") == "success":
             mid = doc.get("id")
-            return SendOutcome(Delivery.SENT, "", message_id=mid if isinstance(mid, int) else None, status=res.status)
-        return SendOutcome(Delivery.INVALID, f"HTTP {res.status} without a success result", status=res.status)
+            return SendOutcome(SendStatus.SENT, "", message_id=mid if isinstance(mid, int) else None, status=res.status)
+        return SendOutcome(SendStatus.INVALID, f"HTTP {res.status} without a success result", status=res.status)
     if res.status == 429:
         return SendOutcome(
-            Delivery.RATE_LIMITED,
+            SendStatus.RATE_LIMITED,
             f"HTTP 429 {code or 'RATE_LIMIT_HIT'}",
             status=429,
             code=code,
@@ -229,10 +226,10 @@ def interpret(res: Any) -> SendOutcome:
         )
     detail = f"HTTP {res.status} {code or ''} {msg}".strip()
     if res.status == 401 or code in ("INVALID_API_KEY", "UNAUTHORIZED", "USER_DEACTIVATED", "REALM_DEACTIVATED"):
-        return SendOutcome(Delivery.UNAUTHORIZED, detail, status=res.status, code=code)
+        return SendOutcome(SendStatus.UNAUTHORIZED, detail, status=res.status, code=code)
     if 400 <= res.status < 500:
-        return SendOutcome(Delivery.REJECTED, detail, status=res.status, code=code)
-    return SendOutcome(Delivery.SERVER_ERROR, detail, status=res.status, code=code)
+        return SendOutcome(SendStatus.REJECTED, detail, status=res.status, code=code)
+    return SendOutcome(SendStatus.SERVER_ERROR, detail, status=res.status, code=code)
 
 
 def _retry_after(doc: dict[str, Any], headers: dict[str, str]) -> float:

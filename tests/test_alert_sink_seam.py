@@ -16,7 +16,7 @@ import pytest
 from gpuheal import sinks
 from gpuheal.config.load import load_config_dict
 from gpuheal.errors import ConfigError
-from gpuheal.sink import Delivery, Destination, SendOutcome, SinkUnavailable
+from gpuheal.sink import Destination, SendOutcome, SendStatus, SinkUnavailable
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 from gpuheal.steps import escalate
@@ -70,19 +70,19 @@ class _Recorded:
 
     def send(self, content: str, topic: str | None = None) -> SendOutcome:
         self.sent.append((content, topic))
-        return SendOutcome(Delivery.SENT, message_id=len(self.sent))
+        return SendOutcome(SendStatus.SENT, message_id=len(self.sent))
 
 
 def install_pager(monkeypatch) -> _Recorded:
-    """A sink module named in SINKS ahead of Zulip (its section: none the schema knows, so the config
-    is loaded before it is installed)."""
+    """A sink declared in SINKS ahead of Zulip (no config section: it is always set up), its module
+    naming where it delivers and how it opens."""
     box = _Recorded()
     mod = types.ModuleType("pager_sink")
-    mod.configured = lambda cfg: True
-    mod.destination = lambda cfg: Destination("Pager", "ops", "gpu", lambda text: text[:40])
+    mod.destination = lambda cfg: Destination("Pager", "ops", "gpu", lambda text: text[:40], 40)
     mod.open_sink = lambda cfg, post=None: box
     monkeypatch.setitem(sys.modules, "pager_sink", mod)
-    monkeypatch.setattr(sinks, "SINKS", (sinks.SinkKind("pager_sink", "pager", object), *sinks.SINKS))
+    pager = sinks.SinkKind("Pager", None, None, "pager_sink:destination", "pager_sink:open_sink")
+    monkeypatch.setattr(sinks, "SINKS", (pager, *sinks.SINKS))
     return box
 
 

@@ -184,12 +184,14 @@ def test_the_budget_keeps_every_member_in_one_summary():
 
 
 def test_a_group_of_ten_thousand_fits_one_message_and_names_what_it_can():
-    from gpuheal.render.incident import MAX_CHARS, group_content
+    from gpuheal.render.incident import group_content
+    from gpuheal.zulip import MAX_CONTENT  # the sink's limit
 
     incidents = [{"gpu": f"gpu-{i:05d}", "issue": "thermal-critical", "detected": {"temp_c": 90}, "tried": []}
                  for i in range(10_000)]
-    text = group_content(incidents, kind="escalated", issue="thermal-critical", summary=False, labels={})
-    assert len(text) <= MAX_CHARS
+    text = group_content(incidents, kind="escalated", issue="thermal-critical", summary=False, labels={},
+                         limit=MAX_CONTENT)
+    assert len(text) <= MAX_CONTENT
     assert "gpu-00000" in text and "more." in text and "10000 GPUs" in text
 
 
@@ -197,5 +199,5 @@ def test_hostile_gpu_text_is_escaped_in_the_table():
     from gpuheal.render.incident import group_content
 
     incidents = [{"gpu": "a|b", "issue": "x", "detected": {"temp_c": "@**all**"}, "summary": "`boom`"}]
-    text = group_content(incidents, kind="escalated", issue="x", summary=False, labels={})
+    text = group_content(incidents, kind="escalated", issue="x", summary=False, labels={}, limit=10_000)
     assert "a\\|b" in text and "@**all**" not in text and "\\`boom\\`" in text

@@ -365,7 +365,9 @@ def test_a_hostile_monitor_document_is_a_data_fault_and_the_cycle_goes_on(fleet,
     monitor_faults = [f for f in doc["faults"] if f["source"] == "monitor"]
     assert monitor_faults and monitor_faults[0]["fault"] == "invalid", doc["faults"]
     if name != "5000-digit-int":  # that one is not JSON Python can read at all
-        assert "temp_c" in monitor_faults[0]["detail"] or "available_models" in monitor_faults[0]["detail"] \
+        # (the first may be that the answer lacks the fleet's other two GPUs: issue 27 defect 1)
+        details = " ".join(f["detail"] for f in monitor_faults)
+        assert "temp_c" in details or "available_models" in details \
             or "\ufffd" in (doc["gpus"]["gpu-dense"]["name"] or "")
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from gpuheal.core.coverage import home, rules_off
 from gpuheal.model import GpuSample, Observation
 from gpuheal.rules import ALL
-from gpuheal.signals import ALWAYS, per_gpu, serves_task_loop, spec, unmet
+from gpuheal.signals import ALWAYS, per_gpu, serves_task_loop, unmet
+from gpuheal.source_kinds import spec
 
 STATES = st.sampled_from([None, "ok", "disabled", "timeout", "unauthorized"])
 SERVER = st.tuples(STATES, STATES, st.sampled_from([None, "ok", "timeout"]))

@@ -9,10 +9,11 @@ import pytest
 from gpuheal.config.load import load_config_dict
 from gpuheal.doctor import OK, SKIP
 from gpuheal.doctor.checks import coverage_checks
+from gpuheal.named import resolve
 from gpuheal.rules import ALL
 from gpuheal.signals import ALWAYS, Source, unmet
 from gpuheal.source_kinds import REGISTRY, SOURCES
-from gpuheal.sources.gpu_source import gpu_source, resolve
+from gpuheal.sources.gpu_source import gpu_source
 
 GPUS = [{"alias": "gpu-0", "host": "ct0", "endpoint": "http://127.0.0.1:9000"}]
 MODES = {

@@ -233,4 +233,4 @@ def test_the_weekly_report_names_gpu_monitor_as_the_seed():
     doc = weekly.build(["gpu-mon", "gpu-cfg"], {"gpu-mon": None, "gpu-cfg": 70.0}, data, [], now)
     row = doc["gpus"][0]
     assert (row["baseline_tok_s"], row["baseline_source"]) == (75.0, "monitor")
-    assert "gpu-mon seeded from gpu-monitor" in weekly.markdown(doc)
+    assert "gpu-mon seeded from gpu-monitor" in weekly.markdown(doc, limit=10_000)

@@ -69,13 +69,16 @@ def test_entries_without_index_on_a_shared_host_are_not_guessed():
     assert obs.gpus["box-1"].failures_60s == 8
 
 
-def test_a_missing_index_is_a_fault_not_another_gpus_reading():
+def test_a_missing_index_is_a_fault_not_another_gpus_reading(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi for the Rule 7.3 fallback to find
     doc = document()
     doc["gpus"] = [g for g in doc["gpus"] if g.get("index") != 1]
     with LoopbackServer({"/gpu-data": json_reply(doc)}) as mon, LoopbackServer({"/health": HEALTH_OK}) as gpu:
         obs = sense(two_gpu_host(mon.url + "/gpu-data", gpu.url), NOW)
     assert obs.gpus["box-1"].temp_c is None and obs.gpus["box-0"].temp_c == 52
-    assert "no GPU with index 1" in {f.source: f.detail for f in obs.faults}["box-1"]
+    # the answer lacks box-1 (issue 27 defect 1): gpu-monitor's fault names it, the fallback reads it
+    assert "box-1: reports no GPU with index 1" in {f.source: f.detail for f in obs.faults}["monitor"]
+    assert obs.lacking == ("box-1",) and obs.monitor_ok
 
 
 def test_a_bad_index_is_a_problem_naming_the_field():

@@ -627,16 +627,12 @@ def test_a_gpu_restarted_long_ago_is_remembered_one_in_its_own_window_is_not(can
     """A GPU whose last restart is older than Rule 2's window (or whose grace has not ended) reads
     the fleet-wide trend, so it is remembered; one in its own window is asked every poll instead."""
     from gpuheal.sources.prometheus import PromMemory
-    from gpuheal.state.store import StateDir
-    from gpuheal.steps import check
 
     srv = canned(healthy)
     cfg = _cfg(srv.url)
     obs = _check_at(cfg, tmp_path / "first", 1_790_000_000.0).obs
-    memory = PromMemory({"a": 1_790_000_000.0 - restarted_s_ago}, vram_key=prometheus.vram_trend_key(cfg))
-    with StateDir(tmp_path / "second") as store:
-        check.remember_trends(cfg, store, memory, obs)
-    rows = json.loads((tmp_path / "second" / "prometheus-trend.json").read_text())["data"]["trends"]
+    memory = PromMemory({"a": 1_790_000_000.0 - restarted_s_ago}, key=prometheus.remembered_key(cfg))
+    rows = prometheus.save_memory(cfg, memory, obs)["trends"]
     assert ("a" in rows) == remembered and "b" in rows
 
 

@@ -278,7 +278,8 @@ def test_missing_optional_fields_are_not_known_never_zero(one_gpu):
     assert obs.faults == ()
 
 
-def test_contract_document_and_legacy_strix_block():
+def test_contract_document_and_legacy_strix_block(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi for the Rule 7.3 fallback to find
     with (
         LoopbackServer({"/gpu-data": json_reply(contract_document())}) as mon,
         LoopbackServer({"/health": HEALTH_OK}) as gpu,
@@ -296,9 +297,11 @@ def test_contract_document_and_legacy_strix_block():
     assert (strix.temp_c, strix.vram_used_mb, strix.vram_total_mb, strix.running) == (58, 10240, 65536, True)
     assert light.breaker is not None and light.breaker.open is True
     assert light.breaker.opened_at == datetime(2026, 7, 18, 7, 48, tzinfo=UTC)
-    # ct110 is configured but has no gpus[] entry in the sample: a fault for that alias.
-    assert faults_of(obs) == {("gpu-light", "invalid")}
-    assert light.temp_c is None
+    # ct110 is configured but has no gpus[] entry in the sample: gpu-monitor's answer lacks it (contract
+    # "Rule timing", issue 27 defect 1): one gpu-monitor fault naming it; it is read through the fallback
+    assert faults_of(obs) == {("monitor", "invalid")} and obs.lacking == ("gpu-light",) and obs.monitor_ok
+    assert "gpu-light: reports no GPU with hostname 'ct110'" in obs.faults[0].detail
+    assert light.temp_c is None  # no nvidia-smi on this PATH: not known
 
 
 def test_host_in_both_gpus_and_strix_gpus_wins(one_gpu):
@@ -313,9 +316,11 @@ def test_host_in_both_gpus_and_strix_gpus_wins(one_gpu):
 
 
 def test_configured_gpu_missing_from_the_document(one_gpu):
+    """An answer that lists none of the fleet is unusable, as a refused monitor (contract "Rule timing",
+    issue 27 defect 1): the fallback reads the GPUs, and the fault names what is missing."""
     obs, _ = sense_with_monitor(json_reply(monitor_document(["other-host"])), one_gpu)
-    assert obs.monitor_ok is True
-    assert faults_of(obs) == {("g1", "invalid")}
+    assert obs.monitor_ok is False and obs.source == "smi-fallback" and obs.lacking == ("g1",)
+    assert faults_of(obs, "monitor") == {("monitor", "invalid")}
     assert "ct8" in obs.faults[0].detail
     assert obs.unmatched_hosts == ("other-host",)
 

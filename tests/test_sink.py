@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from gpuheal import sinks, zulip
-from gpuheal.sink import Delivery, SendOutcome, SinkUnavailable
+from gpuheal.sink import SendOutcome, SendStatus, SinkUnavailable
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 from gpuheal.steps import escalate, report
@@ -38,7 +38,7 @@ class MemorySink:
         self.posted.append((content, topic))
         if self.answers:
             return self.answers.pop(0)
-        return SendOutcome(Delivery.SENT, message_id=len(self.posted))
+        return SendOutcome(SendStatus.SENT, message_id=len(self.posted))
 
 
 @pytest.fixture(autouse=True)
@@ -66,8 +66,8 @@ def test_zulip_is_an_alert_sink_with_typed_outcomes():
         ok = zs.send("hello")
         srv.script = ["401"]
         refused = zs.send("hello")
-    assert ok.kind is Delivery.SENT and ok.ok and ok.message_id == srv.messages[0]["id"]
-    assert refused.kind is Delivery.UNAUTHORIZED and not refused.ok
+    assert ok.kind is SendStatus.SENT and ok.ok and ok.message_id == srv.messages[0]["id"]
+    assert refused.kind is SendStatus.UNAUTHORIZED and not refused.ok
     assert "ZULIP_API_KEY" in zs.credential_hint and DEFAULT_KEY not in repr(zs)
 
 
@@ -93,7 +93,7 @@ def test_escalate_delivers_through_a_second_sink(monkeypatch, tmp_path):
 
 
 def test_a_second_sinks_rate_limit_holds_the_queue(monkeypatch, tmp_path):
-    memory = MemorySink([SendOutcome(Delivery.RATE_LIMITED, "slow down", retry_after_s=30.0)])
+    memory = MemorySink([SendOutcome(SendStatus.RATE_LIMITED, "slow down", retry_after_s=30.0)])
     use(monkeypatch, memory)
     state = tmp_path / "state"
     seed(state, files.ALERTS, {"queue": [alert("gpu-dense", "model-stuck")], "sent": {}, "clean_cycles": 0})

@@ -27,7 +27,8 @@ from gpuheal.config import load_config_dict
 from gpuheal.core.coverage import rules_off
 from gpuheal.model import GpuSample, Observation
 from gpuheal.rules import ALL
-from gpuheal.signals import ALWAYS, SOURCES, Source, spec, unmet
+from gpuheal.signals import ALWAYS, Source, unmet
+from gpuheal.source_kinds import SOURCES, spec
 from gpuheal.state.store import StateDir
 from gpuheal.steps import check
 

@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from gpuheal.config.load import load_config_dict
+from gpuheal.named import resolve
 from gpuheal.signals import Signal, SourceSpec
 from gpuheal.source_kinds import REGISTRY, SOURCES, configured, home, kind_of, spec
-from gpuheal.sources.gpu_source import gpu_source, resolve
+from gpuheal.sources.gpu_source import gpu_source
 
 PKG = Path(__file__).resolve().parent.parent / "gpuheal"
 GPUS = [{"alias": "gpu-0", "host": "ct0", "endpoint": "http://127.0.0.1:9000"}]
@@ -46,7 +47,7 @@ def test_every_registered_source_is_whole(kind):
     assert configured(cfg) is kind and source.kind is kind and source.provides() == kind.spec.provides
     for probe in source.doctor_probes():
         assert callable(resolve(probe.check)) and probe.deadline_s > 0
-    for hook in kind.memory or ():
+    for hook in (kind.memory.load, kind.memory.save) if kind.memory else ():
         assert callable(resolve(hook))
     if kind.fallback is not None:
         assert home(kind.fallback.source) == kind.name and kind_of(kind.fallback.source) is kind
@@ -79,17 +80,18 @@ def test_two_source_sections_are_refused_in_one_line():
         load_config_dict({"gpus": GPUS, **both})
 
 
-def test_the_old_names_in_signals_still_resolve_to_the_registry():
+def test_signals_keeps_no_shim_for_the_registry():
+    """``SOURCES`` and ``spec`` live in the registry only (issue 26 item 4: the shim made signals import
+    upward and a six-file circle)."""
     import gpuheal.signals as signals
 
-    assert signals.SOURCES is SOURCES and signals.spec is spec
+    assert not hasattr(signals, "SOURCES") and not hasattr(signals, "spec") and not hasattr(signals, "__getattr__")
 
 
 # --------------------------------------------------------------------------- nobody else asks by name
 
-# The registry itself, and the one module holding the built-in sources' readers (each reader stamps
-# its own name on its poll).
-OWNERS = {"source_kinds", "signals.py", "sources/gpu_source.py"}
+# The registry itself (each reader stamps its own declaration's name on its poll: ``KIND.name``).
+OWNERS = {"source_kinds", "signals.py"}
 
 
 def _owned(path: Path, root: Path) -> bool:
@@ -133,33 +135,62 @@ def test_the_grep_sees_a_module_that_asks_by_name(tmp_path):
 # --------------------------------------------------------------------------- a new source, end to end
 
 
+def test_sense_merges_the_typed_poll_without_asking_which_source_it_is():
+    """Issue 26 item 5: every reader returns :class:`~gpuheal.model.SourcePoll`; ``sense`` reads none of
+    a built-in source's own shapes (gpu-monitor's document, Prometheus's answers, smi's readings) nor
+    their parsers, and the poll record has no field for one."""
+    from dataclasses import fields
+
+    from gpuheal.model import SourcePoll
+
+    text = (PKG / "sources" / "sense.py").read_text()
+    shapes = r"\.(?:doc|prom|readings|gpu_values)\b|monitor_values|MonitorDocument|PromReading|SmiReadings|prometheus\."
+    assert re.findall(shapes, text) == []
+    assert {f.name for f in fields(SourcePoll)} == {"source", "ok", "gpus", "faults", "warnings", "fallback_ok",
+                                                    "lacking", "unmatched_hosts"}
+
+
 def test_a_source_known_only_to_the_registry_is_read_judged_and_listed_off(monkeypatch):
     """A toy source, declared only by its ``SourceKind`` and its reader (files 1-3 of the list): sense
-    reads through it, the observation carries its name, and coverage lists what it cannot feed with
-    its own reason — no other module was told about it."""
+    reads through it, the observation carries its name, its values with the request its reader names,
+    its faults, the llama-server liveness it reports and the GPUs it lacks, and coverage lists what it
+    cannot feed with its own reason — no other module was told about it (sense.py has no branch for it)."""
     import sys
     import types
     from datetime import UTC, datetime
 
     import gpuheal.source_kinds as registry
+    from gpuheal import provenance as prov
     from gpuheal.core.coverage import rules_off
+    from gpuheal.model import DataFault, GpuValues, Liveness, SourcePoll
     from gpuheal.rules import ALL
     from gpuheal.signals import READINGS
     from gpuheal.source_kinds.base import SourceKind
-    from gpuheal.sources.gpu_source import SourcePoll
     from gpuheal.sources.sense import sense
 
     toy = SourceKind(SourceSpec("toy", READINGS, computes_trends=False, lacks_why="toy counts no requests",
-                                lacks_fix="use gpu-monitor"), reader="toy_reader:read")
+                                lacks_fix="use gpu-monitor"), reader="toy_reader:read",
+                     probes_endpoints=lambda section: False)
     reader = types.ModuleType("toy_reader")
+    told = Liveness("ok", "toy GET /up")
     reader.read = lambda cfg, now, deadline_s, transports, memory: SourcePoll(
-        "toy", True, gpu_values={g.alias: {"temp_c": 71.5, "vram_used_mb": 1000.0} for g in cfg.gpus})
+        "toy", True,
+        {"gpu-0": GpuValues((("toy GET /gpus", {"temp_c": 71.5, "vram_used_mb": 1000.0}),), liveness=told,
+                            faults=(DataFault("gpu-0", "invalid", "toy: util is garbage"),))},
+        faults=(DataFault("toy", "invalid", "toy lost one GPU"),), warnings=("toy is a toy",),
+        lacking=("gpu-1",), unmatched_hosts=("ct-other",))
     monkeypatch.setitem(sys.modules, "toy_reader", reader)
     monkeypatch.setattr(registry, "REGISTRY", (toy,))
     monkeypatch.setitem(registry.SOURCES, "toy", toy.spec)
-    cfg = load_config_dict({"gpus": GPUS, "probe": {"timeout_s": 0.5}})  # its /health probe: loopback, not asserted
-    obs = sense(cfg, datetime(2026, 7, 18, 8, 0, tzinfo=UTC))
-    assert obs.source == "toy" and obs.monitor_ok and obs.gpus["gpu-0"].temp_c == 71.5
+    gpus = [*GPUS, {"alias": "gpu-1", "host": "ct1", "endpoint": "http://127.0.0.1:9"}]
+    cfg = load_config_dict({"gpus": gpus})
+    obs = sense(cfg, datetime(2026, 7, 18, 8, 0, tzinfo=UTC))  # nothing probed: the toy says who is alive
+    gpu = obs.gpus["gpu-0"]
+    assert obs.source == "toy" and obs.monitor_ok and gpu.temp_c == 71.5 and gpu.endpoint == "ok"
+    assert prov.to_json(gpu.provenance) == {"toy GET /gpus": ["temp_c", "vram_used_mb"], "toy GET /up": ["endpoint"]}
+    assert obs.gpus["gpu-1"].temp_c is None and obs.gpus["gpu-1"].endpoint is None
+    assert [(f.source, f.detail) for f in obs.faults] == [("toy", "toy lost one GPU"), ("gpu-0", "toy: util is garbage")]
+    assert obs.warnings == ("toy is a toy",) and obs.lacking == ("gpu-1",) and obs.unmatched_hosts == ("ct-other",)
     off = {o["rule"]: o for o in rules_off(obs.source, obs, ALL)}
     assert "circuit-breaker-stuck" in off and off["circuit-breaker-stuck"]["why"].endswith("toy counts no requests")
     assert "thermal-critical" not in off

@@ -64,7 +64,7 @@ def table_rows(text: str) -> list[str]:
 @pytest.mark.parametrize("n", [3, 100])
 def test_every_gpu_has_its_row_while_they_fit_regressions_first(n):
     doc = doc_for(n)
-    text = weekly.markdown(doc)
+    text = weekly.markdown(doc, limit=LIMIT)
     assert len(text) <= LIMIT
     assert "steady" not in text
     rows = table_rows(text)
@@ -77,7 +77,7 @@ def test_every_gpu_has_its_row_while_they_fit_regressions_first(n):
 
 def test_summary_past_the_limit_folds_only_the_steady_gpus():
     doc = doc_for(1000)
-    text = weekly.markdown(doc)
+    text = weekly.markdown(doc, limit=LIMIT)
     assert len(text) <= LIMIT
     moved = [g["gpu"] for g in doc["gpus"] if abs(g["change_pct"]) > weekly.STEADY_PCT]
     steady = 1000 - len(moved)
@@ -93,9 +93,9 @@ def test_the_fold_starts_exactly_where_every_row_no_longer_fits():
     """The largest fleet shown whole fills the message to within one row; one GPU more is folded,
     and both stay within the limit (the fold is not a habit kicking in early)."""
     n = 100
-    while "steady" not in weekly.markdown(doc_for(n + 1)):
+    while "steady" not in weekly.markdown(doc_for(n + 1), limit=LIMIT):
         n += 1
-    whole, folded = weekly.markdown(doc_for(n)), weekly.markdown(doc_for(n + 1))
+    whole, folded = weekly.markdown(doc_for(n), limit=LIMIT), weekly.markdown(doc_for(n + 1), limit=LIMIT)
     row = max(len(line) for line in whole.splitlines() if line.startswith("| gpu-"))
     assert len(table_rows(whole)) == n and LIMIT - row - 3 < len(whole) <= LIMIT
     assert len(folded) <= LIMIT and len(table_rows(folded)) < n + 1
@@ -103,7 +103,7 @@ def test_the_fold_starts_exactly_where_every_row_no_longer_fits():
 
 def test_summary_fits_when_every_gpu_regressed_with_hostile_names():
     doc = doc_for(1000, regress_all=True, prefix=HOSTILE)
-    text = weekly.markdown(doc)
+    text = weekly.markdown(doc, limit=LIMIT)
     assert len(text) <= LIMIT
     assert "@**all**" not in text  # escaped: no mention
     assert "and 990 more GPUs regressed" in text
@@ -111,9 +111,9 @@ def test_summary_fits_when_every_gpu_regressed_with_hostile_names():
 
 def test_full_has_every_row_and_its_chunks_each_fit():
     doc = doc_for(1000)
-    full = weekly.markdown(doc, full=True)
+    full = weekly.markdown(doc, full=True, limit=LIMIT)
     assert len(full) > LIMIT and all(row_of(full, g["gpu"]) for g in doc["gpus"])
-    chunks = weekly.table_chunks(doc)
+    chunks = weekly.table_chunks(doc, limit=LIMIT)
     assert len(chunks) > 1 and all(len(c) <= LIMIT for c in chunks)
     rows = [line for c in chunks for line in c.splitlines() if line.startswith("| gpu-")]
     assert sorted(r.split(" ")[1] for r in rows) == sorted(g["gpu"] for g in doc["gpus"])
@@ -147,7 +147,7 @@ def test_send_full_splits_the_table_across_messages_that_arrive_whole(tmp_path, 
     result, messages = _send(tmp_path, monkeypatch, 1000, full=True)
     assert result.exit_code == 0
     doc = result.document
-    chunks = weekly.table_chunks(doc)
+    chunks = weekly.table_chunks(doc, limit=LIMIT)
     assert [m["content"] for m in messages] == [doc["markdown"].strip()] + chunks
     assert all(len(m["content"]) <= LIMIT for m in messages)
     assert len(doc["sent_parts"]) == len(messages)

@@ -245,10 +245,11 @@ def test_world_readable_dotenv_warns(monkeypatch, tmp_path, caplog):
 def test_secrets_for_collects_every_known_secret(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     from gpuheal.config import load_config_dict
+    from gpuheal.credentials import secrets_for
 
     cfg = load_config_dict(config_dict("http://127.0.0.1:1", litellm={"api_key": "sk-litellm-abcdef"}))
     env = {"ZULIP_API_KEY": "zk-123456789", "OTHER_TOKEN": "tok-abcdefgh", "SHORT_TOKEN": "abc", "HOME": "/root"}
-    found = zulip.secrets_for(cfg, environ=env)
+    found = secrets_for(cfg, environ=env)
     assert {"zk-123456789", "sk-litellm-abcdef", "tok-abcdefgh"} <= set(found)
     assert "abc" not in found and "/root" not in found
 

@@ -18,7 +18,7 @@ from gpuheal.config.model import Config
 from gpuheal.core import alerts as core
 from gpuheal.core.alerts import Alert, AlertPolicy, AlertQueue, Message
 from gpuheal.render.escalate import epoch_text, message_entry
-from gpuheal.sink import AlertSink, Delivery, SendOutcome
+from gpuheal.sink import AlertSink, SendOutcome, SendStatus
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
@@ -79,7 +79,7 @@ class Outbox:
         gpus = len({str(m.alert.gpu) for m in msg.incidents})
         cause = self._site_cause(msg) if issue == self.policy.host_issue and not msg.summary else None
         content = group_content(incidents, kind=kind, issue=issue, summary=msg.summary, labels=self._labels,
-                                cause=cause)
+                                limit=self.to.max_chars, cause=cause)
         title = redact_text(group_title(kind, issue, gpus, msg.summary, cause), self.secrets)
         return title, self.to.fit(redact_text(content, self.secrets))
 
@@ -161,7 +161,7 @@ def _sent(
 def _post(sink: AlertSink, topic: str, content: str) -> SendOutcome:
     """One message; a 429 asking for at most ``SHORT_RETRY_S`` is waited out once."""
     outcome = sink.send(content, topic)
-    if outcome.kind == Delivery.RATE_LIMITED and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
+    if outcome.kind == SendStatus.RATE_LIMITED and (outcome.retry_after_s or 0) <= SHORT_RETRY_S:
         _sleep(outcome.retry_after_s or 0)
         outcome = sink.send(content, topic)
     return outcome
@@ -171,13 +171,13 @@ def _failed(sink: AlertSink, data: AlertQueue, msg: Message, outcome: SendOutcom
     """A delivery failed: the message's alerts note it (they stay queued); the run's error.
     A longer 429 holds the whole queue until the sink's "not before"."""
     data.note_failure(msg.members, now_s, outcome.detail)
-    if outcome.kind == Delivery.RATE_LIMITED:
+    if outcome.kind == SendStatus.RATE_LIMITED:
         retry = outcome.retry_after_s or RETRY_WITHOUT_HINT_S
         until = now_s + retry
         data.hold(until)
         detail = f"{sink.name} rate limit ({outcome.detail}); retry after {retry:g} s, not before {epoch_text(until)}"
         return {"kind": "rate-limited", "detail": detail}
-    if outcome.kind == Delivery.UNAUTHORIZED:
+    if outcome.kind == SendStatus.UNAUTHORIZED:
         detail = f"{sink.name} rejected the bot credentials ({outcome.detail}); check {sink.credential_hint}"
         return {"kind": "unauthorized", "detail": detail}
     return {"kind": str(outcome.kind), "detail": f"{sink.name} delivery failed: {outcome.detail}"}

@@ -234,7 +234,8 @@ def _sink_sections(merged: dict[str, Any]) -> dict[str, Any]:
     """Each alert sink's section record (:data:`gpuheal.sinks.SINKS`), from its section over its defaults."""
     from gpuheal.sinks import SINKS
 
-    return {kind.section: section_record(kind.record, merged[kind.section]) for kind in SINKS}
+    return {kind.section: section_record(kind.record, merged[kind.section]) for kind in SINKS
+            if kind.section and kind.record}
 
 
 def _source_sections(

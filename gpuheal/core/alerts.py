@@ -62,7 +62,7 @@ def _text(value: Any) -> str | None:
 @dataclass(frozen=True)
 class Tries:
     """``escalate``'s bookkeeping of one queued alert: failed tries, and the sink's "not before" (what a
-    delivery answered is :class:`gpuheal.sink.Delivery`; this is what the queue remembers of the tries)."""
+    delivery answered is :class:`gpuheal.sink.SendStatus`; this is what the queue remembers of the tries)."""
 
     tries: int = 0
     last_try_at: float | None = None

@@ -19,7 +19,7 @@ from gpuheal.core.rule import Rule
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
 from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop, unmet
-from gpuheal.source_kinds import home, spec
+from gpuheal.source_kinds import home, kind_of, spec
 
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
 
@@ -63,12 +63,38 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
         if gpus:
             off.append({"rule": rule.ID, "gpus": gpus, "why": _gpu_why(rule, monitor_configured),
                         "fix": HOW_TO_ENABLE["metrics"]})
+    if obs.lacking and not obs.monitor_ok:
+        _lacking(off, obs, rules, litellm | (provides - mode.provides), source)
     _partial_metrics(off, obs, monitor_configured)
     no_slots = sorted(a for a, s in obs.gpus.items() if s.slots == "disabled")
     if no_slots:
         off.append({"rule": "slots (report only)", "gpus": no_slots, "why": "llama-server serves no /slots",
                     "fix": HOW_TO_ENABLE["slots"]})
     return off
+
+
+def _lacking(off: list[dict[str, Any]], obs: Observation, rules: tuple[Rule[Any], ...],
+             extra: frozenset[Signal], source: str) -> None:
+    """An answer of the source that listed none of the fleet's GPUs (the spec's "returns no GPUs", issue
+    27 defect 1: an exporter that restarted and lost its devices) leaves them to the source's stand-in
+    (the Rule 7.3 fallback): the rules it cannot feed are off for those GPUs until the source lists them
+    again — said here, once, with the GPUs concerned. (A source that does not answer at all is an
+    outage: its rules are "not known" that poll, not listed.)"""
+    kind = kind_of(source)
+    stand_in = kind.fallback if kind is not None and kind.fallback is not None else None
+    if stand_in is None:
+        return
+    listed = {o["rule"] for o in off}
+    name = spec(home(source)).label or home(source)
+    for rule in rules:
+        missing = unmet(rule.NEEDS, stand_in.provides | extra | ALWAYS)
+        if missing and rule.ID not in listed:
+            what = "; ".join(n.describe() for n in missing)
+            off.append({"rule": rule.ID, "gpus": list(obs.lacking),
+                        "why": f"needs {what}: {name}'s answer lists no GPU for these, read through "
+                               f"{stand_in.label or stand_in.source}",
+                        "fix": f"get {name} to list them again (Rule 7 restarts it), or check gpus[].host "
+                               "and gpu_index against what it lists"})
 
 
 def from_litellm(url: str | None, read_metrics: bool, read_spend_logs: bool) -> frozenset[Signal]:

@@ -188,7 +188,8 @@ def uses_builtin_shedding(cfg) -> bool:
 @register("network")
 def source_probes(ctx: Context) -> Iterable[Probe]:
     """The configured GPU source's own probes (gpu-monitor's document, Prometheus's queries)."""
-    from gpuheal.sources.gpu_source import gpu_source, resolve
+    from gpuheal.named import resolve
+    from gpuheal.sources.gpu_source import gpu_source
 
     for p in gpu_source(ctx.cfg).doctor_probes():
         check = resolve(p.check)
@@ -254,7 +255,7 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
 
 
 def monitor_check(cfg) -> Check:
-    from gpuheal.sources.sense import fetch_monitor
+    from gpuheal.sources.monitor import fetch_monitor
 
     doc, faults, warnings = fetch_monitor(cfg)
     if doc is None:
@@ -275,11 +276,12 @@ def monitor_check(cfg) -> Check:
             fix,
         )
     hosts = set(doc.hosts)
-    missing = sorted({g.host for g in cfg.gpus} - hosts) if hosts else []
+    missing = sorted({g.host for g in cfg.gpus} - hosts)
     if faults or missing:
         detail = "; ".join(printable(f.detail, 100) for f in faults)
-        if missing:
-            detail = (detail + "; " if detail else "") + f"no reading for host {', '.join(missing)}"
+        if missing:  # Rule 7 for those GPUs, read through the fallback (issue 27 defect 1)
+            lacks = f"no reading for host {', '.join(missing)}" if hosts else "it lists no GPUs"
+            detail = (detail + "; " if detail else "") + lacks
         return Check("monitor", "gpu-monitor", WARN, detail, "gpus[].host must be the hostname gpu-monitor reports")
     return Check("monitor", "gpu-monitor", OK, f"valid document, {len(hosts)} host{'s' if len(hosts) != 1 else ''}")
 
@@ -795,7 +797,7 @@ def baseline_probes(ctx: Context) -> Iterable[Probe]:
 def baseline_checks(cfg) -> list[Check]:
     """Fetch gpu-monitor once and compare every GPU's baselines (:func:`baseline_rows`). A monitor
     that does not answer is the ``gpu-monitor`` row's failure; nothing is compared then."""
-    from gpuheal.sources.sense import fetch_monitor
+    from gpuheal.sources.monitor import fetch_monitor
 
     doc, _faults, _warnings = fetch_monitor(cfg)
     if doc is None:

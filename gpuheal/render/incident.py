@@ -1,8 +1,9 @@
 """One message for one cause (contract "Alerts", issue 21): a group of GPUs with the same issue, or a
 run's over-budget summary, as a compact Markdown table — alias, group label, the reading, what was
 tried; the host is left out, as in every alert (Lesson L6: the alias is the one identifier) —
-within Zulip's 10,000 characters whatever the number of GPUs (the rows that do not fit are named on
-one line, then counted). Network strings are escaped (:func:`~gpuheal.render.report.md`)."""
+within the sink's message limit (``Destination.max_chars``) whatever the number of GPUs (the rows
+that do not fit are named on one line, then counted). Network strings are escaped
+(:func:`~gpuheal.render.report.md`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from typing import Any
 
 from gpuheal.render.report import md
 
-MAX_CHARS = 10_000
 ROOM_FOR_NAMES = 1_500  # what the "and N more" line may take
 READING_KEYS = ("temp_c", "rise_c_per_min", "rate_mb_per_hour", "vram_used_mb", "failure_ratio", "endpoint",
                 "drop_ratio", "open_for_s", "fault")
@@ -28,10 +28,11 @@ def group_title(kind: str, issue: str, gpus: int, summary: bool, cause: str | No
 
 
 def group_content(incidents: list[dict[str, Any]], *, kind: str, issue: str, summary: bool,
-                  labels: dict[str, str], cause: str | None = None) -> str:
-    """``incidents``: one dict per GPU — the alert document plus ``"tiers"`` (the lower tiers it
-    inhibits). ``labels``: alias → its ``alerts.group_by`` label ("" when none). ``cause``: the
-    shared cause the group points at, named in the title (see :func:`group_title`)."""
+                  labels: dict[str, str], limit: int, cause: str | None = None) -> str:
+    """``limit``: the sink's message limit. ``incidents``: one dict per GPU — the alert document plus
+    ``"tiers"`` (the lower tiers it inhibits). ``labels``: alias → its ``alerts.group_by`` label (""
+    when none). ``cause``: the shared cause the group points at, named in the title (see
+    :func:`group_title`)."""
     gpus = sorted({str(i.get("gpu")) for i in incidents})
     title = group_title(kind, issue, len(gpus), summary, cause)
     head = [title, ""]
@@ -48,7 +49,7 @@ def group_content(incidents: list[dict[str, Any]], *, kind: str, issue: str, sum
     head += ["", f"| GPU |{' group |' if grouped else ''} issue | reading | tried, or why not |",
              f"|---|{'---|' if grouped else ''}---|---|---|"]
     rows, names = _rows(incidents, labels if grouped else None), [md(g, 64) for g in gpus]
-    return _fit(head, rows, names)
+    return _fit(head, rows, names, limit)
 
 
 def _rows(incidents: list[dict[str, Any]], labels: dict[str, str] | None) -> list[tuple[str, str]]:
@@ -72,12 +73,12 @@ def _reading(detected: Any) -> str:
     return ", ".join(parts[:2]) or "—"
 
 
-def _fit(head: list[str], rows: list[tuple[str, str]], names: list[str]) -> str:
+def _fit(head: list[str], rows: list[tuple[str, str]], names: list[str], limit: int) -> str:
     """The table rows that fit; the GPUs left out named on one line, then counted."""
     text = "\n".join(head)
     shown: set[str] = set()
     for name, row in rows:
-        if len(text) + len(row) + 1 > MAX_CHARS - ROOM_FOR_NAMES:
+        if len(text) + len(row) + 1 > limit - ROOM_FOR_NAMES:
             break
         text += "\n" + row
         shown.add(name)

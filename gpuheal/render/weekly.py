@@ -6,14 +6,14 @@ the latest result. Then the week's incidents (counts by issue, time to resolve),
 escalations from the audit trail. Markdown that reads well in Zulip (tables, no HTML), so
 ``gpuheal report --weekly | <zulip sender>`` works as well as ``--send``.
 
-Sized for Zulip at any fleet size (issue 21 point 6): the default Markdown stays within
-:data:`MAX_CHARS` (Zulip's 10,000-character message limit). Every GPU has its row while all the
-rows fit — the spec's "per-GPU tok/s trend over 7 days" (issue 27 item 17) — regressions first,
-then the largest moves, the steady GPUs last. Only past that are the steady ones folded: a row for
-each GPU that regressed or improved more than :data:`STEADY_PCT`, sits far below its baseline or
-has no week-over-week figure, as many as fit, then "N GPUs steady (±5 %)" on one line; every list
-of names is capped. ``full=True`` renders every GPU's row; :func:`table_chunks` splits that table
-into messages that each fit.
+Sized for the alert sink at any fleet size (issue 21 point 6): the default Markdown stays within
+``limit`` characters (the sink's message limit, ``Destination.max_chars``: Zulip's 10,000). Every GPU
+has its row while all the rows fit — the spec's "per-GPU tok/s trend over 7 days" (issue 27 item 17) —
+regressions first, then the largest moves, the steady GPUs last. Only past that are the steady ones
+folded: a row for each GPU that regressed or improved more than :data:`STEADY_PCT`, sits far below its
+baseline or has no week-over-week figure, as many as fit, then "N GPUs steady (±5 %)" on one line;
+every list of names is capped. ``full=True`` renders every GPU's row; :func:`table_chunks` splits that
+table into messages that each fit.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ WEEK_DAYS = 7
 REGRESSION_PCT = 10.0  # spec: "Regression alerts if any GPU degrades >10% week-over-week"
 BELOW_BASELINE_PCT = 20.0  # Rule 4's default drop: "gen_tok_per_sec drops >20% below baseline"
 STEADY_PCT = 5.0  # issue 21: "N GPUs steady (±5 %)" — a change this small gets no row in the summary
-MAX_CHARS = 10_000  # Zulip's MAX_MESSAGE_LENGTH: the summary (stdout, piped to zulip-send) fits one message
 MAX_NAMES = 10  # names listed per finding in the summary; the rest counted ("and 57 more")
 MAX_LIST_ROWS = 20  # incident kinds / actions / escalations listed in the summary (audit text is untrusted)
 SPARK = "▁▂▃▄▅▆▇█"
@@ -324,8 +323,9 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{value:+.1f}%"
 
 
-def markdown(doc: dict[str, Any], full: bool = False) -> str:
-    """The report: a summary within :data:`MAX_CHARS` at any fleet size, or (``full``) every row."""
+def markdown(doc: dict[str, Any], *, limit: int, full: bool = False) -> str:
+    """The report: a summary within ``limit`` characters (the sink's message limit: stdout piped to a
+    sender, or ``--send``, fits one message) at any fleet size, or (``full``) every row."""
     period = doc["period"]
     span = f"{fmt_time(period['start'])} → {fmt_time(period['end'])}"
     head = ["**📊 GPU Fleet — Weekly Benchmark Report**", span, ""]
@@ -345,7 +345,7 @@ def markdown(doc: dict[str, Any], full: bool = False) -> str:
     if full:
         table = _gpu_table(doc["gpus"])
     else:
-        room = MAX_CHARS - len("\n".join(head + tail)) - 2
+        room = limit - len("\n".join(head + tail)) - 2
         table = _summary_table(doc["gpus"], room)
     return "\n".join(head + table + tail).rstrip() + "\n"
 
@@ -394,7 +394,7 @@ def _row_order(g: dict[str, Any]) -> tuple:
     return (not g["regression"], not _notable(g), change is None, -abs(change or 0.0), g["gpu"])
 
 
-def table_chunks(doc: dict[str, Any], limit: int = MAX_CHARS) -> list[str]:
+def table_chunks(doc: dict[str, Any], *, limit: int) -> list[str]:
     """Every GPU's row, split into messages of at most ``limit`` characters, each with the header."""
     header, rows = _gpu_table([])[:2], _gpu_table(doc["gpus"])[2:]
     chunks: list[list[str]] = []

@@ -102,6 +102,7 @@ def build_registry(modules: tuple[Rule[Any], ...]) -> tuple[Rule[Any], ...]:
         if name != rule_id.replace("-", "_"):
             raise RuleRegistryError(f"{name}: a rule module is named after its id ({rule_id!r})")
         problem = _declarations_problem(module) or params_problem(getattr(module, "Params", None))
+        problem = problem or _windows_problem(module)
         if problem:
             raise RuleRegistryError(f"{name}: {problem}")
         for memory in module.remember or ():
@@ -143,6 +144,17 @@ def _declarations_problem(module: Any) -> str | None:
             return f"{optional} must be a function or None"
     if not isinstance(getattr(module, "REMEDY", None), Remedy):
         return "REMEDY must be a gpuheal.core.remedy.Remedy (what heal does about its issue)"
+    return None
+
+
+def _windows_problem(module: Any) -> str | None:
+    """A trend need's :class:`~gpuheal.signals.Window` names fields of the rule's own ``Params``."""
+    for need in module.NEEDS:
+        w = need.window
+        named = () if w is None else (w.window, *w.spans, *(w.sustained or ()), *((w.above,) if w.above else ()))
+        missing = [f for f in named if f not in module.Params.FIELDS]
+        if missing:
+            return f"NEEDS: a trend's window names {', '.join(missing)}, not fields of Params"
     return None
 
 

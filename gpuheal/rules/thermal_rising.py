@@ -16,12 +16,13 @@ from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.rules._util import THERMAL
 from gpuheal.rules.thermal_warning import RiseParams, current_temp, rising_above
-from gpuheal.signals import Need, Signal, needs
+from gpuheal.signals import Need, Signal, needs, trend
 
 ID: Final = "thermal-rising"
 SCOPE: Final = "gpu"
 SEVERITY: Final = "critical"
-NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, Signal.TEMP_TREND)
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, trend(Signal.TEMP_TREND, "window_s", spans=("min_span_s",),
+                                                          above="temp_c"))
 INHIBITS: Final = None
 JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's hold_polls / hold_s

@@ -18,12 +18,13 @@ from gpuheal.core.rule import Detection
 from gpuheal.core.trend import Fit
 from gpuheal.core.view import FleetView
 from gpuheal.rules._util import THERMAL, num, show
-from gpuheal.signals import Need, Signal, needs
+from gpuheal.signals import Need, Signal, needs, trend
 
 ID: Final = "thermal-warning"
 SCOPE: Final = "gpu"
 SEVERITY: Final = "warning"
-NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, Signal.TEMP_TREND)
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.TEMP, trend(Signal.TEMP_TREND, "window_s", spans=("min_span_s",),
+                                                          above="temp_c"))
 INHIBITS: Final = None
 JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's hold_polls / hold_s (the rise itself spans minutes)

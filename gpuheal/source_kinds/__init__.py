@@ -12,8 +12,10 @@ and never test which config section exists or which source a name is
 
 1. ``gpuheal/source_kinds/<name>.py``: its ``KIND`` (:class:`~gpuheal.source_kinds.base.SourceKind`):
    spec, section record and ``build``, ``probes``, and ``reader`` = ``"module:function"``;
-2. its reader module (``gpuheal/sources/<name>.py``: the requests, the mapping to GPU values in
-   ``SourcePoll.gpu_values``, the doctor check its probes name), IO, kept out of this pure package;
+2. its reader module (``gpuheal/sources/<name>.py``: the requests, and the one typed poll every
+   reader returns, :class:`~gpuheal.model.SourcePoll` — each GPU's values with the request that gave
+   them, the faults — so ``sense`` merges it as any other; the doctor check its probes name), IO, kept
+   out of this pure package;
 3. its line in :data:`REGISTRY` below;
 4. ``gpuheal/config/schema.json``: its section;
 5. ``gpuheal/config/defaults.yaml``: its section's defaults;
@@ -31,10 +33,10 @@ from typing import Any
 
 from gpuheal.signals import SourceSpec
 from gpuheal.source_kinds import monitor, prometheus, smi
-from gpuheal.source_kinds.base import DoctorProbe, SectionInput, SourceKind
+from gpuheal.source_kinds.base import DoctorProbe, SectionInput, SourceKind, SourceMemory
 
-__all__ = ["REGISTRY", "SOURCES", "DoctorProbe", "SectionInput", "SourceKind", "configured", "home", "kind_of",
-           "section_of", "spec"]
+__all__ = ["REGISTRY", "SOURCES", "DoctorProbe", "SectionInput", "SourceKind", "SourceMemory", "configured", "home",
+           "kind_of", "section_of", "spec"]
 
 # THE REGISTRY: one line per GPU source. A config sets up at most one section of these (the loader
 # refuses two); the one source without a section (nvidia-smi / rocm-smi) is the default, listed last.

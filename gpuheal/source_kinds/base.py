@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gpuheal.secret import Secret
 from gpuheal.signals import SourceSpec
 
 
@@ -40,6 +41,20 @@ class SectionInput:
     shared: Mapping[str, Mapping[str, Any]]
 
 
+@dataclass(frozen=True)
+class SourceMemory:
+    """What a source keeps between runs because its queries depend on it (Prometheus: its remembered
+    fleet-wide trend): ``file`` in the state directory, and two pure functions, named
+    ``"module:function"``: ``load`` — ``(cfg, the file's document or {}, window_starts, now_s) ->
+    memory`` (``window_starts``: where a GPU restarted by ``heal`` starts its trend windows again) — and
+    ``save`` — ``(cfg, memory, observation) -> the document to write, or None``. ``check`` reads and
+    writes the file around the poll; the memory is passed to the source's reader."""
+
+    file: str
+    load: str
+    save: str
+
+
 def _no_probes(section: Any) -> tuple[DoctorProbe, ...]:
     return ()
 
@@ -58,13 +73,15 @@ class SourceKind:
       in the registry); ``build`` turns the validated section into its record (``cfg.sections[section]``),
       or ``None`` when the user wrote no such section;
     - ``reader``: ``"module:function"`` reading one poll, ``(cfg, now, deadline_s, transports, memory)
-      -> gpuheal.sources.gpu_source.SourcePoll``;
+      -> gpuheal.model.SourcePoll`` (the one typed poll of every source);
     - ``probes``: its doctor probes, from its section record; ``probes_endpoints``: whether gpuheal
       probes each llama-server's ``/health`` itself (False: the source gives liveness);
     - ``fallback``: the spec of what its polls say while it is unusable and a stand-in answered
       (gpu-monitor's Rule 7.3 smi fallback); such a poll stands for this source (coverage's "home");
-    - ``memory``: ``("module:load", "module:save")`` for a source whose queries depend on what earlier
-      runs left (Prometheus's trend cache), called by ``check`` around the poll.
+    - ``memory``: :class:`SourceMemory`, for a source whose queries depend on what earlier runs left
+      (Prometheus's trend cache), read and written by ``check`` around the poll;
+    - ``secrets``: the secrets its section reads (:class:`~gpuheal.secret.Secret`): redacted from
+      everything gpuheal writes (:func:`gpuheal.credentials.secrets_for`), as every sink's are.
     """
 
     spec: SourceSpec
@@ -74,7 +91,8 @@ class SourceKind:
     probes: Callable[[Any], tuple[DoctorProbe, ...]] = _no_probes
     probes_endpoints: Callable[[Any], bool] = _probes_endpoints
     fallback: SourceSpec | None = None
-    memory: tuple[str, str] | None = None
+    memory: SourceMemory | None = None
+    secrets: tuple[Secret, ...] = ()
 
     @property
     def name(self) -> str:

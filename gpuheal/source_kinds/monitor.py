@@ -1,7 +1,7 @@
 """gpu-monitor's ``/gpu-data`` (contract "gpu-monitor /gpu-data"): the readings and LiteLLM's request
 counts and breakers; when it is unusable, nvidia-smi / rocm-smi over each GPU's transport (Rule 7.3, the
 fallback), so the same rules keep judging. Rule 7 may restart it (``heal.gpu_monitor_restart_command``).
-The reader is :func:`gpuheal.sources.gpu_source.read_monitor`; the doctor check
+The reader is :func:`gpuheal.sources.monitor.read_poll`; the doctor check
 :func:`gpuheal.doctor.checks.monitor_check`."""
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ KIND = SourceKind(
     ),
     section="monitor",
     build=build,
-    reader="gpuheal.sources.gpu_source:read_monitor",
+    reader="gpuheal.sources.monitor:read_poll",
     probes=probes,
     # While gpu-monitor is unusable: the GPU readings only (Rule 7.3), and that the monitor is down (Rule 7
     # keeps judging it). Never a configured mode: such a poll stands for gpu-monitor.

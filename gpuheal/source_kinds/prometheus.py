@@ -1,17 +1,20 @@
 """Prometheus as the GPU source (issue 13; contract "Prometheus as a source"): instant queries for the
 readings, PromQL over each rule's window for the trends (it keeps its own history, so gpuheal's state
 stays flat), and optionally each llama-server's liveness from its scrape target's ``up``. Nothing of
-ours to restart: Rule 7 escalates. The reader is :func:`gpuheal.sources.gpu_source.read_prometheus`;
+ours to restart: Rule 7 escalates. The reader is :func:`gpuheal.sources.prometheus.read_poll`;
 the doctor check :func:`gpuheal.doctor.prometheus.query_checks`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from gpuheal.errors import ConfigError
-from gpuheal.signals import READINGS, Signal, Source, SourceSpec
-from gpuheal.source_kinds.base import DoctorProbe, SectionInput, SourceKind
+from gpuheal.named import resolve
+from gpuheal.signals import READINGS, Signal, Source, SourceSpec, Window
+from gpuheal.source_kinds.base import DoctorProbe, SectionInput, SourceKind, SourceMemory
 from gpuheal.source_kinds.smi import NO_MONITOR_FIX
 
 
@@ -30,7 +33,7 @@ class PrometheusConfig:
     max_workers: int
     labels: dict[str, str | None]
     queries: dict[str, str | None]
-    trend_every_s: float  # Rule 2's fleet-wide trend queries at most this often (prometheus-trend.json between)
+    trend_every_s: float  # the fleet-wide trend (Rule 2's) asked at most this often (its memory between)
     probe_endpoints: bool = True  # False: llama-server liveness from Prometheus's `up` of its target
     at_poll_time: bool = False  # True: every query evaluated at the poll's clock (time=), not Prometheus's now
 
@@ -39,11 +42,23 @@ class PrometheusConfig:
         return None if template is None else template.replace("{selector}", self.selector)
 
 
-PROMETHEUS_WINDOW_PARAMS = {
-    "vram-leak": ("window_h", "min_span_h", "recover_span_h"),
-    "thermal-warning": ("window_s", "min_span_s"),
-    "thermal-rising": ("window_s", "min_span_s"),
-}
+def trend_reads(rules: Iterable[Any]) -> dict[Signal, tuple[tuple[str, Window], ...]]:
+    """Each trend signal with the rules that read it and how (the :class:`~gpuheal.signals.Window` of
+    their ``NEEDS``), in registry order: what Prometheus's trend queries are derived from."""
+    out: dict[Signal, list[tuple[str, Window]]] = {}
+    for rule in rules:
+        for need in rule.NEEDS:
+            if need.window is not None:
+                for signal in need.any_of:
+                    out.setdefault(signal, []).append((rule.ID, need.window))
+    return {signal: tuple(reads) for signal, reads in out.items()}
+
+
+@cache
+def rule_trends() -> dict[Signal, tuple[tuple[str, Window], ...]]:
+    """:func:`trend_reads` of the rule registry. Named, not imported: the rules ask this registry which
+    source a poll came from (Rule 7), so an import here would be a cycle (tests/test_import_graph.py)."""
+    return trend_reads(resolve("gpuheal.rules:ALL"))
 
 
 def build(given: SectionInput) -> PrometheusConfig | None:
@@ -84,27 +99,32 @@ def build(given: SectionInput) -> PrometheusConfig | None:
 
 
 def _check_windows(given: SectionInput) -> None:
-    """One PromQL range per trend for the whole fleet: no GPU may set its own window, and both Rule 8
-    tiers read one ``deriv()`` window."""
+    """One PromQL range per trend for the whole fleet: no GPU may set its own window or span, and the
+    rules reading one trend signal (both Rule 8 tiers) read one ``deriv()`` window — as the rules'
+    ``NEEDS`` declare them (:func:`rule_trends`)."""
     fleet_rules = given.fleet_rules
+    reads = rule_trends()
     for i, gpu in enumerate(given.gpus):
         if gpu.rules is given.shared:  # the fleet's own parameters
             continue
-        for rule_id, keys in PROMETHEUS_WINDOW_PARAMS.items():
-            for key in keys:
+        for rule_id, w in (read for per_signal in reads.values() for read in per_signal):
+            for key in (w.window, *w.spans):
                 if gpu.rules.get(rule_id, {}).get(key) != fleet_rules.get(rule_id, {}).get(key):
                     raise ConfigError(
                         "with prometheus: the trend window is one PromQL range for the whole fleet; "
                         f"set rules.{rule_id}.{key} instead",
                         f"gpus[{i}].rules.{rule_id}.{key}",
                     )
-    warn_w = fleet_rules.get("thermal-warning", {}).get("window_s")
-    if warn_w != fleet_rules.get("thermal-rising", {}).get("window_s"):
-        raise ConfigError(
-            "with prometheus: both Rule 8 tiers read one deriv() window; make it equal to "
-            f"rules.thermal-warning.window_s ({warn_w})",
-            "rules.thermal-rising.window_s",
-        )
+    for signal, ((first_id, first), *others) in reads.items():
+        value = fleet_rules.get(first_id, {}).get(first.window)
+        for rule_id, w in others:
+            other = fleet_rules.get(rule_id, {}).get(w.window)
+            if (None if other is None else other * w.unit_s) != (None if value is None else value * first.unit_s):
+                raise ConfigError(
+                    f"with prometheus: the rules reading the {signal.value} read one deriv() window; make it "
+                    f"equal to rules.{first_id}.{first.window} ({value})",
+                    f"rules.{rule_id}.{w.window}",
+                )
 
 
 def probes(section: Any) -> tuple[DoctorProbe, ...]:
@@ -123,8 +143,10 @@ KIND = SourceKind(
     ),
     section="prometheus",
     build=build,
-    reader="gpuheal.sources.gpu_source:read_prometheus",
+    reader="gpuheal.sources.prometheus:read_poll",
     probes=probes,
     probes_endpoints=probes_endpoints,
-    memory=("gpuheal.steps.check:prom_memory", "gpuheal.steps.check:remember_trends"),
+    # the fleet-wide trend it asks at most every trend_every_s (issue 13), remembered between polls
+    memory=SourceMemory("prometheus-trend.json", "gpuheal.sources.prometheus:load_memory",
+                        "gpuheal.sources.prometheus:save_memory"),
 )

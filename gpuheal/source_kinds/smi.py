@@ -1,6 +1,6 @@
 """nvidia-smi / rocm-smi on each host, over each GPU's own transport (issue 12): the GPU source when the
 config names no other. It needs no config section of its own (``heal:``'s SSH settings and each GPU's
-``smi_command`` serve it). The reader is :func:`gpuheal.sources.gpu_source.read_smi`."""
+``smi_command`` serve it). The reader is :func:`gpuheal.sources.smi_sense.read_poll`."""
 
 from __future__ import annotations
 
@@ -15,5 +15,5 @@ KIND = SourceKind(
         lacks_why="no gpu-monitor configured (monitor:); GPU readings come from nvidia-smi / rocm-smi per host",
         lacks_fix=NO_MONITOR_FIX, label="nvidia-smi / rocm-smi",
     ),
-    reader="gpuheal.sources.gpu_source:read_smi",
+    reader="gpuheal.sources.smi_sense:read_poll",
 )

@@ -36,12 +36,26 @@ import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, NamedTuple
 from urllib.parse import urlencode, urlsplit
 
+from gpuheal import provenance as prov
 from gpuheal.config import Config, GpuConfig
-from gpuheal.model import DataFault, SourceTrend
+from gpuheal.core import timing
+from gpuheal.model import (
+    ENDPOINT_OK,
+    ENDPOINT_REFUSED,
+    DataFault,
+    GpuValues,
+    Liveness,
+    Observation,
+    SourcePoll,
+    SourceTrend,
+)
 from gpuheal.parse.values import parse_decimal, printable
+from gpuheal.signals import Signal, Window
+from gpuheal.source_kinds.prometheus import rule_trends
 from gpuheal.sources.http import HttpFault, request
 
 SOURCE = "prometheus"
@@ -100,19 +114,21 @@ class PromReading:
 
 @dataclass(frozen=True)
 class PromMemory:
-    """What earlier runs left that shapes this poll's queries: where a restarted GPU's trend window
-    starts (its last restart plus the startup grace; that GPU gets its own window's queries), and
-    Rule 2's fleet-wide trends while younger than ``prometheus.trend_every_s`` (``None``: query them
-    this poll). A 6-hour fit over 10,000 series costs Prometheus ~2.5 s of CPU whatever the sample
-    rate (issue 13 benchmark, ``--history-h``); it moves little in five minutes."""
+    """What earlier runs left that shapes this poll's queries (the source's memory,
+    ``source_kinds/prometheus.py``: :func:`load_memory`, :func:`save_memory`): where a restarted GPU's
+    trend window starts (its last restart plus the startup grace; that GPU gets its own window's
+    queries), and the fleet-wide trend asked of every GPU (:func:`remembered_window`: Rule 2's) while
+    younger than ``prometheus.trend_every_s`` (``None``: query it this poll). A 6-hour fit over 10,000
+    series costs Prometheus ~2.5 s of CPU whatever the sample rate (issue 13 benchmark,
+    ``--history-h``); it moves little in five minutes."""
 
     window_starts: dict[str, float] = field(default_factory=dict)
-    vram_trends: dict[str, SourceTrend] | None = None
-    vram_key: str | None = None  # this config's Rule 2 queries (vram_trend_key), what the trends answer
+    trends: dict[str, SourceTrend] | None = None
+    key: str | None = None  # this config's queries of that trend (remembered_key), what the trends answer
 
     def own_window(self, alias: str, now_s: float, window_s: float) -> float | None:
-        """Where ``alias``'s own Rule 2 window starts: a restart (plus grace) inside the fleet's
-        window and already past; ``None`` for a GPU the fleet-wide trend covers."""
+        """Where ``alias``'s own window starts: a restart (plus grace) inside the fleet's window and
+        already past; ``None`` for a GPU the fleet-wide trend covers."""
         start = self.window_starts.get(alias)
         if start is None or start <= now_s - window_s or start >= now_s:
             return None
@@ -412,13 +428,15 @@ def build_queries(
     up = prom.query("endpoint_up")
     if up and not prom.probe_endpoints:
         out["endpoint_up"] = (up, True, 0.0, 1.0)
-    for tw in _trend_windows(cfg):
-        series = prom.query(tw.series_key)
+    windows = trend_windows(cfg)
+    kept = next((tw for tw in windows if tw.remembered), None) if memory.trends is not None else None
+    for tw in windows:
+        series = prom.query(tw.series.series_key)
         if not series or (tw.hot_from is not None and not every_gpu):
             continue
-        if tw.kind != "vram" or memory.vram_trends is None:
-            out.update(_trend_specs(tw.kind, trend_queries(series, tw.window_s, tw.spans, tw.halves_from)))
-        if tw.kind == "vram":
+        if tw is not kept:
+            out.update(_trend_specs(tw.series.kind, trend_queries(series, tw.window_s, tw.spans, tw.halves_from)))
+        if tw.restarts:
             out.update(_own_windows(cfg, tw, series, memory, now_s, matcher))
     return out
 
@@ -430,15 +448,15 @@ def _trend_specs(prefix: str, queries: dict[str, str]) -> dict[str, tuple]:
 def _own_windows(
     cfg: Config, tw: TrendWindow, series: str, memory: PromMemory, now_s: float, matcher: Matcher
 ) -> dict[str, tuple]:
-    """A GPU restarted inside Rule 2's window: its own window after the restart's grace (as Rule 2's
-    history path restarts its fit there)."""
+    """A GPU restarted inside a trend's window (``Window.restarts``: Rule 2's): its own window after the
+    restart's grace (as Rule 2's history path restarts its fit there)."""
     out: dict[str, tuple] = {}
     for gpu in cfg.gpus:
         start = memory.own_window(gpu.alias, now_s, tw.window_s)
         own = None if start is None else with_matchers(series, matcher.gpu_matchers(gpu))
         if own is not None:
             queries = trend_queries(own, now_s - start, tw.spans, tw.halves_from)
-            out.update(_trend_specs(f"{tw.kind}@{gpu.alias}", queries))
+            out.update(_trend_specs(f"{tw.series.kind}@{gpu.alias}", queries))
     return out
 
 
@@ -447,21 +465,20 @@ def _own_windows(
 MAX_HOT_NAMED = 100
 
 
-def hot_queries(cfg: Config, temps: Vector, matcher: Matcher) -> dict[str, tuple]:
-    """Rule 8's trend queries for the GPUs ``temps`` (this poll's temperature answer) shows at or
-    above their :func:`hot_line`: none in a fleet running cool, which spares Prometheus three
-    queries over every GPU each poll (issue 13 benchmark). A GPU not named has no rise, which both
-    tiers read only above their ``temp_c``."""
-    tw = next((tw for tw in _trend_windows(cfg) if tw.hot_from is not None), None)
-    series = None if tw is None else cfg.prometheus.query(tw.series_key)
-    if tw is None or not series or temps.fault is not None:
+def hot_queries(cfg: Config, tw: TrendWindow, now: Vector, matcher: Matcher) -> dict[str, tuple]:
+    """The queries of a trend judged only above a threshold (Rule 8's rise, ``Window.above``) for the
+    GPUs ``now`` (this poll's answer of the trended reading) shows at or above their :func:`hot_line`:
+    none in a fleet running cool, which spares Prometheus three queries over every GPU each poll
+    (issue 13 benchmark). A GPU not named has no trend, which its rules read only above the threshold."""
+    series = cfg.prometheus.query(tw.series.series_key)
+    if tw.hot_from is None or not series or now.fault is not None:
         return {}
-    lines = {id(rules): hot_line(rules) for rules in _rule_sets(cfg)}
+    lines = {id(rules): hot_line(rules, tw) for rules in _rule_sets(cfg)}
     hot = set()
     for gpu in cfg.gpus:
-        temp_c, _ = lookup(temps, matcher.gpu_key(gpu))
+        value, _ = lookup(now, matcher.gpu_key(gpu))
         line = lines[id(gpu.rules)]
-        if temp_c is not None and line is not None and temp_c >= line:
+        if value is not None and line is not None and value >= line:
             hot.add(gpu.prometheus_match if matcher.match_label else gpu.host)
     if not hot:
         return {}
@@ -469,9 +486,10 @@ def hot_queries(cfg: Config, temps: Vector, matcher: Matcher) -> dict[str, tuple
     named = None
     if len(hot) <= MAX_HOT_NAMED:
         named = with_matchers(series, f"{label}=~{json.dumps(_alternatives(hot))}")
-    if named is None:  # a heat wave, or a temp_series that is not a plain selector
-        return _trend_specs(tw.kind, trend_queries(series, tw.window_s, tw.spans, None, tw.hot_from))
-    return _trend_specs(tw.kind, trend_queries(named, tw.window_s, tw.spans, None))
+    kind = tw.series.kind
+    if named is None:  # a heat wave, or a series that is not a plain selector
+        return _trend_specs(kind, trend_queries(series, tw.window_s, tw.spans, None, tw.hot_from))
+    return _trend_specs(kind, trend_queries(named, tw.window_s, tw.spans, None))
 
 
 def _alternatives(values: set[str]) -> str:
@@ -483,10 +501,6 @@ def _alternatives(values: set[str]) -> str:
 _RE2_META = re.compile(r"[\\.+*?()|\[\]{}^$]")
 
 
-def rule2_window_s(cfg: Config) -> float | None:
-    return next((tw.window_s for tw in _trend_windows(cfg) if tw.kind == "vram"), None)
-
-
 def lists_only_the_gpus_concerned(name: str) -> bool:
     """A query whose answer holds only the GPUs it is about (samples too old; too young for a span;
     a half steep enough to matter), not one series per GPU — as
@@ -495,67 +509,103 @@ def lists_only_the_gpus_concerned(name: str) -> bool:
     return name == "stale" or part in ("h1", "h2") or part.startswith("young")
 
 
-def vram_trend_key(cfg: Config) -> str | None:
-    """Rule 2's fleet-wide queries as this config asks them: a remembered answer (``PromMemory``) is
+def remembered_window(cfg: Config) -> TrendWindow | None:
+    """The fleet-wide trend asked at most every ``prometheus.trend_every_s`` and remembered between
+    (``PromMemory``): the first one asked of every GPU (not judged only above a threshold) — Rule 2's."""
+    return next((tw for tw in trend_windows(cfg) if tw.remembered and cfg.prometheus.query(tw.series.series_key)),
+                None)
+
+
+def remembered_key(cfg: Config) -> str | None:
+    """The remembered trend's queries as this config asks them: a remembered answer (``PromMemory``) is
     used only while the config still asks the same."""
-    for tw in _trend_windows(cfg):
-        series = cfg.prometheus.query(tw.series_key)
-        if tw.kind == "vram" and series:
-            return " | ".join(trend_queries(series, tw.window_s, tw.spans, tw.halves_from).values())
-    return None
+    tw = remembered_window(cfg)
+    series = None if tw is None else cfg.prometheus.query(tw.series.series_key)
+    if tw is None or not series:
+        return None
+    return " | ".join(trend_queries(series, tw.window_s, tw.spans, tw.halves_from).values())
+
+
+class TrendSeries(NamedTuple):
+    """A trend signal as Prometheus gives it: the query names' prefix, its series (a
+    ``prometheus.queries`` key), the reading it trends, the :class:`~gpuheal.model.GpuSample` field
+    the trend fills and the seconds its slope is per; ``margin``: how far below a threshold it is
+    asked (``Window.above``)."""
+
+    kind: str
+    series_key: str
+    reading: str
+    field: str
+    per_s: float
+    margin: float = 0.0
+
+
+# The trend signals Prometheus computes (PromQL ``deriv``). Rule 8's rise is asked for the GPUs from
+# 5 °C below their threshold up: the rules read the poll's temperature answer, the one the hot GPUs are
+# picked from; in a heat wave (the fleet-wide form) the filter runs a moment later in PromQL, and a GPU
+# crossing the threshold in between is "not known" for that poll (never a false issue) only if it
+# jumped this much within one scrape.
+SERIES: dict[Signal, TrendSeries] = {
+    Signal.VRAM_TREND: TrendSeries("vram", "vram_series", "vram_used_mb", "vram_trend", 3600.0),
+    Signal.TEMP_TREND: TrendSeries("temp", "temp_series", "temp_c", "temp_trend", 60.0, margin=5.0),
+}
 
 
 class TrendWindow(NamedTuple):
-    """One rule's trend as asked of Prometheus: the series (a ``prometheus.queries`` key), the
-    window, the spans its fit must be proven to cover, and the filters that keep the answers to the
-    GPUs the rule can judge (``halves_from``: a slope per second; ``hot_from``: a value now)."""
+    """One trend as asked of Prometheus, derived from the rules that read it (their ``NEEDS``'
+    :class:`~gpuheal.signals.Window`, :func:`~gpuheal.source_kinds.prometheus.rule_trends`): the
+    series, the window, the spans its fit must be proven to cover, and the filters that keep the
+    answers to the GPUs the rules can judge (``halves_from``: a slope per second; ``hot_from``: a value
+    now); ``reads``: those rules and how each reads it; ``remembered``: asked of every GPU (no rule
+    reads it only above a threshold); ``restarts``: a restarted GPU gets its own window."""
 
-    kind: str  # "vram" (Rule 2) or "temp" (Rule 8)
-    series_key: str
+    series: TrendSeries
     window_s: float
     spans: list[float]
-    halves_from: float | None = None
-    hot_from: float | None = None
+    halves_from: float | None
+    hot_from: float | None
+    reads: tuple[tuple[str, Window], ...]
+    remembered: bool
+    restarts: bool
 
 
-# Rule 8's trend is asked for the GPUs from this much below their threshold up. The rules read the
-# poll's temperature answer, the one the hot GPUs are picked from; in a heat wave (the fleet-wide
-# form) the filter runs a moment later in PromQL, and a GPU crossing the threshold in between is
-# "not known" for that poll (never a false issue) only if it jumped this much within one scrape
-HOT_MARGIN_C = 5.0
+def trend_windows(cfg: Config) -> list[TrendWindow]:
+    """Each trend the rules read, as one PromQL window for the fleet (config load refuses per-GPU
+    windows, and two windows for one trend, with Prometheus): the first reading rule's window, every
+    rule's spans (the fleet's values).
 
+    "Sustained" (``Window.sustained``: Rule 2) needs each half at rate × ratio of the GPU's own
+    parameters; a half below that reads as one not measured (not sustained either), so only halves
+    from half the fleet's lowest such rate up are asked for: the margin covers a slope moving between
+    queries, which Prometheus evaluates a moment apart.
 
-def _trend_windows(cfg: Config) -> list[TrendWindow]:
-    """Rule 2's window (its ``min_span_h`` and ``recover_span_h``) and Rule 8's (both tiers share it;
-    config load refuses per-GPU windows and two different Rule 8 windows with Prometheus).
-
-    Rule 2's "sustained" needs each half at ``sustain_ratio`` of the GPU's ``mb_per_hour``; a half
-    below that reads as one not measured (not sustained either), so only halves from half the
-    fleet's lowest such rate up are asked for: the margin covers a slope moving between queries,
-    which Prometheus evaluates a moment apart.
-
-    Both Rule 8 tiers judge the rise only of a GPU above their ``temp_c`` (and thermal-warning clears
-    at once at or below it), so the rise is asked only from ``HOT_MARGIN_C`` below the fleet's
-    lowest such threshold up: in a healthy fleet its answers are empty."""
-    vram = cfg.rules.get("vram-leak", {})
-    rise = cfg.rules.get("thermal-warning", {})
+    A trend judged only above a threshold (``Window.above``: both Rule 8 tiers, and the first
+    clears at once at or below it) is asked only from the series' ``margin`` below the fleet's lowest
+    such threshold up: in a healthy fleet its answers are empty."""
     out: list[TrendWindow] = []
-    if vram.get("window_h"):
-        spans = sorted({float(vram[k]) * 3600 for k in ("min_span_h", "recover_span_h") if vram.get(k)})
-        tiers = [rules["vram-leak"] for rules in _rule_sets(cfg) if rules.get("vram-leak")]
-        rates = [float(p["mb_per_hour"]) * float(p["sustain_ratio"]) for p in tiers]
-        halves_from = max(0.0, min(rates, default=0.0)) / 3600 / 2
-        out.append(TrendWindow("vram", "vram_series", float(vram["window_h"]) * 3600, spans, halves_from))
-    if rise.get("window_s"):
-        rules = (rise, cfg.rules.get("thermal-rising", {}))
-        spans = sorted({float(r[k]) for r in rules for k in ("min_span_s",) if r.get(k)})
-        out.append(TrendWindow("temp", "temp_series", float(rise["window_s"]), spans, hot_from=_hot_from(cfg)))
+    for signal, reads in rule_trends().items():
+        ts = SERIES.get(signal)
+        first_id, first = reads[0]
+        window = cfg.rules.get(first_id, {}).get(first.window)
+        if ts is None or not window:
+            continue
+        spans = sorted({float(cfg.rules[r][k]) * w.unit_s for r, w in reads for k in w.spans
+                        if cfg.rules.get(r, {}).get(k)})
+        halves_from = None
+        if any(w.sustained for _, w in reads):
+            rates = [float(rules[r][w.sustained[0]]) * float(rules[r][w.sustained[1]])
+                     for rules in _rule_sets(cfg) for r, w in reads if w.sustained and rules.get(r)]
+            halves_from = max(0.0, min(rates, default=0.0)) / ts.per_s / 2
+        above = any(w.above for _, w in reads)
+        tw = TrendWindow(ts, float(window) * first.unit_s, spans, halves_from, None, reads, not above,
+                         any(w.restarts for _, w in reads))
+        out.append(tw._replace(hot_from=_hot_from(cfg, tw)) if above else tw)
     return out
 
 
-def _hot_from(cfg: Config) -> float | None:
+def _hot_from(cfg: Config, tw: TrendWindow) -> float | None:
     """The lowest :func:`hot_line` of any GPU; ``None`` (every GPU) when some GPU has none."""
-    lines = [hot_line(rules) for rules in _rule_sets(cfg)] or [hot_line(cfg.rules)]
+    lines = [hot_line(rules, tw) for rules in _rule_sets(cfg)] or [hot_line(cfg.rules, tw)]
     return None if None in lines else min(lines)  # type: ignore[type-var]
 
 
@@ -565,13 +615,13 @@ def _rule_sets(cfg: Config) -> list[dict[str, Any]]:
     return list({id(gpu.rules): gpu.rules for gpu in cfg.gpus}.values())
 
 
-def hot_line(rules: dict[str, Any]) -> float | None:
-    """``HOT_MARGIN_C`` below the lower ``temp_c`` of the two Rule 8 tiers in ``rules``; ``None``
-    when either has none."""
-    thresholds = [(rules.get(rule_id) or {}).get("temp_c") for rule_id in ("thermal-warning", "thermal-rising")]
+def hot_line(rules: dict[str, Any], tw: TrendWindow) -> float | None:
+    """The series' margin below the lowest threshold (``Window.above``) of the rules reading ``tw``, in
+    ``rules``; ``None`` when one of them has none."""
+    thresholds = [(rules.get(rule_id) or {}).get(w.above) for rule_id, w in tw.reads if w.above]
     if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in thresholds):
         return None
-    return min(float(t) for t in thresholds) - HOT_MARGIN_C
+    return min(float(t) for t in thresholds) - tw.series.margin
 
 
 # --------------------------------------------------------------------------- the poll
@@ -589,24 +639,94 @@ def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromRea
         for name, (q, by_inst, lo, hi) in specs.items():
             futures[name] = pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi, at_s)
 
+    windows = trend_windows(cfg)
     futures: dict[str, Any] = {}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="promql") as pool:
         submit(queries)
-        if "temp_c" in futures:
-            submit(hot_queries(cfg, futures["temp_c"].result(), matcher))
+        for tw in windows:  # a trend judged only above a threshold: asked once its reading is in
+            if tw.hot_from is not None and tw.series.reading in futures:
+                submit(hot_queries(cfg, tw, futures[tw.series.reading].result(), matcher))
         vectors = {name: f.result() for name, f in futures.items()}
     faults = merge_faults([v.fault for v in vectors.values() if v.fault is not None])
     ok = all(k in vectors and vectors[k].fault is None for k in CORE if cfg.prometheus.query(k))
     answers = Answers.of(vectors)
     values: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
+    kept = next((tw for tw in windows if tw.remembered), None) if memory.trends is not None else None
+    trends = tuple((tw, memory.trends if tw is kept else None) for tw in windows)
     for gpu in cfg.gpus:
-        values[gpu.alias] = _gpu_values(gpu, answers, matcher, problems, faults if ok else None, memory.vram_trends)
+        values[gpu.alias] = _gpu_values(gpu, answers, matcher, problems, faults if ok else None, trends)
     if problems:
         shown = "; ".join(problems[:MAX_SHOWN])
         more = f" (+{len(problems) - MAX_SHOWN} more)" if len(problems) > MAX_SHOWN else ""
         faults.append(DataFault(SOURCE, "invalid", shown + more))
     return PromReading(values=values, faults=faults, warnings=[], ok=ok)
+
+
+def read_poll(cfg: Config, now: datetime, deadline_s: float, transports: Any, memory: Any) -> SourcePoll:
+    """The Prometheus source's reader (``source_kinds/prometheus.py``): :func:`read` as the typed poll
+    every source returns — each GPU's readings and trends with their provenance (the instant
+    queries), and its llama-server's liveness from its target's ``up`` where gpuheal does not probe."""
+    from gpuheal.source_kinds.prometheus import KIND
+
+    got = read(cfg, now.timestamp(), memory)
+    gpus: dict[str, GpuValues] = {}
+    for alias, values in got.values.items():
+        up = values.get("endpoint")
+        if up is not None:
+            values = {k: v for k, v in values.items() if k != "endpoint"}
+        parts = ((prov.PROMETHEUS, values),) if got.ok and values else ()
+        liveness = None if up is None else UP_OK if up == ENDPOINT_OK else UP_DOWN
+        gpus[alias] = GpuValues(parts, liveness=liveness) if liveness is not None or parts else _NOTHING
+    return SourcePoll(KIND.name, bool(got.ok), gpus, tuple(got.faults), tuple(got.warnings))
+
+
+# --------------------------------------------------------------------------- the source's memory (SourceKind.memory)
+
+
+def load_memory(cfg: Config, saved: Any, window_starts: dict[str, float], now_s: float) -> PromMemory:
+    """What this poll's queries depend on from earlier runs: restarted GPUs' windows (``window_starts``),
+    and the remembered fleet-wide trend from the memory file (``saved``) while it is younger than
+    ``prometheus.trend_every_s`` and was asked as this config asks it. Pure: ``check`` reads the file."""
+    memory = PromMemory(window_starts=window_starts, key=remembered_key(cfg))
+    at_s = saved.get("at_s") if isinstance(saved, dict) else None
+    if not isinstance(at_s, int | float) or saved.get("query") != memory.key:
+        return memory
+    if not timing.within_last(now_s, float(at_s), cfg.prometheus.trend_every_s):
+        return memory
+    rows = saved.get("trends")
+    if not isinstance(rows, dict):
+        return memory
+    aliases = set(cfg.aliases)
+    known = {a: SourceTrend.from_row(row) for a, row in rows.items() if a in aliases}
+    trends = {a: t for a, t in known.items() if t is not None}
+    if not trends or len(trends) < len(known):
+        return memory  # a damaged row (or none for this fleet): ask again
+    return PromMemory(memory.window_starts, trends, memory.key)
+
+
+def save_memory(cfg: Config, memory: PromMemory, obs: Observation) -> dict[str, Any] | None:
+    """After a poll that asked the remembered trend: each GPU's, for the next ``trend_every_s`` — not
+    one a restarted GPU's own window gave (that is asked every poll). ``None`` (nothing to write) when
+    it was remembered, or none came (Prometheus down: the next poll asks again)."""
+    tw = remembered_window(cfg)
+    if memory.trends is not None or not cfg.prometheus.trend_every_s or tw is None:
+        return None
+    now_s, field_name = obs.at.timestamp(), tw.series.field
+    rows = {}
+    for alias, sample in obs.gpus.items():
+        trend = getattr(sample, field_name)
+        if trend is not None and (not tw.restarts or memory.own_window(alias, now_s, tw.window_s) is None):
+            rows[alias] = trend.to_row()
+    return {"at_s": now_s, "query": memory.key, "trends": rows} if rows else None
+
+
+# ``up`` of a GPU's llama-server target: 1 is ``ok``; 0 is ``refused`` (Prometheus's scrape failed; it cannot
+# tell refused, timeout and a model still loading apart); no series is not known
+UP_OK = Liveness(ENDPOINT_OK, prov.PROMETHEUS_UP)
+UP_DOWN = Liveness(ENDPOINT_REFUSED, prov.PROMETHEUS_UP, "Prometheus: up == 0 for its llama-server target",
+                   ENDPOINT_REFUSED)
+_NOTHING = GpuValues()
 
 
 def merge_faults(faults: list[DataFault]) -> list[DataFault]:
@@ -644,8 +764,11 @@ class Answers:
 
 
 def _gpu_values(
-    gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults, remembered: dict | None
+    gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults,
+    trends: tuple[tuple[TrendWindow, dict[str, SourceTrend] | None], ...],
 ) -> dict[str, Any]:
+    """One GPU's readings from this poll's answers, and each trend the rules read (``trends``: each
+    window with its remembered answers, ``None`` when asked this poll)."""
     key = matcher.gpu_key(gpu)
     vectors = answers.vectors
     out: dict[str, Any] = {}
@@ -671,16 +794,15 @@ def _gpu_values(
     _endpoint_values(out, vectors, matcher.endpoint_key(gpu))
     if faults is not None and not seen:
         faults.append(DataFault(gpu.alias, "invalid", f"Prometheus has no fresh series for {_describe(key)}"))
-    if "vram_used_mb" in out:
-        vram_trend = _vram_trend(answers, f"vram@{gpu.alias}", key)
-        if vram_trend is None:
-            vram_trend = _vram_trend(answers, "vram", key) if remembered is None else remembered.get(gpu.alias)
-        if vram_trend is not None:
-            out["vram_trend"] = vram_trend
-    if "temp_c" in out:
-        trend = _trend(answers, "temp", key)
-        if trend is not None:
-            out["temp_trend"] = SourceTrend(trend[0] * 60, trend[1], trend[2], 60.0)
+    for tw, remembered in trends:
+        ts = tw.series
+        if ts.reading not in out:
+            continue
+        found = _source_trend(answers, f"{ts.kind}@{gpu.alias}", key, ts.per_s) if tw.restarts else None
+        if found is None:
+            found = _source_trend(answers, ts.kind, key, ts.per_s) if remembered is None else remembered.get(gpu.alias)
+        if found is not None:
+            out[ts.field] = found
     return out
 
 
@@ -738,9 +860,9 @@ def _trend(answers: Answers, kind: str, key: tuple) -> tuple | None:
     return slope, int(n), span, halves[0], halves[1]
 
 
-def _vram_trend(answers: Answers, kind: str, key: tuple) -> SourceTrend | None:
+def _source_trend(answers: Answers, kind: str, key: tuple, per_s: float) -> SourceTrend | None:
     trend = _trend(answers, kind, key)
-    return None if trend is None else SourceTrend(trend[0] * 3600, trend[1], trend[2], 3600.0, _halves(trend, 3600))
+    return None if trend is None else SourceTrend(trend[0] * per_s, trend[1], trend[2], per_s, _halves(trend, per_s))
 
 
 def _halves(trend: tuple, per_s: float) -> tuple[float, float] | None:

@@ -7,7 +7,6 @@ Every failure is a :class:`DataFault`; this function does not raise for anything
 
 from __future__ import annotations
 
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -22,11 +21,13 @@ from gpuheal.model import (
     ENDPOINT_REFUSED,
     ENDPOINT_TIMEOUT,
     ENDPOINT_UNAUTHORIZED,
+    NO_VALUES,
     DataFault,
     GpuSample,
+    Liveness,
     Observation,
+    SourcePoll,
 )
-from gpuheal.parse.gpu_data import InvalidDocument, MonitorDocument, parse_gpu_data
 from gpuheal.sources import llama_telemetry as lt
 from gpuheal.sources.http import HttpFault, HttpResult, printable, request
 from gpuheal.sources.http_loop import Ask, Exchange, run_exchanges
@@ -76,44 +77,6 @@ def health_state(result: HttpResult | HttpFault) -> tuple[str, float | None, str
     return state, result.elapsed_s, _snippet(result.body), state
 
 
-def fetch_monitor(cfg: Config) -> tuple[MonitorDocument | None, list[DataFault], list[str]]:
-    """Fetch and parse gpu-monitor; (document or None, faults, warnings)."""
-    mon = cfg.monitor
-    result = request(
-        "GET",
-        mon.url,
-        deadline_s=mon.timeout_s,
-        connect_timeout_s=mon.connect_timeout_s,
-        max_bytes=mon.max_response_bytes,
-    )
-    if isinstance(result, HttpFault):
-        warnings = []
-        if result.kind == "oversized":
-            warnings.append(
-                f"gpu-monitor response larger than max_response_bytes ({mon.max_response_bytes}); "
-                "skipping the monitor this cycle (Lesson L5)"
-            )
-        return None, [DataFault("monitor", result.kind, result.detail)], warnings
-    if result.status != 200:
-        return (
-            None,
-            [DataFault("monitor", f"http-{result.status:03d}", _snippet(result.body))],
-            [],
-        )
-    try:
-        decoded = json.loads(result.body)
-        doc = parse_gpu_data(decoded)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, InvalidDocument
-        reason = str(exc) if isinstance(exc, InvalidDocument) else f"not JSON: {str(exc)[:120]}"
-        return None, [DataFault("monitor", "invalid", reason)], []
-    faults = []
-    if doc.problems:
-        shown = "; ".join(doc.problems[:3])
-        more = f" (+{len(doc.problems) - 3} more)" if len(doc.problems) > 3 else ""
-        faults.append(DataFault("monitor", "invalid", shown + more))
-    return doc, faults, []
-
-
 def fetch_litellm(cfg: Config) -> DataFault | None:
     url = cfg.litellm.url.rstrip("/") + "/health/liveliness"
     result = request("GET", url, deadline_s=cfg.litellm.timeout_s, max_bytes=HEALTH_MAX_BYTES)
@@ -127,39 +90,33 @@ def fetch_litellm(cfg: Config) -> DataFault | None:
 def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None) -> Observation:
     """Poll everything once. ``now`` stamps the observation (the run's single clock reading).
 
-    The GPU readings come from the configured source (:func:`~gpuheal.sources.gpu_source.gpu_source`:
-    gpu-monitor with its Rule 7.3 fallback, Prometheus, or nvidia-smi / rocm-smi per host);
-    ``memory`` is what earlier runs left that shapes a trend-computing source's queries (Prometheus's
-    :class:`~gpuheal.sources.prometheus.PromMemory`); ``transports`` (a
+    The GPU readings come from the configured source (:func:`~gpuheal.sources.gpu_source.gpu_source`),
+    whose reader returns the one typed poll (:class:`~gpuheal.model.SourcePoll`) whichever source it is;
+    ``memory`` is what earlier runs left that shapes its queries (``SourceKind.memory``: Prometheus's
+    trend cache); ``transports`` (a
     :class:`~gpuheal.transport.TransportPool` shared with the rest of the run: one SSH connection per
     host) carries smi calls, or a pool of its own (issue 12)."""
     polled = _poll(cfg, now, transports, memory)
-    faults = list(polled.poll.faults)
-    shared: dict[str, int] = {}
-    for gpu in cfg.gpus:
-        shared[gpu.host] = shared.get(gpu.host, 0) + 1
-    gpus: dict[str, GpuSample] = {}
-    for gpu in cfg.gpus:
-        gpus[gpu.alias] = _sample(gpu, polled, shared[gpu.host] > 1, faults)
+    poll = polled.poll
+    faults = list(poll.faults)
+    gpus = {gpu.alias: _sample(gpu, polled, faults) for gpu in cfg.gpus}
     if isinstance(polled.litellm_requests, DataFault):  # LiteLLM's /metrics/ (issue 20): not known this poll
         faults.append(polled.litellm_requests)
     if isinstance(polled.spend, DataFault) and polled.spend.fault != NO_DATABASE:  # no database: doctor says so
         faults.append(polled.spend)  # Rule 10's spend logs (issue 22): not known this poll
     if polled.litellm_fault is not None:
         faults.append(polled.litellm_fault)
-    configured = {g.host for g in cfg.gpus}
-    doc = polled.poll.doc
-    unmatched = tuple(sorted(h for h in (doc.hosts if doc else {}) if h not in configured))
     return Observation(
         at=now,
         gpus=gpus,
-        monitor_ok=polled.poll.ok,
-        source=str(polled.poll.source),
-        fallback_ok=polled.poll.fallback_ok,
+        monitor_ok=poll.ok,
+        source=str(poll.source),
+        fallback_ok=poll.fallback_ok,
         litellm_ok=None if not cfg.litellm.url else polled.litellm_fault is None,
         faults=tuple(faults),
-        warnings=tuple(polled.poll.warnings),
-        unmatched_hosts=unmatched,
+        warnings=tuple(poll.warnings),
+        unmatched_hosts=poll.unmatched_hosts,
+        lacking=poll.lacking,
     )
 
 
@@ -167,7 +124,7 @@ def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None
 class _Polled:
     """Every source's answer of one poll, before they are matched to the configured GPUs."""
 
-    poll: Any  # gpu_source.SourcePoll
+    poll: SourcePoll
     litellm_fault: DataFault | None
     servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
     litellm_requests: Any = None  # LiteLLMRequests | None (litellm.read_metrics, issue 20)
@@ -252,28 +209,23 @@ def _spend(cfg: Config, now_s: float):
     return tally(got.rows, gpus, window_s)
 
 
-def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault]) -> GpuSample:
+def _sample(gpu: Any, polled: _Polled, faults: list[DataFault]) -> GpuSample:
     """One configured GPU's reading of this poll from every source, each value with the request that
-    gave it (:mod:`gpuheal.provenance`); its data faults go to ``faults``."""
+    gave it (:mod:`gpuheal.provenance`); its data faults go to ``faults``. The GPU source's part is its
+    typed poll's (:class:`~gpuheal.model.GpuValues`), whichever source answered."""
+    reading = polled.poll.gpus.get(gpu.alias, NO_VALUES)
     if gpu.alias in polled.servers:
         (state, latency, detail, kind), server = polled.servers[gpu.alias]
         probed_by = prov.HEALTH
-    else:  # llama-server's liveness from Prometheus's scrape of it (prometheus.probe_endpoints: false)
-        (state, latency, detail, kind), server = _from_up(polled.poll.prom, gpu.alias), None
-        probed_by = prov.PROMETHEUS_UP
+    else:  # not probed: the llama-server's liveness as the source reports it (Prometheus's ``up``), if at all
+        live, server = reading.liveness or NOT_TOLD, None
+        state, latency, detail, kind, probed_by = live.state, live.latency_s, live.detail, live.fault, live.request
     if kind is not None:
         faults.append(DataFault(gpu.alias, kind, detail))
     got = prov.Origins()
-    if polled.poll.prom is not None and polled.poll.prom.ok:
-        got.put(prov.PROMETHEUS, {k: v for k, v in polled.poll.prom.values[gpu.alias].items() if k != "endpoint"})
-    if polled.poll.doc is not None:
-        found, problem = monitor_values(polled.poll.doc, gpu, shared_host)
-        got.put(prov.MONITOR, found)
-        if problem:
-            faults.append(DataFault(gpu.alias, "invalid", problem))
-    if polled.poll.readings is not None:
-        got.put(prov.smi(gpu.vendor, gpu.transport), polled.poll.readings.values.get(gpu.alias, {}))
-    got.put(prov.source_reader(polled.poll.source), polled.poll.gpu_values.get(gpu.alias, {}))
+    for asked, values in reading.parts:
+        got.put(asked, values)
+    faults.extend(reading.faults)
     if server is not None:
         got.put_each(server.values(state), prov.SERVER_FIELDS, prov.METRICS)
         faults.extend(server.faults(gpu.alias, state))
@@ -288,62 +240,7 @@ def _sample(gpu: Any, polled: _Polled, shared_host: bool, faults: list[DataFault
     return GpuSample(**got.values, provenance=got.provenance(got.values))
 
 
-def monitor_values(doc: MonitorDocument, gpu: Any, shared_host: bool) -> tuple[dict, str]:
-    """gpu-monitor's readings of one configured GPU, matched by (host, index) (contract "Direct
-    sensing"): the entry with ``index`` = ``gpu_index`` when the monitor sends indexes, else the
-    host's entry — but on a host several configured GPUs share, never another GPU's entry. Model
-    counts and breakers by ``name`` / ``model`` = the alias, else (one GPU on the host) by hostname;
-    the host's benchmark only for the host's only GPU. → (values, problem or "")."""
-    values: dict = {}
-    problem = ""
-    reading = doc.by_index.get((gpu.host, gpu.gpu_index)) if gpu.gpu_index is not None else None
-    if reading is None:
-        entries = doc.host_entries.get(gpu.host, 0)
-        if gpu.host not in doc.hosts:
-            problem = f"gpu-monitor reports no GPU with hostname {gpu.host!r}"
-        elif gpu.gpu_index is not None and any(h == gpu.host for h, _ in doc.by_index):
-            problem = f"gpu-monitor reports no GPU with index {gpu.gpu_index} on {gpu.host!r}"
-        elif shared_host or entries > 1:
-            problem = (f"gpu-monitor lists {entries} GPU entr{'y' if entries == 1 else 'ies'} for {gpu.host!r} "
-                       "without an index: cannot tell which is this GPU")
-        else:
-            reading = doc.hosts[gpu.host]
-    if reading is not None:
-        values.update(reading.values)
-        values["name"] = reading.name
-        values["running"] = reading.running
-    counts = doc.models_by_name.get(gpu.alias) or (None if shared_host else doc.models.get(gpu.host))
-    if counts is not None:
-        values["requests_60s"] = counts.requests_60s
-        values["failures_60s"] = counts.failures_60s
-        values["consecutive_timeouts"] = counts.consecutive_timeouts
-    values["breaker"] = doc.breakers_by_model.get(gpu.alias) or (None if shared_host else doc.breakers.get(gpu.host))
-    bench = None if shared_host else doc.benchmarks.get(gpu.host)
-    if bench is not None:
-        values["bench_tok_s"], values["bench_measured_at"] = bench
-        values["bench_baseline_tok_s"] = doc.bench_baselines.get(gpu.host)
-    return values, problem
-
-
-def fallback_warning(faults: list[DataFault]) -> str:
-    """One line for the Rule 7.3 fallback's failures: gpu-monitor's own fault already makes the poll
-    degraded, so they are not per-GPU faults every poll of the outage."""
-    shown = "; ".join(f"{f.source}: {f.detail}" for f in faults[:3])
-    more = f" (+{len(faults) - 3} more)" if len(faults) > 3 else ""
-    return f"Rule 7.3 fallback (nvidia-smi / rocm-smi while gpu-monitor is unusable) failed for {shown}{more}"
-
-
-def sense_smi_hosts(cfg: Config, deadline_s: float, transports: Any):
-    """nvidia-smi / rocm-smi on every host, within the probe deadline, over ``transports`` or a pool
-    of its own (the smi source, and gpu-monitor's Rule 7.3 fallback)."""
-    from gpuheal.sources.smi_sense import pool_runner, sense_smi
-
-    if transports is not None:
-        return sense_smi(cfg, deadline_s, pool_runner(cfg, transports), cfg.probe.max_workers)
-    from gpuheal.transport import TransportPool
-
-    with TransportPool.from_config(cfg.heal) as own:
-        return sense_smi(cfg, deadline_s, pool_runner(cfg, own), cfg.probe.max_workers)
+NOT_TOLD = Liveness(None, prov.HEALTH)  # neither probed nor reported by the source: not known
 
 
 @dataclass(frozen=True)
@@ -432,18 +329,6 @@ def _ask(path: str, auth: tuple, deadline_s: float, started: float) -> Exchange:
     if deadline_s - (time.monotonic() - started) < 0.05:
         return lt.Answer("timeout", f"GET {path}: no time left in the probe deadline")
     return lt.answer(path, (yield Ask(path, auth, PROBE_MAX_BYTES)))
-
-
-def _from_up(prom, alias: str) -> tuple[str | None, None, str, str | None]:
-    """(state, latency, detail, fault kind) from the ``up`` of the GPU's llama-server target: 1 is
-    ``ok``; 0 is ``refused`` (Prometheus's scrape failed; it cannot tell refused, timeout and a
-    model still loading apart); no series is not known."""
-    up = prom.values[alias].get("endpoint") if prom is not None else None
-    if up is None:
-        return None, None, "", None
-    if up == ENDPOINT_OK:
-        return ENDPOINT_OK, None, "", None
-    return ENDPOINT_REFUSED, None, "Prometheus: up == 0 for its llama-server target", ENDPOINT_REFUSED
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:

@@ -14,14 +14,17 @@ known.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
+from gpuheal import provenance as prov
 from gpuheal.config import Config, GpuConfig
-from gpuheal.model import DataFault
+from gpuheal.model import DataFault, GpuValues, SourcePoll
 from gpuheal.parse.values import printable
+from gpuheal.source_kinds.smi import KIND
 
 READING_KEYS = ("temp_c", "vram_used_mb", "vram_total_mb", "util_pct", "power_w", "power_limit_w")
 # (host, argv, timeout_s) -> CommandOutcome-like (ok, rc, stdout, error, timed_out, detail)
@@ -38,10 +41,10 @@ class SmiReadings:
     hosts_ok: int = 0
 
 
-def host_groups(cfg: Config) -> dict[tuple[str, str, str], list[GpuConfig]]:
+def host_groups(gpus: Iterable[GpuConfig]) -> dict[tuple[str, str, str], list[GpuConfig]]:
     """GPUs grouped by (host, transport, vendor): one smi call each."""
     groups: dict[tuple[str, str, str], list[GpuConfig]] = {}
-    for gpu in cfg.gpus:
+    for gpu in gpus:
         groups.setdefault((gpu.host, gpu.transport, gpu.vendor), []).append(gpu)
     return groups
 
@@ -59,9 +62,12 @@ def smi_argv(vendor: str) -> tuple[str, ...]:
     return ("nvidia-smi", f"--query-gpu={','.join(QUERY_GPU_FIELDS)}", "--format=csv,noheader,nounits")
 
 
-def sense_smi(cfg: Config, deadline_s: float, runner: Runner, max_workers: int = 64) -> SmiReadings:
-    """Run every host's smi once, concurrently; readings per alias."""
-    groups = host_groups(cfg)
+def sense_smi(
+    cfg: Config, deadline_s: float, runner: Runner, max_workers: int = 64, gpus: Sequence[GpuConfig] | None = None
+) -> SmiReadings:
+    """Run every host's smi once, concurrently; readings per alias (of ``gpus``: every configured GPU
+    unless named)."""
+    groups = host_groups(cfg.gpus if gpus is None else gpus)
     out = SmiReadings()
     if not groups:
         return out
@@ -168,3 +174,38 @@ def pool_runner(cfg: Config, transports: Any) -> Runner:
         return transports.get(Target.for_gpu(gpu, cfg.heal)).run(list(argv), timeout_s)
 
     return run
+
+
+# --------------------------------------------------------------------------- the source's reader
+
+
+def sense_hosts(
+    cfg: Config, deadline_s: float, transports: Any, gpus: Sequence[GpuConfig] | None = None
+) -> SmiReadings:
+    """nvidia-smi / rocm-smi on the hosts of ``gpus`` (every configured GPU unless named), within the
+    probe deadline, over ``transports`` or a pool of its own (the smi source, and gpu-monitor's Rule 7.3
+    fallback)."""
+    if transports is not None:
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, transports), cfg.probe.max_workers, gpus)
+    from gpuheal.transport import TransportPool
+
+    with TransportPool.from_config(cfg.heal) as own:
+        return sense_smi(cfg, deadline_s, pool_runner(cfg, own), cfg.probe.max_workers, gpus)
+
+
+def gpu_values(gpus: Iterable[GpuConfig], readings: SmiReadings) -> dict[str, GpuValues]:
+    """Each GPU's readings as the typed poll carries them, with the call that gave them (provenance:
+    the tool on the GPU's host, over its transport); a GPU whose host did not answer has none."""
+    out: dict[str, GpuValues] = {}
+    for gpu in gpus:
+        values = readings.values.get(gpu.alias)
+        if values:
+            out[gpu.alias] = GpuValues(((prov.smi(gpu.vendor, gpu.transport), values),))
+    return out
+
+
+def read_poll(cfg: Config, now: datetime, deadline_s: float, transports: Any, memory: Any) -> SourcePoll:
+    """The smi source's reader (``source_kinds/smi.py``): no gpu-monitor, one call per host over each
+    GPU's transport (issue 12)."""
+    readings = sense_hosts(cfg, deadline_s, transports)
+    return SourcePoll(KIND.name, readings.hosts_ok > 0, gpu_values(cfg.gpus, readings), tuple(readings.faults))

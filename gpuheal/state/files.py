@@ -12,7 +12,7 @@ CIRCUIT_BREAKER_STATUS = "circuit-breaker-status.json"
 AUDIT_LOG = "gpu-self-heal-log.jsonl"
 
 HISTORY = "history.json"          # state/history.py
-PROM_TRENDS = "prometheus-trend.json"  # steps/check.py: Rule 2's fleet-wide trends from Prometheus
+# prometheus-trend.json: a source's own memory is named in its declaration (source_kinds/prometheus.py)
 ISSUES = "issues.json"            # core/engine.py: the issue book
 HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses, run counter
 BENCH = "bench-results.json"      # benchdata.py

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from gpuheal.config import Config
-from gpuheal.core import timing
 from gpuheal.core.health import health_document
 from gpuheal.model import Observation
 from gpuheal.state import files
@@ -50,53 +49,12 @@ def save_history(store: StateDir, cfg: Config, history: History, now: datetime) 
 
 def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
     """Where a restarted GPU's trend window starts (its last restart plus the startup grace), as
-    Rule 2's history path restarts its fit there; Prometheus runs that GPU's own window then."""
+    Rule 2's history path restarts its fit there; a source computing trends runs that GPU's own window
+    then (``Window.restarts``)."""
     from gpuheal.core.view import Restarts
 
     restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, cfg.heal.startup_grace_s)
     return {alias: t + restarts.grace_s for alias, t in restarts.last.items()}
-
-
-def prom_memory(cfg: Config, store: StateDir, now_s: float):
-    """What this poll's Prometheus queries depend on from earlier runs (``PromMemory``): restarted
-    GPUs' windows, and Rule 2's fleet-wide trends from ``prometheus-trend.json`` while they are
-    younger than ``prometheus.trend_every_s`` and were asked as this config asks them."""
-    from gpuheal.model import SourceTrend
-    from gpuheal.sources.prometheus import PromMemory, vram_trend_key
-
-    memory = PromMemory(window_starts=window_starts(cfg, store), vram_key=vram_trend_key(cfg))
-    saved = store.read(files.PROM_TRENDS, {})
-    at_s = saved.get("at_s") if isinstance(saved, dict) else None
-    if not isinstance(at_s, int | float) or saved.get("query") != memory.vram_key:
-        return memory
-    if not timing.within_last(now_s, float(at_s), cfg.prometheus.trend_every_s):
-        return memory
-    rows = saved.get("trends")
-    if not isinstance(rows, dict):
-        return memory
-    aliases = set(cfg.aliases)
-    known = {a: SourceTrend.from_row(row) for a, row in rows.items() if a in aliases}
-    if not known or None in known.values():
-        return memory  # a damaged row (or none for this fleet): ask again
-    return PromMemory(memory.window_starts, known, memory.vram_key)
-
-
-def remember_trends(cfg: Config, store: StateDir, memory, obs: Observation) -> None:
-    """After a poll that asked for Rule 2's fleet-wide trends: each GPU's, for the next
-    ``trend_every_s`` — not one a restarted GPU's own window gave (that is asked every poll).
-    Nothing when none came (Prometheus down: the next poll asks again)."""
-    if memory.vram_trends is not None or not cfg.prometheus.trend_every_s:
-        return
-    from gpuheal.sources.prometheus import rule2_window_s
-
-    now_s, window_s = obs.at.timestamp(), rule2_window_s(cfg)
-    rows = {
-        alias: s.vram_trend.to_row()
-        for alias, s in obs.gpus.items()
-        if s.vram_trend is not None and (window_s is None or memory.own_window(alias, now_s, window_s) is None)
-    }
-    if rows:
-        store.write(files.PROM_TRENDS, {"at_s": now_s, "query": memory.vram_key, "trends": rows})
 
 
 def record_observation(path: Path, obs: Observation) -> None:
@@ -160,17 +118,32 @@ def _sense_and_load(cfg: Config, store: StateDir, now: datetime, transports, kee
 
 def _sense_with_memory(cfg: Config, store: StateDir, now: datetime, transports) -> Observation:
     """A source that computes trends where its data lives: the poll, shaped by what earlier runs left
-    and leaving what the next needs, by the hooks its declaration names (``SourceKind.memory``)."""
-    from gpuheal.sources.gpu_source import gpu_source, resolve
+    and leaving what the next needs, as its declaration says (``SourceKind.memory``: its file, and the
+    pure functions that read and write the document)."""
     from gpuheal.sources.sense import sense
 
-    hooks = gpu_source(cfg).kind.memory
-    if hooks is None:
-        return sense(cfg, now, transports)
-    memory = resolve(hooks[0])(cfg, store, now.timestamp())
+    memory, kept = source_memory(cfg, store, now)
     obs = sense(cfg, now, transports, memory)
-    resolve(hooks[1])(cfg, store, memory, obs)
+    if kept is not None:
+        from gpuheal.named import resolve
+
+        doc = resolve(kept.save)(cfg, memory, obs)
+        if doc is not None:
+            store.write(kept.file, doc)
     return obs
+
+
+def source_memory(cfg: Config, store: StateDir, now: datetime) -> tuple[Any, Any]:
+    """(the configured source's memory for this poll, its declaration ``SourceMemory``); ``(None, None)``
+    for a source that keeps none. Read-only on the state directory (``trend`` uses it too)."""
+    from gpuheal.named import resolve
+    from gpuheal.sources.gpu_source import gpu_source
+
+    kept = gpu_source(cfg).kind.memory
+    if kept is None:
+        return None, None
+    saved = store.read(kept.file, {})
+    return resolve(kept.load)(cfg, saved, window_starts(cfg, store), now.timestamp()), kept
 
 
 def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime):

@@ -100,7 +100,7 @@ def command(rt: Any, store: StateDir, dry_run: bool = False, post: Any = None) -
         after = data.to_json()
         if json.dumps(after, sort_keys=True, default=str) != before:  # cron runs this every minute
             store.write(files.ALERTS, out.redacted(after))
-    doc["queued"] = queued_entries(data)
+    doc["queued"] = out.redacted(queued_entries(data))  # a failed try's detail may name a secret
     if error is not None:
         _report_error(doc, error, len(data.queue), secrets)
     code = exit_codes.OK if dry_run or not data.queue else exit_codes.ATTENTION

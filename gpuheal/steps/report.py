@@ -177,6 +177,7 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None, full
     from gpuheal.render import report as render_report
     from gpuheal.render import weekly as render_weekly
     from gpuheal.runtime import CommandResult
+    from gpuheal.sinks import destination
 
     cfg = rt.cfg
     secrets = secrets_for(cfg)
@@ -185,8 +186,9 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None, full
     extra: list[str] = []
     if weekly:
         doc = build_weekly(cfg, store, rt.now)
-        text = render_weekly.markdown(doc, full=full and not send)
-        extra = render_weekly.table_chunks(doc) if full and send else []
+        limit = destination(cfg).max_chars  # the sink's message limit, piped or sent
+        text = render_weekly.markdown(doc, full=full and not send, limit=limit)
+        extra = render_weekly.table_chunks(doc, limit=limit) if full and send else []
     else:
         doc = build_summary(cfg, store, rt.now)
         text = render_report.summary_markdown(doc)

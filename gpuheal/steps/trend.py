@@ -1,4 +1,5 @@
-"""``gpuheal trend``: VRAM growth and temperature rise per GPU, from the recorded history.
+"""``gpuheal trend``: VRAM growth and temperature rise per GPU, from the recorded history — or, with a
+source that computes trends where its data lives (Prometheus), from one poll of it, as ``check``.
 
 The VRAM rate is the very least-squares fit Rule 2 judges (its 6 h window, restarted after a
 restart or reload); the temperature rise is Rule 8's (°C/min over its few-minute window). Read-only
@@ -20,6 +21,7 @@ tier-1 temperature and rising faster than its rate); 3 could not run (e.g. an un
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from gpuheal.config import Config
@@ -27,16 +29,22 @@ from gpuheal.core.engine import Finding, iso
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.view import FleetView, Restarts, last_known
 from gpuheal.errors import GpuhealError
+from gpuheal.model import GpuSample, Observation
 from gpuheal.state import files
 from gpuheal.state.history import History
 
+NO_SAMPLE = GpuSample()
 
-def build(cfg: Config, history: History, now_s: float, restarts: Restarts, aliases: tuple[str, ...]) -> dict[str, Any]:
+
+def build(cfg: Config, history: History, now_s: float, restarts: Restarts, aliases: tuple[str, ...],
+          obs: Observation | None = None) -> dict[str, Any]:
+    """``obs``: a poll of a source that computes the trends itself (Prometheus), read instead of the
+    history it does not keep (:func:`source_poll`)."""
     from gpuheal import benchdata
     from gpuheal.rules import thermal_warning, vram_leak
     from gpuheal.rules.vram_leak.trend import vram_trend
 
-    view = FleetView(cfg, now_s, None, history, benchdata.empty(), {}, restarts)
+    view = FleetView(cfg, now_s, obs, history, benchdata.empty(), {}, restarts)
     doc: dict[str, Any] = {
         "generated_at": iso(now_s),
         "vram_trend": {},
@@ -52,6 +60,8 @@ def build(cfg: Config, history: History, now_s: float, restarts: Restarts, alias
         doc["leak_threshold_mb_per_hour"][alias] = leak_p.mb_per_hour
         last = last_known(view.columns(alias), "temp_c")
         temp = last[1] if last and now_s - last[0] <= 600 else None
+        if obs is not None:  # the poll's own reading: no history is kept of it
+            temp = (view.sample(alias) or NO_SAMPLE).temp_c
         warn_p = view.rule_params(thermal_warning.ID, thermal_warning.Params, alias)
         fit = thermal_warning.rise(view, alias, warn_p)  # Rule 8's rise over its window
         rise = None if fit is None else round(fit.slope, 2)
@@ -67,6 +77,22 @@ def build(cfg: Config, history: History, now_s: float, restarts: Restarts, alias
     return doc
 
 
+def source_poll(cfg: Config, store, now: datetime) -> Observation | None:
+    """A source that computes trends where its data lives (Prometheus: PromQL over each rule's window)
+    keeps no history here, so ``trend`` asks it — one poll with its memory, as ``check`` does (issue 27
+    defect 4: ``vram-trend.json`` was rewritten with null rates) — without writing that memory back.
+    ``None`` for a per-poll source: its trends are fitted over the recorded history."""
+    from gpuheal.sources.gpu_source import gpu_source
+
+    if not gpu_source(cfg).spec.computes_trends:
+        return None
+    from gpuheal.sources.sense import sense
+    from gpuheal.steps.check import source_memory
+
+    memory, _ = source_memory(cfg, store, now)
+    return sense(cfg, now, None, memory)
+
+
 def command(rt, store, gpu: str | None = None):
     from gpuheal import exit_codes
     from gpuheal.runtime import CommandResult
@@ -80,7 +106,7 @@ def command(rt, store, gpu: str | None = None):
     heal_state = normalise_state(store.read(files.HEAL, {}))
     restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     now_s = rt.now.timestamp()
-    doc = build(cfg, history, now_s, restarts, aliases)
+    doc = build(cfg, history, now_s, restarts, aliases, source_poll(cfg, store, rt.now))
     if gpu is None:
         store.write_raw(files.VRAM_TREND, {"schema_version": 1, **doc["vram_trend"]})
 

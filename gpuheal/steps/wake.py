@@ -223,7 +223,7 @@ def command(load_runtime: Callable[[], object], in_fd: int = 0, out_fd: int = 1)
         return 3
     if not token:
         sys.stderr.write(f"gpuheal wake: ${wake.token_env} is not set: every request is refused\n")
-    from gpuheal.zulip import secrets_for
+    from gpuheal.credentials import secrets_for
 
     endpoints = tuple((g.alias, g.endpoint) for g in rt.cfg.gpus)
     settings = Settings(token, float(wake.min_interval_s), Path(rt.state_dir), tuple(secrets_for(rt.cfg)),

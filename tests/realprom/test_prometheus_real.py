@@ -314,3 +314,33 @@ def test_prometheus_down_is_rule7_through_the_cli(prom_server, tmp_path):
         assert seen[0] == [("data-source-unreachable", "pending")]
         assert ("data-source-unreachable", "firing") in seen[2]
         assert seen[2] == [("data-source-unreachable", "firing")]
+
+
+@pytest.mark.parametrize("trend_every_s", [300, 0], ids=["remembered", "asked"])
+def test_trend_writes_the_promql_fit_as_check_does(prom_server, tmp_path, trend_every_s):
+    """Issue 27 defect 4: ``gpuheal trend`` with Prometheus rewrote ``vram-trend.json`` with null rates
+    (that mode keeps no local history). It asks the source as ``check`` does: the fit ``check`` remembered
+    (``trend_every_s``), or PromQL's own ``deriv`` when nothing is remembered."""
+    play = Play(["ct1", "ct2"])
+    play.ramp("ct1", 20.0)  # 72,000 MB/h
+    with Exporter(play) as ex, Endpoints() as eps:
+        srv = prom_server({"dcgm": [ex.target]})
+        srv.wait_samples("DCGM_FI_DEV_FB_USED", 8, count=2)
+        raw = _config(srv.url, ["ct1", "ct2"], eps.url, trend_every_s=trend_every_s)
+        config = tmp_path / "site.yaml"
+        config.write_text(yaml.safe_dump(raw))
+        state = tmp_path / "state"
+        checked = _cli(config, state, "check", "--json")
+        assert checked.returncode in (0, 1, 2) and "Traceback" not in checked.stderr, checked.stderr
+        by_check = json.loads((state / "vram-trend.json").read_text())
+        trend = _cli(config, state, "trend", "--json")
+        assert trend.returncode in (0, 1) and "Traceback" not in trend.stderr, trend.stderr
+    by_trend = json.loads((state / "vram-trend.json").read_text())
+    shown = json.loads(trend.stdout)["vram_trend"]
+    for doc in (by_check, by_trend, shown):
+        rate = doc["gpu-ct1"]["rate_mb_per_hour"]
+        assert rate is not None and abs(rate - 72000) < 72000 * 0.1, doc
+        assert doc["gpu-ct1"]["samples"] >= 4 and abs(doc["gpu-ct2"]["rate_mb_per_hour"]) < 1, doc
+    if trend_every_s:  # the very fit check remembered
+        assert by_trend["gpu-ct1"]["rate_mb_per_hour"] == by_check["gpu-ct1"]["rate_mb_per_hour"]
+    assert not (state / "history.json").exists()

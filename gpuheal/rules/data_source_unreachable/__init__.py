@@ -1,6 +1,8 @@
 """Rule 7: GPU data source unreachable — gpu-monitor (or Prometheus, when it is the source)
 unusable (refused, timeout, oversized per L5, invalid, HTTP error) for more than 2 consecutive polls
-(fires on the 3rd; one bad poll is a fault, not an issue). gpu ``fleet``.
+(fires on the 3rd; one bad poll is a fault, not an issue). gpu ``fleet``. An answer that lists no GPUs,
+or lacks a configured GPU, is unusable for the GPUs it lacks (the spec's "returns no GPUs"; contract
+"Rule timing"): the same rule, naming them (``obs.lacking``), while they are read through the fallback.
 
 The sidecar half of Rule 7 is ``host-unreachable`` (one issue per GPU). While firing it inhibits
 the monitor-fed rules: their issues are frozen and hidden — not known, neither healthy nor hot.
@@ -40,7 +42,8 @@ def detect(view: FleetView, subject: str, p: Params) -> Detection:
         return None
     if Signal.SOURCE_HEALTH not in spec(view.obs.source).provides:
         return None  # no gpu-monitor configured (smi): nothing to restart; smi faults are per GPU
-    if view.obs.monitor_ok:
+    lacking = view.obs.lacking  # its answer listed no GPU for these (the spec's "returns no GPUs")
+    if view.obs.monitor_ok and not lacking:
         return False
     # the configured source: "monitor" (gpu-monitor; "smi-fallback" stands in for it while it is
     # down, Rule 7.3) or "prometheus" (issue 13): the same rule
@@ -49,10 +52,11 @@ def detect(view: FleetView, subject: str, p: Params) -> Detection:
     fault = faults[0].fault if faults else "unusable"
     detail = faults[0].detail[:200] if faults else ""
     name = spec(source).label or source
-    return Finding(
-        {"source": source, "fault": fault, "detail": detail},
-        f"{name} unusable ({fault}); monitor-fed rules report unknown",
-    )
+    found = {"source": source, "fault": fault, "detail": detail, **({"gpus": list(lacking)} if lacking else {})}
+    if view.obs.monitor_ok:  # usable for the rest of the fleet (issue 27 defect 1)
+        more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
+        return Finding(found, f"{name} lists no GPU for {', '.join(lacking[:3])}{more}; read through its fallback")
+    return Finding(found, f"{name} unusable ({fault}); monitor-fed rules report unknown")
 
 
 REMEDY: Final = Remedy(

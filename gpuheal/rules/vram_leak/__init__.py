@@ -29,12 +29,14 @@ from gpuheal.core.trend import Fit
 from gpuheal.core.view import FleetView, SourceFit
 from gpuheal.rules._util import num, show
 from gpuheal.rules.vram_leak import remedy
-from gpuheal.signals import Need, Signal, needs
+from gpuheal.signals import Need, Signal, needs, trend
 
 ID: Final = "vram-leak"
 SCOPE: Final = "gpu"
 SEVERITY: Final = "warning"
-NEEDS: Final[tuple[Need, ...]] = needs(Signal.VRAM, Signal.VRAM_TREND)
+NEEDS: Final[tuple[Need, ...]] = needs(Signal.VRAM, trend(
+    Signal.VRAM_TREND, "window_h", unit_s=3600.0, spans=("min_span_h", "recover_span_h"),
+    sustained=("mb_per_hour", "sustain_ratio"), restarts=True))
 INHIBITS: Final = None
 JUDGED_FROM_BENCH: Final = False
 hold: Final = None  # the engine's hold_polls / hold_s (the fit itself spans hours)
