@@ -19,6 +19,7 @@ from gpuheal.core.actions import StepResult
 from gpuheal.core.alerts import AlertQueue
 from gpuheal.core.catalog import ACTIONS, primary_action
 from gpuheal.core.heal_state import Attempt, HealState
+from gpuheal.core.plan import paused_in
 from gpuheal.core.remedy import Execution, Remedy
 from gpuheal.redact import redact
 from gpuheal.state import files
@@ -193,13 +194,14 @@ def health_doc(
     health: dict[str, Any], state: HealState, rec: Recorder, cfg: Config, now_s: float, apply: bool
 ) -> dict[str, Any]:
     """``gpu-health.json`` as heal leaves it: check's document plus the run's actions, mode,
-    pauses, restart budgets and queued alerts."""
+    pauses (``gpuheal pause``'s and the config's ``gpus[].paused``), restart budgets and queued alerts."""
     health["actions"] = rec.actions
     health["mode"] = "apply" if apply else "dry-run"
-    health["paused"] = {
+    health["paused"] = {  # the config's pauses as `gpuheal pause` shows its own (an operator's, with its reason, wins)
         "fleet": state.paused_fleet.to_json() if state.paused_fleet else None,
-        "gpus": {a: p.to_json() for a, p in state.paused_gpus.items()},
-    }
+        "gpus": {**{a: {"reason": why, "at": None} for a, why in paused_in(cfg).items()},
+                 **{a: p.to_json() for a, p in state.paused_gpus.items()}},
+    }  # fmt: skip
     limit = cfg.heal.max_restarts_per_hour
     health["budgets"] = {
         g.alias: {"restarts_last_hour": state.restarts_in_window(g.alias, now_s), "max_restarts_per_hour": limit}

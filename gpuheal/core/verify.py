@@ -26,6 +26,7 @@ cool long enough to get their load back (:func:`cooldown`) — are here too, so 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -264,10 +265,12 @@ def cooldown(
     restore_after_s: float,
     gpu_filter: str | None = None,
     tol: float = timing.TOLERANCE_S,
+    paused: Mapping[str, str] | None = None,
 ) -> tuple[HealState, list[Restore]]:
     """Hysteresis on the undo: a mitigated GPU gets its load back only after it stayed cool for
     ``restore_after_s`` (or the restored load heats it straight back and the issue flaps). A hot
-    GPU starts its cool-down over; a paused or unknown GPU waits. The due ones leave ``active``.
+    GPU starts its cool-down over; a paused (``gpuheal pause``, or ``paused``: the GPUs the config
+    pauses) or unknown GPU waits. The due ones leave ``active``.
     "Cool for ``restore_after_s``" is counted in polls (core/timing, ``tol``), as the rules' holds are."""
     due: list[Restore] = []
     for alias, mitigation in state.active.items():
@@ -276,7 +279,7 @@ def cooldown(
         if alias in hot:
             state = state.with_mitigation(alias, replace(mitigation, cool_since=None))
             continue
-        if state.paused_reason(alias) or alias not in known:
+        if state.paused_reason(alias) or alias in (paused or {}) or alias not in known:
             continue
         cool_since = mitigation.cool_since
         if cool_since is None:
