@@ -10,7 +10,7 @@ The file keeps the format earlier releases wrote (``schema_version`` unchanged):
                         "cool_since": epoch_s}},  # load-side mitigations to undo once cool
      "litellm_restarts": [epoch_s, ...],   # circuit-breaker-status.json "last_reset"
      "service_restarts": {"litellm" | "gpu-monitor": [epoch_s, ...]},  # their restart budget
-     "run_seq": {"day": "YYYYMMDD", "n": int}}
+     "run_seq": {"day": "YYYYMMDD", "n": int}}  # the run id counter before run-ids.json: kept as read
     ATTEMPT = {"key", "gpu", "issue", "since", "n", "actions": [...], "status" (core/verify.py),
                "started_at", "verify_by", "run_id", "verification": {...}, "finished_at"}
 
@@ -215,7 +215,7 @@ class HealState:
     active: dict[str, Mitigation] = field(default_factory=dict)
     litellm_restarts: tuple[float, ...] = ()
     service_restarts: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    run_day: str | None = None
+    run_day: str | None = None  # run_seq, as read (the state directory numbers runs now, state/store.py)
     run_n: int = 0
 
     @classmethod
@@ -330,11 +330,6 @@ class HealState:
         return replace(
             self, attempts=kept, restarts=recent(self.restarts), service_restarts=recent(self.service_restarts)
         )
-
-    def next_run_id(self, day: str) -> tuple[HealState, str]:
-        """``gpu-self-heal-YYYYMMDD-NNN``: numbered per UTC day across runs (the audit trail's id)."""
-        n = (self.run_n if self.run_day == day else 0) + 1
-        return replace(self, run_day=day, run_n=n), f"gpu-self-heal-{day}-{n:03d}"
 
 
 def empty_state() -> dict[str, Any]:
