@@ -140,11 +140,16 @@ def test_every_command_that_writes_the_trail_writes_run_ids_and_the_kg_has_no_un
     writers = {(r["action"], r.get("phase")) for r in trail}
     assert {("heal-cycle", None), ("context-change", None), ("re-benchmark", None),
             ("restore-power-limit", "rebench"), ("restart-llama-server", "intent"),
-            ("restart-llama-server", "outcome"), ("alert", "outcome")} <= writers, writers
+            ("restart-llama-server", "verification"), ("alert", "outcome")} <= writers, writers
     for line in trail:
         for key in ("timestamp", "gpu", "issue", "action", "result", "run_id"):
             assert isinstance(line.get(key), str) and line[key], (key, line)
         assert RUN_ID.fullmatch(line["run_id"]) and ISO_WITH_ZONE.fullmatch(line["timestamp"]), line
+    per_attempt: dict[tuple, list[str]] = {}  # issue 27 item 13: an intent, then one line for its outcome
+    for line in (r for r in trail if "attempt" in r and r["action"] != "alert"):
+        per_attempt.setdefault((line["run_id"], line["gpu"], line["issue"], line["attempt"]), []).append(line["phase"])
+    assert per_attempt and all(p in (["intent"], ["intent", "outcome"], ["intent", "verification"])
+                               for p in per_attempt.values()), per_attempt
     told = {(a["gpu"], a["issue"]) for a in queued if a.get("kind") == "escalated"}
     for line in (r for r in trail if r["result"] == "escalated"):
         assert (line["gpu"], line["issue"]) in told, line  # the humans were told: a message was queued

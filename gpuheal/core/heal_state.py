@@ -12,7 +12,8 @@ The file keeps the format earlier releases wrote (``schema_version`` unchanged):
      "service_restarts": {"litellm" | "gpu-monitor": [epoch_s, ...]},  # their restart budget
      "run_seq": {"day": "YYYYMMDD", "n": int}}  # the run id counter before run-ids.json: kept as read
     ATTEMPT = {"key", "gpu", "issue", "since", "n", "actions": [...], "status" (core/verify.py),
-               "started_at", "verify_by", "run_id", "verification": {...}, "finished_at"}
+               "started_at", "verify_by", "run_id", "verification": {...}, "finished_at",
+               "outcome": {"detected", "steps", "evidence"}}  # only while the attempt awaits its verdict
 
 Reading is field by field (contract: a corrupt state file is survived): a damaged value — a wrong
 type, NaN, a 400-digit integer — loses that value only, never the run and never the rest of the
@@ -83,6 +84,8 @@ class Attempt:
     run_id: str | None = None
     verification: dict[str, Any] | None = None
     finished_at: float | None = None
+    # what its one outcome line will carry (detected, steps, evidence), kept while it awaits its verdict
+    outcome: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, key: str, value: Any) -> Attempt | None:
@@ -105,6 +108,7 @@ class Attempt:
             run_id=_text(value.get("run_id")),
             verification=verification if isinstance(verification, dict) else None,
             finished_at=num(value.get("finished_at")),
+            outcome=value["outcome"] if isinstance(value.get("outcome"), dict) else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -117,7 +121,7 @@ class Attempt:
             "actions": list(self.actions),
             "status": self.status,
         }
-        for name in ("started_at", "verify_by", "run_id", "verification", "finished_at"):
+        for name in ("started_at", "verify_by", "run_id", "verification", "finished_at", "outcome"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out

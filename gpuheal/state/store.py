@@ -33,7 +33,7 @@ from gpuheal.state import files
 SCHEMA_VERSION = 1
 LOCK_FILE = ".lock"
 AUDIT_FIELDS = ("timestamp", "gpu", "issue", "action", "result", "run_id")  # contract "Audit trail"
-AUDIT_RESULTS = frozenset({"pending", "resolved", "failed", "escalated", "started"})
+AUDIT_RESULTS = frozenset({"pending", "resolved", "failed", "escalated", "superseded", "started"})
 RUN_ID = re.compile(r"gpu-self-heal-(\d{8})-(\d{3,})")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")  # ISO 8601 with its zone
 MAX_RUNS_A_DAY = 10**6  # a stored counter beyond this is damage, not a day's runs
