@@ -170,3 +170,28 @@ def test_a_damaged_re_benchmark_mark_still_gets_a_line_in_the_contract_form(tmp_
     finally:
         lab.close()
     assert audit_problem(line) is None and line["phase"] == "rebench" and line["run_id"].endswith("-001")
+
+
+@pytest.mark.parametrize("kept", [7, "x", None, {"detected": "x", "steps": 5, "evidence": [1]}, {"junk": {"a": 1}},
+                                  {"detected": {"n": 10**400}}, {"steps": [{"output": "\udcff"}]}])
+def test_an_attempt_kept_damaged_in_the_heal_state_still_gets_its_one_outcome_line(tmp_path, kept):
+    """An attempt awaiting its verdict whose kept record (``outcome``) is damaged: the verdict's line is
+    still written in the contract's form, with what could be read (issue 27 item 13)."""
+    lab = Lab(tmp_path, scenario([{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"},
+                                  {"alias": "gpu-c", "host": "ct3"}],
+                                 [{"at": 30, "gpu": "gpu-a", "fault": "stuck", "heals_on_restart": True}]))  # fmt: skip
+    try:
+        lab.heal()
+        lab.heal()  # restarted: the attempt awaits its verdict
+        with StateDir(lab.state_dir) as store:
+            doc = store.read(files.HEAL)
+            [key] = doc["attempts"]
+            doc["attempts"][key]["outcome"] = kept
+            (lab.state_dir / files.HEAL).write_text(json.dumps({"schema_version": 1, "data": doc}, default=str))
+        for _ in range(4):
+            lab.heal()
+        lines = [r for r in lab.audit() if r["issue"] == "model-stuck"]
+    finally:
+        lab.close()
+    assert [(r["phase"], r["result"]) for r in lines] == [("intent", "pending"), ("verification", "resolved")]
+    assert all(audit_problem(r) is None for r in lines) and isinstance(lines[-1]["detected"], dict)

@@ -17,6 +17,7 @@ from gpuheal.core import plan as planner
 from gpuheal.core.plan import empty_state
 from gpuheal.rules import REMEDIES
 from gpuheal.rules.host_unreachable import look as pc
+from gpuheal.rules.host_unreachable import remedy as rule6
 from gpuheal.sources.litellm_admin import model_health, read_model_health
 from tests.test_execute import FakeRunner, Outcome, ok_verify
 
@@ -148,8 +149,71 @@ def test_litellm_unhealthy_fails_the_verify_and_healthy_passes():
     assert bad.result == "failed" and "unhealthy" in bad.verification["error"]
     good = run_item(unreachable(c), c, FakeRunner(), ok_verify, (), None, lambda a: {"litellm": "healthy"})
     assert good.result == "pending" and good.verification["litellm"] == "healthy" and good.verification["ok"]
+    assert "litellm_means" not in good.verification
     unknown = run_item(unreachable(c), c, FakeRunner(), ok_verify, (), None, lambda a: {"litellm": "not known"})
     assert unknown.result == "pending"  # LiteLLM's own fault is Rule 5's business, recorded, not a failed fix
+    assert unknown.verification["litellm_means"] == rule6.NOT_KNOWN_MEANS  # ... and never a pass
+    for said in ({"litellm": "not configured"}, {}, {"litellm": 7}, {"litellm": "HEALTHY"}):
+        odd = run_item(unreachable(c), c, FakeRunner(), ok_verify, (), None, lambda a, said=said: said)
+        assert odd.result == "pending" and odd.verification["litellm_means"] == rule6.NOT_KNOWN_MEANS, said
+
+
+def model_info(*entries):
+    return {"data": [{"model_name": "g", "model_info": {"id": mid}, "litellm_params": {"api_base": base}}
+                     for mid, base in entries]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [(200, b"<html>not litellm</html>", "not known"), (401, {"error": {"message": "bad key"}}, "not known"),
+     (200, {"data": "x"}, "not known"), (200, [], "not known"), (200, model_info(("d", "http://[::1")), "not known"),
+     (200, model_info(("d", "http://127.0.0.1:9999/v1")), "not known"),
+     (200, model_info((None, "http://127.0.0.1:8081/v1")), "not known"),
+     (200, {"data": [None, 7, {"model_name": "g"}, *model_info(("d", "http://127.0.0.1:8081/v1"))["data"]]},
+      "asked")],
+)  # fmt: skip
+def test_deployments_found_by_api_base_and_a_litellm_that_answers_garbage(monkeypatch, status, body, said):
+    from gpuheal.actions.effects import Effects
+
+    srv, seen = serve(status, body)
+    monkeypatch.setenv("LITELLM_MASTER_KEY", "sk-admin")
+    c = load_config_dict({"litellm": {"url": f"http://127.0.0.1:{srv.server_port}", "timeout_s": 2},
+                          "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:8081"}]})  # fmt: skip
+    try:
+        got = Effects(c).model_health("gpu-a")
+    finally:
+        srv.shutdown()
+    assert seen[0] == ("/v1/model/info", "Bearer sk-admin")
+    if said == "asked":  # the deployment on the GPU's endpoint is asked by its id (this server answers garbage)
+        assert seen[1][0] == "/health?model_id=d" and got["litellm_model_ids"] == ["d"]
+    assert got["litellm"] == "not known" and got["litellm_detail"] and "sk-admin" not in str(got), got
+
+
+def test_a_litellm_that_is_too_slow_is_not_known(monkeypatch):
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gpuheal.actions.effects import Effects
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(3)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("LITELLM_MASTER_KEY", "sk-admin")
+    c = load_config_dict({"litellm": {"url": f"http://127.0.0.1:{srv.server_port}", "timeout_s": 1},
+                          "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:8081"}]})  # fmt: skip
+    try:
+        started = time.monotonic()
+        got = Effects(c).model_health("gpu-a")
+        took = time.monotonic() - started
+    finally:
+        srv.shutdown()
+    assert got["litellm"] == "not known" and took < 2.9, (got, took)
 
 
 def test_model_stuck_restart_does_not_ask_litellm():
