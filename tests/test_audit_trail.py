@@ -1,6 +1,6 @@
 """The audit trail as a whole (contract "Audit trail", issue 27 item 2): every command that writes to it
 — ``check``, ``heal --apply``, ``bench``, ``wake`` — and those that only read it (``escalate``,
-``report``, ``pause``) run as cron runs them, on the simulated fleet; then the whole trail is read.
+``report``, ``report --send``, ``pause``) run as cron runs them, on the simulated fleet; then the whole trail is read.
 Every line carries ``timestamp, gpu, issue, action, result, run_id`` in the contract's form, every
 ``escalated`` line matches a message queued for the humans, and the knowledge graph has no
 ``unknown-run`` node. The one place lines are appended refuses a line that is not in that form."""
@@ -128,6 +128,7 @@ def test_every_command_that_writes_the_trail_writes_run_ids_and_the_kg_has_no_un
         run("pause", "--gpu", "gpu-d", "--reason", "maintenance")
         run("escalate")
         run("report")
+        run("report", "--weekly", "--send", ok=(0, 1, 3))  # no Zulip configured: one line, nothing written
         run("pause", "--gpu", "gpu-d", "--resume")
         lab.fleet.advance(60)
         run("heal", "--apply")
