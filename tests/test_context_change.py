@@ -195,12 +195,13 @@ def test_a_gpu_no_longer_configured_is_not_judged():
 
 def test_audit_lines_say_from_to_when_and_what_proved_it():
     memory, change = changed()
-    line = cc.detected_audit(change, format_epoch)
+    line = cc.detected_audit(change, format_epoch, "gpu-self-heal-20260718-001")
+    assert line["run_id"] == "gpu-self-heal-20260718-001"
     assert line["issue"] == "context-window" and line["action"] == "context-change" and line["result"] == "pending"
     assert line["detected"]["context_change"] == {"from_n_ctx": 131072, "to_n_ctx": 98304,
                                                   "changed_at": format_epoch(change.at_s), "target_tok_s": 74.8}
     [verdict] = settle(memory, [result(change.at_s + 300, 60.0)])
-    line = cc.verdict_audit(verdict, "2026-07-18T09:00:00Z", format_epoch)
+    line = cc.verdict_audit(verdict, "2026-07-18T09:00:00Z", format_epoch, "gpu-self-heal-20260718-002")
     assert (line["action"], line["result"], line["escalated"]) == ("re-benchmark", "escalated", True)
     assert line["verification"]["gen_tok_s"] == 60.0 and line["verification"]["ratio_pct"] == 80.2
     assert line["detected"]["escalation"] == cc.ESCALATION

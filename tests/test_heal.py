@@ -40,6 +40,11 @@ def stuck_fleet(make_lab, heals=True, **overrides):
     )
 
 
+def outcomes(audit):
+    """Each attempt's one outcome line (issue 27 item 13): at once when it ended in its run, else its verdict."""
+    return [r for r in audit if r["phase"] in ("outcome", "verification") and r["action"] != "alert"]
+
+
 def issues_of(health, gpu=None):
     return {(i["gpu"], i["issue"]): i for i in health["issues"] if gpu is None or i["gpu"] == gpu}
 
@@ -69,13 +74,9 @@ def test_stuck_model_is_restarted_verified_and_resolved(make_lab):
     acted = [a for a in second["actions"] if a["action"] == "restart-llama-server"]
     assert acted and acted[0]["result"] == "pending"
     audit = lab.audit()
-    assert [r["phase"] for r in audit] == ["intent", "outcome"]
-    assert all(RUN_ID.match(r["run_id"]) for r in audit)
-    assert audit[0]["run_id"] == audit[1]["run_id"]
+    assert [r["phase"] for r in audit] == ["intent"]  # its outcome line waits for the verdict (issue 27 item 13)
+    assert RUN_ID.match(audit[0]["run_id"])
     assert audit[0]["timestamp"].endswith("Z") and audit[0]["gpu"] == "gpu-a"
-    outcome = audit[1]
-    assert outcome["result"] == "pending" and outcome["escalated"] is False
-    assert outcome["verification"]["ok"] is True and outcome["verification"]["gen_tok_s"] > 0
     # fresh data over the next polls: failures gone -> the issue clears -> attempt resolved
     for _ in range(4):
         health = lab.heal()
@@ -83,8 +84,15 @@ def test_stuck_model_is_restarted_verified_and_resolved(make_lab):
             break
     assert ("gpu-a", "model-stuck") not in issues_of(health)
     health = lab.heal()
-    results = [r["result"] for r in lab.audit() if r["phase"] == "verification"]
-    assert results == ["resolved"]
+    audit = lab.audit()
+    assert [(r["phase"], r["result"]) for r in audit] == [("intent", "pending"), ("verification", "resolved")]
+    outcome = audit[1]  # one line for the attempt's outcome, in the spec's Audit Trail Format
+    assert outcome["run_id"] == audit[0]["run_id"] and outcome["escalated"] is False
+    assert outcome["detected"] == audit[0]["detected"] and outcome["detected"]["failure_pct"] == 100.0
+    assert outcome["verification"]["after_s"] > 0 and outcome["verification"]["completion_s"] is not None
+    assert outcome["verification"]["endpoint"] == "ok" and "provenance" in outcome["verification"]
+    assert outcome["checked"]["ok"] is True and outcome["checked"]["gen_tok_s"] > 0  # the restart's own check
+    assert outcome["steps"][0]["action"] == "restart-llama-server" and outcome["steps"][0]["ok"]
     assert lab.restarts("gpu-a") == 1
     queue = lab.read("alerts.json")["queue"]
     assert [(a["gpu"], a["issue"], a["kind"]) for a in queue] == [("gpu-a", "model-stuck", "resolved")]
@@ -290,7 +298,7 @@ def test_vram_leak_is_snapshotted_restarted_and_verified_over_hours(make_lab):
     assert fired_at is not None and fired_at * 300 >= 5.5 * 3600, "never before the 6 h window is fitted"
     assert lab.restarts("gpu-a") == 1
     audit = lab.audit()
-    outcome = next(r for r in audit if r["phase"] == "outcome" and r["issue"] == "vram-leak")
+    outcome = next(r for r in outcomes(audit) if r["issue"] == "vram-leak")
     assert outcome["evidence"]["gpu_processes"][0]["name"] == "/usr/local/bin/llama-server"
     # Rule 2 (issue 22): the simulator's per-process query, at the onset and at fire time, names the
     # llama-server that grew; the audit's detected carries the attribution and both snapshots
@@ -479,7 +487,7 @@ def test_builtin_load_shedding_through_litellm_cools_the_gpu_then_restores_it(ma
     assert shed_seen, "the deployment's rpm was lowered"
     assert gpu["litellm_rpm"] == 60, "and restored once the GPU cooled"
     assert gpu["temp_c"] < 80
-    actions = [r["action"] for r in lab.audit() if r["phase"] == "outcome"]
+    actions = [r["action"] for r in outcomes(lab.audit())]
     assert "shed-load" in actions and "restore-load" in actions
     assert lab.fleet.litellm_admin_key not in (lab.state_dir / "gpu-self-heal-log.jsonl").read_text()
     assert all(a["action"] != "alert" for a in health["actions"])
@@ -603,14 +611,14 @@ def test_a_hung_decode_behind_an_ok_health_is_found_by_metrics_restarted_and_ver
     assert issue["issue"] == "model-stuck"
     detected = issue.get("detected") or {}
     assert detected.get("source") == "llama-server /metrics" and detected.get("polls_without_decode") == 3
-    outcome = [r for r in lab.audit() if r["gpu"] == "gpu-a" and r["phase"] == "outcome"][0]
-    assert outcome["verification"]["ok"] is True and outcome["verification"]["gen_tok_s"] > 0
     assert third["gpus"]["gpu-a"]["endpoint"] == "ok"
     for _ in range(5):
         health = lab.heal()
         if ("gpu-a", "model-stuck") not in issues_of(health):
             break
     assert ("gpu-a", "model-stuck") not in issues_of(health)
+    outcome = [r for r in outcomes(lab.audit()) if r["gpu"] == "gpu-a"][0]
+    assert outcome["result"] == "resolved" and outcome["checked"]["ok"] is True and outcome["checked"]["gen_tok_s"] > 0
     assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0
 
 
@@ -631,7 +639,7 @@ def test_a_two_gpu_host_is_sensed_and_restarted_per_gpu(make_lab):
     assert (health["gpus"]["box-0"]["temp_c"], health["gpus"]["box-1"]["temp_c"]) == (51, 67)
     assert not [f for f in health["faults"] if f["source"] in ("box-0", "box-1") and "gpu-monitor" in f["detail"]]
     assert lab.restarts("box-1") == 1 and lab.restarts("box-0") == 0
-    restarted = [r for r in lab.audit() if r["action"] == "restart-llama-server" and r["phase"] == "outcome"]
+    restarted = [r for r in lab.audit() if r["action"] == "restart-llama-server" and r["phase"] == "intent"]
     assert [r["gpu"] for r in restarted] == ["box-1"]
 
 

@@ -36,7 +36,8 @@ def make_lab(tmp_path, monkeypatch):
 
 
 def outcomes(lab, action):
-    return [r for r in lab.audit() if r["action"] == action and r["phase"] == "outcome"]
+    """The outcome lines of ``action``: at once when it ended in its run, else its verdict (issue 27 item 13)."""
+    return [r for r in lab.audit() if r["action"] == action and r["phase"] in ("outcome", "verification")]
 
 
 def test_a_database_backed_litellm_round_trips_shed_verify_restore(make_lab):

@@ -33,12 +33,14 @@ def test_a_hung_task_loop_is_restarted_resolved_and_timed(tmp_path, late_s):
                 break
         resolved = [r for r in lab.audit() if r["phase"] == "verification" and r["result"] == "resolved"]
         assert [r["issue"] for r in resolved] == ["model-stuck"]
-        r = resolved[0]
-        assert r["detected"]["endpoint"] == "ok" and r["detected"]["metrics"] == "ok", r["detected"]
-        assert r["detected"]["completion_s"] is not None and r["detected"]["at"].endswith("Z")
+        r = resolved[0]  # the proving reading under verification, detected as acted on (issue 27 item 13)
+        v = r["verification"]
+        assert r["detected"]["source"] == "llama-server task loop" and "completion_s" not in r["detected"], r
+        assert v["endpoint"] == "ok" and v["metrics"] == "ok" and v["after_s"] > 0, v
+        assert v["completion_s"] is not None and v["at"].endswith("Z")
         # the proving reading says which request gave each value (issue 19)
-        assert {"metrics", "n_decode_total"} <= set(r["detected"]["provenance"]["llama-server GET /metrics"]), r["detected"]
-        assert r["detected"]["provenance"]["gpu-monitor GET /gpu-data"][0] == "temp_c", r["detected"]
+        assert {"metrics", "n_decode_total"} <= set(v["provenance"]["llama-server GET /metrics"]), v
+        assert v["provenance"]["gpu-monitor GET /gpu-data"][0] == "temp_c", v
         assert 60 <= r["time_to_detect_s"] <= 180, r
         assert r["time_to_resolve_s"] > r["time_to_detect_s"]
         assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0
@@ -112,6 +114,6 @@ def test_a_fix_is_resolved_only_after_a_real_completion_succeeds(tmp_path, monke
         failing["on"] = False
         lab.heal()
         resolved = [r for r in lab.audit() if r["phase"] == "verification" and r["result"] == "resolved"]
-        assert [r["issue"] for r in resolved] == ["model-stuck"] and resolved[0]["detected"]["completion_s"] is not None
+        assert [r["issue"] for r in resolved] == ["model-stuck"] and resolved[0]["verification"]["completion_s"] is not None
     finally:
         lab.close()

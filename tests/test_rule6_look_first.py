@@ -17,6 +17,7 @@ from gpuheal.core import plan as planner
 from gpuheal.core.plan import empty_state
 from gpuheal.rules import REMEDIES
 from gpuheal.rules.host_unreachable import look as pc
+from gpuheal.rules.host_unreachable import remedy as rule6
 from gpuheal.sources.litellm_admin import model_health, read_model_health
 from tests.test_execute import FakeRunner, Outcome, ok_verify
 
@@ -46,10 +47,13 @@ def test_unit_restart_is_looked_at_with_systemctl_is_active(said, rc, state):
     runner = FakeRunner({"is-active": Outcome(rc=rc, stdout=said)})
     ex = run_item(unreachable(c), c, runner, ok_verify, ())
     argvs = [argv for _, argv in runner.calls]
+    ran = "start" if state == pc.NOT_RUNNING else "restart"  # down: started; hung or not known: restarted
     assert ["systemctl", "is-active", "llama-server"] in argvs
-    assert argvs.index(["systemctl", "is-active", "llama-server"]) < argvs.index(["systemctl", "restart", "llama-server"])
-    assert ex.evidence["process"]["state"] == state
-    assert ex.restarted and ex.result == "pending"  # hung or down: the restart is right either way
+    assert argvs.index(["systemctl", "is-active", "llama-server"]) < argvs.index(["systemctl", ran, "llama-server"])
+    assert ["systemctl", "start" if ran == "restart" else "restart", "llama-server"] not in argvs
+    assert ex.evidence["process"]["state"] == state and ex.evidence["process"]["ran"] == ran
+    assert ex.steps[-1].action == "restart-llama-server" and ex.found["process"].endswith(f"{ran}ed")
+    assert ex.restarted and ex.result == "pending"
 
 
 PGREP = (
@@ -72,7 +76,46 @@ def test_other_restart_commands_are_looked_at_with_pgrep_on_the_endpoint_port(st
     ex = run_item(unreachable(c), c, runner, ok_verify, ())
     assert ("ct8", list(pc.PGREP_ARGV)) in runner.calls
     assert ex.evidence["process"]["state"] == state and ex.evidence["process"]["pids"] == pids
+    # no start_command and a restart command of the operator's own: a down server gets that command too
+    assert runner.calls[-1] == ("ct8", ["/usr/local/bin/restart-llama", "gpu-a"])
     assert ex.restarted
+
+
+@pytest.mark.parametrize(
+    ("start", "restart", "argv", "source"),
+    [(None, ("systemctl", "restart", "llama-server"), ("systemctl", "start", "llama-server"), "systemctl start"),
+     (None, ("sudo", "-n", "systemctl", "restart", "ll@{alias}"), ("sudo", "-n", "systemctl", "start", "ll@{alias}"),
+      "systemctl start"),
+     (("/opt/up", "{alias}"), ("systemctl", "restart", "x"), ("/opt/up", "{alias}"), "start_command"),
+     (None, ("/bin/restart", "restart"), ("/bin/restart", "restart"), "the restart command"),
+     (None, ("systemctl", "restart", "a", "b"), ("systemctl", "restart", "a", "b"), "the restart command")],
+)  # fmt: skip
+def test_the_start_command_is_configured_or_the_restart_units_start(start, restart, argv, source):
+    got, how = pc.start_argv(start, restart)
+    assert got == argv and how.startswith(source)
+
+
+def test_a_configured_start_command_starts_a_down_server_with_its_placeholders_filled():
+    c = load_config_dict(
+        {"litellm": {"api_key": "k"},
+         "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:8081",
+                   "restart_command": "systemctl restart llama-server",
+                   "start_command": ["/usr/local/bin/up", "{alias}", "{endpoint}"]}]}
+    )  # fmt: skip
+    runner = FakeRunner({"is-active": Outcome(rc=3, stdout="inactive\n")})
+    ex = run_item(unreachable(c), c, runner, ok_verify, ())
+    assert runner.calls[-1] == ("ct8", ["/usr/local/bin/up", "gpu-a", "http://127.0.0.1:8081"])
+    assert ex.steps[-1].note.startswith("start: llama-server is not running (start_command)")
+    assert ex.found["process"] == "down: llama-server is not running → started" and ex.result == "pending"
+
+
+@pytest.mark.parametrize("bad", [[], "", 7, {"argv": "x"}, ["up", 3]])
+def test_a_bad_start_command_is_one_config_error(bad):
+    from gpuheal.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="start_command"):
+        load_config_dict({"gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:8081",
+                                    "start_command": bad}]})  # fmt: skip
 
 
 def test_case_lines_say_hung_down_or_not_known():
@@ -106,8 +149,71 @@ def test_litellm_unhealthy_fails_the_verify_and_healthy_passes():
     assert bad.result == "failed" and "unhealthy" in bad.verification["error"]
     good = run_item(unreachable(c), c, FakeRunner(), ok_verify, (), None, lambda a: {"litellm": "healthy"})
     assert good.result == "pending" and good.verification["litellm"] == "healthy" and good.verification["ok"]
+    assert "litellm_means" not in good.verification
     unknown = run_item(unreachable(c), c, FakeRunner(), ok_verify, (), None, lambda a: {"litellm": "not known"})
     assert unknown.result == "pending"  # LiteLLM's own fault is Rule 5's business, recorded, not a failed fix
+    assert unknown.verification["litellm_means"] == rule6.NOT_KNOWN_MEANS  # ... and never a pass
+    for said in ({"litellm": "not configured"}, {}, {"litellm": 7}, {"litellm": "HEALTHY"}):
+        odd = run_item(unreachable(c), c, FakeRunner(), ok_verify, (), None, lambda a, said=said: said)
+        assert odd.result == "pending" and odd.verification["litellm_means"] == rule6.NOT_KNOWN_MEANS, said
+
+
+def model_info(*entries):
+    return {"data": [{"model_name": "g", "model_info": {"id": mid}, "litellm_params": {"api_base": base}}
+                     for mid, base in entries]}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [(200, b"<html>not litellm</html>", "not known"), (401, {"error": {"message": "bad key"}}, "not known"),
+     (200, {"data": "x"}, "not known"), (200, [], "not known"), (200, model_info(("d", "http://[::1")), "not known"),
+     (200, model_info(("d", "http://127.0.0.1:9999/v1")), "not known"),
+     (200, model_info((None, "http://127.0.0.1:8081/v1")), "not known"),
+     (200, {"data": [None, 7, {"model_name": "g"}, *model_info(("d", "http://127.0.0.1:8081/v1"))["data"]]},
+      "asked")],
+)  # fmt: skip
+def test_deployments_found_by_api_base_and_a_litellm_that_answers_garbage(monkeypatch, status, body, said):
+    from gpuheal.actions.effects import Effects
+
+    srv, seen = serve(status, body)
+    monkeypatch.setenv("LITELLM_MASTER_KEY", "sk-admin")
+    c = load_config_dict({"litellm": {"url": f"http://127.0.0.1:{srv.server_port}", "timeout_s": 2},
+                          "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:8081"}]})  # fmt: skip
+    try:
+        got = Effects(c).model_health("gpu-a")
+    finally:
+        srv.shutdown()
+    assert seen[0] == ("/v1/model/info", "Bearer sk-admin")
+    if said == "asked":  # the deployment on the GPU's endpoint is asked by its id (this server answers garbage)
+        assert seen[1][0] == "/health?model_id=d" and got["litellm_model_ids"] == ["d"]
+    assert got["litellm"] == "not known" and got["litellm_detail"] and "sk-admin" not in str(got), got
+
+
+def test_a_litellm_that_is_too_slow_is_not_known(monkeypatch):
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gpuheal.actions.effects import Effects
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self):
+            time.sleep(3)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    monkeypatch.setenv("LITELLM_MASTER_KEY", "sk-admin")
+    c = load_config_dict({"litellm": {"url": f"http://127.0.0.1:{srv.server_port}", "timeout_s": 1},
+                          "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:8081"}]})  # fmt: skip
+    try:
+        started = time.monotonic()
+        got = Effects(c).model_health("gpu-a")
+        took = time.monotonic() - started
+    finally:
+        srv.shutdown()
+    assert got["litellm"] == "not known" and took < 2.9, (got, took)
 
 
 def test_model_stuck_restart_does_not_ask_litellm():
@@ -187,9 +293,14 @@ def test_on_the_simulator_the_audit_says_down_and_what_the_verify_saw(tmp_path):
         for _ in range(4):
             lab.heal()
         assert lab.restarts("gpu-a") == 1
-        outcome = [r for r in lab.audit() if r["issue"] == "host-unreachable" and r["phase"] == "outcome"][0]
+        lab.heal()  # past the startup grace: judged
+        lines = [r for r in lab.audit() if r["issue"] == "host-unreachable"]
     finally:
         lab.close()
-    assert outcome["detected"]["process"] == "down: llama-server is not running"
+    assert [(r["phase"], r["result"]) for r in lines] == [("intent", "pending"), ("verification", "resolved")]
+    outcome = lines[-1]  # the attempt's one outcome line (issue 27 item 13)
+    assert outcome["detected"]["process"] == "down: llama-server is not running → started"
     assert outcome["evidence"]["process"]["check"].startswith("pgrep -af llama-server")
-    assert outcome["verification"]["ok"] and outcome["verification"]["litellm"] == "not asked"
+    assert outcome["evidence"]["process"]["ran"] == "start"
+    assert outcome["checked"]["ok"] and outcome["verification"]["completion_s"] is not None
+

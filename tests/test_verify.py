@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -85,14 +86,19 @@ def test_judge_from_fresh_data():
     assert judge(attempt(verify_by=None), {"since": SINCE}, False, NOW) == verify.WINDOW_PASSED
 
 
-def test_resolution_records_how_long_it_took():
-    a = transition(
-        attempt(status="pending", verification={"ok": True}),
-        "issue-cleared",
-        NOW + 95.4,
-        verify.resolution(attempt(verification={"ok": True}), NOW + 95.4),
-    )
-    assert a.verification == {"ok": True, "resolved_after_s": 95}
+def test_the_resolved_record_is_the_proving_reading_and_the_attempt_drops_what_it_kept():
+    """The spec's Audit Trail Format: ``"verification": {"temp_c": 76, "after_s": 300}`` (issue 27 item 13)."""
+    reading = {"temp_c": 76, "vram_used_mb": None, "endpoint": "ok", "n_ctx": 4096,
+               "provenance": {"gpu-monitor GET /gpu-data": ["temp_c", "vram_used_mb"], "x": "junk"}}
+    proved = verify.proof(reading, {"ok": True, "completion_s": 1.2, "proof_tok_s": 70.0, "error": None},
+                          "2026-07-18T08:05:00Z", verify.open_for_s(attempt(), NOW + 300.4))  # fmt: skip
+    assert proved == {"at": "2026-07-18T08:05:00Z", "after_s": 300, "temp_c": 76, "endpoint": "ok",
+                      "provenance": {"gpu-monitor GET /gpu-data": ["temp_c"]}, "completion_s": 1.2, "proof_tok_s": 70.0}
+    assert verify.proof("garbage", None, "T", 0) == {"at": "T", "after_s": 0}  # type: ignore[arg-type]
+    kept = replace(attempt(status="pending"), outcome={"steps": [], "detected": {"temp_c": 87}})
+    done = transition(kept, "issue-cleared", NOW + 300, proved)
+    assert done.status == "resolved" and done.verification == proved and done.outcome is None
+    assert HealState.from_json(HealState().with_attempt(kept).to_json()).attempts[kept.key].outcome == kept.outcome
 
 
 def test_clear_lifts_the_escalation_and_its_failures():

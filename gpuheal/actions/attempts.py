@@ -1,15 +1,23 @@
 """An attempt's life inside the heal run: performed (:func:`act`: reserved and saved before anything
-runs, audited before and after), then judged by later runs from fresh data (:func:`judge`), and
+runs, its intent audited before), then judged by later runs from fresh data (:func:`judge`), and
 escalations settled once their issue is gone (:func:`settle_escalations`). The transitions are
 :mod:`gpuheal.core.verify`'s; this module performs what it returns on the :class:`Ledger`.
+
+The audit trail gets two lines per attempt (issue 27 item 13; the spec's Audit Trail Format): its intent,
+before anything runs (a kill mid-command leaves its trace), and one line for its outcome — at once when it
+ends in its own run (failed, escalated), else when fresh data judges it (resolved, failed, superseded),
+carrying what it did (steps, evidence, ``detected`` as acted on) kept on the attempt meanwhile. A
+resolved line's ``verification`` is the reading that proved it, after its remedy's own proof held
+(``Remedy.verify``; by default a real completion on the GPU).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from gpuheal.actions.context import Records
+from gpuheal.actions.context import Context, Records
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.ledger import Ledger
 from gpuheal.actions.perform import describe
@@ -20,7 +28,8 @@ from gpuheal.core import rebench, verify
 from gpuheal.core.catalog import primary_action
 from gpuheal.core.heal_state import Attempt
 from gpuheal.core.plan import PlanItem
-from gpuheal.core.remedy import Execution
+from gpuheal.core.remedy import Execution, Proving, Result, completion_proof
+from gpuheal.model import Observation
 from gpuheal.state import files
 
 FAILED_VERIFICATION = {
@@ -56,9 +65,13 @@ def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: 
         ledger.state = ledger.state.with_litellm_restart(ledger.now_s)
     ledger.state = verify.note_restore(ledger.state, item.gpu, [s.effect for s in ex.steps if s.ok and s.effect])
     attempt = verify.transition(attempt, verify.EXECUTION_EVENT[ex.result], ledger.now_s, ex.verification)
+    if ex.result is Result.ACTED:  # its one outcome line is written when fresh data judges it (issue 27 item 13)
+        ledger.state = ledger.state.with_attempt(replace(attempt, outcome=ledger.rec.keep(subject, ex)))
+        ledger.save()  # kept at once: a run killed now still leaves it for that line
+        return
     ledger.state = ledger.state.with_attempt(attempt)
     ledger.rec.outcome(run_id, subject, ex, extra)
-    if ex.result == "escalated":
+    if ex.result is Result.ESCALATED:
         ledger.escalate(subject, ex.escalate_reason or "remediation escalated", ledger.tried(subject), run_id)
 
 
@@ -73,10 +86,11 @@ def _ask_rebench(ledger: Ledger, subject: Subject, ex: Execution, run_id: str) -
 
 def judge(
     ledger: Ledger, effects: Effects, cfg: Config, still_open: OpenIssues, hidden: set[tuple[str, str]],
-    readings: dict[str, Any], tol: float,
+    obs: Observation, readings: dict[str, Any], tol: float, records: Records,
 ) -> None:
-    """Judge the open attempts of earlier runs from this run's fresh data: resolved (only after a real
-    completion), failed (its window passed, still broken, or a re-benchmark disproved it), superseded."""
+    """Judge the open attempts of earlier runs from this run's fresh data: resolved (only once its
+    remedy's proof holds: :func:`prove`), failed (its window passed, still broken, or a re-benchmark
+    disproved it), superseded. ``obs``: this run's poll; ``readings``: its per-GPU document."""
     book = ledger.store.read(files.REBENCH, {})
     for attempt in list(ledger.state.attempts.values()):
         issue = still_open.get((attempt.gpu, attempt.issue))
@@ -85,32 +99,65 @@ def judge(
             event = verify.STILL_BROKEN if rebench.disproved(book, attempt.gpu, attempt.issue, attempt.run_id) else None
         if event is None:
             continue
-        found = verify.resolution(attempt, ledger.now_s) if event == verify.ISSUE_CLEARED else None
-        if found is not None and attempt.gpu in cfg.aliases:
-            completion = effects.prove(attempt.gpu)  # resolved only after a real completion
-            if not completion.get("ok"):
+        if event == verify.ISSUE_CLEARED:
+            verdict = prove(ledger, effects, cfg, attempt, _proving(attempt, cfg, obs, readings, still_open), records)
+            if not verdict.get("ok"):
                 continue  # still pending: judged again next poll, until its window passes
-            found = {**found, "completion_s": completion["completion_s"], "proof_tok_s": completion["gen_tok_s"]}
-        _judged(ledger, verify.transition(attempt, event, ledger.now_s, found), event, issue, readings)
+            _resolved(ledger, attempt, verdict, readings)
+            continue
+        _judged(ledger, verify.transition(attempt, event, ledger.now_s), attempt, event, issue)
 
 
-def _judged(
-    ledger: Ledger, attempt: Attempt, event: str, issue: dict[str, Any] | None, readings: dict[str, Any]
-) -> None:
-    """Record one judged attempt: resolved with the reading that proved it and its MTTR, or failed."""
+def prove(ledger: Ledger, effects: Effects, cfg: Config, attempt: Attempt, proving: Proving,
+          records: Records) -> Mapping[str, Any]:  # fmt: skip
+    """The remedy's own proof that its fix worked (``Remedy.verify``): by default a real completion on
+    the GPU (:func:`~gpuheal.core.remedy.completion_proof`). A fleet attempt whose rule declares none
+    (the registry refuses such a rule) is never resolved on its issue clearing alone."""
+    remedy = ledger.remedies.get(attempt.issue)
+    ctx = Context(cfg, attempt.gpu, attempt.issue, ledger.now_s, effects.run, ledger.rec.secrets, effects.litellm,
+                  effects.model_health, effects.prove, records)  # fmt: skip
+    if remedy is not None and remedy.verify is not None:
+        return remedy.verify(proving, ctx)
+    if attempt.gpu in cfg.aliases:
+        return completion_proof(ctx)
+    return {"ok": False, "error": f"{attempt.issue} declares no verify for a fix that has no GPU to complete on"}
+
+
+def _proving(attempt: Attempt, cfg: Config, obs: Observation, readings: dict[str, Any],
+             still_open: OpenIssues) -> Proving:  # fmt: skip
+    from gpuheal.source_kinds import home
+
+    def endpoint(alias: str) -> str | None:
+        got = readings.get(alias)
+        state = got.get("endpoint") if isinstance(got, dict) else None
+        return state if isinstance(state, str) else None
+
+    firing = frozenset(k for k, i in still_open.items() if i.get("state") in ("firing", "verifying"))
+    return Proving(attempt.gpu, attempt.issue, home(obs.source), obs.monitor_ok, {a: endpoint(a) for a in cfg.aliases},
+                   firing)  # fmt: skip
+
+
+def _resolved(ledger: Ledger, attempt: Attempt, verdict: Mapping[str, Any], readings: dict[str, Any]) -> None:
+    """The attempt resolved: its one outcome line carries the reading that proved it under ``verification``
+    (the spec's ``{"temp_c": 76, "after_s": 300}``), its remedy's proof and the MTTR (issue 20)."""
+    proved = verify.proof(readings.get(attempt.gpu), verdict, format_iso(ledger.now),
+                          verify.open_for_s(attempt, ledger.now_s))  # fmt: skip
+    done = verify.transition(attempt, verify.ISSUE_CLEARED, ledger.now_s, proved)
+    timing_s = verify.mttr(ledger.state, attempt, ledger.now_s)
+    subject = Subject(attempt.gpu, attempt.issue, attempt.since)
+    ledger.state = ledger.state.with_attempt(done)
+    ledger.rec.verified(subject, attempt, proved, ledger.attempts(subject), timing_s, shown=proved)
+
+
+def _judged(ledger: Ledger, done: Attempt, attempt: Attempt, event: str, issue: dict[str, Any] | None) -> None:
+    """Record one attempt judged failed (its one outcome line, with what was still seen) or superseded."""
     subject = Subject(attempt.gpu, attempt.issue, attempt.since, (issue or {}).get("detected") or {})
-    if event == verify.ISSUE_CLEARED:
-        # the resolved record carries the reading that proved the fix and the MTTR (issue 20)
-        proved = verify.proof(readings.get(attempt.gpu), attempt.verification, format_iso(ledger.now))
-        subject = Subject(attempt.gpu, attempt.issue, attempt.since, proved)
-        timing_s = verify.mttr(ledger.state, attempt, ledger.now_s)
-        run_id = attempt.run_id or ledger.run_id()
-        ledger.rec.verified(run_id, subject, attempt, ledger.attempts(subject), timing_s)
-    elif event in FAILED_VERIFICATION:  # (superseded: the new occurrence gets attempts of its own)
-        why = {"still_open_after_s": verify.open_for_s(attempt, ledger.now_s),
-               "detected": (issue or {}).get("detected")}  # fmt: skip
-        ledger.rec.not_verified(attempt.run_id or ledger.run_id(), subject, attempt, why, FAILED_VERIFICATION[event])
-    ledger.state = ledger.state.with_attempt(attempt)
+    if event in FAILED_VERIFICATION:
+        why = {"still_open_after_s": verify.open_for_s(attempt, ledger.now_s), "seen": (issue or {}).get("detected")}
+        ledger.rec.not_verified(subject, attempt, why, FAILED_VERIFICATION[event])
+    elif event == verify.NEW_OCCURRENCE:  # the new occurrence gets attempts of its own
+        ledger.rec.superseded(subject, attempt, (issue or {}).get("since"))
+    ledger.state = ledger.state.with_attempt(done)
 
 
 def settle_escalations(ledger: Ledger, still_open: set[tuple[str, str]]) -> None:

@@ -137,20 +137,42 @@ class Effects:
                 "gen_tok_s": out.gen_tok_s, "error": out.error}
 
     def _model_health(self, alias: str) -> dict[str, Any]:
-        """Rule 6's verify: LiteLLM's own health check of this GPU's deployment, when LiteLLM is
-        configured and the GPU names its deployment (``litellm_model_id``)."""
+        """Rule 6's verify: LiteLLM's own health check of this GPU's deployments — ``gpus[].litellm_model_id``,
+        else each deployment LiteLLM's ``/model/info`` lists with an ``api_base`` on the GPU's endpoint.
+        unhealthy when one is, healthy when all are; a LiteLLM that is not configured, does not answer or
+        lists no deployment there is "not known" (never "passed": the caller says what that means)."""
         from gpuheal.credentials import env_or_dotenv
         from gpuheal.sources.litellm_admin import model_health
 
         g, lite = self.cfg.gpu(alias), self.cfg.litellm
         if not lite.url:
-            return {"litellm": "not configured"}
-        if not g.litellm_model_id:
-            return {"litellm": "not asked", "litellm_detail": "no gpus[].litellm_model_id for this GPU"}
+            return {"litellm": "not configured", "litellm_detail": "no litellm.url"}
         key = env_or_dotenv(lite.admin_key_env, self.cfg.path)
-        deadline_s = self.cfg.heal.verify_timeout_s
-        seen = model_health(str(lite.url), key, g.litellm_model_id, g.endpoint, deadline_s)
-        return {"litellm": seen.verdict, "litellm_detail": seen.detail} if seen.detail else {"litellm": seen.verdict}
+        ids = (g.litellm_model_id,) if g.litellm_model_id else self._deployments_at(g.endpoint, key)
+        if isinstance(ids, str):
+            return {"litellm": "not known", "litellm_detail": ids}
+        seen = [model_health(str(lite.url), key, mid, g.endpoint, self.cfg.heal.verify_timeout_s) for mid in ids]
+        worst = (next((h for h in seen if h.verdict == "unhealthy"), None)
+                 or next((h for h in seen if h.verdict != "healthy"), None) or seen[0])  # fmt: skip
+        out: dict[str, Any] = {"litellm": worst.verdict, "litellm_model_ids": list(ids)}
+        return {**out, "litellm_detail": worst.detail} if worst.detail else out
+
+    def _deployments_at(self, endpoint: str, admin_key: str | None) -> tuple[str, ...] | str:
+        """The model ids of the deployments LiteLLM routes to ``endpoint`` (at most 8), or why not known."""
+        from gpuheal.core.topology import model_ids_at, read_routes
+        from gpuheal.sources.litellm_admin import AdminProblem, read_model_info
+
+        lite = self.cfg.litellm
+        payload = read_model_info(str(lite.url), admin_key, float(lite.timeout_s))
+        if isinstance(payload, AdminProblem):
+            return payload.line()
+        routes = read_routes(payload)
+        if isinstance(routes, str):
+            return routes
+        ids = model_ids_at(routes, endpoint)
+        if not ids:
+            return f"LiteLLM's /v1/model/info lists no deployment at {endpoint} ({len(routes)} deployments)"
+        return ids[:8]
 
 
 class _RunnerPool:

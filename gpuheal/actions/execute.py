@@ -60,9 +60,10 @@ def run_item(
     if item.gpu != "fleet" and any(ACTIONS[s.action].restarts or ACTIONS[s.action].evidence for s in item.steps):
         ex.evidence.update(gather_host_evidence(item.gpu, cfg, runner, values, min(timeout_s, EVIDENCE_TIMEOUT_S),
                                                 secrets))  # fmt: skip
-    for step in item.steps:
-        if remedy.before_step is not None and remedy.before_step(ex, step, ctx):
+    for planned in item.steps:
+        if remedy.before_step is not None and remedy.before_step(ex, planned, ctx):
             break
+        step, ex.instead = ex.instead or planned, None  # the remedy may run another action in its place
         res = perform(step, values, runner, litellm, step_timeout_s(cfg, ACTIONS[step.action], timeout_s), secrets,
                       cfg)  # fmt: skip
         if not _done(ex, step, res, cfg, verify_restart):

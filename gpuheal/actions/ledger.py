@@ -7,7 +7,7 @@ on one :class:`Ledger`, so none reaches into another's private state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 
 from gpuheal.actions.record import Recorder, Subject
 from gpuheal.core.alerts import AlertQueue
@@ -24,9 +24,9 @@ class Ledger:
         self.rec = Recorder(store, now, secrets, AlertQueue.from_json(store.read(files.ALERTS, {})), remedies)
 
     def run_id(self) -> str:
-        """The next ``gpu-self-heal-YYYYMMDD-NNN`` of this UTC day (the audit trail's id)."""
-        self.state, run_id = self.state.next_run_id(self.now.astimezone(UTC).strftime("%Y%m%d"))
-        return run_id
+        """The next ``gpu-self-heal-YYYYMMDD-NNN`` of this UTC day (the audit trail's id: each attempt
+        and escalation has its own; the state directory numbers them, :meth:`StateDir.next_run_id`)."""
+        return self.store.next_run_id(self.now)
 
     def save(self) -> None:
         self.store.write(files.HEAL, self.state.to_json())

@@ -7,6 +7,7 @@ nothing); the alert queue is the ``alerts.json`` document, saved by the heal ste
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -19,10 +20,11 @@ from gpuheal.core.actions import StepResult
 from gpuheal.core.alerts import AlertQueue
 from gpuheal.core.catalog import ACTIONS, primary_action
 from gpuheal.core.heal_state import Attempt, HealState
+from gpuheal.core.plan import paused_in
 from gpuheal.core.remedy import Execution, Remedy
 from gpuheal.redact import redact
 from gpuheal.state import files
-from gpuheal.state.store import StateDir
+from gpuheal.state.store import StateDir, is_run_id
 
 
 @dataclass(frozen=True)
@@ -108,16 +110,17 @@ class Recorder:
         self.doc(subject, "alert", reason, "escalated")
 
     def outcome(self, run_id: str, subject: Subject, ex: Execution, extra: dict[str, Any]) -> None:
-        """The audit line of an executed attempt: every step, its verification and evidence."""
-        done = [s.action for s in ex.steps] or extra["actions"]
-        steps = [
-            {"action": s.action, "command": s.argv or s.command, "target": s.target, "ok": s.ok, "rc": s.rc,
-             "error": s.error, "output": s.output[-1500:], **({"note": s.note} if s.note else {})}
-            for s in ex.steps
-        ]  # fmt: skip
-        extra = {**extra, "actions": done, "steps": steps, "evidence": ex.evidence or None}
-        self.audit(run_id, subject, primary_action(done), ex.result, "outcome", ex.verification or None,
+        """The one outcome line of an attempt that ended in its own run (failed, escalated): every step,
+        its own check and the evidence."""
+        extra = {**extra, **carried(subject, ex)}
+        extra.pop("detected")
+        self.audit(run_id, subject, primary_action(extra["actions"]), ex.result, "outcome", ex.verification or None,
                    ex.result == "escalated", extra)  # fmt: skip
+
+    def keep(self, subject: Subject, ex: Execution) -> dict[str, Any]:
+        """:func:`carried`, redacted: what an attempt awaiting its verdict keeps in the heal state."""
+        kept: dict[str, Any] = redact(carried(subject, ex), self.secrets)
+        return kept
 
     def step_docs(self, subject: Subject, why: str, ex: Execution) -> None:
         """One ``actions`` entry per executed step: the last one carries the attempt's result."""
@@ -133,24 +136,44 @@ class Recorder:
             self.doc(subject, step.action, step.note or why, result, step.command, step.target, error=error)
 
     def verified(
-        self, run_id: str, subject: Subject, attempt: Attempt, attempts: int, mttr: dict[str, float] | None = None
+        self, subject: Subject, attempt: Attempt, verification: dict[str, Any], attempts: int,
+        mttr: dict[str, float] | None = None, shown: dict[str, Any] | None = None,
     ) -> None:
-        """An attempt whose issue cleared: audited (with ``time_to_detect_s`` / ``time_to_resolve_s``,
-        issue 20), announced (a "resolved" alert), shown."""
+        """An attempt whose issue cleared and whose remedy's proof held: its one outcome line, in the
+        spec's Audit Trail Format — ``detected`` as acted on, ``verification`` the reading that proved it
+        (with ``time_to_detect_s`` / ``time_to_resolve_s``, issue 20) — announced (a "resolved" alert,
+        which shows ``shown``: the proving reading), shown."""
         primary = primary_action(attempt.actions)
-        extra = {"attempt": attempt.n, "actions": list(attempt.actions), **(mttr or {})}
-        self.audit(run_id, subject, primary, "resolved", "verification", attempt.verification, extra=extra)
+        extra = {"attempt": attempt.n, "actions": list(attempt.actions), **_kept(attempt), **(mttr or {})}
+        self.audit(self._run_id(attempt), _acted(subject, attempt), primary, "resolved", "verification", verification,
+                   extra=extra)  # fmt: skip
         summary = f"resolved after {'+'.join(attempt.actions)} (attempt {attempt.n})"
         remedy = self.remedies.get(subject.issue)
         if remedy is None or not remedy.silent:  # Rule 8 tier 1: "no alert", not when it resolves either
-            self.queue(subject, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)], attempts)
+            told = Subject(subject.gpu, subject.issue, subject.since, shown if shown is not None else subject.detected)
+            self.queue(told, "resolved", summary, attempt.run_id, [", ".join(attempt.actions)], attempts)
         self.doc(subject, primary, "verified: the issue cleared", "resolved")
 
-    def not_verified(self, run_id: str, subject: Subject, attempt: Attempt, why: dict[str, Any], text: str) -> None:
-        """An attempt judged failed from fresh data: audited with what was still seen, shown."""
-        primary, extra = primary_action(attempt.actions), {"attempt": attempt.n, "actions": list(attempt.actions)}
-        self.audit(run_id, subject, primary, "failed", "verification", why, extra=extra)
+    def not_verified(self, subject: Subject, attempt: Attempt, why: dict[str, Any], text: str) -> None:
+        """An attempt judged failed from fresh data: its one outcome line, with what was still seen; shown."""
+        primary = primary_action(attempt.actions)
+        extra = {"attempt": attempt.n, "actions": list(attempt.actions), **_kept(attempt)}
+        self.audit(self._run_id(attempt), _acted(subject, attempt), primary, "failed", "verification", why,
+                   extra=extra)  # fmt: skip
         self.doc(subject, primary, text, "failed")
+
+    def superseded(self, subject: Subject, attempt: Attempt, since: str | None) -> None:
+        """An attempt whose issue cleared and came back before a poll could prove or disprove it: its one
+        outcome line says so (the new occurrence gets attempts of its own)."""
+        extra = {"attempt": attempt.n, "actions": list(attempt.actions), **_kept(attempt)}
+        why = {"new_since": since, "note": "the issue cleared and came back before a poll judged this fix"}
+        self.audit(self._run_id(attempt), _acted(subject, attempt), primary_action(attempt.actions), "superseded",
+                   "verification", why, extra=extra)  # fmt: skip
+
+    def _run_id(self, attempt: Attempt) -> str:
+        """The attempt's run id: its outcome line joins its intent under the run that acted."""
+        own = attempt.run_id
+        return own if own is not None and is_run_id(own) else self.store.run_id(self.now)
 
     def restored(self, run_id: str, subject: Subject, why: str, target: str, res: StepResult) -> None:
         """The outcome of one ``restore-load`` (the intent was audited before it ran)."""
@@ -189,17 +212,57 @@ class Recorder:
         alerts.count_clean_cycle(self.alerts, clean, every, self.now_s)
 
 
+CARRIED_MAX_CHARS = 64_000  # an attempt's carried evidence beyond this is cut (heal-state.json stays small)
+
+
+def carried(subject: Subject, ex: Execution) -> dict[str, Any]:
+    """What an executed attempt's one outcome line will carry: ``detected`` as acted on (with what the
+    fix found), every step (its command, answer and output tail) and the evidence. Written at once when
+    the attempt ends in its run; else kept on the attempt (heal state) until fresh data judges it."""
+    steps = [
+        {"action": s.action, "command": s.argv or s.command, "target": s.target, "ok": s.ok, "rc": s.rc,
+         "error": s.error, "output": s.output[-1500:], **({"note": s.note} if s.note else {})}
+        for s in ex.steps
+    ]  # fmt: skip
+    out: dict[str, Any] = {"detected": subject.detected, "actions": [s.action for s in ex.steps] or ex.item.actions,
+                           "steps": steps, "evidence": ex.evidence or None}  # fmt: skip
+    if ex.result == "pending" and ex.verification:
+        out["checked"] = ex.verification  # its own check in the run (a restart's completion)
+    if len(json.dumps(out, default=str)) > CARRIED_MAX_CHARS:
+        out["evidence"] = {"note": f"evidence over {CARRIED_MAX_CHARS} characters was not kept for the verdict"}
+    return out
+
+
+def _kept(attempt: Attempt) -> dict[str, Any]:
+    """The outcome line's steps, evidence and in-run check, as the attempt kept them; an attempt whose run
+    was cut short (or kept by an older release) kept none, and its line says so."""
+    kept = attempt.outcome
+    if kept is None:
+        note = "what its steps did is not known here (its run was interrupted, or an older release ran it)"
+        return {"note": note, **({"checked": attempt.verification} if attempt.verification else {})}
+    return {k: v for k, v in kept.items() if k in ("steps", "evidence", "checked") and v is not None}
+
+
+def _acted(subject: Subject, attempt: Attempt) -> Subject:
+    """``subject`` with ``detected`` as the attempt acted on it (the spec's record), when it kept that."""
+    kept = attempt.outcome or {}
+    detected = kept.get("detected")
+    shown = detected if isinstance(detected, dict) else subject.detected
+    return Subject(subject.gpu, subject.issue, subject.since, shown)
+
+
 def health_doc(
     health: dict[str, Any], state: HealState, rec: Recorder, cfg: Config, now_s: float, apply: bool
 ) -> dict[str, Any]:
     """``gpu-health.json`` as heal leaves it: check's document plus the run's actions, mode,
-    pauses, restart budgets and queued alerts."""
+    pauses (``gpuheal pause``'s and the config's ``gpus[].paused``), restart budgets and queued alerts."""
     health["actions"] = rec.actions
     health["mode"] = "apply" if apply else "dry-run"
-    health["paused"] = {
+    health["paused"] = {  # the config's pauses as `gpuheal pause` shows its own (an operator's, with its reason, wins)
         "fleet": state.paused_fleet.to_json() if state.paused_fleet else None,
-        "gpus": {a: p.to_json() for a, p in state.paused_gpus.items()},
-    }
+        "gpus": {**{a: {"reason": why, "at": None} for a, why in paused_in(cfg).items()},
+                 **{a: p.to_json() for a, p in state.paused_gpus.items()}},
+    }  # fmt: skip
     limit = cfg.heal.max_restarts_per_hour
     health["budgets"] = {
         g.alias: {"restarts_last_hour": state.restarts_in_window(g.alias, now_s), "max_restarts_per_hour": limit}

@@ -19,7 +19,7 @@ from gpuheal.config.model import Config
 from gpuheal.core import verify
 from gpuheal.core.catalog import MITIGATIONS
 from gpuheal.core.heal_state import Mitigation
-from gpuheal.core.plan import NoRestore, restore_action
+from gpuheal.core.plan import NoRestore, paused_in, restore_action
 
 
 def undo_mitigations(
@@ -30,7 +30,7 @@ def undo_mitigations(
     sheds = [i for i, r in ledger.remedies.items() if set(r.steps) & set(MITIGATIONS)]
     hot = {alias for alias, issue in still_open if issue in sheds}
     ledger.state, due = verify.cooldown(
-        ledger.state, hot, set(cfg.aliases), ledger.now_s, cfg.heal.restore_after_s, gpu_filter, tol
+        ledger.state, hot, set(cfg.aliases), ledger.now_s, cfg.heal.restore_after_s, gpu_filter, tol, paused_in(cfg)
     )
     acted = False
     for r in due:

@@ -23,6 +23,7 @@ SSH_PORT = 22  # the SSH well-known port (RFC 4253): a protocol fact, not operat
 PLACEHOLDERS = frozenset({"alias", "host", "endpoint"})
 COMMAND_KEYS = (
     "restart_command",
+    "start_command",
     "memcap_restart_command",
     "shed_load_command",
     "redirect_command",

@@ -262,13 +262,13 @@ def verdict_fields(verdict: Verdict, iso: Callable[[float], str]) -> dict[str, A
             "measured_at": iso(verdict.measured_at_s)}
 
 
-def detected_audit(change: ContextChange, iso: Callable[[float], str]) -> dict[str, Any]:
-    """The audit line of a change seen by a poll: a re-benchmark is now due."""
-    return _audit(change.gpu, iso(change.at_s), {"context_change": change_fields(change, iso)},
+def detected_audit(change: ContextChange, iso: Callable[[float], str], run_id: str) -> dict[str, Any]:
+    """The audit line of a change seen by a poll (``run_id``: the run's that saw it): a re-benchmark is now due."""
+    return _audit(run_id, change.gpu, iso(change.at_s), {"context_change": change_fields(change, iso)},
                   "context-change", PENDING, None, False)
 
 
-def verdict_audit(verdict: Verdict, now_iso: str, iso: Callable[[float], str]) -> dict[str, Any]:
+def verdict_audit(verdict: Verdict, now_iso: str, iso: Callable[[float], str], run_id: str) -> dict[str, Any]:
     """The audit line of a re-benchmark's verdict; a perf loss is the spec's escalation (info: no page)."""
     fields = verdict_fields(verdict, iso)
     proof = {k: fields[k] for k in ("gen_tok_s", "target_tok_s", "ratio_pct", "measured_at")}
@@ -276,12 +276,13 @@ def verdict_audit(verdict: Verdict, now_iso: str, iso: Callable[[float], str]) -
     detected = {"context_change": change_fields(verdict.change, iso), "verdict": verdict.state}
     if verdict.state == PERF_LOSS:
         detected["escalation"] = ESCALATION
-    return _audit(verdict.change.gpu, now_iso, detected, "re-benchmark", result, proof, verdict.state == PERF_LOSS)
+    return _audit(run_id, verdict.change.gpu, now_iso, detected, "re-benchmark", result, proof,
+                  verdict.state == PERF_LOSS)
 
 
-def _audit(gpu: str, at: str, detected: dict[str, Any], action: str, result: str,
+def _audit(run_id: str, gpu: str, at: str, detected: dict[str, Any], action: str, result: str,
            verification: dict[str, Any] | None, escalated: bool) -> dict[str, Any]:
-    return {"run_id": None, "timestamp": at, "gpu": gpu, "issue": "context-window", "detected": detected,
+    return {"run_id": run_id, "timestamp": at, "gpu": gpu, "issue": "context-window", "detected": detected,
             "action": action, "result": result, "verification": verification, "escalated": escalated}
 
 

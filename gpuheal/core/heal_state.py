@@ -10,9 +10,10 @@ The file keeps the format earlier releases wrote (``schema_version`` unchanged):
                         "cool_since": epoch_s}},  # load-side mitigations to undo once cool
      "litellm_restarts": [epoch_s, ...],   # circuit-breaker-status.json "last_reset"
      "service_restarts": {"litellm" | "gpu-monitor": [epoch_s, ...]},  # their restart budget
-     "run_seq": {"day": "YYYYMMDD", "n": int}}
+     "run_seq": {"day": "YYYYMMDD", "n": int}}  # the run id counter before run-ids.json: kept as read
     ATTEMPT = {"key", "gpu", "issue", "since", "n", "actions": [...], "status" (core/verify.py),
-               "started_at", "verify_by", "run_id", "verification": {...}, "finished_at"}
+               "started_at", "verify_by", "run_id", "verification": {...}, "finished_at",
+               "outcome": {"detected", "steps", "evidence"}}  # only while the attempt awaits its verdict
 
 Reading is field by field (contract: a corrupt state file is survived): a damaged value — a wrong
 type, NaN, a 400-digit integer — loses that value only, never the run and never the rest of the
@@ -83,6 +84,8 @@ class Attempt:
     run_id: str | None = None
     verification: dict[str, Any] | None = None
     finished_at: float | None = None
+    # what its one outcome line will carry (detected, steps, evidence), kept while it awaits its verdict
+    outcome: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, key: str, value: Any) -> Attempt | None:
@@ -105,6 +108,7 @@ class Attempt:
             run_id=_text(value.get("run_id")),
             verification=verification if isinstance(verification, dict) else None,
             finished_at=num(value.get("finished_at")),
+            outcome=value["outcome"] if isinstance(value.get("outcome"), dict) else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -117,7 +121,7 @@ class Attempt:
             "actions": list(self.actions),
             "status": self.status,
         }
-        for name in ("started_at", "verify_by", "run_id", "verification", "finished_at"):
+        for name in ("started_at", "verify_by", "run_id", "verification", "finished_at", "outcome"):
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         return out
@@ -215,7 +219,7 @@ class HealState:
     active: dict[str, Mitigation] = field(default_factory=dict)
     litellm_restarts: tuple[float, ...] = ()
     service_restarts: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    run_day: str | None = None
+    run_day: str | None = None  # run_seq, as read (the state directory numbers runs now, state/store.py)
     run_n: int = 0
 
     @classmethod
@@ -330,11 +334,6 @@ class HealState:
         return replace(
             self, attempts=kept, restarts=recent(self.restarts), service_restarts=recent(self.service_restarts)
         )
-
-    def next_run_id(self, day: str) -> tuple[HealState, str]:
-        """``gpu-self-heal-YYYYMMDD-NNN``: numbered per UTC day across runs (the audit trail's id)."""
-        n = (self.run_n if self.run_day == day else 0) + 1
-        return replace(self, run_day=day, run_n=n), f"gpu-self-heal-{day}-{n:03d}"
 
 
 def empty_state() -> dict[str, Any]:

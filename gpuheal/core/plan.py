@@ -2,7 +2,8 @@
 
 Guards, in order, before any action (issue 4, design "Budgets and blast radius"):
 
-1. paused — an operator paused the fleet or this GPU (maintenance);
+1. paused — an operator paused the fleet or this GPU (maintenance): ``gpuheal pause``, or the GPU's
+   ``gpus[].paused: true`` in the config — the same guard either way (:func:`paused_reason`);
 2. escalated — after an escalation, nothing more for that (gpu, issue) until it resolves or an
    operator clears it;
 3. verifying — an attempt for this issue is still being verified: no new attempt on top of it;
@@ -48,10 +49,27 @@ from gpuheal.core.remedy import NO_REMEDY, Guard, Incident, Planning, Remedy
 from gpuheal.core.verify import FAILURES, OPEN
 from gpuheal.source_kinds import configured
 
-__all__ = ["PlanItem", "empty_state", "normalise_state", "plan", "resolve_action"]
+__all__ = ["CONFIG_PAUSE", "PlanItem", "empty_state", "normalise_state", "paused_in", "paused_reason", "plan",
+           "resolve_action"]
 
 Actions = Mapping[str, ActionSpec]
 LOAD_ACTIONS = frozenset({"shed-load", "redirect-traffic", "restore-load"})
+CONFIG_PAUSE = "gpus[].paused in the config"  # the reason a GPU paused in the config is shown with
+
+
+def paused_in(cfg: Config) -> dict[str, str]:
+    """The GPUs the config pauses (``gpus[].paused: true``), each with the reason shown for it."""
+    return {g.alias: CONFIG_PAUSE for g in cfg.gpus if g.paused}
+
+
+def paused_reason(state: HealState, cfg: Config, gpu: str) -> str | None:
+    """Why healing of ``gpu`` ("fleet": the fleet's own issues) is paused, or ``None``. The config's
+    ``gpus[].paused`` pauses a GPU exactly as ``gpuheal pause --gpu`` does: a paused GPU gets no
+    action and no escalation (an operator's own pause, with its reason, is shown first)."""
+    own = state.paused_reason(gpu if gpu != "fleet" else "")
+    if own or gpu not in (configured := paused_in(cfg)):
+        return own
+    return f"{gpu} paused ({configured[gpu]})"
 
 
 @dataclass(frozen=True)
@@ -187,7 +205,7 @@ def _plan_one(
 
     if remedy.recommend:
         return held("recommend", issue.get("summary") or "recommendation")
-    reason = state.paused_reason(gpu if gpu != "fleet" else "")
+    reason = paused_reason(state, cfg, gpu)
     if reason:
         return held("blocked", reason)
     esc = state.escalated.get(f"{gpu}/{issue_id}")

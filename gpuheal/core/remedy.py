@@ -18,11 +18,21 @@ each hook enters, in order:
    joins the open thermal incident of its GPU);
 3. ``before_step(ex, step, ctx)`` → bool — as the attempt runs, before each step; True ends the attempt
    (Rule 2's attribution decides restart, kill or escalate; Rule 6.1 looks whether llama-server runs);
+   setting ``ex.instead`` runs that action in the step's place (Rule 6: a llama-server that is not
+   running is started, one that hangs is restarted);
 4. ``conclude(ex, ctx)`` — after the steps: what the attempt's own checks conclude (Rule 4's three
    checks, and the re-benchmark a restored power limit asks for; Rule 6's LiteLLM health, and its
    escalation when the host cannot be reached over SSH);
 5. ``follow_up(followed)`` → :data:`FollowUp` steps — pure, for advice heal never acts on: what it
    says about it, run after run (Rule 10's alert, its 24 h verify and its 48 h alias audit).
+
+And in a later run, when the attempt's issue cleared: ``verify(proving, ctx)`` → a verdict (``ok`` and
+what proved it, joined to the resolved record's ``verification``): the rule's own proof before the
+attempt is resolved — not ``ok``, and the attempt waits for the next poll, until its window passes.
+Without one, a GPU's fix is proved by a real completion on its llama-server
+(:func:`completion_proof`); a fleet fix has no GPU to complete on, so a fleet rule with steps must
+declare its own (the registry refuses one that does not): Rule 7's "gpu-monitor returns healthy + all
+sidecars reachable".
 
 What a fix found on the way joins what was detected through :attr:`Execution.found` (the audit line
 and the alert carry it); a fix only a benchmark can prove asks for one through
@@ -70,6 +80,7 @@ class Execution:
     escalate_reason: str | None = None
     restarted: bool = False
     rebench: Ask | None = None  # a re-benchmark this fix asks for (core/rebench)
+    instead: Action | None = None  # set by ``before_step``: run this in place of the step (Rule 6: start, not restart)
 
     def ends(self, result: Result, reason: str | None = None) -> None:
         """The attempt ends with ``result``; an escalation says why (``reason``)."""
@@ -84,6 +95,20 @@ class Ran:
 
     argv: tuple[str, ...]
     outcome: CommandOutcome
+
+
+@dataclass(frozen=True)
+class Proving:
+    """What a ``verify`` hook sees: the attempt whose issue cleared, and this run's poll — whether the
+    configured data source answered usable (``source_ok``; ``None``: no such source), each configured
+    GPU's direct ``/health`` probe (``endpoints``: ``None`` = not probed) and the open issues."""
+
+    gpu: str
+    issue: str
+    source: str
+    source_ok: bool | None
+    endpoints: Mapping[str, str | None]
+    firing: frozenset[tuple[str, str]]  # (gpu, issue) firing (or verifying a fix) at this poll, hidden ones too
 
 
 class RemedyContext(Protocol):
@@ -263,6 +288,16 @@ class Remedy:
     before_step: Callable[[Execution, Action, RemedyContext], bool] | None = None
     conclude: Callable[[Execution, RemedyContext], None] | None = None
     follow_up: Callable[[Followed], tuple[FollowUp, ...]] | None = None
+    verify: Callable[[Proving, RemedyContext], Mapping[str, Any]] | None = None
+
+
+def completion_proof(ctx: RemedyContext) -> dict[str, Any]:
+    """The default proof of a GPU's fix (design: "verify with a real completion", issue 20): a real
+    completion on its llama-server. ``ok`` False: not proved this poll."""
+    done = ctx.complete()
+    if not done.get("ok"):
+        return {"ok": False, "error": done.get("error") or "the completion failed"}
+    return {"ok": True, "completion_s": done.get("completion_s"), "proof_tok_s": done.get("gen_tok_s")}
 
 
 NO_REMEDY = Remedy(automatic=False, why_escalate="no remedy known")

@@ -336,3 +336,17 @@ def drift(routes: tuple[Route, ...], gpus: Iterable[tuple[str, str, str | None]]
             moved.append((owner, route))
     unrouted = tuple(alias for alias, _e, _m in gpus if alias not in routed)
     return Drift(tuple(unwatched), unrouted, tuple(moved), hosted)
+
+
+def model_ids_at(routes: Iterable[Route], endpoint: str) -> tuple[str, ...]:
+    """The ids of the deployments whose ``api_base`` is on ``endpoint``'s host and port (Rule 6's
+    "LiteLLM reports model healthy" for a GPU whose config names no ``litellm_model_id``), in LiteLLM's order."""
+    want = split_url(endpoint)
+    if want is None:
+        return ()
+    found: list[str] = []
+    for route in routes:
+        url = split_url(route.api_base)
+        if url is not None and url.host_port == want.host_port and route.model_id and route.model_id not in found:
+            found.append(route.model_id)
+    return tuple(found)

@@ -26,6 +26,7 @@ cool long enough to get their load back (:func:`cooldown`) — are here too, so 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -124,6 +125,8 @@ def transition(attempt: Attempt, event: str, now_s: float, verification: dict[st
     if new is None:
         raise BadTransition(f"attempt {attempt.key}: {event!r} is not allowed while {attempt.status!r}")
     changes: dict[str, Any] = {"status": new}
+    if new not in OPEN:
+        changes["outcome"] = None  # written with its one outcome line: not kept for the week the attempt is
     if verification is not None:
         changes["verification"] = verification
     if event in (EXEC_FAILED, EXEC_ESCALATED):
@@ -158,12 +161,6 @@ def judge(
     return None
 
 
-def resolution(attempt: Attempt, now_s: float) -> dict[str, Any]:
-    """The verification record of a resolved attempt: how long the issue took to clear."""
-    started = attempt.started_at if attempt.started_at is not None else now_s
-    return {**(attempt.verification or {}), "resolved_after_s": round(now_s - started)}
-
-
 # the readings of a GPU that say a fix worked (the spec's resolved record: ``temp_c: 76``, the completion)
 PROOF_FIELDS = ("temp_c", "vram_used_mb", "util_pct", "power_w", "power_limit_w", "endpoint", "metrics", "slots",
                 "n_decode_total", "requests_processing", "failures_60s", "requests_60s")
@@ -189,10 +186,12 @@ def mttr(state: HealState, attempt: Attempt, now_s: float) -> dict[str, float]:
     return out
 
 
-def proof(reading: dict[str, Any] | None, verification: dict[str, Any] | None, at: str) -> dict[str, Any]:
-    """The reading that proved the fix: this poll's values of the GPU, the source and request each came
-    from (issue 19: its ``provenance``, cut to the values shown), and the real completion."""
-    out: dict[str, Any] = {"at": at}
+def proof(reading: dict[str, Any] | None, verdict: Mapping[str, Any] | None, at: str, after_s: int) -> dict[str, Any]:
+    """The resolved record's ``verification`` (the spec's Audit Trail Format: ``{"temp_c": 76, "after_s":
+    300}``): this poll's values of the GPU, the source and request each came from (issue 19: its
+    ``provenance``, cut to the values shown), how long after the fix, and the remedy's own proof
+    (``verdict``: the real completion, Rule 6's LiteLLM health, Rule 7's monitor and sidecars)."""
+    out: dict[str, Any] = {"at": at, "after_s": after_s}
     if isinstance(reading, dict):
         out.update({k: reading[k] for k in PROOF_FIELDS if reading.get(k) is not None})
         origins = reading.get("provenance")
@@ -200,8 +199,7 @@ def proof(reading: dict[str, Any] | None, verification: dict[str, Any] | None, a
             shown = {r: [k for k in keys if k in out] for r, keys in origins.items() if isinstance(keys, list)}
             if any(shown.values()):
                 out["provenance"] = {r: keys for r, keys in shown.items() if keys}
-    if isinstance(verification, dict) and verification.get("completion_s") is not None:
-        out["completion_s"] = verification["completion_s"]
+    out.update({k: v for k, v in (verdict or {}).items() if k != "ok" and v is not None})
     return out
 
 
@@ -264,10 +262,12 @@ def cooldown(
     restore_after_s: float,
     gpu_filter: str | None = None,
     tol: float = timing.TOLERANCE_S,
+    paused: Mapping[str, str] | None = None,
 ) -> tuple[HealState, list[Restore]]:
     """Hysteresis on the undo: a mitigated GPU gets its load back only after it stayed cool for
     ``restore_after_s`` (or the restored load heats it straight back and the issue flaps). A hot
-    GPU starts its cool-down over; a paused or unknown GPU waits. The due ones leave ``active``.
+    GPU starts its cool-down over; a paused (``gpuheal pause``, or ``paused``: the GPUs the config
+    pauses) or unknown GPU waits. The due ones leave ``active``.
     "Cool for ``restore_after_s``" is counted in polls (core/timing, ``tol``), as the rules' holds are."""
     due: list[Restore] = []
     for alias, mitigation in state.active.items():
@@ -276,7 +276,7 @@ def cooldown(
         if alias in hot:
             state = state.with_mitigation(alias, replace(mitigation, cool_since=None))
             continue
-        if state.paused_reason(alias) or alias not in known:
+        if state.paused_reason(alias) or alias in (paused or {}) or alias not in known:
             continue
         cool_since = mitigation.cool_since
         if cool_since is None:

@@ -44,7 +44,8 @@ Adding a rule, exactly (checked by adding one, issue 10):
    why_escalate=...)`` to only alert (escalated to the humans once per occurrence); a fix is
    ``Remedy(steps, ...)`` naming actions of :mod:`gpuheal.core.catalog`, plus ``verify_within_s`` and
    ``escalate_after_failures`` in its defaults, and its special cases as hooks in the rule package's
-   ``remedy.py`` (:mod:`gpuheal.core.remedy` says which, and when each runs); an advice-only rule
+   ``remedy.py`` (:mod:`gpuheal.core.remedy` says which, and when each runs; a fleet rule's fix has no
+   GPU to prove it with a completion, so it declares ``verify=``, its own proof); an advice-only rule
    (severity ``info``) is ``Remedy(recommend=True)``: reported, never acted on nor escalated;
 6. its tests: a golden trace under ``tests/traces/`` or cases in a ``tests/test_rules_*.py``.
 
@@ -142,8 +143,11 @@ def _declarations_problem(module: Any) -> str | None:
         value = getattr(module, optional, "missing")
         if value is not None and not callable(value):
             return f"{optional} must be a function or None"
-    if not isinstance(getattr(module, "REMEDY", None), Remedy):
+    remedy = getattr(module, "REMEDY", None)
+    if not isinstance(remedy, Remedy):
         return "REMEDY must be a gpuheal.core.remedy.Remedy (what heal does about its issue)"
+    if module.SCOPE == "fleet" and remedy.steps and remedy.automatic and remedy.verify is None:
+        return "a fleet rule's fix has no GPU to prove it with a completion: REMEDY needs verify= (its own proof)"
     return None
 
 

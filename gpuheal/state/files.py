@@ -14,10 +14,11 @@ AUDIT_LOG = "gpu-self-heal-log.jsonl"
 HISTORY = "history.json"          # state/history.py
 # prometheus-trend.json: a source's own memory is named in its declaration (source_kinds/prometheus.py)
 ISSUES = "issues.json"            # core/engine.py: the issue book
-HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses, run counter
+HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses (its run_seq: the old run counter)
 BENCH = "bench-results.json"      # benchdata.py
 ALERTS = "alerts.json"            # alerts.py
 KG_LOG = "knowledge-graph.jsonl"  # kg.py
 WAKE = "wake.json"                # steps/wake.py: the last woken cycle
 REBENCH = "rebench.json"          # core/rebench.py: GPUs whose next benchmark verifies a fix (Rule 4)
 KG_STATE = "kg-state.json"        # kg.py: offset into the audit log, undelivered nodes
+RUN_IDS = "run-ids.json"          # state/store.py: the run id counter of this UTC day {"day", "n"}

@@ -1,5 +1,11 @@
 """The state directory: an exclusive lock, atomic JSON files, an append-only audit trail.
 
+The audit trail is appended here and nowhere else, and every line is checked as it is appended
+(contract "Audit trail"): ``timestamp, gpu, issue, action, result, run_id``, the id in the form
+``gpu-self-heal-YYYYMMDD-NNN``, whichever command writes it (:meth:`StateDir.append_lines`). The ids
+are numbered per UTC day across runs (:meth:`StateDir.next_run_id`); a command with no id of its own
+takes this run's (:meth:`StateDir.run_id`), allocated at its first line.
+
 Contract ("State directory"): writes are atomic (temp file, fsync, rename, fsync of the
 directory), a run never leaves a half-written file, two runs never act at once (``flock`` on
 ``.lock``; a second run waits ``lock_wait_s`` then gives up with :class:`StateLockedError`), a
@@ -13,16 +19,60 @@ import errno
 import fcntl
 import json
 import os
+import re
 import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpuheal.atomic import WRITE_STEP, write_atomic
 from gpuheal.errors import GpuhealError, StateLockedError
+from gpuheal.state import files
 
 SCHEMA_VERSION = 1
 LOCK_FILE = ".lock"
+AUDIT_FIELDS = ("timestamp", "gpu", "issue", "action", "result", "run_id")  # contract "Audit trail"
+AUDIT_RESULTS = frozenset({"pending", "resolved", "failed", "escalated", "superseded", "started"})
+RUN_ID = re.compile(r"gpu-self-heal-(\d{8})-(\d{3,})")
+TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")  # ISO 8601 with its zone
+MAX_RUNS_A_DAY = 10**6  # a stored counter beyond this is damage, not a day's runs
+
+
+class AuditLineError(ValueError):
+    """A line that is not in the contract's audit form: a programming error, never written."""
+
+
+def is_run_id(value: object) -> bool:
+    """Whether ``value`` is a run id in the contract's form (``gpu-self-heal-YYYYMMDD-NNN``)."""
+    return isinstance(value, str) and RUN_ID.fullmatch(value) is not None
+
+
+def audit_problem(record: object) -> str | None:
+    """What keeps ``record`` from being an audit line (contract "Audit trail"), or ``None``."""
+    if not isinstance(record, dict):
+        return f"an audit line is an object, not {type(record).__name__}"
+    for key in AUDIT_FIELDS:
+        value = record.get(key)
+        if not isinstance(value, str) or not value:
+            return f"audit line without {key!r} (got {value!r:.80})"
+    if not is_run_id(record["run_id"]):
+        return f"run_id {record['run_id']!r:.80} is not gpu-self-heal-YYYYMMDD-NNN"
+    if TIMESTAMP.fullmatch(record["timestamp"]) is None:
+        return f"timestamp {record['timestamp']!r:.80} is not ISO 8601 with its zone"
+    if record["result"] not in AUDIT_RESULTS:
+        return f"result {record['result']!r:.80} is not one of {', '.join(sorted(AUDIT_RESULTS))}"
+    return None
+
+
+def _run_seq(doc: object) -> tuple[str, int] | None:
+    """A stored ``{"day": "YYYYMMDD", "n": N}``; ``None`` when it is not one."""
+    if not isinstance(doc, dict):
+        return None
+    day, n = doc.get("day"), doc.get("n")
+    if not (isinstance(day, str) and re.fullmatch(r"\d{8}", day)) or type(n) is not int or not 0 <= n < MAX_RUNS_A_DAY:
+        return None
+    return day, n
 
 
 def _buffered(chunks: Iterable[str]) -> Iterator[str]:
@@ -47,6 +97,7 @@ class StateDir:
         self.lock_wait_s = lock_wait_s
         self.warnings: list[str] = []
         self._lock_fd: int | None = None
+        self._run_id: str | None = None
 
     # ------------------------------------------------------------------ lock
     def __enter__(self) -> StateDir:
@@ -176,9 +227,37 @@ class StateDir:
         finally:
             os.close(dir_fd)
 
+    # ------------------------------------------------------------------ run ids
+    def next_run_id(self, now: datetime) -> str:
+        """A new ``gpu-self-heal-YYYYMMDD-NNN``: numbered per UTC day of ``now`` across runs and
+        commands (``run-ids.json``; before it existed the counter was ``heal-state.json``'s
+        ``run_seq``, read once to carry on from it). A damaged counter starts the day over."""
+        day = now.astimezone(UTC).strftime("%Y%m%d")
+        seq = _run_seq(self.read(files.RUN_IDS, None))
+        if seq is None:
+            heal = self.read(files.HEAL, None)
+            seq = _run_seq(heal.get("run_seq") if isinstance(heal, dict) else None)
+        n = (seq[1] if seq is not None and seq[0] == day else 0) + 1
+        self.write(files.RUN_IDS, {"day": day, "n": n})
+        return f"gpu-self-heal-{day}-{n:03d}"
+
+    def run_id(self, now: datetime) -> str:
+        """This run's id, for the lines a command writes without one of their own (``check``'s and
+        ``bench``'s Rule 9 lines, ``wake``'s ``heal-cycle``): allocated at the first, then the same."""
+        if self._run_id is None:
+            self._run_id = self.next_run_id(now)
+        return self._run_id
+
     # ------------------------------------------------------------------ JSON lines
     def append_lines(self, name: str, records: list[dict[str, Any]]) -> None:
-        """Append whole JSON lines to ``name`` in the state directory (:func:`append_json_lines`)."""
+        """Append whole JSON lines to ``name`` in the state directory (:func:`append_json_lines`).
+        The audit trail's lines are checked first (:func:`audit_problem`): one that is not in the
+        contract's form raises :class:`AuditLineError` and nothing is written."""
+        if name == files.AUDIT_LOG:
+            for record in records:
+                problem = audit_problem(record)
+                if problem:
+                    raise AuditLineError(problem)
         warning = append_json_lines(self.path / name, records)
         if warning:
             self.warnings.append(f"{name}: {warning}")

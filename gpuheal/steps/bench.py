@@ -36,7 +36,7 @@ from gpuheal.errors import GpuhealError
 from gpuheal.model import ERR_UNAUTHORIZED
 from gpuheal.sources.llama_server import benchmark_inference
 from gpuheal.state import files
-from gpuheal.state.store import StateDir
+from gpuheal.state.store import StateDir, is_run_id
 
 if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
     from gpuheal.core.rule import Rule
@@ -191,8 +191,8 @@ def command(rt, store: StateDir, gpu: str | None = None):
 def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, regressions: dict) -> dict[str, Any]:
     """Take the re-benchmark marks of the GPUs benchmarked now (``rebench.json``, set by ``heal``
     after a fix only a benchmark can prove) and write what each result proved to the audit trail,
-    under the run id of the heal run that applied the fix (Rule 4: "Verify: benchmark returns to
-    within 10% of baseline")."""
+    under the run id of the heal run that applied the fix — this run's when the mark has none in the
+    contract's form (Rule 4: "Verify: benchmark returns to within 10% of baseline")."""
     from gpuheal.core import rebench
 
     doc, took = rebench.taken(store.read(files.REBENCH, {}), [r["gpu"] for r in results])
@@ -206,8 +206,10 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
         floor = 1 - within if isinstance(within, int | float) and not isinstance(within, bool) else None
         out[gpu] = rebench.proof(mark, r, regressions.get(gpu, {}).get("baseline_tok_sec"), floor)
         verdict = {True: "resolved", False: "failed"}.get(out[gpu]["within_threshold"], "pending")
-        line = {"run_id": mark.get("attempt") or None, "timestamp": format_iso(now), "gpu": gpu,
-                "issue": mark["issue"], "detected": {}, "action": mark.get("action"), "result": verdict,
+        run_id = mark.get("attempt") if is_run_id(mark.get("attempt")) else store.run_id(now)  # the fix's run
+        action = mark.get("action") if isinstance(mark.get("action"), str) and mark["action"] else "re-benchmark"
+        line = {"run_id": run_id, "timestamp": format_iso(now), "gpu": gpu,
+                "issue": mark["issue"] or "unknown", "detected": {}, "action": action, "result": verdict,
                 "verification": out[gpu], "escalated": False, "phase": "rebench"}  # fmt: skip
         store.append_lines(files.AUDIT_LOG, [line])
         if verdict == "failed":  # the next heal fails the attempt this was verifying

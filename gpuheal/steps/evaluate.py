@@ -167,7 +167,7 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
     store.write(files.ISSUES, book.to_json())
-    _audit_context_changes(store, book.memory, now.timestamp())
+    _audit_context_changes(store, book.memory, now)
     if bench_changed:
         store.write(files.BENCH, bench)
     store.write_raw(files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}})
@@ -191,7 +191,8 @@ def evaluate_bench_full(
     if news:
         from gpuheal.clock import format_iso
 
-        store.append_lines(files.AUDIT_LOG, [context_change.verdict_audit(v, format_iso(now), iso) for v in news])
+        run_id, at = store.run_id(now), format_iso(now)
+        store.append_lines(files.AUDIT_LOG, [context_change.verdict_audit(v, at, iso, run_id) for v in news])
     if verdicts_out is not None:
         verdicts_out.extend(context_change.verdict_fields(v, iso) for v in verdicts)
     return ev
@@ -206,8 +207,9 @@ def settle_context_changes(cfg: Config, memory: Memory, bench: dict[str, Any]) -
     return context_change.settle(memory, lambda alias: benchdata.results(bench, alias), floor_ratio, cfg.aliases)
 
 
-def _audit_context_changes(store: StateDir, memory: Memory, now_s: float) -> None:
+def _audit_context_changes(store: StateDir, memory: Memory, now: datetime) -> None:
     """The audit line of each context change this poll saw (from, to, when): a re-benchmark is due."""
-    seen = context_change.awaiting(memory, seen_at_s=now_s)
+    seen = context_change.awaiting(memory, seen_at_s=now.timestamp())
     if seen:
-        store.append_lines(files.AUDIT_LOG, [context_change.detected_audit(c, iso) for c in seen.values()])
+        run_id = store.run_id(now)
+        store.append_lines(files.AUDIT_LOG, [context_change.detected_audit(c, iso, run_id) for c in seen.values()])

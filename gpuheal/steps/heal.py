@@ -6,8 +6,8 @@ run, in order (:meth:`Heal.run`):
 
 1. lets each remedy keep what its fix will need from its open issues (its ``track`` hook), then
    judges the open attempts of earlier runs from this run's fresh data (:mod:`gpuheal.actions.attempts`:
-   resolved when the issue cleared, failed when its window passed or a re-benchmark disproved it,
-   superseded by a new occurrence);
+   resolved when the issue cleared and its remedy's proof holds, failed when its window passed or a
+   re-benchmark disproved it, superseded by a new occurrence — one audit line for each outcome);
 2. plans the firing issues with every guard (:mod:`gpuheal.core.plan`, each remedy's ``guard`` included);
 3. executes each ``act`` item (:mod:`gpuheal.actions.execute`), escalates the rest, and follows up the
    advice it never acts on (a remedy's ``follow_up``);
@@ -69,8 +69,8 @@ class Heal:
         try:
             if self.apply:  # 1. keep what the fixes need, judge earlier attempts from this run's data
                 self._track(still_open)
-                attempts.judge(self.ledger, self.effects, self.cfg, still_open, set(hidden), health.get("gpus") or {},
-                               self.tol)  # fmt: skip
+                attempts.judge(self.ledger, self.effects, self.cfg, still_open, set(hidden), result.obs,
+                               health.get("gpus") or {}, self.tol, self.records)  # fmt: skip
                 attempts.settle_escalations(self.ledger, set(still_open))
             for item in plan(result.issues, self.ledger.state, self.cfg, self.now_s, gpu_filter, issue_filter,
                              remedies=REMEDIES, tol=self.tol, records=self.records.all()):  # fmt: skip

@@ -148,7 +148,8 @@ def _redacted(text: str, settings: Settings) -> str:
 
 def _book(store, now: datetime, summary: str, alert: core.LiteLLMAlert | None = None) -> None:
     """The cycle's time and its cause, saved before it runs: a killed cycle still counts. A LiteLLM
-    alert's deployment (its model group, API base and GPU) is named under ``detected.litellm``."""
+    alert's deployment (its model group, API base and GPU) is named under ``detected.litellm``. The
+    ``heal-cycle`` line carries this run's id (contract "Audit trail"); the cycle's own attempts get theirs."""
     from gpuheal.clock import format_iso
     from gpuheal.state import files
 
@@ -156,7 +157,7 @@ def _book(store, now: datetime, summary: str, alert: core.LiteLLMAlert | None = 
     detected: dict[str, object] = {"woken_by": summary}
     if alert is not None:
         detected["litellm"] = alert.to_dict()
-    record = {"run_id": None, "timestamp": format_iso(now), "gpu": "fleet", "issue": "wake",
+    record = {"run_id": store.run_id(now), "timestamp": format_iso(now), "gpu": "fleet", "issue": "wake",
               "detected": detected, "action": "heal-cycle", "result": "started",
               "escalated": False}  # fmt: skip
     store.append_lines(files.AUDIT_LOG, [record])

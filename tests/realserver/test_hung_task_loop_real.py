@@ -164,13 +164,14 @@ def test_a_hung_task_loop_is_seen_fired_at_the_third_poll_restarted_and_proven(r
     actions = [a for a in docs[2]["actions"] if a.get("issue") == "model-stuck"]
     assert [(a["action"], a["result"]) for a in actions] == [("restart-llama-server", "pending")], actions
     assert supervisor.killed, "a hung llama-server ignores SIGTERM: the stop timeout's SIGKILL ended it"
-    audit = [json.loads(line) for line in (tmp_path / "state" / "gpu-self-heal-log.jsonl").read_text().splitlines()]
-    proof = [r for r in audit if r.get("phase") == "outcome" and r.get("action") == "restart-llama-server"][-1]
-    assert proof["verification"]["ok"] is True and proof["verification"]["completion_s"] < 30, proof
     after = _gpuheal(tmp_path, config, "2026-07-18T08:03:01.6Z", "heal", "--apply")
     assert after["gpus"]["real"]["metrics"] == "ok" and _stuck(after) == [], after["issues"]
     audit = [json.loads(line) for line in (tmp_path / "state" / "gpu-self-heal-log.jsonl").read_text().splitlines()]
     assert [r["issue"] for r in audit if r.get("result") == "resolved"] == ["model-stuck"]
+    # the attempt's one outcome line (issue 27 item 13): the restart's own proof, then the proving reading
+    proof = [r for r in audit if r.get("phase") == "verification" and r.get("action") == "restart-llama-server"][-1]
+    assert proof["checked"]["ok"] is True and proof["checked"]["completion_s"] < 30, proof
+    assert proof["verification"]["metrics"] == "ok" and proof["verification"]["completion_s"] is not None, proof
     new = supervisor.new
     r = http.post(new.url + "/completion", json={"prompt": "hello", "n_predict": 4}, headers=new.auth, timeout=30)
     assert r.status_code == 200 and r.json()["timings"]["predicted_n"] == 4

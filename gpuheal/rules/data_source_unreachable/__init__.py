@@ -6,7 +6,8 @@ or lacks a configured GPU, is unusable for the GPUs it lacks (the spec's "return
 
 The sidecar half of Rule 7 is ``host-unreachable`` (one issue per GPU). While firing it inhibits
 the monitor-fed rules: their issues are frozen and hidden — not known, neither healthy nor hot.
-Resolves on the first usable monitor poll. Without gpu-monitor (readings from smi, issue 12) it is
+Resolves on the first usable monitor poll; its restart's attempt is resolved only on Rule 7's verify
+(``remedy.py``: the source healthy and every sidecar reachable). Without gpu-monitor (readings from smi, issue 12) it is
 "not known": each host's smi failure is that GPU's fault.
 """
 
@@ -19,6 +20,7 @@ from gpuheal.core.engine import Finding
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
+from gpuheal.rules.data_source_unreachable import remedy
 from gpuheal.signals import Need, Signal, needs
 from gpuheal.source_kinds import home, spec
 
@@ -62,4 +64,5 @@ def detect(view: FleetView, subject: str, p: Params) -> Detection:
 REMEDY: Final = Remedy(
     ("restart-gpu-monitor",),
     why_escalate="gpu-monitor does not come back after restarts — networking issue (Rule 7)",
+    verify=remedy.verify,  # "gpu-monitor returns healthy + all sidecars reachable" before it is resolved
 )

@@ -67,4 +67,5 @@ REMEDY: Final = Remedy(
     cannot_serve=True,
     before_step=remedy.before_step,
     conclude=remedy.conclude,
+    verify=remedy.verify,
 )

@@ -1,7 +1,7 @@
 """Rule 6.1, "SSH to .15 → check llama-server process": before the restart, look whether the
-process runs. Running but not answering its ``/health`` is the hung case; not running is the down
-case. Rule 6.2's restart is right either way (a hung server is only cured by one); the audit's
-``detected`` records which it was, so the humans see a crash loop apart from a hang.
+process runs. Running but not answering its ``/health`` is the hung case: restarted; not running is the
+down case: started (Rule 6.2, "restart llama-server if not running": :func:`start_argv`). The audit's
+``detected`` records which it was and which ran, so the humans see a crash loop apart from a hang.
 
 How it looks: when the restart command is ``[sudo] systemctl restart UNIT``, ``systemctl is-active
 UNIT`` (the unit is the truth: a process of another unit is not ours); otherwise ``pgrep -af
@@ -53,6 +53,19 @@ def systemd_unit(restart_argv: tuple[str, ...] | None) -> str | None:
     if len(words) != 3 or _program(words[0]) != "systemctl" or words[1] != "restart":
         return None
     return words[2] if not words[2].startswith("-") else None
+
+
+def start_argv(start: tuple[str, ...] | None, restart_argv: tuple[str, ...]) -> tuple[tuple[str, ...], str]:
+    """Rule 6.2's "start llama-server if not running": the command that starts a stopped one, and where
+    it came from — ``gpus[].start_command``; else, for ``[sudo [-n]] systemctl restart UNIT`` (the
+    default), the same words with ``start``; else the restart command itself (a restart of a stopped
+    service starts it: today's behaviour for an operator's own script)."""
+    if start:
+        return tuple(start), "start_command"
+    if systemd_unit(restart_argv) is not None:
+        at = max(i for i, w in enumerate(restart_argv) if w == "restart")
+        return (*restart_argv[:at], "start", *restart_argv[at + 1:]), "systemctl start (from the restart command)"
+    return tuple(restart_argv), "the restart command (no start_command configured)"
 
 
 def _program(word: str) -> str:

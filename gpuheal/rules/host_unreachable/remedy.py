@@ -1,36 +1,64 @@
 """Rule 6's fix, beyond the restart every GPU issue of this kind gets. The hooks of ``REMEDY``
 (:mod:`gpuheal.core.remedy`):
 
-- ``before_step`` (Rule 6.1, "SSH to .15 → check llama-server process"): before the restart, look
-  whether llama-server runs (:mod:`~gpuheal.rules.host_unreachable.look`): hung or down goes into the
-  audit's ``detected``. Only evidence: the restart is right either way (a hung server is only cured by
-  one);
-- ``conclude``: Rule 6's verify, second half — after a restart that proved itself with a real
-  completion, "LiteLLM reports model healthy": an unhealthy verdict fails the attempt; LiteLLM not
-  configured, or not answering, is recorded as such and does not. And Rule 6's escalation: a step that
-  could not reach the host over SSH (host key, refused, auth, timeout) is an infrastructure alert now,
-  not a failed attempt to retry.
+- ``before_step`` (Rule 6.1, "SSH to .15 → check llama-server process"; 6.2 "restart llama-server if not
+  running"): before the restart, look whether llama-server runs (:mod:`~gpuheal.rules.host_unreachable.look`).
+  Not running (down): it is *started* (``gpus[].start_command``; by default ``systemctl start`` of the
+  restart's unit) in the restart's place. Running but not answering (hung), or not known: it is
+  restarted (a hung server is only cured by a restart). ``detected.process`` and the evidence say which
+  case it was and which command ran (``ran``: start | restart); the step's note says it too;
+- ``conclude``: Rule 6's verify, second half — after a start or restart that proved itself with a real
+  completion, "LiteLLM reports model healthy": an unhealthy verdict fails the attempt. LiteLLM not
+  configured or not answering is "not known", never "passed": the attempt says so, and it is judged on the
+  direct probe and a real completion alone. And Rule 6's escalation: a step that could not reach the host
+  over SSH (host key, refused, auth, timeout) is an infrastructure alert now, not a failed attempt to retry;
+- ``verify`` (a later run, when the issue cleared): the same two halves before the attempt is resolved —
+  a real completion, and LiteLLM's health: unhealthy waits for the next poll; not known resolves on the
+  completion alone, and the resolved record says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
 from gpuheal.core.actions import Action, RunCommand
 from gpuheal.core.catalog import ACTIONS
-from gpuheal.core.remedy import Execution, RemedyContext, Result
+from gpuheal.core.remedy import Execution, Proving, RemedyContext, Result, completion_proof
 from gpuheal.rules.host_unreachable import look
 
 UNREACHABLE = ("host key", "refused", "auth", "timeout")  # words of a transport error: the host is not reached
+KNOWN = ("healthy", "unhealthy")
+NOT_KNOWN_MEANS = ("LiteLLM's health of this deployment is not known, which is not a pass: this attempt is judged on "
+                   "the direct /health probe and a real completion alone, never resolved on LiteLLM's answer")
 
 
 def before_step(ex: Execution, step: Action, ctx: RemedyContext) -> bool:
-    """Rule 6.1's look, once, before the restart. Never ends the attempt."""
+    """Rule 6.1's look, once, before the restart; a llama-server that is not running is started instead.
+    Never ends the attempt."""
     if not (isinstance(step, RunCommand) and ACTIONS[step.action].restarts) or "process" in ex.evidence:
         return False
     ran = ctx.run(look.check_argv(step.argv), step.target)
     check = look.judge(list(ran.argv), ran.outcome, ctx.llama_port)
-    ex.evidence["process"] = check.record()
-    ex.found["process"] = check.case()
+    record = check.record()
+    if check.state == look.NOT_RUNNING:
+        argv, source = look.start_argv(ctx.cfg.gpu(ctx.gpu).command("start_command"), step.argv)
+        ex.instead = replace(step, argv=argv, note=f"start: llama-server is not running ({source})")
+        record["ran"], ex.found["process"] = "start", f"{check.case()} → started"
+    else:
+        record["ran"], ex.found["process"] = "restart", f"{check.case()} → restarted"
+    ex.evidence["process"] = record
     return False
+
+
+def litellm_seen(ctx: RemedyContext) -> dict[str, Any]:
+    """LiteLLM's verdict on this GPU's deployment; "not known" (not configured, not answering, no
+    deployment found) carries what that means for the attempt."""
+    seen = dict(ctx.model_health())
+    if seen.get("litellm") not in KNOWN:
+        seen["litellm_means"] = NOT_KNOWN_MEANS
+    return seen
 
 
 def conclude(ex: Execution, ctx: RemedyContext) -> None:
@@ -41,8 +69,20 @@ def conclude(ex: Execution, ctx: RemedyContext) -> None:
         return
     if ex.result is not Result.ACTED or not any(isinstance(s, RunCommand) and s.then for s in ex.item.steps):
         return
-    seen = dict(ctx.model_health())
+    seen = litellm_seen(ctx)
     ex.verification = {**ex.verification, **seen}
     if seen.get("litellm") == "unhealthy":
         ex.result = Result.FAILED
         ex.verification["error"] = f"LiteLLM reports the deployment unhealthy: {seen.get('litellm_detail', '')}"
+
+
+def verify(p: Proving, ctx: RemedyContext) -> Mapping[str, Any]:
+    """Rule 6's verify before the attempt is resolved: "direct health probe returns 200" (the issue
+    cleared on it) and a real completion, "LiteLLM reports model healthy" (unhealthy: not yet)."""
+    proof = completion_proof(ctx)
+    if not proof["ok"]:
+        return proof
+    seen = litellm_seen(ctx)
+    if seen.get("litellm") == "unhealthy":
+        return {**proof, **seen, "ok": False, "error": "LiteLLM reports the deployment unhealthy"}
+    return {**proof, **seen}
