@@ -7,6 +7,7 @@ escalations settled once their issue is gone (:func:`settle_escalations`). The t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpuheal.actions.context import Records
@@ -19,8 +20,9 @@ from gpuheal.config.model import Config
 from gpuheal.core import rebench, verify
 from gpuheal.core.catalog import primary_action
 from gpuheal.core.heal_state import Attempt
+from gpuheal.core.memory import Memory
 from gpuheal.core.plan import PlanItem
-from gpuheal.core.remedy import Execution
+from gpuheal.core.remedy import Execution, Rechecking
 from gpuheal.state import files
 
 FAILED_VERIFICATION = {
@@ -45,8 +47,9 @@ def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: 
     ledger.save()
     extra = {"attempt": item.attempt_no, "actions": item.actions}
     ledger.rec.intent(run_id, subject, item.actions, extra, [describe(s, item.gpu, cfg) for s in item.steps])
-    if item.alert_now:
-        ledger.queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
+    if item.alert_now:  # a state of its own: a later escalation of this occurrence (the fix failed) is news
+        ledger.rec.queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id, [],
+                         ledger.attempts(subject), key=f"acting:{item.since}")
     ex = run_item(item, cfg, effects.run, effects.verify, ledger.rec.secrets, effects.litellm, effects.model_health,
                   now_s=ledger.now_s, records=records, prove=effects.prove)  # fmt: skip
     subject = Subject(subject.gpu, subject.issue, subject.since, {**subject.detected, **ex.found})
@@ -73,10 +76,12 @@ def _ask_rebench(ledger: Ledger, subject: Subject, ex: Execution, run_id: str) -
 
 def judge(
     ledger: Ledger, effects: Effects, cfg: Config, still_open: OpenIssues, hidden: set[tuple[str, str]],
-    readings: dict[str, Any], tol: float,
+    readings: dict[str, Any], tol: float, memory: Memory | None = None,
 ) -> None:
     """Judge the open attempts of earlier runs from this run's fresh data: resolved (only after a real
-    completion), failed (its window passed, still broken, or a re-benchmark disproved it), superseded."""
+    completion), failed (its window passed, still broken, or a re-benchmark disproved it), superseded —
+    or, when its window passed and its remedy's ``recheck`` says the fix is still working, judged again
+    one window later (``memory``: the rules' memory after this run's poll, which the hook reads)."""
     book = ledger.store.read(files.REBENCH, {})
     for attempt in list(ledger.state.attempts.values()):
         issue = still_open.get((attempt.gpu, attempt.issue))
@@ -85,6 +90,8 @@ def judge(
             event = verify.STILL_BROKEN if rebench.disproved(book, attempt.gpu, attempt.issue, attempt.run_id) else None
         if event is None:
             continue
+        if event in FAILED_VERIFICATION and _rechecked(ledger, cfg, attempt, issue, memory or Memory(), tol):
+            continue
         found = verify.resolution(attempt, ledger.now_s) if event == verify.ISSUE_CLEARED else None
         if found is not None and attempt.gpu in cfg.aliases:
             completion = effects.prove(attempt.gpu)  # resolved only after a real completion
@@ -92,6 +99,33 @@ def judge(
                 continue  # still pending: judged again next poll, until its window passes
             found = {**found, "completion_s": completion["completion_s"], "proof_tok_s": completion["gen_tok_s"]}
         _judged(ledger, verify.transition(attempt, event, ledger.now_s, found), event, issue, readings)
+
+
+def _rechecked(
+    ledger: Ledger, cfg: Config, attempt: Attempt, issue: dict[str, Any] | None, memory: Memory, tol: float
+) -> bool:
+    """Whether the remedy's ``recheck`` keeps a verifying attempt whose window passed: then it is judged
+    again one window later (its ``verify_by`` moved on; audited ``pending`` with the reason), not failed."""
+    remedy = ledger.remedies.get(attempt.issue)
+    if remedy is None or remedy.recheck is None or attempt.status != verify.VERIFYING or issue is None:
+        return False
+    found = issue.get("detected")
+    detected: dict[str, Any] = found if isinstance(found, dict) else {}
+    seen = Rechecking(attempt.gpu, attempt.issue, attempt.since, attempt.actions, attempt.started_at, detected,
+                      memory, ledger.now_s, tol, cfg)  # fmt: skip
+    why = remedy.recheck(seen)
+    if why is None:
+        return False
+    params = cfg.rule_params(attempt.issue, attempt.gpu if attempt.gpu in cfg.aliases else None)
+    again_s = ledger.now_s + float(params["verify_within_s"])
+    ledger.state = ledger.state.with_attempt(replace(attempt, verify_by=again_s))
+    subject = Subject(attempt.gpu, attempt.issue, attempt.since, detected)
+    primary = primary_action(attempt.actions)
+    ledger.rec.audit(attempt.run_id or ledger.run_id(), subject, primary, "pending", "verification",
+                     {"still_open_after_s": verify.open_for_s(attempt, ledger.now_s), "recheck": why},
+                     extra={"attempt": attempt.n, "actions": list(attempt.actions)})  # fmt: skip
+    ledger.rec.doc(subject, primary, why, "pending")
+    return True
 
 
 def _judged(
