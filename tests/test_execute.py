@@ -300,7 +300,9 @@ def test_litellm_update_is_an_http_call_not_a_command():
     item = plan([{"gpu": "gpu-a", "issue": "thermal-warning", "state": "firing", "since": "S", "detected": {}}],
                 empty_state(), c, 1e9)[0]
     # weight or rpm, and the value, are read from LiteLLM when it runs (issue 11)
-    assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "auto", None, item.steps[0].note),)
+    assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "auto", None, item.steps[0].note,
+                                        item.steps[0].instead),)
+    assert item.steps[0].instead is not None and item.steps[0].instead.ratio == 0.7  # the cap where LiteLLM cannot
     sent = []
 
     def litellm(update, timeout_s):

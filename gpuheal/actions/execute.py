@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gpuheal.actions.context import Context, Records
 from gpuheal.actions.perform import LiteLLMCall, Runner, perform, run_command, values_for
 from gpuheal.config.model import Config
-from gpuheal.core.actions import Action, RunCommand, StepResult, WaitReady
+from gpuheal.core.actions import Action, LiteLLMUpdate, RunCommand, StepResult, WaitReady
 from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV, MITIGATIONS, ActionSpec
 from gpuheal.core.plan import PlanItem
 from gpuheal.core.remedy import Execution, Result
@@ -65,6 +66,8 @@ def run_item(
             break
         res = perform(step, values, runner, litellm, step_timeout_s(cfg, ACTIONS[step.action], timeout_s), secrets,
                       cfg)  # fmt: skip
+        if isinstance(step, LiteLLMUpdate) and step.instead is not None and res.impossible:
+            res = _instead(res, step.instead, values, runner, timeout_s, secrets, cfg)
         if not _done(ex, step, res, cfg, verify_restart):
             break
     if remedy.conclude is not None:
@@ -81,18 +84,44 @@ def _done(ex: Execution, step: Action, res: StepResult, cfg: Config, verify_rest
         if not res.ok:
             ex.evidence["snapshot_error"] = res.error or f"exit {res.rc}"
         return True  # evidence is best effort: a failed snapshot does not stop the fix
+    if not res.ok and res.impossible and step.action in MITIGATIONS and _shed_already(ex):
+        # the load is already shed another way in this attempt (the power cap): the first response
+        # stands, and what could not be done is said with the attempt's evidence (issue 27 item 7)
+        ex.evidence[f"{step.action}_impossible"] = (res.output.strip() or res.error or "")[:500]
+        return True
     if not res.ok:
         ex.ends(Result.FAILED)
         if res.impossible and step.action in MITIGATIONS and not _load_command(cfg, ex.item.gpu):
             # issue 11: no verification window for a shed that cannot happen and no command of the
             # operator's to fall back on; tell the humans now
-            ex.ends(Result.ESCALATED, f"load shedding through LiteLLM is impossible: {res.output.strip()}")
+            how = "through LiteLLM" if isinstance(step, LiteLLMUpdate) else "by the power cap"
+            said = res.output.strip() if isinstance(step, LiteLLMUpdate) else f"{res.error} {res.output.strip()}"
+            ex.ends(Result.ESCALATED, f"load shedding {how} is impossible: {said.strip()}")
         return False
     if spec.restarts:
         ex.restarted = True
     if isinstance(step, RunCommand) and step.then is not None:
         return _wait_ready(ex, step.then, verify_restart)
     return True
+
+
+def _instead(
+    refused: StepResult, step: Action, values: dict[str, str], runner: Runner, timeout_s: float,
+    secrets: tuple[str, ...], cfg: Config,
+) -> StepResult:
+    """LiteLLM's setup rules its change out (no database, a ``config.yaml`` deployment): the built-in
+    alternative (the power cap) runs instead, and says why. If it fails too, the LiteLLM refusal stands
+    (``impossible``: escalated at once) with the alternative's failure added."""
+    why = refused.output.strip() or refused.error or "LiteLLM cannot change the deployment"
+    done = perform(step, values, runner, None, timeout_s, secrets, cfg)
+    if done.ok:
+        return replace(done, note=f"LiteLLM cannot shed here ({why}): {done.note}")
+    return replace(refused, output=f"{why}; the power cap instead failed too: {done.error}")
+
+
+def _shed_already(ex: Execution) -> bool:
+    """Whether an earlier step of this attempt shed the load and its effect was seen."""
+    return any(s.ok and s.effect and s.action in MITIGATIONS for s in ex.steps[:-1])
 
 
 def step_timeout_s(cfg: Config, spec: ActionSpec, timeout_s: float) -> float:

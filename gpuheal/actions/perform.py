@@ -11,7 +11,15 @@ from dataclasses import replace
 from typing import Any
 
 from gpuheal.config.model import Config
-from gpuheal.core.actions import Action, CommandOutcome, LiteLLMUpdate, RestorePowerLimit, RunCommand, StepResult
+from gpuheal.core.actions import (
+    Action,
+    CapPower,
+    CommandOutcome,
+    LiteLLMUpdate,
+    RestorePowerLimit,
+    RunCommand,
+    StepResult,
+)
 from gpuheal.core.catalog import gpu_flag
 from gpuheal.redact import redact
 
@@ -54,6 +62,10 @@ def perform(
         return run_command(step, values, runner, timeout_s, secrets)
     if isinstance(step, RestorePowerLimit):
         return _restore_power_limit(step, values, runner, timeout_s, secrets)
+    if isinstance(step, CapPower):
+        from gpuheal.actions.power import cap_power
+
+        return cap_power(step, values, runner, timeout_s, secrets)
     shown = describe_update(cfg.litellm.url if cfg is not None else None, step)
     if litellm is None:
         return StepResult(step.action, [], step.target, ok=False, error="no LiteLLM client", command=shown)
@@ -101,7 +113,10 @@ def describe_update(base_url: str | None, step: LiteLLMUpdate) -> str:
 def describe(step: Action, gpu: str, cfg: Config) -> str:
     """The exact command a dry run shows for ``step``."""
     if isinstance(step, LiteLLMUpdate):
-        return describe_update(cfg.litellm.url, step)
+        shown = describe_update(cfg.litellm.url, step)
+        return shown if step.instead is None else f"{shown}; else {describe(step.instead, gpu, cfg)}"
+    if isinstance(step, CapPower):
+        return _describe_cap(step, gpu, cfg)
     template = step.argv if isinstance(step, RunCommand) else step.query_argv
     values = {"alias": gpu, "host": "", "endpoint": ""}
     if gpu != "fleet":
@@ -113,6 +128,16 @@ def describe(step: Action, gpu: str, cfg: Config) -> str:
         argv = list(template)
     where = "" if step.target == "local" else f"ssh {step.target}: "
     return where + shlex.join(argv)
+
+
+def _describe_cap(step: CapPower, gpu: str, cfg: Config) -> str:
+    """A cap as a dry run shows it: read, set, read back (the value is known only when it runs)."""
+    from gpuheal.core import power
+
+    where = "" if step.target == "local" else f"ssh {step.target}: "
+    value = f"{step.watts:g}" if step.watts is not None else f"LIMIT*{step.ratio:g}"
+    setter = [*power.set_argv(step.vendor, step.gpu_index, 0)[:-1], value]
+    return f"{where}{shlex.join(power.query_argv(step.vendor, step.gpu_index))}; {shlex.join(setter)}; read back"
 
 
 def _restore_power_limit(

@@ -261,6 +261,7 @@ class HealConfig:
     shed_rpm_ratio: float
     restore_after_s: float
     redirect_rpm: int
+    shed_power_ratio: float | None = 0.7  # built-in shed-load without LiteLLM: cap the board power at this share
     power_restore: str = "default"  # Rule 4.2: restore a throttled limit to the board's "default" or "max"
     competing_util_pct: float = 90.0  # Rule 4.1: "if >90%, other process is competing"
     leak_attribution_share: float = 0.5  # Rule 2: the grown process's least share of the summed growth

@@ -12,6 +12,9 @@ dispatches on the type:
   call, never disguised as a command;
 - :class:`RestorePowerLimit` — Rule 4.2 built in: read the limits, raise a lowered one to the
   board's default, nothing else;
+- :class:`CapPower` — set a GPU's board power limit with its vendor's tool (``nvidia-smi -pl``, ``rocm-smi
+  --setpoweroverdrive``): a share of the limit in force (the thermal load-side cap, issue 27 item 7) or
+  a value to put back; done only when a read-back shows it (:mod:`gpuheal.core.power`);
 - :class:`WaitReady` — the wait after a llama-server restart: ``/health`` polled up to
   ``heal.reload_wait_s``, then a real completion (Rule 3's verify, inside the run).
 
@@ -45,6 +48,21 @@ class RunCommand:
 
 
 @dataclass(frozen=True)
+class CapPower:
+    """Set the board power limit of one GPU (``vendor``: nvidia | amd; ``gpu_index``: its index on a host
+    with several) on ``target``: ``ratio`` x the limit in force (never below the board's min), or back to
+    ``watts``. Counted only when a read-back of the limit shows it."""
+
+    action: str
+    vendor: str
+    gpu_index: int | None
+    target: str
+    ratio: float | None = None
+    watts: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class LiteLLMUpdate:
     """``field`` ``"auto"`` (shed-load, redirect-traffic): the executor reads the deployment and
     changes ``weight`` when its model group routes by weight, else ``rpm`` (issue 11); a
@@ -55,6 +73,7 @@ class LiteLLMUpdate:
     field: str  # "auto" | "weight" | "rpm"
     value: float | None = None
     note: str = ""
+    instead: CapPower | None = None  # performed when LiteLLM's setup rules the change out (no database)
 
     @property
     def target(self) -> str:
@@ -70,7 +89,7 @@ class RestorePowerLimit:
     restore: str = "default"  # heal.power_restore: the board's default limit, or its max (Rule 4.2)
 
 
-Action = RunCommand | LiteLLMUpdate | RestorePowerLimit
+Action = RunCommand | LiteLLMUpdate | RestorePowerLimit | CapPower
 
 
 class CommandOutcome(Protocol):

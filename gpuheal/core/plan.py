@@ -33,7 +33,7 @@ from typing import Any
 
 from gpuheal.config.model import Config, GpuConfig
 from gpuheal.core import timing
-from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
+from gpuheal.core.actions import Action, CapPower, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
 from gpuheal.core.catalog import (
     ACTIONS,
     POWER_QUERY_ARGV,
@@ -298,18 +298,37 @@ class NoRestore:
     result: str  # "planned": nothing configured to run; "resolved": nothing to undo
 
 
-def restore_action(alias: str, mitigation: Mitigation, cfg: Config, actions: Actions = ACTIONS) -> Action | NoRestore:
-    """What gives a GPU that stayed cool its load back (``restore-load``, step 4 of ``heal``): the
-    configured command, or the LiteLLM values the built-in shed changed put back as they were."""
+def restore_actions(
+    alias: str, mitigation: Mitigation, cfg: Config, actions: Actions = ACTIONS
+) -> tuple[Action, ...] | NoRestore:
+    """What gives a GPU that stayed cool its load back (step 4 of ``heal``): the power limit a thermal
+    cap lowered put back (``restore-power-limit``), then the configured ``restore_load_command``, or the
+    LiteLLM values the built-in shed changed put back as they were (``restore-load``)."""
+    out: list[Action] = []
+    if mitigation.power_w is not None:
+        g = cfg.gpu(alias)
+        out.append(CapPower("restore-power-limit", g.vendor, g.gpu_index, g.host if g.transport == "ssh" else "local",
+                            watts=mitigation.power_w,
+                            note=f"undo the thermal power cap: back to {mitigation.power_w:g} W, read back"))
     step = resolve_action("restore-load", alias, cfg, actions)
-    if step is None:
+    if isinstance(step, LiteLLMUpdate) and mitigation.restore is not None:
+        model_id, field_name, value = mitigation.restore
+        out.append(replace(step, model_id=model_id, field=field_name, value=value))
+    elif step is not None and not isinstance(step, LiteLLMUpdate):
+        out.append(step)
+    if out:
+        return tuple(out)
+    if step is None and any(_configured(a, alias, cfg, actions) for a in mitigation.actions):
         return NoRestore("GPU cooled down; no restore_load_command configured", "planned")
-    if not isinstance(step, LiteLLMUpdate):
-        return step
-    if mitigation.restore is None:  # the built-in shed never changed LiteLLM: nothing to put back
-        return NoRestore("GPU cooled down; LiteLLM was never changed", "resolved")
-    model_id, field_name, value = mitigation.restore
-    return replace(step, model_id=model_id, field=field_name, value=value)
+    return NoRestore("GPU cooled down; nothing gpuheal changed is left to undo", "resolved")
+
+
+def _configured(action: str, alias: str, cfg: Config, actions: Actions) -> bool:
+    spec = actions.get(action)
+    try:
+        return bool(spec and spec.command_key and cfg.gpu(alias).command(spec.command_key))
+    except KeyError:
+        return False
 
 
 def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTIONS) -> Action | None:
@@ -336,7 +355,7 @@ def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTION
     target = g.host if g.transport == "ssh" else "local"
     argv = g.command(spec.command_key) if spec.command_key else None
     if argv is None and action in LOAD_ACTIONS:
-        return _litellm_load(action, g, cfg)
+        return _builtin_load(action, g, cfg)
     note = ""
     if argv is None and spec.fallback is not None:
         instead = actions[spec.fallback]
@@ -353,6 +372,24 @@ def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTION
     if argv is None:
         argv = spec.default_argv
     return RunCommand(action, tuple(argv), target, note) if argv is not None else None
+
+
+def _builtin_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | CapPower | None:
+    """The built-in load action, in this order (issue 27 item 7): LiteLLM's ``/model/update`` where the GPU
+    names its deployment — with the power cap ``instead`` when LiteLLM's setup rules it out (no
+    database) — else, for ``shed-load``, the power cap itself (:mod:`gpuheal.core.power`): what works on
+    the spec's own fleet, LiteLLM from ``config.yaml``, out of the box."""
+    lite = _litellm_load(action, g, cfg)
+    ratio = cfg.heal.shed_power_ratio
+    cap = None
+    if action == "shed-load" and ratio is not None:
+        where = g.host if g.transport == "ssh" else "local"
+        cap = CapPower(action, g.vendor, g.gpu_index, where, ratio=ratio,
+                       note=f"built-in: cap the board power at {ratio:.0%} of its limit, read back; "
+                       "restored after the cool-down")  # fmt: skip
+    if lite is not None:
+        return lite if cap is None else replace(lite, instead=cap)
+    return cap
 
 
 def _litellm_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | None:

@@ -1,0 +1,59 @@
+"""The doctor's proof of the thermal power cap (issue 27 item 7): on each GPU whose ``shed-load`` is the
+built-in power cap (no command and no LiteLLM deployment: the spec's own fleet), read the board's limits
+with the same read-only query the cap starts with, say the cap it would set and that it is within the
+board's range, and whether the commands run as root (``nvidia-smi -pl`` and ``rocm-smi
+--setpoweroverdrive`` need it). Nothing is set.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from gpuheal.core import power
+from gpuheal.core.actions import CapPower
+from gpuheal.doctor import FAIL, OK, WARN, Check
+from gpuheal.parse.values import printable
+
+CHECK = "load shedding (power cap)"
+
+
+def cap_of(cfg: Any, alias: str) -> CapPower | None:
+    """The power cap ``shed-load`` uses on ``alias``; ``None`` when another path comes first (a command,
+    or LiteLLM's, whose own checks say whether it can shed — the cap is then only its fallback)."""
+    from gpuheal.core.plan import resolve_action
+
+    step = resolve_action("shed-load", alias, cfg)
+    return step if isinstance(step, CapPower) else None
+
+
+def power_cap_checks(transport: Any, cfg: Any, alias: str, timeout_s: float) -> list[Check]:
+    """One GPU's proof, over the transport its commands run on (read-only: the limits and ``id -u``)."""
+    cap = cap_of(cfg, alias)
+    if cap is None or cap.ratio is None:
+        return []
+    query = power.query_argv(cap.vendor, cap.gpu_index)
+    out = transport.run(list(query), timeout_s)
+    shown = shlex.join(query)
+    if not out.ok:
+        why = printable(out.stderr or out.describe(), 160)
+        return [Check(alias, CHECK, FAIL, f"{shown}: {why}",
+                      f"install {query[0]} on {cap.target}, check gpus[].gpu_index, or set a shed_load_command")]
+    plan = power.cap_plan(cap.vendor, power.read_limits(cap.vendor, out.stdout, cap.gpu_index), cap.ratio)
+    if plan.before_w is None:
+        return [Check(alias, CHECK, FAIL, f"{shown} answered no power limit ({printable(out.stdout, 80)!r})",
+                      "check gpus[].gpu_index and the vendor, or set a shed_load_command")]
+    if plan.target_w is None:
+        rows = [Check(alias, CHECK, WARN, f"{plan.why}: a cap would lower nothing",
+                      "set a shed_load_command, or give the GPU a LiteLLM deployment to shed")]
+    else:
+        setter = shlex.join(power.set_argv(cap.vendor, cap.gpu_index, plan.target_w))
+        rows = [Check(alias, CHECK, OK, f"would run {setter}: {plan.why}, read back; put back after the "
+                      "cool-down (restore-power-limit)")]  # fmt: skip
+    who = transport.run(["id", "-u"], timeout_s)
+    uid = who.stdout.strip() if who.ok else ""
+    if uid != "0":
+        seen = f"uid {printable(uid, 12)}" if uid else printable(who.stderr or who.describe(), 80)
+        rows.append(Check(alias, "power cap: root", WARN, f"{query[0]} sets a power limit only as root; commands "
+                          f"run as {seen}", "connect as root there (heal.ssh_user / gpus[].ssh_user)"))  # fmt: skip
+    return rows
