@@ -148,8 +148,9 @@ def _restore_power_limit(
     max with ``heal.power_restore: max``), and only when throttled set the target read from the board
     with ``nvidia-smi -pl``, then read it back: the change counts only when the board shows it. A limit
     not known (``[N/A]``, garbage, above the max, a query that failed) changes nothing and fails
-    nothing: the check, kept in ``check``, says "not known" and why. On AMD only the cap in force is
-    read (``rocm-smi --showmaxpower``): rocm-smi prints no default, so it is never "throttled"."""
+    nothing: the check, kept in ``check``, says "not known" and why. On AMD rocm-smi prints the cap in
+    force but no default: the cap is reset to the board's own default and read back
+    (:func:`gpuheal.actions.power.reset_rocm_cap`, issue 27 item 12)."""
     from gpuheal.rules.benchmark_regression.checks import PowerCheck, Verdict, judge_power
     from gpuheal.rules.benchmark_regression.parse import parse_power_limits, parse_rocm_power_cap
 
@@ -161,13 +162,12 @@ def _restore_power_limit(
         unread = PowerCheck(Verdict.NOT_KNOWN, f"power limits not read ({query.error})")
         return replace(query, ok=True, error=None, note=unread.why, check=unread.record())
     if step.query_argv[0] == "rocm-smi":
+        from gpuheal.actions.power import reset_rocm_cap
+
         flag = gpu_flag(step.query_argv)
-        limits = parse_rocm_power_cap(query.output, int(flag[1]) if flag else None)
-        power = judge_power(limits, step.restore)
-        cap = f"cap {limits.current_w:g} W; " if limits and limits.current_w else ""
-        power = replace(power, why=f"{cap}{power.why} (rocm-smi prints no default limit)")
-    else:
-        power = judge_power(parse_power_limits(query.output), step.restore)
+        card = int(flag[1]) if flag else None
+        return reset_rocm_cap(query, parse_rocm_power_cap(query.stdout or query.output, card), step, card, run)
+    power = judge_power(parse_power_limits(query.output), step.restore)
     if power.throttled is not Verdict.YES or power.target_w is None:  # nothing to do, or not known: change nothing
         return replace(query, note=power.why, check=power.record())
     setter = run(("nvidia-smi", *gpu_flag(step.query_argv), "-pl", f"{power.target_w:g}"))

@@ -364,8 +364,8 @@ def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTION
     if argv is None and action == "restore-power-limit":
         restore, query = cfg.heal.power_restore, POWER_QUERY_ARGV if g.vendor == "nvidia" else ROCM_POWER_QUERY_ARGV
         note = f"built-in: back to the {restore} limit, only if it is below it"
-        if g.vendor == "amd":
-            note = "built-in: reads the cap only (rocm-smi prints no default limit); set power_limit_command to restore"
+        if g.vendor == "amd":  # rocm-smi prints no default: reset to the board's own, read back (issue 27 item 12)
+            note = "built-in: rocm-smi --resetpoweroverdrive (the board's default cap), read back"
         return RestorePowerLimit(action, on_gpu(query, g.gpu_index), target, note, restore)
     if argv is None and action == "snapshot-processes":
         argv = on_gpu(default_smi_argv(g.vendor), g.gpu_index)

@@ -630,7 +630,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
     for where, commands in places.items():
         aliases = sorted({a for g in cfg.gpus if Target.for_gpu(g, cfg.heal) == where for a in [g.alias]})
         label = aliases[0] if aliases else (commands[0][0] if commands else "local")
-        n_checks = sum(2 + ("sudo" in argv[:1]) for *_x, argv, _v in commands) + 2 * len(aliases)
+        n_checks = sum(2 + ("sudo" in argv[:1]) for *_x, argv, _v in commands) + 4 * len(aliases)
         deadline = (connect_s if where.kind == "ssh" else 0) + CMD_TIMEOUT_S * max(1, n_checks)
         yield Probe(
             label,
@@ -669,10 +669,11 @@ def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:
     for alias, key, template, values in commands:
         rows += command_checks(transport, alias, key, template, values, checked_sudo)
         checked_sudo = checked_sudo or "sudo" in template[:1]
-    from gpuheal.doctor.power import power_cap_checks
+    from gpuheal.doctor.power import kfd_checks, power_cap_checks
 
-    for alias in aliases:  # shed-load's built-in power cap, proven read-only (issue 27 item 7)
-        rows += power_cap_checks(transport, cfg, alias, CMD_TIMEOUT_S)
+    for alias in aliases:  # the power cap and AMD's per-GPU processes, proven read-only (issue 27 items 7, 12)
+        rows += power_cap_checks(transport, cfg, alias, CMD_TIMEOUT_S) + kfd_checks(transport, cfg, alias,
+                                                                                      CMD_TIMEOUT_S)
     return rows
 
 

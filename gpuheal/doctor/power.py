@@ -57,3 +57,27 @@ def power_cap_checks(transport: Any, cfg: Any, alias: str, timeout_s: float) -> 
         rows.append(Check(alias, "power cap: root", WARN, f"{query[0]} sets a power limit only as root; commands "
                           f"run as {seen}", "connect as root there (heal.ssh_user / gpus[].ssh_user)"))  # fmt: skip
     return rows
+
+
+def kfd_checks(transport: Any, cfg: Any, alias: str, timeout_s: float) -> list[Check]:
+    """On a host with several AMD GPUs (a ``gpu_index``): whether Rules 2 and 4 can tell which processes use
+    this GPU — its KFD ``gpu_id`` (rocm-smi's ``GUID``) and the KFD's process directory (issue 27 item 12)."""
+    from gpuheal.core import kfd
+
+    g = cfg.gpu(alias)
+    if g.vendor != "amd" or g.gpu_index is None:
+        return []
+    argv = kfd.guid_argv(g.gpu_index)
+    out = transport.run(list(argv), timeout_s)
+    gpu_id = kfd.parse_guid(out.stdout, g.gpu_index) if out.ok else None
+    if gpu_id is None:
+        return [Check(alias, "processes per GPU (KFD)", WARN,
+                      f"{shlex.join(argv)} printed no GUID: Rules 2 and 4 cannot tell this GPU's processes from the "
+                      "host's other GPUs' (rocm-smi --showpids sums over all of them)",
+                      "update rocm-smi (its --showproductname prints GUID), or check gpus[].gpu_index")]  # fmt: skip
+    seen = transport.run(["test", "-d", kfd.KFD_PROC], timeout_s)
+    if not seen.ok:
+        return [Check(alias, "processes per GPU (KFD)", WARN, f"{kfd.KFD_PROC} is not there: Rules 2 and 4 cannot "
+                      "tell this GPU's processes from the host's other GPUs'", "load the amdgpu/KFD driver")]
+    return [Check(alias, "processes per GPU (KFD)", OK, f"gpu_id {gpu_id}: each process's VRAM on this GPU from "
+                  f"{kfd.KFD_PROC}/<pid>/vram_{gpu_id}")]
