@@ -110,3 +110,37 @@ def test_a_hot_gpu_behind_a_config_file_litellm_gets_its_power_capped_instead(re
     finally:
         sim_backends.set("gpu-dense", {"temp_c": 55})
         subprocess.run([str(shim), "-pl", str(before)], capture_output=True, timeout=30)
+
+
+def test_a_401_behind_a_config_file_litellm_is_told_with_why_it_stays_in_routing(real_litellm, sim_backends, tmp_path):
+    """Issue 27 item 15 against the real proxy (config.yaml, no database): taking the GPU that answers 401
+    out of LiteLLM's routing is impossible there, so the humans hear it at once, with LiteLLM's reason; the
+    deployment is untouched and the key never written."""
+    raw = sim_backends.config_dict()
+    raw["litellm"] = {"url": real_litellm.url, "timeout_s": 10}
+    for g in raw["gpus"]:
+        g["litellm_model_id"] = g["alias"]
+    config = tmp_path / "gpuheal.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    env = {**os.environ, "LITELLM_MASTER_KEY": real_litellm.master_key, "NO_COLOR": "1"}
+    argv = [str(Path(sys.executable).with_name("gpuheal")), "--config", str(config), "--state-dir", str(tmp_path / "st")]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        env["GPUHEAL_NOW"] = sim_backends.now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        return subprocess.run([*argv, *args], capture_output=True, text=True, env=env, timeout=120)
+
+    sim_backends.apply({"gpu": "gpu-light", "fault": "wrong-key", "api_key": "sk-local-5678"})
+    try:
+        sim_backends.advance(60)
+        assert run("bench", "--gpu", "gpu-light").returncode == 1
+        for _ in range(2):
+            sim_backends.advance(60)
+            assert run("heal", "--apply", "--json").returncode in (0, 1, 2)
+        queue = json.loads((tmp_path / "st" / "alerts.json").read_text())["data"]["queue"]
+        [told] = [a for a in queue if a["gpu"] == "gpu-light" and a["kind"] == "escalated"]
+        assert told["issue"] == "api-key-mismatch" and "config.yaml" in told["summary"], told["summary"]
+        assert la.read_deployment(real_litellm.url, real_litellm.master_key, "gpu-light", 10).weight == 0.15
+        text = (tmp_path / "st" / "gpu-self-heal-log.jsonl").read_text() + json.dumps(queue)
+        assert "sk-local-5678" not in text and real_litellm.master_key not in text
+    finally:
+        sim_backends.apply({"gpu": "gpu-light", "fault": "none"})
