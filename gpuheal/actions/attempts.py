@@ -17,7 +17,7 @@ from gpuheal.actions.perform import describe
 from gpuheal.actions.record import Subject
 from gpuheal.clock import format_iso
 from gpuheal.config.model import Config
-from gpuheal.core import power, rebench, verify
+from gpuheal.core import litellm_config, power, rebench, verify
 from gpuheal.core.catalog import primary_action
 from gpuheal.core.heal_state import Attempt
 from gpuheal.core.memory import Memory
@@ -59,6 +59,7 @@ def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: 
         ledger.state = ledger.state.with_litellm_restart(ledger.now_s)
     changed = [s.effect for s in ex.steps if s.ok and s.effect]
     ledger.state = power.note_restore(verify.note_restore(ledger.state, item.gpu, changed), item.gpu, changed)
+    ledger.state = litellm_config.note_restore(ledger.state, item.gpu, changed)
     attempt = verify.transition(attempt, verify.EXECUTION_EVENT[ex.result], ledger.now_s, ex.verification)
     ledger.state = ledger.state.with_attempt(attempt)
     ledger.rec.outcome(run_id, subject, ex, extra)

@@ -84,19 +84,19 @@ def _done(ex: Execution, step: Action, res: StepResult, cfg: Config, verify_rest
         if not res.ok:
             ex.evidence["snapshot_error"] = res.error or f"exit {res.rc}"
         return True  # evidence is best effort: a failed snapshot does not stop the fix
-    if not res.ok and res.impossible and step.action in MITIGATIONS and _shed_already(ex):
-        # the load is already shed another way in this attempt (the power cap): the first response
-        # stands, and what could not be done is said with the attempt's evidence (issue 27 item 7)
-        ex.evidence[f"{step.action}_impossible"] = (res.output.strip() or res.error or "")[:500]
+    if not res.ok and res.impossible and step.action in MITIGATIONS and (_shed_already(ex) or _later(ex, step)):
+        # another load-side step of this attempt did shed the load, or may still (the power cap, then the
+        # redirect: issue 27 item 7): what could not be done is said with the attempt's evidence
+        ex.evidence[f"{step.action}_impossible"] = _impossible(step, res)[:500]
         return True
     if not res.ok:
         ex.ends(Result.FAILED)
         if res.impossible and step.action in MITIGATIONS and not _load_command(cfg, ex.item.gpu):
             # issue 11: no verification window for a shed that cannot happen and no command of the
-            # operator's to fall back on; tell the humans now
-            how = "through LiteLLM" if isinstance(step, LiteLLMUpdate) else "by the power cap"
-            said = res.output.strip() if isinstance(step, LiteLLMUpdate) else f"{res.error} {res.output.strip()}"
-            ex.ends(Result.ESCALATED, f"load shedding {how} is impossible: {said.strip()}")
+            # operator's to fall back on; tell the humans now (with what the earlier steps could not do)
+            earlier = [f"{k.removesuffix('_impossible')}: {v}" for k, v in ex.evidence.items()
+                       if k.endswith("_impossible")]  # fmt: skip
+            ex.ends(Result.ESCALATED, "; ".join([*earlier, _impossible(step, res)]))
         return False
     if spec.restarts:
         ex.restarted = True
@@ -117,6 +117,20 @@ def _instead(
     if done.ok:
         return replace(done, note=f"LiteLLM cannot shed here ({why}): {done.note}")
     return replace(refused, output=f"{why}; the power cap instead failed too: {done.error}")
+
+
+def _impossible(step: Action, res: StepResult) -> str:
+    """Why a load-side step cannot work in this setup, in one line."""
+    if isinstance(step, LiteLLMUpdate):
+        return f"load shedding through LiteLLM is impossible: {res.output.strip()}"
+    how = "by the power cap" if step.action == "shed-load" else f"({step.action})"
+    return f"load shedding {how} is impossible: {f'{res.error} {res.output.strip()}'.strip()}"
+
+
+def _later(ex: Execution, step: Action) -> bool:
+    """Whether a load-side step comes after ``step`` in this attempt."""
+    steps = list(ex.item.steps)
+    return step in steps and any(s.action in MITIGATIONS for s in steps[steps.index(step) + 1 :])
 
 
 def _shed_already(ex: Execution) -> bool:

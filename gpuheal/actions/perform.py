@@ -17,6 +17,7 @@ from gpuheal.core.actions import (
     CommandOutcome,
     LiteLLMUpdate,
     RestorePowerLimit,
+    RewriteLiteLLM,
     RunCommand,
     StepResult,
 )
@@ -66,6 +67,12 @@ def perform(
         from gpuheal.actions.power import cap_power
 
         return cap_power(step, values, runner, timeout_s, secrets)
+    if isinstance(step, RewriteLiteLLM):
+        from gpuheal.actions.litellm_config import rewrite
+
+        if cfg is None:
+            return StepResult(step.action, [], step.target, ok=False, error="no configuration")
+        return rewrite(step, runner, timeout_s, secrets, cfg)
     shown = describe_update(cfg.litellm.url if cfg is not None else None, step)
     if litellm is None:
         return StepResult(step.action, [], step.target, ok=False, error="no LiteLLM client", command=shown)
@@ -117,6 +124,10 @@ def describe(step: Action, gpu: str, cfg: Config) -> str:
         return shown if step.instead is None else f"{shown}; else {describe(step.instead, gpu, cfg)}"
     if isinstance(step, CapPower):
         return _describe_cap(step, gpu, cfg)
+    if isinstance(step, RewriteLiteLLM):
+        where = "" if step.target == "local" else f"ssh {step.target}: "
+        to = f" to {step.to_alias}" if step.to_alias else ""
+        return f"{where}rewrite {step.path}{to}; {shlex.join(step.restart_argv)}; read back /v1/model/info"
     template = step.argv if isinstance(step, RunCommand) else step.query_argv
     values = {"alias": gpu, "host": "", "endpoint": ""}
     if gpu != "fleet":

@@ -124,6 +124,8 @@ class LiteLLMConfig:
     read_metrics: bool = False  # issue 20: LiteLLM's /metrics per poll as Rule 3's failure ratio
     read_spend_logs: bool = False  # issue 22: Rule 10 from /spend/logs/v2 (needs LiteLLM's database)
     spend_logs_max_rows: int = 20000  # more requests in Rule 10's window: not known
+    config_file: str | None = None  # Rule 1.2 without a database: LiteLLM's config.yaml on litellm.host
+    reload_wait_s: float = 120.0  # after restarting LiteLLM: wait this long for /health/liveliness
 
     def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
         return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"

@@ -171,6 +171,8 @@ class Mitigation:
     # the board power limit before the first thermal power cap (issue 27 item 7), put back by
     # restore-power-limit; None: the power limit was not changed
     power_w: float | None = None
+    # LiteLLM's config file a redirect rewrote (its original kept beside it), put back by restore-load
+    litellm_config: str | None = None
 
     @classmethod
     def from_json(cls, value: Any) -> Mitigation | None:
@@ -185,6 +187,7 @@ class Mitigation:
             num(value.get("cool_since")),
             _restore(value.get("restore")),
             power_w if power_w is not None and 0 < power_w <= MAX_POWER_W else None,  # never a damaged watt
+            _path(value.get("litellm_config")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -200,7 +203,16 @@ class Mitigation:
             out["restore"] = {"model_id": model_id, "field": field_name, "value": value}
         if self.power_w is not None:
             out["power_w"] = self.power_w
+        if self.litellm_config is not None:
+            out["litellm_config"] = self.litellm_config
         return out
+
+
+def _path(value: Any) -> str | None:
+    """An absolute file path as stored (a damaged one is dropped: never a guess at which file to restore)."""
+    if isinstance(value, str) and value.startswith("/") and len(value) <= 4096 and "\x00" not in value:
+        return value
+    return None
 
 
 def _restore(value: Any) -> tuple[str, str, float] | None:

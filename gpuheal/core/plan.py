@@ -33,9 +33,18 @@ from typing import Any
 
 from gpuheal.config.model import Config, GpuConfig
 from gpuheal.core import timing
-from gpuheal.core.actions import Action, CapPower, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
+from gpuheal.core.actions import (
+    Action,
+    CapPower,
+    LiteLLMUpdate,
+    RestorePowerLimit,
+    RewriteLiteLLM,
+    RunCommand,
+    WaitReady,
+)
 from gpuheal.core.catalog import (
     ACTIONS,
+    MITIGATIONS,
     POWER_QUERY_ARGV,
     ROCM_POWER_QUERY_ARGV,
     SERVICE_OF,
@@ -127,7 +136,33 @@ def plan(
                 item = _held(item, f"{', '.join(again)} is already being restarted by this run")
             restarting |= item.restart_targets
         items.append(item)
-    return items
+    return _cooler_targets(items, issues, remedies, state, cfg)
+
+
+def _cooler_targets(
+    items: list[PlanItem], issues: list[dict[str, Any]], remedies: Mapping[str, Remedy], state: HealState, cfg: Config
+) -> list[PlanItem]:
+    """Rule 1.2's "redirect new requests to cooler GPUs": a config-file redirect goes to the first GPU (in
+    config order) with no open issue whose fix sheds load, not paused, not the hot GPU itself; none
+    found, the step says so when it runs (issue 27 item 7)."""
+    hot = {str(i["gpu"]) for i in issues if set(_remedy(remedies, str(i["issue"])).steps) & set(MITIGATIONS)}
+    cool = [g for g in cfg.gpus if g.alias not in hot and not state.paused_reason(g.alias)]
+    out = []
+    for item in items:
+        steps = tuple(_to_cooler(s, item.gpu, cool) for s in item.steps)
+        out.append(item if steps == item.steps else replace(item, steps=steps))
+    return out
+
+
+def _to_cooler(step: Action, gpu: str, cool: list[GpuConfig]) -> Action:
+    target = next((g for g in cool if g.alias != gpu), None)
+    if target is None:
+        return step
+    if isinstance(step, RewriteLiteLLM) and not step.restore:
+        return replace(step, to_alias=target.alias, to_endpoint=target.endpoint)
+    if isinstance(step, LiteLLMUpdate) and isinstance(step.instead, RewriteLiteLLM):
+        return replace(step, instead=replace(step.instead, to_alias=target.alias, to_endpoint=target.endpoint))
+    return step
 
 
 def _remedy(remedies: Mapping[str, Remedy], issue_id: str) -> Remedy:
@@ -310,6 +345,14 @@ def restore_actions(
         out.append(CapPower("restore-power-limit", g.vendor, g.gpu_index, g.host if g.transport == "ssh" else "local",
                             watts=mitigation.power_w,
                             note=f"undo the thermal power cap: back to {mitigation.power_w:g} W, read back"))
+    rewrite = _config_rewrite("restore-load", cfg.gpu(alias), cfg)
+    if mitigation.litellm_config is not None and rewrite is None:
+        return NoRestore(f"GPU cooled down; LiteLLM's {mitigation.litellm_config} still sends its models elsewhere "
+                         "and litellm.config_file / restart_command are not configured now: copy "
+                         f"{mitigation.litellm_config}.gpuheal-orig back and restart LiteLLM", "planned")
+    if mitigation.litellm_config is not None and rewrite is not None:
+        out.append(replace(rewrite, path=mitigation.litellm_config, restore=True,
+                           note="put LiteLLM's config file back (the hot GPU served again), read back"))
     step = resolve_action("restore-load", alias, cfg, actions)
     if isinstance(step, LiteLLMUpdate) and mitigation.restore is not None:
         model_id, field_name, value = mitigation.restore
@@ -374,22 +417,36 @@ def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTION
     return RunCommand(action, tuple(argv), target, note) if argv is not None else None
 
 
-def _builtin_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | CapPower | None:
+def _builtin_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | CapPower | RewriteLiteLLM | None:
     """The built-in load action, in this order (issue 27 item 7): LiteLLM's ``/model/update`` where the GPU
     names its deployment — with the power cap ``instead`` when LiteLLM's setup rules it out (no
     database) — else, for ``shed-load``, the power cap itself (:mod:`gpuheal.core.power`): what works on
     the spec's own fleet, LiteLLM from ``config.yaml``, out of the box."""
     lite = _litellm_load(action, g, cfg)
     ratio = cfg.heal.shed_power_ratio
-    cap = None
+    other: CapPower | RewriteLiteLLM | None = None
     if action == "shed-load" and ratio is not None:
         where = g.host if g.transport == "ssh" else "local"
-        cap = CapPower(action, g.vendor, g.gpu_index, where, ratio=ratio,
-                       note=f"built-in: cap the board power at {ratio:.0%} of its limit, read back; "
-                       "restored after the cool-down")  # fmt: skip
+        other = CapPower(action, g.vendor, g.gpu_index, where, ratio=ratio,
+                         note=f"built-in: cap the board power at {ratio:.0%} of its limit, read back; "
+                         "restored after the cool-down")  # fmt: skip
+    elif action == "redirect-traffic":
+        other = _config_rewrite(action, g, cfg)
     if lite is not None:
-        return lite if cap is None else replace(lite, instead=cap)
-    return cap
+        return lite if other is None else replace(lite, instead=other)
+    return other
+
+
+def _config_rewrite(action: str, g: GpuConfig, cfg: Config) -> RewriteLiteLLM | None:
+    """Rule 1.2 through LiteLLM's ``config.yaml`` (no database): configured by ``litellm.config_file``, with
+    the ``restart_command`` that makes LiteLLM read it and the URL its read-back asks."""
+    lite = cfg.litellm
+    if not (lite.config_file and lite.restart_command and lite.url):
+        return None
+    where = lite.host if lite.transport == "ssh" and lite.host else "local"
+    return RewriteLiteLLM(action, lite.config_file, where, tuple(lite.restart_command), g.endpoint,
+                          note="built-in: LiteLLM's config.yaml sends this GPU's models to a cooler GPU; "
+                          "LiteLLM restarted, read back; put back after the cool-down")  # fmt: skip
 
 
 def _litellm_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | None:

@@ -669,7 +669,10 @@ def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:
     for alias, key, template, values in commands:
         rows += command_checks(transport, alias, key, template, values, checked_sudo)
         checked_sudo = checked_sudo or "sudo" in template[:1]
-    from gpuheal.doctor.power import kfd_checks, power_cap_checks
+    from gpuheal.doctor.power import config_redirect_checks, kfd_checks, power_cap_checks
+
+    if any(key == "litellm.restart_command" for _, key, *_x in commands):  # where LiteLLM runs
+        rows += config_redirect_checks(transport, cfg, CMD_TIMEOUT_S)
 
     for alias in aliases:  # the power cap and AMD's per-GPU processes, proven read-only (issue 27 items 7, 12)
         rows += power_cap_checks(transport, cfg, alias, CMD_TIMEOUT_S) + kfd_checks(transport, cfg, alias,

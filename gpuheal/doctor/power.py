@@ -81,3 +81,39 @@ def kfd_checks(transport: Any, cfg: Any, alias: str, timeout_s: float) -> list[C
                       "tell this GPU's processes from the host's other GPUs'", "load the amdgpu/KFD driver")]
     return [Check(alias, "processes per GPU (KFD)", OK, f"gpu_id {gpu_id}: each process's VRAM on this GPU from "
                   f"{kfd.KFD_PROC}/<pid>/vram_{gpu_id}")]
+
+
+def config_redirect_checks(transport: Any, cfg: Any, timeout_s: float) -> list[Check]:
+    """Rule 1.2 through LiteLLM's config file (``litellm.config_file``), proven read-only where LiteLLM runs:
+    the file reads as LiteLLM's config, each GPU has a deployment there to redirect, and its directory
+    takes the original's copy and the new file (issue 27 item 7). Nothing is written, nothing restarted."""
+    import os
+
+    from gpuheal.config.yamlsafe import load_yaml
+    from gpuheal.core import litellm_config as lc
+    from gpuheal.errors import ConfigError
+
+    path = cfg.litellm.config_file
+    if not path or not cfg.litellm.restart_command or not cfg.litellm.url:
+        return []
+    out = transport.run(["cat", "--", path], timeout_s)
+    if not out.ok:
+        return [Check("litellm", "redirect (config.yaml)", FAIL, f"cannot read {path}: "
+                      f"{printable(out.stderr or out.describe(), 120)}", "fix litellm.config_file")]
+    try:
+        doc = load_yaml(out.stdout, path)
+    except ConfigError as exc:
+        return [Check("litellm", "redirect (config.yaml)", FAIL, printable(exc, 200), "fix litellm.config_file")]
+    rows = []
+    for g in cfg.gpus:
+        other = next((o for o in cfg.gpus if o.alias != g.alias), None)
+        plan = lc.redirect(doc, g.endpoint, other.endpoint) if other is not None else "no other GPU"
+        rows.append(Check(g.alias, "redirect (config.yaml)", WARN, f"{path}: {plan}", "add its deployment to the "
+                          "file, or a redirect_command") if isinstance(plan, str) else  # fmt: skip
+                    Check(g.alias, "redirect (config.yaml)", OK, f"{path} sends {', '.join(plan.groups)} here: when "
+                          "hot, sent to a cooler GPU, LiteLLM restarted, read back; put back after the cool-down"))
+    writable = transport.run(["test", "-w", os.path.dirname(path) or "/"], timeout_s)
+    if not writable.ok:
+        rows.append(Check("litellm", "redirect (config.yaml)", FAIL, f"{os.path.dirname(path)} is not writable "
+                          "where LiteLLM runs", "let gpuheal's user write the config file's directory"))
+    return rows
