@@ -419,9 +419,11 @@ def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTION
 
 def _builtin_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | CapPower | RewriteLiteLLM | None:
     """The built-in load action, in this order (issue 27 item 7): LiteLLM's ``/model/update`` where the GPU
-    names its deployment — with the power cap ``instead`` when LiteLLM's setup rules it out (no
-    database) — else, for ``shed-load``, the power cap itself (:mod:`gpuheal.core.power`): what works on
-    the spec's own fleet, LiteLLM from ``config.yaml``, out of the box."""
+    names its deployment — with the alternative ``instead`` when LiteLLM's setup rules it out (no
+    database) — else the alternative itself: for ``shed-load`` the power cap (:mod:`gpuheal.core.power`),
+    what works on the spec's own fleet out of the box; for ``redirect-traffic`` LiteLLM's config file
+    rewritten to send the GPU's models to a cooler GPU (:mod:`gpuheal.core.litellm_config`), when
+    ``litellm.config_file`` says where it is."""
     lite = _litellm_load(action, g, cfg)
     ratio = cfg.heal.shed_power_ratio
     other: CapPower | RewriteLiteLLM | None = None
