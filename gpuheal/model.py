@@ -102,27 +102,35 @@ class SourceTrend:
 class RoleTally:
     """One GPU's requests over Rule 10's window as LiteLLM's spend logs record them, judged against the
     GPU's configured role (issue 22, item 6): how many fell outside it, and how many could not be
-    judged (a row without the field the role names). ``outside_by``: ``[[criterion, n], ...]``."""
+    judged (a row without the field the role names). ``outside_by``: ``[[criterion, n], ...]``;
+    ``traffic``: ``[[criterion, value, n], ...]`` — which model group, tag or prompt size the requests
+    outside the role were (issue 27 item 11: the recommendation names the traffic to move)."""
 
     requests: int
     outside: int
     unknown: int
     window_s: float
     outside_by: tuple[tuple[str, int], ...] = ()
+    traffic: tuple[tuple[str, str, int], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"requests": self.requests, "outside": self.outside, "unknown": self.unknown,
-                "window_s": self.window_s, "outside_by": [list(p) for p in self.outside_by]}
+        out = {"requests": self.requests, "outside": self.outside, "unknown": self.unknown,
+               "window_s": self.window_s, "outside_by": [list(p) for p in self.outside_by]}
+        if self.traffic:
+            out["traffic"] = [list(t) for t in self.traffic]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> RoleTally | None:
-        """From a recorded trace; ``None`` for anything that is not a well-formed tally."""
+        """From a recorded trace; ``None`` for anything that is not a well-formed tally (a trace written
+        before ``traffic`` has none)."""
         if not isinstance(data, dict):
             return None
         try:
             by = tuple((str(k), int(_finite(n))) for k, n in data.get("outside_by") or ())
+            traffic = tuple((str(c), str(v), int(_finite(n))) for c, v, n in data.get("traffic") or ())
             return cls(int(_finite(data["requests"])), int(_finite(data["outside"])), int(_finite(data["unknown"])),
-                       _finite(data["window_s"]), by)
+                       _finite(data["window_s"]), by, traffic)
         except (KeyError, TypeError, ValueError, OverflowError):
             return None
 

@@ -207,6 +207,35 @@ def test_audit_lines_say_from_to_when_and_what_proved_it():
     assert line["detected"]["escalation"] == cc.ESCALATION
 
 
+def test_the_loss_message_says_old_and_new_context_tok_s_before_and_after_and_the_ctx_size_back():
+    """Issue 27 item 3: one message per change naming the GPU, both n_ctx, the tok/s before and after and
+    the --ctx-size that puts the old context back (per slot x the re-benchmark's slots)."""
+    memory, change = changed()
+    results = [result(change.at_s - 900, 70.0, n_ctx=131072), result(change.at_s - 600, 74.5, n_ctx=131072),
+               result(change.at_s - 300, 20.0, n_ctx=65536),  # another context before: not "before"
+               {**result(change.at_s + 300, 60.0), "slots": 2}]
+    [verdict] = settle(memory, results)
+    assert (verdict.before_tok_s, verdict.slots) == (74.5, 2)
+    text = cc.loss_message(verdict, format_epoch)
+    assert text.startswith("gpu-dense: context can't be adjusted without significant perf loss (Rule 9)")
+    assert "n_ctx 131072 -> 98304" in text and format_epoch(change.at_s) in text
+    assert "60 tok/s after, 74.5 tok/s before (last result at n_ctx 131072), 80.2 % of its 74.8 tok/s target" in text
+    assert text.endswith("--ctx-size 262144 (131072 per slot x 2 slots)")
+    assert cc.verdict_audit(verdict, "2026-07-18T09:00:00Z", format_epoch, "gpu-self-heal-20260718-002")["detected"]["ctx_size_back"] == 262144
+
+
+@pytest.mark.parametrize("slots", [None, 0, -1, True, "2", 2.5, 10**9, [2]])
+def test_bad_or_missing_slots_and_no_result_before_say_so_and_never_guess(slots):
+    memory, change = changed()
+    bad = [{"at": change.at_s - 60, "gen_tok_s": "fast", "ok": True}, {"at": "x", "gen_tok_s": 70.0, "ok": True},
+           {"at": change.at_s - 30, "gen_tok_s": 70.0, "ok": False}]
+    [verdict] = settle(memory, [*bad, {**result(change.at_s + 300, 60.0), "slots": slots}])
+    assert (verdict.before_tok_s, verdict.slots) == (None, None)
+    text = cc.loss_message(verdict, format_epoch)
+    assert "no result before it at the old context" in text
+    assert text.endswith("--ctx-size 131072 (per slot: x -np if the server runs several)")
+
+
 def test_bench_table_says_each_verdict_in_one_line_with_markup_escaped(capsys):
     from gpuheal.render.bench import render_bench
 

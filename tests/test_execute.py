@@ -300,7 +300,9 @@ def test_litellm_update_is_an_http_call_not_a_command():
     item = plan([{"gpu": "gpu-a", "issue": "thermal-warning", "state": "firing", "since": "S", "detected": {}}],
                 empty_state(), c, 1e9)[0]
     # weight or rpm, and the value, are read from LiteLLM when it runs (issue 11)
-    assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "auto", None, item.steps[0].note),)
+    assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "auto", None, item.steps[0].note,
+                                        item.steps[0].instead),)
+    assert item.steps[0].instead is not None and item.steps[0].instead.ratio == 0.7  # the cap where LiteLLM cannot
     sent = []
 
     def litellm(update, timeout_s):
@@ -348,7 +350,11 @@ def test_a_shed_that_litellm_cannot_store_escalates_in_the_same_item():
     item2 = plan([{"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "S", "detected": {}}],
                  empty_state(), c2, 1e9)[0]
     assert isinstance(item2.steps[0], LiteLLMUpdate)  # shed-load stays built in
-    assert run_item(item2, c2, FakeRunner(), ok_verify, (), cannot).result == "failed"
+    # (issue 27 item 7: the shed that cannot happen is said, and the operator's redirect still runs; the attempt
+    # is judged by fresh data as any other)
+    ex2 = run_item(item2, c2, FakeRunner(), ok_verify, (), cannot)
+    assert ex2.result == "pending" and [s.ok for s in ex2.steps] == [False, True]
+    assert line in ex2.evidence["shed-load_impossible"]
 
 
 

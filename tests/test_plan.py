@@ -8,6 +8,7 @@ import pytest
 
 from gpuheal.config import load_config_dict
 from gpuheal.core import plan as planner
+from gpuheal.core.actions import CapPower, LiteLLMUpdate
 from gpuheal.core.plan import empty_state, normalise_state
 from gpuheal.rules import REMEDIES
 
@@ -154,10 +155,26 @@ def test_filters_narrow_the_plan():
     assert [i.issue for i in plan(issues, empty_state(), cfg(), NOW, issue_filter="model-stuck")] == ["model-stuck"]
 
 
-def test_thermal_needs_a_configured_command_else_escalates():
-    c = load_config_dict({"gpus": [{"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:1"}]})
-    item = only(plan([issue(gpu="a", issue_id="thermal-critical")], empty_state(), c, NOW))
+def test_thermal_without_any_load_command_caps_the_power_out_of_the_box_else_escalates():
+    """Issue 27 item 7: no command, no LiteLLM deployment — the built-in shed is the GPU's power cap (over
+    its own transport); with the cap turned off (``heal.shed_power_ratio: null``) there is nothing to do."""
+    gpu = {"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:1", "transport": "ssh", "gpu_index": 1}
+    item = only(plan([issue(gpu="a", issue_id="thermal-critical")], empty_state(), load_config_dict({"gpus": [gpu]}),
+                     NOW))  # fmt: skip
+    assert item.decision == "act" and [s.action for s in item.steps] == ["shed-load"]
+    cap = item.steps[0]
+    assert isinstance(cap, CapPower) and (cap.vendor, cap.gpu_index, cap.target, cap.ratio) == ("nvidia", 1, "h", 0.7)
+    off = load_config_dict({"gpus": [gpu], "heal": {"shed_power_ratio": None}})
+    item = only(plan([issue(gpu="a", issue_id="thermal-critical")], empty_state(), off, NOW))
     assert item.decision == "escalate" and "no command configured" in item.reason
+
+
+def test_a_litellm_deployment_sheds_through_litellm_with_the_cap_instead():
+    gpu = {"alias": "a", "host": "h", "endpoint": "http://127.0.0.1:1", "litellm_model_id": "dep-a", "vendor": "amd"}
+    c = load_config_dict({"gpus": [gpu], "litellm": {"url": "http://127.0.0.1:4000"}})
+    [shed, redirect] = only(plan([issue(gpu="a", issue_id="thermal-critical")], empty_state(), c, NOW)).steps
+    assert isinstance(shed, LiteLLMUpdate) and isinstance(shed.instead, CapPower) and shed.instead.vendor == "amd"
+    assert isinstance(redirect, LiteLLMUpdate) and redirect.instead is None  # a cap redirects nothing
 
 
 def test_fleet_data_source_restarts_gpu_monitor_locally():

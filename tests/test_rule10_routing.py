@@ -167,6 +167,7 @@ def heal_run(tmp_path, cfg, now_s: float, issues: list[dict]):
     from types import SimpleNamespace
     from unittest import mock
 
+    from gpuheal.core.memory import Memory
     from gpuheal.model import Observation
     from gpuheal.state.store import StateDir
     from gpuheal.steps.heal import Heal
@@ -174,7 +175,7 @@ def heal_run(tmp_path, cfg, now_s: float, issues: list[dict]):
     now = datetime.fromtimestamp(now_s, UTC)
     obs = Observation(at=now, gpus={}, monitor_ok=True)
     result = SimpleNamespace(issues=issues, obs=obs, health={"status": "healthy", "issues": issues, "gpus": {}},
-                             evaluation=SimpleNamespace(inhibited=[], tolerance_s=15.0))
+                             evaluation=SimpleNamespace(inhibited=[], tolerance_s=15.0, memory=Memory()))
     with StateDir(tmp_path, 10) as store, mock.patch.object(Heal, "_check", lambda self, gpu: result):
         Heal(cfg, store, now, apply=True).run(None, None)
         queue = store.read("alerts.json", {})["queue"]
@@ -251,3 +252,95 @@ def test_a_rule10_alert_gets_no_reminders_once_sent():
     due = alerts.due_reminders(data, {("gpu-light", ISSUE), ("gpu-a", "model-stuck")}, now, 4 * H,
                                policy=alerts.AlertPolicy.of(ALL))
     assert [r.fingerprint for r in due] == ["gpu-a/model-stuck"]  # once per incident; its 48 h audit is its own
+
+
+# --------------------------------------------------------------------------- naming the traffic (issue 27 item 11)
+
+ROLES = {"gpu-dense": Role("heavy reasoning", model_groups=("heavy",), request_tags=("code",)),
+         "gpu-light": LIGHT,
+         "strix-moe": Role("long docs", model_groups=("moe",), min_prompt_tokens=2000)}
+
+
+def test_a_tally_keeps_which_group_tag_or_prompt_size_fell_outside():
+    gpus = [Deployment("gpu-light", frozenset({"gpu-light"}), "http://ct110:8080", LIGHT)]
+    rows = [row(group="heavy")] * 3 + [row(tags=("code", "code", "x"))] * 2 + [row(prompt=9000), row(tags=())]
+    t = tally(rows, gpus, 3600.0)["gpu-light"]
+    assert t.traffic == (("model group", "heavy", 3), ("request tags", "code", 2), ("request tags", "x", 2),
+                         ("prompt tokens", "above 4000", 1), ("request tags", "(no tag)", 1))
+    assert type(t).from_dict(t.to_dict()) == t
+
+
+def test_the_recommendation_names_each_kind_of_traffic_and_where_it_belongs():
+    light = Reading(150, routing.SPEND_LOGS, outside=60, outside_by=(("model group", 40), ("request tags", 20)),
+                    judged=("model group", "request tags", "prompt tokens"),
+                    traffic=(("model group", "heavy", 40), ("request tags", "code", 12), ("request tags", "x", 8),
+                             ("prompt tokens", "above 4000", 5)))
+    v = verdict(light, roles=ROLES)
+    assert v.detected["route"] == [
+        {"traffic": "model group", "value": "heavy", "requests": 40, "to": ["gpu-dense"]},
+        {"traffic": "request tags", "value": "code", "requests": 12, "to": ["gpu-dense"]},
+        {"traffic": "request tags", "value": "x", "requests": 8, "to": []},
+    ]
+    assert v.summary.endswith("[spend-logs]: recommend agent alias updates: model group 'heavy' (40 requests) -> "
+                              "gpu-dense; tag 'code' (12 requests) -> gpu-dense; tag 'x' (8 requests) -> no GPU's "
+                              "role names it (give one a role that does)")
+
+
+def test_from_counters_the_deployments_group_is_named_with_its_destination():
+    v = verdict(routing.from_counters(150, "heavy", LIGHT), roles=ROLES)
+    assert "model group 'heavy' (150 requests) -> gpu-dense" in v.summary
+    assert "[litellm-counters]" in v.summary
+
+
+def test_a_share_off_its_weight_names_the_gpus_to_move_requests_to_or_from():
+    over = {"gpu-dense": Reading(800, routing.COUNTERS), "gpu-light": Reading(150, routing.COUNTERS),
+            "strix-moe": Reading(50, routing.COUNTERS)}
+    args = {"tolerance_ratio": 0.2, "role_tolerance_ratio": 0.1, "min_requests": 20, "roles": ROLES}
+    v = judge("gpu-dense", over, WEIGHTS, "heavy reasoning", **args)
+    assert v.detected["move_to"] == ["strix-moe"] and "move requests to strix-moe (under their weight)" in v.summary
+    u = judge("strix-moe", over, WEIGHTS, "long docs", **args)
+    assert u.detected["move_from"] == ["gpu-dense"] and "move requests here from gpu-dense (over their weight)" in u.summary
+
+
+def test_prompt_sizes_go_to_a_role_whose_bounds_take_them():
+    assert routing.accepts(ROLES["strix-moe"], "prompt tokens", "above 4000")
+    assert not routing.accepts(LIGHT, "prompt tokens", "above 4000")
+    assert routing.accepts(LIGHT, "prompt tokens", "below 2000") and not routing.accepts(ROLES["strix-moe"],
+                                                                                        "prompt tokens", "below 2000")
+
+
+@pytest.mark.parametrize(("criterion", "value"), [("prompt tokens", "above lots"), ("prompt tokens", ""),
+                                                  ("prompt tokens", "above -5"), ("nonsense", "heavy"),
+                                                  ("model group", "")])
+def test_garbage_traffic_has_no_destination(criterion, value):
+    assert not any(routing.accepts(r, criterion, value) for r in (*ROLES.values(), None))
+
+
+def test_hostile_group_names_are_shown_printable_and_bounded():
+    gpus = [Deployment("gpu-light", frozenset({"gpu-light"}), "http://ct110:8080", LIGHT)]
+    t = tally([row(group="\x1b[31mred[/]\n" + "g" * 5000)], gpus, 3600.0)["gpu-light"]
+    [(criterion, value, n)] = t.traffic
+    assert "\x1b" not in value and "\n" not in value and len(value) <= routing.VALUE_CHARS and n == 1
+
+
+@pytest.mark.parametrize("traffic", ["x", [["a", "b"]], [["a", "b", "many"]], [[1, 2, float("nan")]], 5])
+def test_a_damaged_traffic_list_in_a_trace_is_no_tally(traffic):
+    from gpuheal.model import RoleTally
+
+    good = RoleTally(10, 2, 0, 3600.0, (("model group", 2),), (("model group", "heavy", 2),)).to_dict()
+    assert RoleTally.from_dict({**good, "traffic": traffic}) is None
+    assert RoleTally.from_dict({k: v for k, v in good.items() if k != "traffic"}).traffic == ()
+
+
+def test_rule10_through_the_engine_names_the_group_and_its_gpu():
+    data = copy.deepcopy(FLEET_YAML)
+    data["gpus"][0]["role"] = {"name": "heavy reasoning", "model_groups": ["heavy"]}
+    data["gpus"][1]["role"] = {"name": "vision, light tasks", "model_groups": ["light"]}
+    cfg = load_config_dict(data)
+    counters = {"gpu-dense": "0+22x80", "gpu-light": "0+6x80", "strix-moe": "0+12x80"}
+    groups = {"gpu-dense": "heavy*81", "gpu-light": "heavy*81", "strix-moe": "moe*81"}
+    trace = fleet_trace(cfg, {a: {"litellm_requests_total": counters[a], "litellm_model_group": groups[a]}
+                              for a in counters})
+    issue = next(i for i in run(cfg, trace).open_at_end if i["issue"] == ISSUE and i["gpu"] == "gpu-light")
+    assert "model group 'heavy' (" in issue["summary"] and "requests) -> gpu-dense" in issue["summary"]
+    assert issue["detected"]["route"][0]["to"] == ["gpu-dense"]

@@ -334,9 +334,10 @@ def test_sim_competing_process_is_named_in_the_audit_and_the_alert(sim_lab):
 
 
 @pytest.mark.skipif(not ROCM_CAPTURES, reason="the real rocm-smi captures are not here")
-def test_amd_reads_the_cap_and_the_pids_and_never_sets_a_limit():
-    """rocm-smi prints the cap in force but no default: throttled is not known, nothing is set; the
-    KFD process list (host-wide, one GPU here) names the competing process."""
+def test_amd_resets_the_cap_to_the_boards_default_reads_it_back_and_reads_the_pids():
+    """rocm-smi prints the cap in force but no default (issue 27 item 12): the cap is reset to the board's
+    own default and read back — here the same cap, so it was not throttled; the KFD process list
+    (host-wide, one GPU here) names the competing process."""
     c = load_config_dict({"gpus": [{"alias": "gpu-a", "host": "ct15", "endpoint": "http://127.0.0.1:9",
                                     "vendor": "amd"}]})  # fmt: skip
     real = (FIXTURES / "rocm-smi__mi100_rocm571.json").read_text()
@@ -349,11 +350,12 @@ def test_amd_reads_the_cap_and_the_pids_and_never_sets_a_limit():
     runner = FakeRunnerFor({"--showmaxpower": Outcome(stdout=json.dumps(caps, indent=4)),
                             "--showpids": Outcome(stdout=json.dumps(snapshot, indent=4))})  # fmt: skip
     ex = run_item(_item(c)[0], c, runner, ok_verify, ())
-    assert ex.evidence["rule4"]["power"]["throttled"] == "not known"
-    assert ex.evidence["rule4"]["power"]["why"].startswith("cap 290 W;")
+    assert ex.evidence["rule4"]["power"]["throttled"] == "no"
+    assert ex.evidence["rule4"]["power"]["why"] == "power cap 290 W is the board's default (the reset changed nothing)"
     assert ex.evidence["rule4"]["competition"]["processes"] == [{"pid": 104225, "name": "mlir-cpu-runner",
                                                                  "vram_mb": 0.0}]  # fmt: skip
     assert ex.result == "escalated" and "mlir-cpu-runner (pid 104225" in ex.escalate_reason
+    assert ["rocm-smi", "--resetpoweroverdrive"] in [argv for _, argv in runner.calls]
     assert not any("--setpoweroverdrive" in argv or "-pl" in argv for _, argv in runner.calls)
 
 
@@ -385,8 +387,8 @@ def test_sim_a_rebench_that_stays_slow_fails_the_attempt_and_escalates_at_once(s
 
 
 def test_sim_hot_gpu_regression_waits_for_rule_1_and_changes_nothing_of_its_own(sim_lab):
-    """Slow and hot (88 °C): thermal-critical fires at its 2nd poll and its fix is planned; the
-    regression is blocked behind it with the same poll's heat, and the power limit is left alone."""
+    """Slow and hot (88 °C): thermal-critical fires at its 2nd poll and its fix runs; the regression is
+    blocked behind it with the same poll's heat, and its own power restore is never run."""
     lab = sim_lab
     lab.fleet.set("gpu-a", {"temp_c": 88})
     for _ in range(3):
@@ -397,12 +399,13 @@ def test_sim_hot_gpu_regression_waits_for_rule_1_and_changes_nothing_of_its_own(
     assert ("gpu-a", "thermal-critical") in states and ("gpu-a", "benchmark-regression") in states
     blocked = [a for a in health["actions"] if a["issue"] == "benchmark-regression"]
     assert blocked and all("thermal-critical is open" in a["why"] for a in blocked), blocked
-    assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 250  # Rule 1 first; nothing of its own
+    # Rule 1 first (its shed: the thermal power cap, 70 % of 250 W, issue 27 item 7); nothing of Rule 4's own
+    assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 175
 
 
-def test_sim_amd_gpu_names_the_competing_process_and_never_sets_a_cap(tmp_path, monkeypatch):
-    """An AMD GPU read through the simulator's rocm-smi look-alike: the cap is read (not known
-    whether throttled: no default), the KFD process list names the competing process."""
+def test_sim_amd_gpu_names_the_competing_process_and_its_cap_is_its_default(tmp_path, monkeypatch):
+    """An AMD GPU read through the simulator's rocm-smi look-alike: the cap is reset to the board's default
+    and read back (here: unchanged, not throttled), the KFD process list names the competing process."""
     import os
     import stat
     import sys
@@ -426,8 +429,8 @@ def test_sim_amd_gpu_names_the_competing_process_and_never_sets_a_cap(tmp_path, 
         esc = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["result"] == "escalated"]
         assert esc and esc[-1]["detected"]["competing_processes"] == [
             {"pid": 4242, "name": "python3", "vram_mb": 2300.0}]  # fmt: skip
-        assert esc[-1]["detected"]["power_throttled"] == "not known"
-        assert esc[-1]["detected"]["power_check"].startswith("cap 120 W;")
+        assert esc[-1]["detected"]["power_throttled"] == "no"  # reset to its default and read back: the same
+        assert esc[-1]["detected"]["power_check"].startswith("power cap 120 W is the board's default")
         assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 120
     finally:
         lab.close()

@@ -24,11 +24,12 @@ from gpuheal.actions.perform import describe
 from gpuheal.actions.record import Subject
 from gpuheal.clock import format_iso
 from gpuheal.config.model import Config
-from gpuheal.core import rebench, verify
+from gpuheal.core import litellm_config, power, rebench, verify
 from gpuheal.core.catalog import primary_action
 from gpuheal.core.heal_state import Attempt
+from gpuheal.core.memory import Memory
 from gpuheal.core.plan import PlanItem
-from gpuheal.core.remedy import Execution, Proving, Result, completion_proof
+from gpuheal.core.remedy import Execution, Proving, Rechecking, Result, completion_proof
 from gpuheal.model import Observation
 from gpuheal.state import files
 
@@ -54,8 +55,9 @@ def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: 
     ledger.save()
     extra = {"attempt": item.attempt_no, "actions": item.actions}
     ledger.rec.intent(run_id, subject, item.actions, extra, [describe(s, item.gpu, cfg) for s in item.steps])
-    if item.alert_now:
-        ledger.queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id)
+    if item.alert_now:  # a state of its own: a later escalation of this occurrence (the fix failed) is news
+        ledger.rec.queue(subject, "escalated", f"{item.issue}: {item.reason}; acting now", run_id, [],
+                         ledger.attempts(subject), key=f"acting:{item.since}")
     ex = run_item(item, cfg, effects.run, effects.verify, ledger.rec.secrets, effects.litellm, effects.model_health,
                   now_s=ledger.now_s, records=records, prove=effects.prove)  # fmt: skip
     subject = Subject(subject.gpu, subject.issue, subject.since, {**subject.detected, **ex.found})
@@ -63,7 +65,9 @@ def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: 
     ledger.rec.step_docs(subject, item.reason, ex)
     if any(s.ok and s.action == "restart-litellm" for s in ex.steps):  # circuit-breaker-status "last_reset"
         ledger.state = ledger.state.with_litellm_restart(ledger.now_s)
-    ledger.state = verify.note_restore(ledger.state, item.gpu, [s.effect for s in ex.steps if s.ok and s.effect])
+    changed = [s.effect for s in ex.steps if s.ok and s.effect]
+    ledger.state = power.note_restore(verify.note_restore(ledger.state, item.gpu, changed), item.gpu, changed)
+    ledger.state = litellm_config.note_restore(ledger.state, item.gpu, changed)
     attempt = verify.transition(attempt, verify.EXECUTION_EVENT[ex.result], ledger.now_s, ex.verification)
     if ex.result is Result.ACTED:  # its one outcome line is written when fresh data judges it (issue 27 item 13)
         ledger.state = ledger.state.with_attempt(replace(attempt, outcome=ledger.rec.keep(subject, ex)))
@@ -87,10 +91,13 @@ def _ask_rebench(ledger: Ledger, subject: Subject, ex: Execution, run_id: str) -
 def judge(
     ledger: Ledger, effects: Effects, cfg: Config, still_open: OpenIssues, hidden: set[tuple[str, str]],
     obs: Observation, readings: dict[str, Any], tol: float, records: Records,
+    memory: Memory | None = None,
 ) -> None:
     """Judge the open attempts of earlier runs from this run's fresh data: resolved (only once its
     remedy's proof holds: :func:`prove`), failed (its window passed, still broken, or a re-benchmark
-    disproved it), superseded. ``obs``: this run's poll; ``readings``: its per-GPU document."""
+    disproved it), superseded — or, when its window passed and its remedy's ``recheck`` says the fix is
+    still working, judged again one window later. ``obs``: this run's poll; ``readings``: its per-GPU
+    document; ``memory``: the rules' memory after this run's poll, which ``recheck`` reads."""
     book = ledger.store.read(files.REBENCH, {})
     for attempt in list(ledger.state.attempts.values()):
         issue = still_open.get((attempt.gpu, attempt.issue))
@@ -98,6 +105,8 @@ def judge(
         if event is None and attempt.status == verify.VERIFYING:  # a re-benchmark disproved the fix (core/rebench)
             event = verify.STILL_BROKEN if rebench.disproved(book, attempt.gpu, attempt.issue, attempt.run_id) else None
         if event is None:
+            continue
+        if event in FAILED_VERIFICATION and _rechecked(ledger, cfg, attempt, issue, memory or Memory(), tol):
             continue
         if event == verify.ISSUE_CLEARED:
             verdict = prove(ledger, effects, cfg, attempt, _proving(attempt, cfg, obs, readings, still_open), records)
@@ -147,6 +156,33 @@ def _resolved(ledger: Ledger, attempt: Attempt, verdict: Mapping[str, Any], read
     subject = Subject(attempt.gpu, attempt.issue, attempt.since)
     ledger.state = ledger.state.with_attempt(done)
     ledger.rec.verified(subject, attempt, proved, ledger.attempts(subject), timing_s, shown=proved)
+
+
+def _rechecked(
+    ledger: Ledger, cfg: Config, attempt: Attempt, issue: dict[str, Any] | None, memory: Memory, tol: float
+) -> bool:
+    """Whether the remedy's ``recheck`` keeps a verifying attempt whose window passed: then it is judged
+    again one window later (its ``verify_by`` moved on; audited ``pending`` with the reason), not failed."""
+    remedy = ledger.remedies.get(attempt.issue)
+    if remedy is None or remedy.recheck is None or attempt.status != verify.VERIFYING or issue is None:
+        return False
+    found = issue.get("detected")
+    detected: dict[str, Any] = found if isinstance(found, dict) else {}
+    seen = Rechecking(attempt.gpu, attempt.issue, attempt.since, attempt.actions, attempt.started_at, detected,
+                      memory, ledger.now_s, tol, cfg)  # fmt: skip
+    why = remedy.recheck(seen)
+    if why is None:
+        return False
+    params = cfg.rule_params(attempt.issue, attempt.gpu if attempt.gpu in cfg.aliases else None)
+    again_s = ledger.now_s + float(params["verify_within_s"])
+    ledger.state = ledger.state.with_attempt(replace(attempt, verify_by=again_s))
+    subject = Subject(attempt.gpu, attempt.issue, attempt.since, detected)
+    primary = primary_action(attempt.actions)
+    ledger.rec.audit(attempt.run_id or ledger.run_id(), subject, primary, "pending", "verification",
+                     {"still_open_after_s": verify.open_for_s(attempt, ledger.now_s), "recheck": why},
+                     extra={"attempt": attempt.n, "actions": list(attempt.actions)})  # fmt: skip
+    ledger.rec.doc(subject, primary, why, "pending")
+    return True
 
 
 def _judged(ledger: Ledger, done: Attempt, attempt: Attempt, event: str, issue: dict[str, Any] | None) -> None:

@@ -63,7 +63,7 @@ class Effects:
             self._pool.close()
             self._pool = None
 
-    def _run(self, target: str, argv: list[str], timeout_s: float) -> CommandOutcome:
+    def _run(self, target: str, argv: list[str], timeout_s: float, input: str | None = None) -> CommandOutcome:
         from gpuheal.transport import Target
 
         heal = self.cfg.heal
@@ -74,7 +74,7 @@ class Effects:
             where = Target("local")
         else:
             where = self._targets.get(target) or Target("ssh", target, SSH_PORT, heal.ssh_user)
-        return pool.get(where).run(argv, timeout_s)
+        return pool.get(where).run(argv, timeout_s, input=input)
 
     def _litellm(self, update: LiteLLMUpdate, timeout_s: float) -> CommandOutcome:
         """One built-in load action through LiteLLM's admin API (issue 11): read the deployment,

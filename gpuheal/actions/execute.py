@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from gpuheal.actions.context import Context, Records
 from gpuheal.actions.perform import LiteLLMCall, Runner, perform, run_command, values_for
 from gpuheal.config.model import Config
-from gpuheal.core.actions import Action, RunCommand, StepResult, WaitReady
+from gpuheal.core.actions import Action, LiteLLMUpdate, RunCommand, StepResult, WaitReady
 from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV, MITIGATIONS, ActionSpec
 from gpuheal.core.plan import PlanItem
 from gpuheal.core.remedy import Execution, Result
@@ -66,6 +67,8 @@ def run_item(
         step, ex.instead = ex.instead or planned, None  # the remedy may run another action in its place
         res = perform(step, values, runner, litellm, step_timeout_s(cfg, ACTIONS[step.action], timeout_s), secrets,
                       cfg)  # fmt: skip
+        if isinstance(step, LiteLLMUpdate) and step.instead is not None and res.impossible:
+            res = _instead(res, step.instead, values, runner, timeout_s, secrets, cfg)
         if not _done(ex, step, res, cfg, verify_restart):
             break
     if remedy.conclude is not None:
@@ -82,18 +85,58 @@ def _done(ex: Execution, step: Action, res: StepResult, cfg: Config, verify_rest
         if not res.ok:
             ex.evidence["snapshot_error"] = res.error or f"exit {res.rc}"
         return True  # evidence is best effort: a failed snapshot does not stop the fix
+    if not res.ok and res.impossible and step.action in MITIGATIONS and (_shed_already(ex) or _later(ex, step)):
+        # another load-side step of this attempt did shed the load, or may still (the power cap, then the
+        # redirect: issue 27 item 7): what could not be done is said with the attempt's evidence
+        ex.evidence[f"{step.action}_impossible"] = _impossible(step, res)[:500]
+        return True
     if not res.ok:
         ex.ends(Result.FAILED)
         if res.impossible and step.action in MITIGATIONS and not _load_command(cfg, ex.item.gpu):
             # issue 11: no verification window for a shed that cannot happen and no command of the
-            # operator's to fall back on; tell the humans now
-            ex.ends(Result.ESCALATED, f"load shedding through LiteLLM is impossible: {res.output.strip()}")
+            # operator's to fall back on; tell the humans now (with what the earlier steps could not do)
+            earlier = [f"{k.removesuffix('_impossible')}: {v}" for k, v in ex.evidence.items()
+                       if k.endswith("_impossible")]  # fmt: skip
+            ex.ends(Result.ESCALATED, "; ".join([*earlier, _impossible(step, res)]))
         return False
     if spec.restarts:
         ex.restarted = True
     if isinstance(step, RunCommand) and step.then is not None:
         return _wait_ready(ex, step.then, verify_restart)
     return True
+
+
+def _instead(
+    refused: StepResult, step: Action, values: dict[str, str], runner: Runner, timeout_s: float,
+    secrets: tuple[str, ...], cfg: Config,
+) -> StepResult:
+    """LiteLLM's setup rules its change out (no database, a ``config.yaml`` deployment): the built-in
+    alternative (the power cap) runs instead, and says why. If it fails too, the LiteLLM refusal stands
+    (``impossible``: escalated at once) with the alternative's failure added."""
+    why = refused.output.strip() or refused.error or "LiteLLM cannot change the deployment"
+    done = perform(step, values, runner, None, timeout_s, secrets, cfg)
+    if done.ok:
+        return replace(done, note=f"LiteLLM cannot shed here ({why}): {done.note}")
+    return replace(refused, output=f"{why}; the power cap instead failed too: {done.error}")
+
+
+def _impossible(step: Action, res: StepResult) -> str:
+    """Why a load-side step cannot work in this setup, in one line."""
+    if isinstance(step, LiteLLMUpdate):
+        return f"load shedding through LiteLLM is impossible: {res.output.strip()}"
+    how = "by the power cap" if step.action == "shed-load" else f"({step.action})"
+    return f"load shedding {how} is impossible: {f'{res.error} {res.output.strip()}'.strip()}"
+
+
+def _later(ex: Execution, step: Action) -> bool:
+    """Whether a load-side step comes after ``step`` in this attempt."""
+    steps = list(ex.item.steps)
+    return step in steps and any(s.action in MITIGATIONS for s in steps[steps.index(step) + 1 :])
+
+
+def _shed_already(ex: Execution) -> bool:
+    """Whether an earlier step of this attempt shed the load and its effect was seen."""
+    return any(s.ok and s.effect and s.action in MITIGATIONS for s in ex.steps[:-1])
 
 
 def step_timeout_s(cfg: Config, spec: ActionSpec, timeout_s: float) -> float:

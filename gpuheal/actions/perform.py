@@ -11,7 +11,16 @@ from dataclasses import replace
 from typing import Any
 
 from gpuheal.config.model import Config
-from gpuheal.core.actions import Action, CommandOutcome, LiteLLMUpdate, RestorePowerLimit, RunCommand, StepResult
+from gpuheal.core.actions import (
+    Action,
+    CapPower,
+    CommandOutcome,
+    LiteLLMUpdate,
+    RestorePowerLimit,
+    RewriteLiteLLM,
+    RunCommand,
+    StepResult,
+)
 from gpuheal.core.catalog import gpu_flag
 from gpuheal.redact import redact
 
@@ -54,6 +63,16 @@ def perform(
         return run_command(step, values, runner, timeout_s, secrets)
     if isinstance(step, RestorePowerLimit):
         return _restore_power_limit(step, values, runner, timeout_s, secrets)
+    if isinstance(step, CapPower):
+        from gpuheal.actions.power import cap_power
+
+        return cap_power(step, values, runner, timeout_s, secrets)
+    if isinstance(step, RewriteLiteLLM):
+        from gpuheal.actions.litellm_config import rewrite
+
+        if cfg is None:
+            return StepResult(step.action, [], step.target, ok=False, error="no configuration")
+        return rewrite(step, runner, timeout_s, secrets, cfg)
     shown = describe_update(cfg.litellm.url if cfg is not None else None, step)
     if litellm is None:
         return StepResult(step.action, [], step.target, ok=False, error="no LiteLLM client", command=shown)
@@ -101,7 +120,14 @@ def describe_update(base_url: str | None, step: LiteLLMUpdate) -> str:
 def describe(step: Action, gpu: str, cfg: Config) -> str:
     """The exact command a dry run shows for ``step``."""
     if isinstance(step, LiteLLMUpdate):
-        return describe_update(cfg.litellm.url, step)
+        shown = describe_update(cfg.litellm.url, step)
+        return shown if step.instead is None else f"{shown}; else {describe(step.instead, gpu, cfg)}"
+    if isinstance(step, CapPower):
+        return _describe_cap(step, gpu, cfg)
+    if isinstance(step, RewriteLiteLLM):
+        where = "" if step.target == "local" else f"ssh {step.target}: "
+        to = f" to {step.to_alias}" if step.to_alias else ""
+        return f"{where}rewrite {step.path}{to}; {shlex.join(step.restart_argv)}; read back /v1/model/info"
     template = step.argv if isinstance(step, RunCommand) else step.query_argv
     values = {"alias": gpu, "host": "", "endpoint": ""}
     if gpu != "fleet":
@@ -115,6 +141,16 @@ def describe(step: Action, gpu: str, cfg: Config) -> str:
     return where + shlex.join(argv)
 
 
+def _describe_cap(step: CapPower, gpu: str, cfg: Config) -> str:
+    """A cap as a dry run shows it: read, set, read back (the value is known only when it runs)."""
+    from gpuheal.core import power
+
+    where = "" if step.target == "local" else f"ssh {step.target}: "
+    value = f"{step.watts:g}" if step.watts is not None else f"LIMIT*{step.ratio:g}"
+    setter = [*power.set_argv(step.vendor, step.gpu_index, 0)[:-1], value]
+    return f"{where}{shlex.join(power.query_argv(step.vendor, step.gpu_index))}; {shlex.join(setter)}; read back"
+
+
 def _restore_power_limit(
     step: RestorePowerLimit, values: dict[str, str], runner: Runner, timeout_s: float, secrets: tuple[str, ...]
 ) -> StepResult:
@@ -123,8 +159,9 @@ def _restore_power_limit(
     max with ``heal.power_restore: max``), and only when throttled set the target read from the board
     with ``nvidia-smi -pl``, then read it back: the change counts only when the board shows it. A limit
     not known (``[N/A]``, garbage, above the max, a query that failed) changes nothing and fails
-    nothing: the check, kept in ``check``, says "not known" and why. On AMD only the cap in force is
-    read (``rocm-smi --showmaxpower``): rocm-smi prints no default, so it is never "throttled"."""
+    nothing: the check, kept in ``check``, says "not known" and why. On AMD rocm-smi prints the cap in
+    force but no default: the cap is reset to the board's own default and read back
+    (:func:`gpuheal.actions.power.reset_rocm_cap`, issue 27 item 12)."""
     from gpuheal.rules.benchmark_regression.checks import PowerCheck, Verdict, judge_power
     from gpuheal.rules.benchmark_regression.parse import parse_power_limits, parse_rocm_power_cap
 
@@ -136,13 +173,12 @@ def _restore_power_limit(
         unread = PowerCheck(Verdict.NOT_KNOWN, f"power limits not read ({query.error})")
         return replace(query, ok=True, error=None, note=unread.why, check=unread.record())
     if step.query_argv[0] == "rocm-smi":
+        from gpuheal.actions.power import reset_rocm_cap
+
         flag = gpu_flag(step.query_argv)
-        limits = parse_rocm_power_cap(query.output, int(flag[1]) if flag else None)
-        power = judge_power(limits, step.restore)
-        cap = f"cap {limits.current_w:g} W; " if limits and limits.current_w else ""
-        power = replace(power, why=f"{cap}{power.why} (rocm-smi prints no default limit)")
-    else:
-        power = judge_power(parse_power_limits(query.output), step.restore)
+        card = int(flag[1]) if flag else None
+        return reset_rocm_cap(query, parse_rocm_power_cap(query.stdout or query.output, card), step, card, run)
+    power = judge_power(parse_power_limits(query.output), step.restore)
     if power.throttled is not Verdict.YES or power.target_w is None:  # nothing to do, or not known: change nothing
         return replace(query, note=power.why, check=power.record())
     setter = run(("nvidia-smi", *gpu_flag(step.query_argv), "-pl", f"{power.target_w:g}"))

@@ -175,12 +175,14 @@ class Recorder:
         own = attempt.run_id
         return own if own is not None and is_run_id(own) else self.store.run_id(self.now)
 
-    def restored(self, run_id: str, subject: Subject, why: str, target: str, res: StepResult) -> None:
-        """The outcome of one ``restore-load`` (the intent was audited before it ran)."""
+    def restored(
+        self, run_id: str, subject: Subject, why: str, target: str, res: StepResult, action: str = "restore-load"
+    ) -> None:
+        """The outcome of one ``restore-load`` or ``restore-power-limit`` (the intent was audited before it ran)."""
         result = "resolved" if res.ok else "failed"
-        extra = {"command": res.argv or res.command, "error": res.error}
-        self.audit(run_id, subject, "restore-load", result, "outcome", extra=extra)
-        self.doc(subject, "restore-load", why, result, res.command, target, error=res.error)
+        extra = {"command": res.argv or res.command, "error": res.error, "check": res.check}
+        self.audit(run_id, subject, action, result, "outcome", extra=extra)
+        self.doc(subject, action, why, result, res.command, target, error=res.error)
 
     def blocked(self, subject: Subject, action: str, why: str) -> None:
         """A guard held the remedy back: shown as the action it would take, still ``pending``

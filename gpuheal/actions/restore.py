@@ -19,7 +19,7 @@ from gpuheal.config.model import Config
 from gpuheal.core import verify
 from gpuheal.core.catalog import MITIGATIONS
 from gpuheal.core.heal_state import Mitigation
-from gpuheal.core.plan import NoRestore, paused_in, restore_action
+from gpuheal.core.plan import NoRestore, paused_in, restore_actions
 
 
 def undo_mitigations(
@@ -37,16 +37,20 @@ def undo_mitigations(
         # a mitigation an older release noted without its issue is the most severe rule's that sheds load
         m = r.mitigation
         subject = Subject(r.alias, m.issue or (sheds[0] if sheds else ""))
-        step = restore_action(r.alias, m, cfg)
-        if isinstance(step, NoRestore):
-            ledger.rec.doc(subject, "restore-load", step.why, step.result)
+        steps = restore_actions(r.alias, m, cfg)
+        if isinstance(steps, NoRestore):
+            ledger.rec.doc(subject, "restore-load", steps.why, steps.result)
             continue
         why, run_id, acted = f"GPU cooled down: undo {', '.join(m.actions)}", ledger.run_id(), True
-        ledger.rec.audit(run_id, subject, "restore-load", "pending", "intent")
-        res = effects.perform(step, r.alias, ledger.rec.secrets)
-        ledger.rec.restored(run_id, subject, why, step.target, res)
-        if not res.ok:
-            _restore_failed(ledger, cfg, subject, m, res.error, run_id)
+        failed: list[str] = []
+        for step in steps:  # the power limit and LiteLLM's values are put back independently
+            ledger.rec.audit(run_id, subject, step.action, "pending", "intent")
+            res = effects.perform(step, r.alias, ledger.rec.secrets)
+            ledger.rec.restored(run_id, subject, step.note or why, step.target, res, step.action)
+            if not res.ok:
+                failed.append(f"{step.action}: {res.error}")
+        if failed:
+            _restore_failed(ledger, cfg, subject, m, "; ".join(failed), run_id)
     return acted
 
 

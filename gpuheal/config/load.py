@@ -199,6 +199,8 @@ def load_config_dict(data: Any, path: str | None = None, *, schema_checked: bool
             read_metrics=lite.get("read_metrics") is True,
             read_spend_logs=lite.get("read_spend_logs") is True,
             spend_logs_max_rows=int(lite.get("spend_logs_max_rows") or 20000),
+            config_file=lite.get("config_file") or None,
+            reload_wait_s=float(lite.get("reload_wait_s") or 120.0),
         ),
         gpus=gpus,
         probe=section_record(ProbeConfig, merged["probe"]),

@@ -125,6 +125,8 @@ class LiteLLMConfig:
     read_metrics: bool = False  # issue 20: LiteLLM's /metrics per poll as Rule 3's failure ratio
     read_spend_logs: bool = False  # issue 22: Rule 10 from /spend/logs/v2 (needs LiteLLM's database)
     spend_logs_max_rows: int = 20000  # more requests in Rule 10's window: not known
+    config_file: str | None = None  # Rule 1.2 without a database: LiteLLM's config.yaml on litellm.host
+    reload_wait_s: float = 120.0  # after restarting LiteLLM: wait this long for /health/liveliness
 
     def __repr__(self) -> str:  # never print the key (contract: no secret in any log line)
         return f"LiteLLMConfig(url={self.url!r}, api_key=<redacted>)"
@@ -262,6 +264,7 @@ class HealConfig:
     shed_rpm_ratio: float
     restore_after_s: float
     redirect_rpm: int
+    shed_power_ratio: float | None = 0.7  # built-in shed-load without LiteLLM: cap the board power at this share
     power_restore: str = "default"  # Rule 4.2: restore a throttled limit to the board's "default" or "max"
     competing_util_pct: float = 90.0  # Rule 4.1: "if >90%, other process is competing"
     leak_attribution_share: float = 0.5  # Rule 2: the grown process's least share of the summed growth

@@ -12,6 +12,12 @@ dispatches on the type:
   call, never disguised as a command;
 - :class:`RestorePowerLimit` — Rule 4.2 built in: read the limits, raise a lowered one to the
   board's default, nothing else;
+- :class:`CapPower` — set a GPU's board power limit with its vendor's tool (``nvidia-smi -pl``, ``rocm-smi
+  --setpoweroverdrive``): a share of the limit in force (the thermal load-side cap, issue 27 item 7) or
+  a value to put back; done only when a read-back shows it (:mod:`gpuheal.core.power`);
+- :class:`RewriteLiteLLM` — Rule 1.2's redirect to a cooler GPU where LiteLLM keeps its models in
+  ``config.yaml`` (:mod:`gpuheal.core.litellm_config`): the file rewritten, LiteLLM restarted, its
+  ``/v1/model/info`` read back; or the original put back the same way;
 - :class:`WaitReady` — the wait after a llama-server restart: ``/health`` polled up to
   ``heal.reload_wait_s``, then a real completion (Rule 3's verify, inside the run).
 
@@ -45,6 +51,38 @@ class RunCommand:
 
 
 @dataclass(frozen=True)
+class CapPower:
+    """Set the board power limit of one GPU (``vendor``: nvidia | amd; ``gpu_index``: its index on a host
+    with several) on ``target``: ``ratio`` x the limit in force (never below the board's min), or back to
+    ``watts``. Counted only when a read-back of the limit shows it."""
+
+    action: str
+    vendor: str
+    gpu_index: int | None
+    target: str
+    ratio: float | None = None
+    watts: float | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class RewriteLiteLLM:
+    """Point the hot GPU's LiteLLM deployments (``hot_endpoint``) at a cooler GPU (``to_alias``, chosen by
+    the planner: none open a load-shedding issue) in LiteLLM's config file ``path`` on ``target``, restart
+    LiteLLM (``restart_argv``), read it back; ``restore``: put the original file back the same way."""
+
+    action: str
+    path: str
+    target: str
+    restart_argv: tuple[str, ...]
+    hot_endpoint: str
+    to_alias: str | None = None
+    to_endpoint: str | None = None
+    restore: bool = False
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class LiteLLMUpdate:
     """``field`` ``"auto"`` (shed-load, redirect-traffic): the executor reads the deployment and
     changes ``weight`` when its model group routes by weight, else ``rpm`` (issue 11); a
@@ -55,6 +93,7 @@ class LiteLLMUpdate:
     field: str  # "auto" | "weight" | "rpm"
     value: float | None = None
     note: str = ""
+    instead: CapPower | RewriteLiteLLM | None = None  # performed when LiteLLM's setup rules the change out
 
     @property
     def target(self) -> str:
@@ -70,7 +109,7 @@ class RestorePowerLimit:
     restore: str = "default"  # heal.power_restore: the board's default limit, or its max (Rule 4.2)
 
 
-Action = RunCommand | LiteLLMUpdate | RestorePowerLimit
+Action = RunCommand | LiteLLMUpdate | RestorePowerLimit | CapPower | RewriteLiteLLM
 
 
 class CommandOutcome(Protocol):

@@ -19,10 +19,12 @@ it notices that the running context changed and then does the verify and escalat
   config, as Rules 4 and 9 use it) when the change was seen.
 - **Verdict.** At least ``floor_ratio`` of the target (Rule 9's ``reduce_below_ratio``, 0.9: "within
   10 %"; faster than the target is headroom, not a loss) → ``verified``. Below it → ``perf-loss``:
-  Rule 9 reports the spec's escalation as its ``info`` issue (a recommendation: never paged, never
+  Rule 9 reports the spec's escalation as its ``info`` issue (a recommendation: told once, never
   acted on). No target known → ``no-target`` (said, never guessed). While at a perf loss, each later
   result judges again, so a GPU whose speed comes back clears the escalation; a newer change
-  replaces the record. The audit trail gets a line when the verdict is new, not every bench run.
+  replaces the record. The audit trail gets a line when the verdict is new, not every bench run; a new
+  perf loss is also told to the humans, once per change (:func:`loss_message`: the old and new
+  ``n_ctx``, the tok/s before and after, the ``--ctx-size`` to go back to).
 
 Entry shape::
 
@@ -75,6 +77,8 @@ class Verdict:
     ratio_pct: float | None
     measured_at_s: float
     previous: str = PENDING  # the change's state before this verdict (a new state is an audit line)
+    before_tok_s: float | None = None  # the last result at the old context, before the change (not known: None)
+    slots: int | None = None  # the re-benchmark's slot count (--ctx-size = per-slot n_ctx x slots)
 
     @property
     def is_news(self) -> bool:
@@ -198,8 +202,10 @@ def settle(
         latest = _latest_ok(results(alias), after, change.to_n_ctx)
         if latest is None:
             continue
-        measured_s, tok_s = latest
-        verdict = replace(judge(change, tok_s, measured_s, floor_ratio(alias)), previous=record.state)
+        measured_s, tok_s, slots = latest
+        before = _before(results(alias), change)
+        verdict = replace(judge(change, tok_s, measured_s, floor_ratio(alias)), previous=record.state,
+                          before_tok_s=before, slots=slots)
         book[alias] = replace(row, change=replace(record, state=verdict.state, gen_tok_s=round(tok_s, 2),
                                                   ratio_pct=verdict.ratio_pct, checked_at_s=measured_s))
         verdicts.append(verdict)
@@ -215,7 +221,10 @@ def judge(change: ContextChange, tok_s: float, measured_s: float, floor_ratio: f
     return Verdict(change, VERIFIED if measure.met else PERF_LOSS, tok_s, measure.ratio_pct, measured_s)
 
 
-def _latest_ok(results: Iterable[dict[str, Any]], after_s: float, to_n_ctx: int) -> tuple[float, float] | None:
+def _latest_ok(
+    results: Iterable[dict[str, Any]], after_s: float, to_n_ctx: int
+) -> tuple[float, float, int | None] | None:
+    """(when, tok/s, slots) of the latest successful result after ``after_s`` at ``to_n_ctx``."""
     best = None
     for r in results:
         at, tok_s = _float(r.get("at")), _positive(r.get("gen_tok_s"))
@@ -224,8 +233,29 @@ def _latest_ok(results: Iterable[dict[str, Any]], after_s: float, to_n_ctx: int)
             continue  # measured at yet another context, one the polls have not seen yet
         if r.get("ok") is True and at is not None and tok_s is not None and at > after_s:
             if best is None or at > best[0]:
-                best = (at, tok_s)
+                best = (at, tok_s, _slots(r.get("slots")))
     return best
+
+
+def _before(results: Iterable[dict[str, Any]], change: ContextChange) -> float | None:
+    """The tok/s of the last successful result before the change, at the old context (a result that
+    names another context is not it); ``None`` when there is none."""
+    best: tuple[float, float] | None = None
+    for r in results:
+        at, tok_s = _float(r.get("at")), _positive(r.get("gen_tok_s"))
+        n_ctx = known_n_ctx(r.get("n_ctx"))
+        if r.get("ok") is not True or at is None or tok_s is None or at >= change.at_s:
+            continue
+        if n_ctx is not None and n_ctx != change.from_n_ctx:
+            continue
+        if best is None or at > best[0]:
+            best = (at, tok_s)
+    return None if best is None else best[1]
+
+
+def _slots(value: object) -> int | None:
+    """A slot count believed: a whole number 1..4096 (``-np``); anything else is not known."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4096 else None
 
 
 # --------------------------------------------------------------------------- rule 9 and reports
@@ -250,6 +280,36 @@ def escalation_summary(alias: str, detected: dict[str, Any]) -> str:
             f"{detected['target_tok_s']}")
 
 
+def ctx_size_back(verdict: Verdict) -> tuple[int, str]:
+    """The ``--ctx-size`` that puts the old context back (llama-server's flag is shared by its slots:
+    per-slot ``n_ctx`` x ``slots``), and how it is made up."""
+    slots = verdict.slots
+    if slots is None:
+        return verdict.change.from_n_ctx, "per slot: x -np if the server runs several"
+    return verdict.change.from_n_ctx * slots, f"{verdict.change.from_n_ctx} per slot x {slots} slots"
+
+
+def loss_message(verdict: Verdict, iso: Callable[[float], str]) -> str:
+    """Rule 9's escalation, told to the humans once per change (issue 27 item 3): the GPU, the old and
+    new ``n_ctx``, the tok/s before and after, and the ``--ctx-size`` to go back to."""
+    change = verdict.change
+    size, made_of = ctx_size_back(verdict)
+    if verdict.before_tok_s is not None:
+        before = f"{_tok(verdict.before_tok_s)} tok/s before (last result at n_ctx {change.from_n_ctx})"
+    else:
+        before = "no result before it at the old context"
+    target = "" if change.target_tok_s is None else (
+        f", {verdict.ratio_pct:g} % of its {_tok(change.target_tok_s)} tok/s target" if verdict.ratio_pct is not None
+        else f", target {_tok(change.target_tok_s)} tok/s")
+    return (f"{change.gpu}: {ESCALATION} (Rule 9): n_ctx {change.from_n_ctx} -> {change.to_n_ctx} "
+            f"(changed at {iso(change.at_s)}); re-benchmark {_tok(verdict.gen_tok_s)} tok/s after, {before}"
+            f"{target}. To go back: restart llama-server with --ctx-size {size} ({made_of})")
+
+
+def _tok(value: float) -> str:
+    return f"{value:.1f}".rstrip("0").rstrip(".")
+
+
 def change_fields(change: ContextChange, iso: Callable[[float], str]) -> dict[str, Any]:
     """What the audit trail and ``bench --json`` say about a change: from, to, when, target."""
     return {"from_n_ctx": change.from_n_ctx, "to_n_ctx": change.to_n_ctx, "changed_at": iso(change.at_s),
@@ -269,13 +329,15 @@ def detected_audit(change: ContextChange, iso: Callable[[float], str], run_id: s
 
 
 def verdict_audit(verdict: Verdict, now_iso: str, iso: Callable[[float], str], run_id: str) -> dict[str, Any]:
-    """The audit line of a re-benchmark's verdict; a perf loss is the spec's escalation (info: no page)."""
+    """The audit line of a re-benchmark's verdict; a perf loss is the spec's escalation, told once."""
     fields = verdict_fields(verdict, iso)
     proof = {k: fields[k] for k in ("gen_tok_s", "target_tok_s", "ratio_pct", "measured_at")}
+    proof["before_tok_s"] = verdict.before_tok_s
     result = {VERIFIED: "resolved", PERF_LOSS: "escalated", NO_TARGET: "failed"}[verdict.state]
-    detected = {"context_change": change_fields(verdict.change, iso), "verdict": verdict.state}
+    detected: dict[str, Any] = {"context_change": change_fields(verdict.change, iso), "verdict": verdict.state}
     if verdict.state == PERF_LOSS:
         detected["escalation"] = ESCALATION
+        detected["ctx_size_back"] = ctx_size_back(verdict)[0]
     return _audit(run_id, verdict.change.gpu, now_iso, detected, "re-benchmark", result, proof,
                   verdict.state == PERF_LOSS)
 

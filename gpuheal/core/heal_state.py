@@ -35,6 +35,7 @@ LITELLM_RESTARTS_KEPT = 50
 DAY_S = 86400.0
 ATTEMPT_KEEP_S = 8 * DAY_S  # settled attempts are kept this long (the weekly report reads them) ...
 MAX_ATTEMPTS_KEPT = 500  # ... and at most this many; open attempts are never dropped
+MAX_POWER_W = 10_000.0  # a board power limit beyond this is damage (parse/gpu_data's bound)
 MAX_COUNT = 1_000_000  # an attempt number or failure count beyond this is damage, read as 0
 
 
@@ -171,18 +172,26 @@ class Mitigation:
     # the built-in LiteLLM change to undo: the deployment's field and the value found before the
     # first change (issue 11: restore puts back exactly what was there). None: LiteLLM unchanged.
     restore: tuple[str, str, float] | None = None  # (model_id, field, value)
+    # the board power limit before the first thermal power cap (issue 27 item 7), put back by
+    # restore-power-limit; None: the power limit was not changed
+    power_w: float | None = None
+    # LiteLLM's config file a redirect rewrote (its original kept beside it), put back by restore-load
+    litellm_config: str | None = None
 
     @classmethod
     def from_json(cls, value: Any) -> Mitigation | None:
         if not isinstance(value, dict):
             return None
         issue = _text(value.get("issue"))
+        power_w = num(value.get("power_w"))
         return cls(
             _names(value.get("actions")),
             issue or "",
             count(value.get("restore_failures")),
             num(value.get("cool_since")),
             _restore(value.get("restore")),
+            power_w if power_w is not None and 0 < power_w <= MAX_POWER_W else None,  # never a damaged watt
+            _path(value.get("litellm_config")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -196,7 +205,18 @@ class Mitigation:
         if self.restore is not None:
             model_id, field_name, value = self.restore
             out["restore"] = {"model_id": model_id, "field": field_name, "value": value}
+        if self.power_w is not None:
+            out["power_w"] = self.power_w
+        if self.litellm_config is not None:
+            out["litellm_config"] = self.litellm_config
         return out
+
+
+def _path(value: Any) -> str | None:
+    """An absolute file path as stored (a damaged one is dropped: never a guess at which file to restore)."""
+    if isinstance(value, str) and value.startswith("/") and len(value) <= 4096 and "\x00" not in value:
+        return value
+    return None
 
 
 def _restore(value: Any) -> tuple[str, str, float] | None:

@@ -34,9 +34,18 @@ from typing import Any
 
 from gpuheal.config.model import Config, GpuConfig
 from gpuheal.core import timing
-from gpuheal.core.actions import Action, LiteLLMUpdate, RestorePowerLimit, RunCommand, WaitReady
+from gpuheal.core.actions import (
+    Action,
+    CapPower,
+    LiteLLMUpdate,
+    RestorePowerLimit,
+    RewriteLiteLLM,
+    RunCommand,
+    WaitReady,
+)
 from gpuheal.core.catalog import (
     ACTIONS,
+    MITIGATIONS,
     POWER_QUERY_ARGV,
     ROCM_POWER_QUERY_ARGV,
     SERVICE_OF,
@@ -145,7 +154,33 @@ def plan(
                 item = _held(item, f"{', '.join(again)} is already being restarted by this run")
             restarting |= item.restart_targets
         items.append(item)
-    return items
+    return _cooler_targets(items, issues, remedies, state, cfg)
+
+
+def _cooler_targets(
+    items: list[PlanItem], issues: list[dict[str, Any]], remedies: Mapping[str, Remedy], state: HealState, cfg: Config
+) -> list[PlanItem]:
+    """Rule 1.2's "redirect new requests to cooler GPUs": a config-file redirect goes to the first GPU (in
+    config order) with no open issue whose fix sheds load, not paused, not the hot GPU itself; none
+    found, the step says so when it runs (issue 27 item 7)."""
+    hot = {str(i["gpu"]) for i in issues if set(_remedy(remedies, str(i["issue"])).steps) & set(MITIGATIONS)}
+    cool = [g for g in cfg.gpus if g.alias not in hot and not state.paused_reason(g.alias)]
+    out = []
+    for item in items:
+        steps = tuple(_to_cooler(s, item.gpu, cool) for s in item.steps)
+        out.append(item if steps == item.steps else replace(item, steps=steps))
+    return out
+
+
+def _to_cooler(step: Action, gpu: str, cool: list[GpuConfig]) -> Action:
+    target = next((g for g in cool if g.alias != gpu), None)
+    if target is None:
+        return step
+    if isinstance(step, RewriteLiteLLM) and not step.restore:
+        return replace(step, to_alias=target.alias, to_endpoint=target.endpoint)
+    if isinstance(step, LiteLLMUpdate) and isinstance(step.instead, RewriteLiteLLM):
+        return replace(step, instead=replace(step.instead, to_alias=target.alias, to_endpoint=target.endpoint))
+    return step
 
 
 def _remedy(remedies: Mapping[str, Remedy], issue_id: str) -> Remedy:
@@ -316,18 +351,45 @@ class NoRestore:
     result: str  # "planned": nothing configured to run; "resolved": nothing to undo
 
 
-def restore_action(alias: str, mitigation: Mitigation, cfg: Config, actions: Actions = ACTIONS) -> Action | NoRestore:
-    """What gives a GPU that stayed cool its load back (``restore-load``, step 4 of ``heal``): the
-    configured command, or the LiteLLM values the built-in shed changed put back as they were."""
+def restore_actions(
+    alias: str, mitigation: Mitigation, cfg: Config, actions: Actions = ACTIONS
+) -> tuple[Action, ...] | NoRestore:
+    """What gives a GPU that stayed cool its load back (step 4 of ``heal``): the power limit a thermal
+    cap lowered put back (``restore-power-limit``), then the configured ``restore_load_command``, or the
+    LiteLLM values the built-in shed changed put back as they were (``restore-load``)."""
+    out: list[Action] = []
+    if mitigation.power_w is not None:
+        g = cfg.gpu(alias)
+        out.append(CapPower("restore-power-limit", g.vendor, g.gpu_index, g.host if g.transport == "ssh" else "local",
+                            watts=mitigation.power_w,
+                            note=f"undo the thermal power cap: back to {mitigation.power_w:g} W, read back"))
+    rewrite = _config_rewrite("restore-load", cfg.gpu(alias), cfg)
+    if mitigation.litellm_config is not None and rewrite is None:
+        return NoRestore(f"GPU cooled down; LiteLLM's {mitigation.litellm_config} still sends its models elsewhere "
+                         "and litellm.config_file / restart_command are not configured now: copy "
+                         f"{mitigation.litellm_config}.gpuheal-orig back and restart LiteLLM", "planned")
+    if mitigation.litellm_config is not None and rewrite is not None:
+        out.append(replace(rewrite, path=mitigation.litellm_config, restore=True,
+                           note="put LiteLLM's config file back (the hot GPU served again), read back"))
     step = resolve_action("restore-load", alias, cfg, actions)
-    if step is None:
+    if isinstance(step, LiteLLMUpdate) and mitigation.restore is not None:
+        model_id, field_name, value = mitigation.restore
+        out.append(replace(step, model_id=model_id, field=field_name, value=value))
+    elif step is not None and not isinstance(step, LiteLLMUpdate):
+        out.append(step)
+    if out:
+        return tuple(out)
+    if step is None and any(_configured(a, alias, cfg, actions) for a in mitigation.actions):
         return NoRestore("GPU cooled down; no restore_load_command configured", "planned")
-    if not isinstance(step, LiteLLMUpdate):
-        return step
-    if mitigation.restore is None:  # the built-in shed never changed LiteLLM: nothing to put back
-        return NoRestore("GPU cooled down; LiteLLM was never changed", "resolved")
-    model_id, field_name, value = mitigation.restore
-    return replace(step, model_id=model_id, field=field_name, value=value)
+    return NoRestore("GPU cooled down; nothing gpuheal changed is left to undo", "resolved")
+
+
+def _configured(action: str, alias: str, cfg: Config, actions: Actions) -> bool:
+    spec = actions.get(action)
+    try:
+        return bool(spec and spec.command_key and cfg.gpu(alias).command(spec.command_key))
+    except KeyError:
+        return False
 
 
 def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTIONS) -> Action | None:
@@ -354,7 +416,7 @@ def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTION
     target = g.host if g.transport == "ssh" else "local"
     argv = g.command(spec.command_key) if spec.command_key else None
     if argv is None and action in LOAD_ACTIONS:
-        return _litellm_load(action, g, cfg)
+        return _builtin_load(action, g, cfg)
     note = ""
     if argv is None and spec.fallback is not None:
         instead = actions[spec.fallback]
@@ -363,14 +425,48 @@ def resolve_action(action: str, gpu: str, cfg: Config, actions: Actions = ACTION
     if argv is None and action == "restore-power-limit":
         restore, query = cfg.heal.power_restore, POWER_QUERY_ARGV if g.vendor == "nvidia" else ROCM_POWER_QUERY_ARGV
         note = f"built-in: back to the {restore} limit, only if it is below it"
-        if g.vendor == "amd":
-            note = "built-in: reads the cap only (rocm-smi prints no default limit); set power_limit_command to restore"
+        if g.vendor == "amd":  # rocm-smi prints no default: reset to the board's own, read back (issue 27 item 12)
+            note = "built-in: rocm-smi --resetpoweroverdrive (the board's default cap), read back"
         return RestorePowerLimit(action, on_gpu(query, g.gpu_index), target, note, restore)
     if argv is None and action == "snapshot-processes":
         argv = on_gpu(default_smi_argv(g.vendor), g.gpu_index)
     if argv is None:
         argv = spec.default_argv
     return RunCommand(action, tuple(argv), target, note) if argv is not None else None
+
+
+def _builtin_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | CapPower | RewriteLiteLLM | None:
+    """The built-in load action, in this order (issue 27 item 7): LiteLLM's ``/model/update`` where the GPU
+    names its deployment — with the alternative ``instead`` when LiteLLM's setup rules it out (no
+    database) — else the alternative itself: for ``shed-load`` the power cap (:mod:`gpuheal.core.power`),
+    what works on the spec's own fleet out of the box; for ``redirect-traffic`` LiteLLM's config file
+    rewritten to send the GPU's models to a cooler GPU (:mod:`gpuheal.core.litellm_config`), when
+    ``litellm.config_file`` says where it is."""
+    lite = _litellm_load(action, g, cfg)
+    ratio = cfg.heal.shed_power_ratio
+    other: CapPower | RewriteLiteLLM | None = None
+    if action == "shed-load" and ratio is not None:
+        where = g.host if g.transport == "ssh" else "local"
+        other = CapPower(action, g.vendor, g.gpu_index, where, ratio=ratio,
+                         note=f"built-in: cap the board power at {ratio:.0%} of its limit, read back; "
+                         "restored after the cool-down")  # fmt: skip
+    elif action == "redirect-traffic":
+        other = _config_rewrite(action, g, cfg)
+    if lite is not None:
+        return lite if other is None else replace(lite, instead=other)
+    return other
+
+
+def _config_rewrite(action: str, g: GpuConfig, cfg: Config) -> RewriteLiteLLM | None:
+    """Rule 1.2 through LiteLLM's ``config.yaml`` (no database): configured by ``litellm.config_file``, with
+    the ``restart_command`` that makes LiteLLM read it and the URL its read-back asks."""
+    lite = cfg.litellm
+    if not (lite.config_file and lite.restart_command and lite.url):
+        return None
+    where = lite.host if lite.transport == "ssh" and lite.host else "local"
+    return RewriteLiteLLM(action, lite.config_file, where, tuple(lite.restart_command), g.endpoint,
+                          note="built-in: LiteLLM's config.yaml sends this GPU's models to a cooler GPU; "
+                          "LiteLLM restarted, read back; put back after the cool-down")  # fmt: skip
 
 
 def _litellm_load(action: str, g: GpuConfig, cfg: Config) -> LiteLLMUpdate | None:

@@ -24,7 +24,11 @@ each hook enters, in order:
    checks, and the re-benchmark a restored power limit asks for; Rule 6's LiteLLM health, and its
    escalation when the host cannot be reached over SSH);
 5. ``follow_up(followed)`` → :data:`FollowUp` steps — pure, for advice heal never acts on: what it
-   says about it, run after run (Rule 10's alert, its 24 h verify and its 48 h alias audit).
+   says about it, run after run (Rule 10's alert, its 24 h verify and its 48 h alias audit);
+6. ``recheck(rechecking)`` → ``str | None`` — pure, in a later run, when an attempt's verification window
+   passed with its issue still open: a reason to keep the fix running and judge it again one window
+   later, or ``None`` (it failed). Rule 8 tier 2 escalates only while the GPU is *still rising*: one
+   falling above 80 °C keeps its load shed and is re-checked.
 
 And in a later run, when the attempt's issue cleared: ``verify(proving, ctx)`` → a verdict (``ok`` and
 what proved it, joined to the resolved record's ``verification``): the rule's own proof before the
@@ -55,6 +59,7 @@ from gpuheal.core.rebench import Ask
 
 if TYPE_CHECKING:
     from gpuheal.config.model import Config
+    from gpuheal.core.memory import Memory
     from gpuheal.core.plan import PlanItem
 
 
@@ -237,6 +242,24 @@ class Followed:
 
 
 @dataclass(frozen=True)
+class Rechecking:
+    """What a ``recheck`` hook sees: an attempt whose verification window passed, its issue still open
+    now (``detected``, as last found), the rules' memory after this poll (the rule reads its own rows)
+    and the run's clock."""
+
+    gpu: str
+    issue: str
+    since: str | None
+    actions: tuple[str, ...]
+    started_s: float | None
+    detected: Mapping[str, Any]
+    memory: Memory
+    now_s: float
+    tol_s: float
+    cfg: Config
+
+
+@dataclass(frozen=True)
 class Escalate:
     """Tell the humans, and hold the issue as escalated until it resolves or is cleared."""
 
@@ -289,6 +312,7 @@ class Remedy:
     conclude: Callable[[Execution, RemedyContext], None] | None = None
     follow_up: Callable[[Followed], tuple[FollowUp, ...]] | None = None
     verify: Callable[[Proving, RemedyContext], Mapping[str, Any]] | None = None
+    recheck: Callable[[Rechecking], str | None] | None = None
 
 
 def completion_proof(ctx: RemedyContext) -> dict[str, Any]:

@@ -23,10 +23,18 @@ picks the source for the fleet).
 more than ``tolerance_ratio`` of the target (at least 2 points) is misrouted. **Role**: the requests
 outside its role over those that could be judged, more than ``role_tolerance_ratio``, is misrouted.
 A role criterion the source cannot judge is listed in ``not_judged``, never guessed.
+
+**The recommendation names the traffic** (issue 27 item 11): which model group, tag or prompt size
+the requests outside the role were (the spend logs per request; LiteLLM's counters per deployment,
+whose model group is known), each with the GPUs whose role names it (``route``: "model group 'heavy'
+(150 requests) → gpu-dense"), or that no GPU's role does; a share off its weight names the GPUs to move
+requests to (under their weight) or from (over it). gpu-monitor's counts know no traffic: the line
+stays generic there.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -35,11 +43,16 @@ from typing import Any, Literal
 from gpuheal.config.model import Role
 from gpuheal.model import RoleTally
 from gpuheal.parse.litellm_spend import SpendRow
+from gpuheal.parse.values import printable
 
 SPEND_LOGS = "spend-logs"
 COUNTERS = "litellm-counters"
 MONITOR = "gpu-monitor"
 MIN_BAND = 0.02  # a share within 2 points of its target is never "misrouted", however small the target
+TRAFFIC_KEPT = 20  # a tally keeps the 20 biggest kinds of outside traffic per GPU (a bounded trace)
+TRAFFIC_SHOWN = 3  # the recommendation names the 3 biggest
+VALUE_CHARS = 60  # a model group or tag as shown (text from LiteLLM's database: printable, bounded)
+PEERS_SHOWN = 3
 
 
 class Criterion(StrEnum):
@@ -114,6 +127,7 @@ def tally(rows: Iterable[SpendRow], gpus: Iterable[Deployment], window_s: float)
     seen = {g.alias: 0 for g in gpus}
     unknown = dict(seen)
     outside: dict[str, dict[str, int]] = {g.alias: {} for g in gpus}
+    traffic: dict[str, Counter[tuple[str, str]]] = {g.alias: Counter() for g in gpus}
     roles = {g.alias: g.role for g in gpus}
     for row in rows:
         alias = owner(row, gpus)
@@ -129,8 +143,49 @@ def tally(rows: Iterable[SpendRow], gpus: Iterable[Deployment], window_s: float)
         elif broke is not None:
             by = outside[alias]
             by[broke.value] = by.get(broke.value, 0) + 1
-    return {a: RoleTally(n, sum(outside[a].values()), unknown[a], window_s, tuple(sorted(outside[a].items())))
+            traffic[alias].update((broke.value, v) for v in traffic_values(role, broke, row))
+    return {a: RoleTally(n, sum(outside[a].values()), unknown[a], window_s, tuple(sorted(outside[a].items())),
+                         _biggest(traffic[a]))
             for a, n in seen.items()}
+
+
+def traffic_values(role: Role, c: Criterion, row: SpendRow) -> tuple[str, ...]:
+    """What a request outside its role is known by, for the criterion it broke: its model group, its
+    tags (each one), or its prompt size against the role's bound."""
+    if c is Criterion.MODEL_GROUP:
+        return (_value(row.model_group),)
+    if c is Criterion.TAGS:
+        return tuple(dict.fromkeys(_value(t) for t in row.request_tags or ())) or ("(no tag)",)
+    hi, lo, n = role.max_prompt_tokens, role.min_prompt_tokens, row.prompt_tokens or 0
+    return (f"above {hi}",) if hi is not None and n > hi else (f"below {lo}",)
+
+
+def _value(text: object) -> str:
+    return printable(text, VALUE_CHARS) or "?"
+
+
+def _biggest(counts: Counter[tuple[str, str]]) -> tuple[tuple[str, str, int], ...]:
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:TRAFFIC_KEPT]
+    return tuple((c, v, n) for (c, v), n in ranked)
+
+
+def accepts(role: Role | None, criterion: str, value: str) -> bool:
+    """Whether ``role`` names this traffic (a destination for it): its model group or tag among the role's,
+    or a prompt size its bounds take. A role that does not name the criterion is no destination."""
+    if role is None:
+        return False
+    if criterion == Criterion.MODEL_GROUP.value:
+        return value in role.model_groups
+    if criterion == Criterion.TAGS.value:
+        return value in role.request_tags
+    if criterion != Criterion.PROMPT.value or (role.min_prompt_tokens is None and role.max_prompt_tokens is None):
+        return False
+    side, _, bound = value.partition(" ")
+    if not bound.isdigit():
+        return False
+    if side == "above":
+        return role.max_prompt_tokens is None or role.max_prompt_tokens > int(bound)
+    return role.min_prompt_tokens is None or role.min_prompt_tokens < int(bound)
 
 
 def counter_increase(points: list[tuple[float, float]]) -> float | None:
@@ -158,11 +213,13 @@ class Reading:
     outside_by: tuple[tuple[str, int], ...] = ()
     judged: tuple[str, ...] = ()
     not_judged: tuple[str, ...] = ()
+    traffic: tuple[tuple[str, str, int], ...] = ()  # (criterion, value, requests) of the traffic outside the role
 
 
 def from_spend(t: RoleTally, role: Role | None) -> Reading:
     names = tuple(c.value for c in criteria(role))
-    return Reading(float(t.requests), SPEND_LOGS, float(t.outside), float(t.unknown), t.outside_by, names, ())
+    return Reading(float(t.requests), SPEND_LOGS, float(t.outside), float(t.unknown), t.outside_by, names, (),
+                   t.traffic)
 
 
 def from_counters(requests: float, model_group: str | None, role: Role | None) -> Reading:
@@ -177,7 +234,8 @@ def from_counters(requests: float, model_group: str | None, role: Role | None) -
     assert role is not None
     outside = 0.0 if model_group in role.model_groups else requests
     by = ((Criterion.MODEL_GROUP.value, int(outside)),) if outside else ()
-    return Reading(requests, COUNTERS, outside, 0.0, by, (Criterion.MODEL_GROUP.value,), not_judged)
+    traffic = ((Criterion.MODEL_GROUP.value, _value(model_group), int(outside)),) if outside else ()
+    return Reading(requests, COUNTERS, outside, 0.0, by, (Criterion.MODEL_GROUP.value,), not_judged, traffic)
 
 
 def from_monitor(requests: int, role: Role | None) -> Reading:
@@ -194,9 +252,11 @@ class Verdict:
 
 def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], role_name: str | None,
           *, tolerance_ratio: float, role_tolerance_ratio: float, min_requests: float,
-          window_s: float | None = None) -> Verdict | Literal[False] | None:
+          window_s: float | None = None,
+          roles: Mapping[str, Role | None] | None = None) -> Verdict | Literal[False] | None:
     """Misrouted (a :class:`Verdict`), quiet (``False``) or not known (``None``). ``readings``: every
-    GPU of the fleet that has one this poll; ``weights``: the weighted GPUs (shares need all of them)."""
+    GPU of the fleet that has one this poll; ``weights``: the weighted GPUs (shares need all of them);
+    ``roles``: every GPU's role, for naming where its outside traffic belongs."""
     mine = readings.get(alias)
     if mine is None:
         return None
@@ -208,22 +268,60 @@ def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, flo
         return False
     detected: dict[str, Any] = {"source": mine.source, "requests": round(mine.requests), "role": role_name,
                                 "window_s": window_s}
-    lines = []
+    lines, moves = [], []
     if share is not None:
         detected.update({k: v for k, v in share.items() if k != "off"})
         if share["off"]:
             lines.append(f"gets {_pct(share['share_pct'])} % of requests, target {_pct(share['target_pct'])} %: "
                          f"{share['direction']}-used")
+            peers = _peers(alias, readings, weights, share["direction"], tolerance_ratio, min_requests)
+            if peers:
+                detected["move_" + ("to" if share["direction"] == "over" else "from")] = peers
+                moves.append(f"move requests {'to' if share['direction'] == 'over' else 'here from'} "
+                             f"{', '.join(peers)} ({'under' if share['direction'] == 'over' else 'over'} their weight)")
     if role is not None:
         detected.update({k: v for k, v in role.items() if k != "off"})
         if role["off"]:
             lines.append(f"{_pct(role['outside_role_pct'])} % of its requests are outside its role "
                          f"({', '.join(f'{k}: {n}' for k, n in mine.outside_by) or 'model group'})")
+            route = _routes(alias, mine, roles or {})
+            if route:
+                detected["route"] = route
+                moves += [_route_text(r) for r in route]
     if mine.not_judged:
         detected["not_judged"] = list(mine.not_judged)
-    summary = (f"{alias} ({role_name or 'no role set'}) " + "; ".join(lines)
-               + f" [{mine.source}]: recommend agent alias updates to match the GPU roles")
+    advice = "recommend agent alias updates: " + "; ".join(moves) if moves else \
+        "recommend agent alias updates to match the GPU roles"
+    summary = f"{alias} ({role_name or 'no role set'}) " + "; ".join(lines) + f" [{mine.source}]: {advice}"
     return Verdict(detected, summary)
+
+
+def _routes(alias: str, mine: Reading, roles: Mapping[str, Role | None]) -> list[dict[str, Any]]:
+    """The biggest kinds of this GPU's outside traffic, each with the GPUs whose role names it."""
+    ranked = sorted(mine.traffic, key=lambda t: (-t[2], t[0], t[1]))[:TRAFFIC_SHOWN]
+    return [{"traffic": c, "value": v, "requests": n,
+             "to": sorted(a for a, r in roles.items() if a != alias and accepts(r, c, v))} for c, v, n in ranked]
+
+
+def _route_text(r: Mapping[str, Any]) -> str:
+    kind = {Criterion.TAGS.value: "tag"}.get(r["traffic"], r["traffic"])
+    what = f"{kind} {r['value']}" if r["traffic"] == Criterion.PROMPT.value else f"{kind} '{r['value']}'"
+    to = ", ".join(r["to"]) if r["to"] else "no GPU's role names it (give one a role that does)"
+    return f"{what} ({r['requests']} requests) -> {to}"
+
+
+def _peers(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], direction: str,
+           tolerance_ratio: float, min_requests: float) -> list[str]:
+    """The weighted GPUs on the other side of their target (under it when ``alias`` is over-used), the
+    farthest first: where to move requests to, or from."""
+    found = []
+    for other in weights:
+        if other == alias:
+            continue
+        s = _share(other, readings, weights, tolerance_ratio, min_requests)
+        if s is not None and s["direction"] != direction and s["share_pct"] != s["target_pct"]:
+            found.append((-abs(s["share_pct"] - s["target_pct"]), other))
+    return [a for _, a in sorted(found)[:PEERS_SHOWN]]
 
 
 def _share(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], tolerance_ratio: float,

@@ -240,7 +240,7 @@ def note_restore(state: HealState, alias: str, effects: list[dict[str, Any]]) ->
     if m is None or m.restore is not None:
         return state
     for effect in effects:
-        if effect.get("before") is not None:
+        if effect.get("before") is not None and "model_id" in effect:  # a LiteLLM change (not a power cap)
             restore = (str(effect["model_id"]), str(effect["field"]), float(effect["before"]))
             return state.with_mitigation(alias, replace(m, restore=restore))
     return state

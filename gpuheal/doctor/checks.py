@@ -1,5 +1,6 @@
 """The doctor's built-in checks (issue 11, point 3). Every probe only reads: HTTP GETs, an SSH
-connect, and the read-only commands ``command -v``, ``systemctl cat UNIT`` and ``sudo -n true``.
+connect, and the read-only commands ``command -v``, ``systemctl cat UNIT``, ``sudo -n true``, the GPU's
+power-limit query and ``id -u`` (the power cap's proof: ``doctor/power.py``).
 No restart, no LiteLLM update, no Zulip message; the state directory's lock is taken and released
 (never waited for) and nothing is written there."""
 
@@ -400,10 +401,10 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
             "load shedding",
             WARN,
             "no load shedding configured: Rules 1 and 8 can only escalate",
-            "set gpus[].litellm_model_id (LiteLLM) or shed_load_command",
+            "set gpus[].litellm_model_id (LiteLLM), shed_load_command, or heal.shed_power_ratio (the power cap)",
         )
         for g in cfg.gpus
-        if not g.litellm_model_id and not g.command("shed_load_command")
+        if not g.litellm_model_id and not g.command("shed_load_command") and cfg.heal.shed_power_ratio is None
     ]
     if not builtin:
         return rows
@@ -634,7 +635,7 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
     for where, commands in places.items():
         aliases = sorted({a for g in cfg.gpus if Target.for_gpu(g, cfg.heal) == where for a in [g.alias]})
         label = aliases[0] if aliases else (commands[0][0] if commands else "local")
-        n_checks = sum(2 + ("sudo" in argv[:1]) for *_x, argv, _v in commands)
+        n_checks = sum(2 + ("sudo" in argv[:1]) for *_x, argv, _v in commands) + 4 * len(aliases)
         deadline = (connect_s if where.kind == "ssh" else 0) + CMD_TIMEOUT_S * max(1, n_checks)
         yield Probe(
             label,
@@ -673,6 +674,14 @@ def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:
     for alias, key, template, values in commands:
         rows += command_checks(transport, alias, key, template, values, checked_sudo)
         checked_sudo = checked_sudo or "sudo" in template[:1]
+    from gpuheal.doctor.power import config_redirect_checks, kfd_checks, power_cap_checks
+
+    if any(key == "litellm.restart_command" for _, key, *_x in commands):  # where LiteLLM runs
+        rows += config_redirect_checks(transport, cfg, CMD_TIMEOUT_S)
+
+    for alias in aliases:  # the power cap and AMD's per-GPU processes, proven read-only (issue 27 items 7, 12)
+        rows += power_cap_checks(transport, cfg, alias, CMD_TIMEOUT_S) + kfd_checks(transport, cfg, alias,
+                                                                                      CMD_TIMEOUT_S)
     return rows
 
 

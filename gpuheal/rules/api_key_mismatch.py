@@ -7,6 +7,14 @@ inhibits the symptoms a restart cannot fix on that GPU (L1's cascade: 401 → fa
 ``model-stuck``, ``circuit-breaker-stuck``, ``workload-misrouted``. Recovers when neither
 signal says 401 any more: a later successful benchmark, and a probe that is not 401. The key itself
 never appears in the evidence.
+
+Its fix (issue 27 item 15, Lesson L2: "do NOT fall back to it again"): the GPU is taken out of LiteLLM's
+routing — ``redirect-traffic``: its deployment's weight to 0 (or its rpm down), counted only when
+LiteLLM's read-back shows it — and the humans are told in the same run (a key is never guessed). Never on
+one poll: a second poll must see the 401 first. Once the GPU answers again and stayed so for
+``heal.restore_after_s``, ``restore-load`` puts the value found back, read back too. Where LiteLLM cannot
+change the deployment (no database, ``config.yaml``) or no ``redirect_command`` is configured, it is
+escalated at once, saying why it could not be taken out.
 """
 
 from __future__ import annotations
@@ -17,9 +25,9 @@ from typing import Any, Final
 
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
-from gpuheal.config.model import EngineParams
+from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import Finding, iso
-from gpuheal.core.remedy import Remedy
+from gpuheal.core.remedy import Execution, Guard, Planning, Remedy, RemedyContext, Result
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_UNAUTHORIZED, ERR_UNAUTHORIZED
@@ -39,8 +47,13 @@ remember: Final = None
 UNAUTHORIZED_ERRORS = frozenset({"unauthorized", "http-401", "401"})
 
 
-class Params(EngineParams):
-    """Only the engine's parameters: no fix but the humans (a key is never guessed)."""
+class Params(RemedyParams):
+    """The engine's parameters and the fix's (its window and failure budget): the fix only takes the GPU
+    out of routing; the key is the humans' (never guessed)."""
+
+
+SEEN_TWICE_S = 30.0  # acted on once a later poll than the first saw the 401 (cron polls every 60 s)
+WHY = "llama-server rejects the LiteLLM api key: align --api-key with litellm.api_key (Lesson L1)"
 
 
 def _bench_401(view: FleetView, alias: str) -> tuple[bool | None, dict[str, Any] | None]:
@@ -132,7 +145,28 @@ def complete_issues(
     return issues
 
 
+def guard(p: Planning) -> Guard:
+    """Never act on one bad poll: the take-out waits for a poll after the one that first saw the 401."""
+    seen = p.detected.get("duration_s")
+    if isinstance(seen, int | float) and not isinstance(seen, bool) and seen >= SEEN_TWICE_S - p.tol_s:
+        return Guard()
+    return Guard(wait="a 401 is taken out of routing when a second poll sees it (never on one bad poll)")
+
+
+def conclude(ex: Execution, ctx: RemedyContext) -> None:
+    """Taken out of routing (its read-back seen) or not: the humans still have to fix the key — told now,
+    with what became of its routing."""
+    if ex.result is Result.ACTED:
+        ex.ends(Result.ESCALATED, f"{WHY}; taken out of LiteLLM routing until it answers again (L2), then put "
+                "back")
+    elif ex.result is Result.ESCALATED:
+        why = (ex.escalate_reason or "").removeprefix("load shedding ")
+        ex.ends(Result.ESCALATED, f"{WHY}; it stays in LiteLLM's routing: taking it out {why}")
+
+
 REMEDY: Final = Remedy(
-    automatic=False,
-    why_escalate="llama-server rejects the LiteLLM api key: align --api-key with litellm.api_key (Lesson L1)",
+    ("redirect-traffic",),  # out of LiteLLM's routing (L2); the key is the humans'
+    why_escalate=WHY,
+    guard=guard,
+    conclude=conclude,
 )

@@ -4,10 +4,13 @@ tests/test_sim_smi.py), from the sim's live state.
 
     python -m gpuheal.sim.rocm_smi CONTROL_URL [--sim-gpu ALIAS] [-d INDEX] FLAGS... --json
 
-Flags: ``--showtemp``, ``--showmeminfo vram [gtt]``, ``--showuse``, ``--showpower``,
-``--showmaxpower`` (the cap in force: ``power_limit_w``), ``--showpids`` (under ``system``: the GPU's
-llama-server, and ``python3`` when ``competing_pid`` is set, as ``"name, gpus, vram bytes, sdma, cu"``).
-Without ``--json`` it refuses (gpuheal always asks for JSON). Stdlib only.
+Flags: ``--resetpoweroverdrive`` (the cap back to ``power_default_limit_w``), ``--setpoweroverdrive
+WATTS`` (sets ``power_limit_w``, as the real tool: whole watts only, above the board's max refused;
+prints its log line, not JSON — issue 27 items 7 and 12), ``--showtemp``, ``--showmeminfo vram [gtt]``,
+``--showuse``, ``--showpower``, ``--showmaxpower`` (the cap in force: ``power_limit_w``), ``--showpids``
+(under ``system``: the GPU's llama-server, and ``python3`` when ``competing_pid`` is set, as ``"name,
+gpus, vram bytes, sdma, cu"``). Without ``--json`` it refuses (gpuheal always asks for JSON). Stdlib
+only.
 """
 
 from __future__ import annotations
@@ -51,17 +54,44 @@ def pids(g: dict[str, Any], n: int) -> dict[str, str]:
     return out
 
 
+def set_cap(url: str, alias: str, g: dict[str, Any], n: int, raw: str) -> tuple[int, str, str]:
+    """``--setpoweroverdrive WATTS``: rocm-smi's ``int(value)`` check, its range check, its log lines;
+    ``--resetpoweroverdrive``: the board's default (``power_default_limit_w``, when the scenario has one)."""
+    if raw == "reset":
+        default = g.get("power_default_limit_w")
+        if default is not None:
+            call(url, "POST", "/set", {"gpu": alias, "set": {"power_limit_w": float(default)}})
+        now = default if default is not None else g.get("power_limit_w")
+        return 0, f"GPU[{n}]\t\t: Successfully reset Power OverDrive to: {int(float(now or 0))}W\n", ""
+    try:
+        watts = int(raw)
+    except ValueError:
+        return 1, "", f"ERROR: {raw} is not an integer\n"
+    top = g.get("power_max_limit_w")
+    if watts <= 0 or (top is not None and watts > float(top)):
+        return 1, f"GPU[{n}]\t\t: Unable to set Power OverDrive\n", ""
+    call(url, "POST", "/set", {"gpu": alias, "set": {"power_limit_w": float(watts)}})
+    return 0, f"GPU[{n}]\t\t: Successfully set power to: {watts}W\n", ""
+
+
 def run(argv: list[str]) -> tuple[int, str, str]:
     url, args = argv[0], argv[1:]
-    alias, index, flags = None, 0, set()
+    alias, index, flags, cap = None, 0, set(), None
     while args:
         a = args.pop(0)
         if a == "--sim-gpu" and args:
             alias = args.pop(0)
         elif a == "-d" and args:
             index = int(args.pop(0)) if args[0].isdigit() else -1
+        elif a == "--setpoweroverdrive" and args:
+            cap = args.pop(0)
+        elif a == "--resetpoweroverdrive":
+            cap = "reset"
         else:
             flags.add(a)
+    if cap is not None:
+        name, g, n = _pick(call(url, "GET", "/state"), alias, index)
+        return set_cap(url, name, g, n, cap)
     if "--json" not in flags:
         return 1, "", "gpuheal's rocm-smi look-alike answers --json only\n"
     name, g, n = _pick(call(url, "GET", "/state"), alias, index)

@@ -8,7 +8,7 @@ host: ``--sim-gpu`` names the GPU, else ``-i INDEX`` picks it by its place in th
 
 - ``--query-gpu=FIELDS --format=csv[,noheader][,nounits]``: ``index``, ``name``, ``temperature.gpu``,
   ``memory.used``, ``memory.total``, ``utilization.gpu``, ``power.draw``, ``power.limit``,
-  ``power.default_limit``, ``power.max_limit``; power with 2 decimals, ``[N/A]`` when not known;
+  ``power.default_limit``, ``power.min_limit``, ``power.max_limit``; power with 2 decimals, ``[N/A]`` when not known;
   an unknown field: ``Field "x" is not a valid field to query.``, exit 2.
 - ``--query-compute-apps=pid,process_name,used_memory``: who runs on the GPU, decided once in
   :mod:`gpuheal.sim.processes` (its llama-server, and ``python3`` holding ``competing_vram_mb`` when
@@ -28,7 +28,7 @@ from gpuheal.sim.processes import gpu_processes
 
 BAD_ARG = 2  # nvidia-smi(1) RETURN VALUE: "A supplied argument or flag is invalid"
 UNITS = {"memory.used": "MiB", "memory.total": "MiB", "utilization.gpu": "%", "power.draw": "W",
-         "power.limit": "W", "power.default_limit": "W", "power.max_limit": "W"}  # fmt: skip
+         "power.limit": "W", "power.default_limit": "W", "power.min_limit": "W", "power.max_limit": "W"}  # fmt: skip
 FIELDS = {
     "temperature.gpu": ("temp_c", 0),
     "memory.used": ("vram_used_mb", 0),
@@ -37,6 +37,7 @@ FIELDS = {
     "power.draw": ("power_w", 2),
     "power.limit": ("power_limit_w", 2),
     "power.default_limit": ("power_default_limit_w", 2),
+    "power.min_limit": ("power_min_limit_w", 2),  # [N/A] unless the scenario sets it (issue 27 item 7)
     "power.max_limit": ("power_max_limit_w", 2),
 }
 HEADERS = {"temperature.gpu": "temperature.gpu", "index": "index", "name": "name"}

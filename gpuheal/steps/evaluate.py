@@ -192,10 +192,33 @@ def evaluate_bench_full(
         from gpuheal.clock import format_iso
 
         run_id, at = store.run_id(now), format_iso(now)
-        store.append_lines(files.AUDIT_LOG, [context_change.verdict_audit(v, at, iso, run_id) for v in news])
+        lines = [context_change.verdict_audit(v, at, iso, run_id) for v in news]
+        for line, v in zip(lines, news, strict=True):
+            if v.state == context_change.PERF_LOSS:
+                line["reason"] = context_change.loss_message(v, iso)
+        store.append_lines(files.AUDIT_LOG, lines)
+        _tell_losses(store, [v for v in news if v.state == context_change.PERF_LOSS], now.timestamp())
     if verdicts_out is not None:
         verdicts_out.extend(context_change.verdict_fields(v, iso) for v in verdicts)
     return ev
+
+
+def _tell_losses(store: StateDir, losses: list[context_change.Verdict], now_s: float) -> None:
+    """Rule 9's escalation reaches the humans (issue 27 item 3): one queued message per context change
+    whose re-benchmark lost significant performance — its audit line says ``escalated``, so a message
+    says it too. Keyed by the change (its time): judged again, the same change is never told twice."""
+    if not losses:
+        return
+    from gpuheal.core.alerts import AlertQueue, issue_alert
+
+    queue = AlertQueue.from_json(store.read(files.ALERTS, {}))
+    for v in losses:
+        detected = {**context_change.verdict_fields(v, iso), "before_tok_s": v.before_tok_s,
+                    "ctx_size_back": context_change.ctx_size_back(v)[0]}
+        queue.enqueue(issue_alert(v.change.gpu, context_window.ID, "escalated", iso(v.change.at_s), now_s,
+                                  context_change.loss_message(v, iso), run_id=None, detected=detected, tried=[],
+                                  attempts=0))  # fmt: skip
+    store.write(files.ALERTS, queue.to_json())
 
 
 def settle_context_changes(cfg: Config, memory: Memory, bench: dict[str, Any]) -> list[context_change.Verdict]:

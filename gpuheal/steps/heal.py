@@ -70,7 +70,7 @@ class Heal:
             if self.apply:  # 1. keep what the fixes need, judge earlier attempts from this run's data
                 self._track(still_open)
                 attempts.judge(self.ledger, self.effects, self.cfg, still_open, set(hidden), result.obs,
-                               health.get("gpus") or {}, self.tol, self.records)  # fmt: skip
+                               health.get("gpus") or {}, self.tol, self.records, result.evaluation.memory)  # fmt: skip
                 attempts.settle_escalations(self.ledger, set(still_open))
             for item in plan(result.issues, self.ledger.state, self.cfg, self.now_s, gpu_filter, issue_filter,
                              remedies=REMEDIES, tol=self.tol, records=self.records.all()):  # fmt: skip

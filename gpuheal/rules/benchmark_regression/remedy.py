@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuheal.config.model import GpuConfig
+from gpuheal.core import kfd
 from gpuheal.core.actions import StepResult
 from gpuheal.core.rebench import Ask
 from gpuheal.core.remedy import Execution, Guard, Planning, RemedyContext, Result
@@ -43,7 +44,7 @@ def conclude(ex: Execution, ctx: RemedyContext) -> None:
     g = ctx.cfg.gpu(ex.item.gpu)
     util = (ex.item.detected or {}).get("util_pct")
     util = float(util) if isinstance(util, int | float) and not isinstance(util, bool) else None
-    processes, unread = processes_of(ex.evidence, g)
+    processes, unread = processes_of(ex.evidence, g, ctx)
     own = ctx.llama_pids() if processes else frozenset()
     competition = checks.judge_competition(util, ctx.cfg.heal.competing_util_pct, processes, own, unread=unread)
     power_step = next((s for s in ex.steps if s.action == POWER_ACTION), None)
@@ -76,19 +77,30 @@ def detected_of(found: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def processes_of(evidence: dict[str, Any], g: GpuConfig) -> tuple[list[GpuProcess] | None, str]:
-    """This GPU's compute processes from the snapshot step, or ``None`` and why not."""
+def processes_of(
+    evidence: dict[str, Any], g: GpuConfig, ctx: RemedyContext | None = None
+) -> tuple[list[GpuProcess] | None, str]:
+    """This GPU's compute processes from the snapshot step, or ``None`` and why not. On a host with several
+    AMD GPUs, rocm-smi's list is narrowed to this GPU's processes and their VRAM on it by the KFD
+    (:mod:`gpuheal.core.kfd`, issue 27 item 12) — ``ctx`` runs the reads; without it, not known."""
     if "snapshot_error" in evidence or "snapshot_parse_error" in evidence:
         why = evidence.get("snapshot_error") or evidence["snapshot_parse_error"]
         return None, f"the process snapshot failed ({why})"
     if g.vendor == "amd":
-        if g.gpu_index is not None:
-            return None, "rocm-smi --showpids does not say which of the host's GPUs a process uses"
         found = parse_rocm_pids(str(evidence.get("snapshot") or ""))
         if found is None:
             return None, "rocm-smi --showpids gave no process list"
         procs, unreadable = found
-        return (None, f"rocm-smi --showpids: {unreadable} entries unreadable") if unreadable else (procs, "")
+        if unreadable:
+            return None, f"rocm-smi --showpids: {unreadable} entries unreadable"
+        if g.gpu_index is None:
+            return procs, ""
+        if ctx is None:
+            return None, "rocm-smi --showpids does not say which of the host's GPUs a process uses"
+        on = kfd.on_this_gpu(ctx, tuple(p.pid for p in procs))
+        if on.used_mb is None:
+            return None, f"which of the host's GPUs each process uses is not known ({on.why})"
+        return [GpuProcess(p.pid, p.name, on.used_mb[p.pid]) for p in procs if p.pid in on.used_mb], ""
     listed = evidence.get("gpu_processes")
     if not isinstance(listed, list):
         return None, "no process snapshot was taken"

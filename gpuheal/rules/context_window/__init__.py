@@ -21,7 +21,8 @@ rounded down to 256 tokens, times the result's ``slots`` (llama-server.md: "Slot
 Verify and Escalate ("Re-benchmark after context change, confirm within 10% of target"; "If context
 can't be adjusted without significant perf loss"): a change of the running context is seen between
 polls (``memory.py``) and re-benchmarked by ``bench`` (:mod:`gpuheal.core.context_change`); while its re-benchmark is
-below ``reduce_below_ratio`` of the target, this issue is that escalation (still ``info``: no page).
+below ``reduce_below_ratio`` of the target, this issue is that escalation (still ``info``; ``bench`` tells the
+humans once per change, :func:`gpuheal.core.context_change.loss_message`).
 """
 
 from __future__ import annotations
@@ -109,4 +110,5 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     )
 
 
-REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True)
+# advice; a context change's perf loss is told once per change by ``bench`` (core/context_change), never reminded
+REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True, remind=False)

@@ -122,6 +122,9 @@ def from_nvidia(text: str, taken_s: float) -> VramSnapshot:
     return VramSnapshot(taken_s, procs)
 
 
+SUMMED = "rocm-smi --showpids sums VRAM over all GPUs of the host"  # replaced by the KFD's per-GPU figure
+
+
 def from_rocm(text: str, taken_s: float, several_gpus: bool) -> VramSnapshot:
     """``rocm-smi --showpids --json``: ``"system": {"PID<pid>": "name, gpus, vram_bytes, sdma, cu"}``.
     rocm-smi sums a process's VRAM over every GPU it uses and does not say which: on a host with
@@ -136,7 +139,7 @@ def from_rocm(text: str, taken_s: float, several_gpus: bool) -> VramSnapshot:
     if unreadable:
         return VramSnapshot(taken_s, procs, f"{unreadable} unreadable entr(y/ies) in rocm-smi's process list")
     if several_gpus and procs:
-        return VramSnapshot(taken_s, procs, "rocm-smi --showpids sums VRAM over all GPUs of the host")
+        return VramSnapshot(taken_s, procs, SUMMED)
     return VramSnapshot(taken_s, procs)
 
 

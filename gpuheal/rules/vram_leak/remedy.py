@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuheal.config.model import Config
+from gpuheal.core import kfd
 from gpuheal.core.actions import Action, RunCommand, StepResult
 from gpuheal.core.catalog import ACTIONS
 from gpuheal.core.plan import resolve_action
@@ -63,7 +63,7 @@ def before_step(ex: Execution, step: Action, ctx: RemedyContext) -> bool:
     onset = va.onsets_from_json(ctx.record()).get(ex.item.gpu)
     snap = onset.snapshot if onset is not None else None
     taken = next((s for s in ex.steps if ACTIONS[s.action].evidence), None)
-    fire = None if taken is None else snapshot_of(taken, ctx.cfg, ex.item.gpu, ctx.now_s)
+    fire = None if taken is None else snapshot_of(taken, ctx.for_gpu(ex.item.gpu))
     ours = ctx.llama_pids()
     result = va.attribute(snap, fire, heal.leak_attribution_share, llama_pids=ours)
     ex.evidence["attribution"] = {**va.record(result, snap, fire), "llama_server_pids": sorted(ours)}
@@ -103,7 +103,7 @@ def _kill_seen(snapshot: RunCommand | None, pid: int, ctx: RemedyContext) -> boo
     timeout_s = min(ctx.cfg.heal.command_timeout_s, LOOK_TIMEOUT_S)
 
     def gone() -> bool:
-        snap = snapshot_of(ctx.perform(snapshot, timeout_s), ctx.cfg, ctx.gpu, ctx.now_s)
+        snap = snapshot_of(ctx.perform(snapshot, timeout_s), ctx)
         return snap.error is None and all(p.pid != pid for p in snap.processes)
 
     return ctx.until(gone, KILL_SEEN_WITHIN_S, KILL_POLL_S)
@@ -115,19 +115,29 @@ def _take(ctx: RemedyContext) -> va.VramSnapshot:
     if not isinstance(step, RunCommand):
         return va.VramSnapshot(ctx.now_s, (), "no snapshot command for this GPU")
     res = ctx.perform(step, min(ctx.cfg.heal.command_timeout_s, LOOK_TIMEOUT_S))
-    return snapshot_of(res, ctx.cfg, ctx.gpu, ctx.now_s)
+    return snapshot_of(res, ctx)
 
 
-def snapshot_of(res: StepResult, cfg: Config, gpu: str, now_s: float) -> va.VramSnapshot:
-    """The per-process snapshot a ``snapshot-processes`` step's whole output gives, or why none."""
+def snapshot_of(res: StepResult, ctx: RemedyContext) -> va.VramSnapshot:
+    """The per-process snapshot a ``snapshot-processes`` step's whole output gives, or why none. On a host
+    with several AMD GPUs rocm-smi's per-process sum is replaced by this GPU's own figure from the KFD
+    (:mod:`gpuheal.core.kfd`, issue 27 item 12), and the processes that do not use it are dropped."""
+    now_s = ctx.now_s
     if res.stdout is None:
         return va.VramSnapshot(now_s, (), f"snapshot command: {res.error}"[:200])
     if not res.ok:
         return va.VramSnapshot(now_s, (), f"snapshot command failed: {res.error}"[:200])
-    g = cfg.gpu(gpu)
+    g = ctx.cfg.gpu(ctx.gpu)
     try:
-        if g.vendor == "amd":
-            return va.from_rocm(res.stdout, now_s, several_gpus=g.gpu_index is not None)
-        return va.from_nvidia(res.stdout, now_s)
+        if g.vendor != "amd":
+            return va.from_nvidia(res.stdout, now_s)
+        snap = va.from_rocm(res.stdout, now_s, several_gpus=g.gpu_index is not None)
     except Exception as exc:  # noqa: BLE001 — an output the parsers trip on is "not known", never a crash
         return va.VramSnapshot(now_s, (), f"unreadable snapshot ({type(exc).__name__})")
+    if g.gpu_index is None or snap.error != va.SUMMED:
+        return snap
+    on = kfd.on_this_gpu(ctx, tuple(p.pid for p in snap.processes))
+    if on.used_mb is None:
+        return replace(snap, error=f"{va.SUMMED}; per GPU not known ({on.why})"[:200])
+    mine = tuple(replace(p, used_mb=on.used_mb[p.pid]) for p in snap.processes if p.pid in on.used_mb)
+    return va.VramSnapshot(now_s, mine)

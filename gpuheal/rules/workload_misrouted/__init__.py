@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from gpuheal.config.model import EngineParams
+from gpuheal.config.model import EngineParams, Role
 from gpuheal.core import routing
 from gpuheal.core.engine import Finding
 from gpuheal.core.remedy import Remedy
@@ -52,9 +52,18 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     verdict = routing.judge(
         alias, fleet_readings(view, fleet.window_s), weights, gpu.role,
         tolerance_ratio=p.tolerance_ratio, role_tolerance_ratio=p.role_tolerance_ratio,
-        min_requests=float(fleet.min_requests), window_s=fleet.window_s,
+        min_requests=float(fleet.min_requests), window_s=fleet.window_s, roles=_roles(view),
     )
     return Finding(verdict.detected, verdict.summary) if isinstance(verdict, routing.Verdict) else verdict
+
+
+def _roles(view: FleetView) -> dict[str, Role | None]:
+    """Every GPU's role, once per poll (where a GPU's outside traffic belongs: ``core/routing``)."""
+    key = ("roles", ID)
+    if key not in view.cache:
+        view.cache[key] = {a: g.role_kinds for a, g in view.gpus.items()}
+    roles: dict[str, Role | None] = view.cache[key]
+    return roles
 
 
 REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True, remind=False, follow_up=remedy.follow_up)
