@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 
-.PHONY: demo test test-fast lint bench realserver reallitellm clean
+.PHONY: demo test test-fast lint bench chaos realserver reallitellm clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/run.py
+
+# A week of chaos on a simulated 100-GPU fleet (issue 29; benchmarks/README.md "Chaos"). Its 10-GPU,
+# 1-day smoke runs in `make test` (tests/test_chaos_smoke.py).
+chaos: $(STAMP)
+	$(PY) benchmarks/chaos.py --json benchmarks/results/chaos-latest.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache demo-state

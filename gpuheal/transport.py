@@ -22,6 +22,7 @@ Secrets never reach the log: it names the program (argv[0]) and the host, never 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import logging
@@ -35,7 +36,7 @@ import string
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
@@ -686,6 +687,23 @@ class Target:
         return cls("ssh", gpu.host, int(getattr(gpu, "ssh_port", None) or SSH_PORT), user)
 
 
+_stand_in: Callable[[Target], Transport] | None = None
+
+
+@contextlib.contextmanager
+def use_transports(stand_in: Callable[[Target], Transport]) -> Iterator[None]:
+    """Every pool of this process hands out ``stand_in(target)`` instead of a local or SSH transport
+    while the block runs: a simulated host behind every target, for tests and ``benchmarks/chaos.py``
+    (issue 29), with everything above the transport (templates, outcomes, parsing, judging)
+    unchanged. Production never installs one."""
+    global _stand_in
+    previous, _stand_in = _stand_in, stand_in
+    try:
+        yield
+    finally:
+        _stand_in = previous
+
+
 class TransportPool:
     """One transport per target for one run; ``close()`` (or ``with``) closes every connection."""
 
@@ -716,7 +734,9 @@ class TransportPool:
             system_known_hosts=heal.system_known_hosts,
         )
 
-    def get(self, target: Target) -> LocalTransport | SshTransport:
+    def get(self, target: Target) -> Transport:
+        if _stand_in is not None:
+            return _stand_in(target)
         if target.kind == "local":
             return self._local
         if target.kind != "ssh":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import os
 import signal
@@ -12,9 +13,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from .inprocess import InProcessNetwork, Site, StandIn
 from .scenario import Scenario, iso
 from .servers import ControlHandler, Listener, LitellmHandler, LlamaHandler, MonitorHandler
 from .world import World
+
+#: Served in process, every server but the control endpoint is reached at this loopback address,
+#: on ports from IN_PROCESS_PORTS_FROM (unless the scenario names its own); nothing is bound there.
+IN_PROCESS_HOST = "127.29.0.1"
+IN_PROCESS_PORTS_FROM = 20000
 
 
 class SimError(RuntimeError):
@@ -47,6 +54,7 @@ class SimFleet:
         *,
         realtime_speed: float | None = None,
         verbose: bool = False,
+        serve: str = "sockets",
     ):
         if not isinstance(scenario, Scenario):
             scenario = Scenario.load(scenario)
@@ -54,8 +62,11 @@ class SimFleet:
             raise SimError(f"the sim binds to loopback only (127.0.0.0/8, ::1), not {host!r}")
         if realtime_speed is not None and not (realtime_speed > 0):
             raise SimError("realtime_speed must be > 0")
+        if serve not in ("sockets", "in-process"):
+            raise SimError(f"serve must be 'sockets' or 'in-process', not {serve!r}")
         self.scenario = scenario
         self.host = host
+        self.serve = serve
         self.verbose = verbose
         self.realtime_speed = realtime_speed
         self._ports = self._resolve_ports(ports)
@@ -99,8 +110,14 @@ class SimFleet:
         lst = self._listeners.get(key)
         if lst is None:
             raise SimError("the fleet is not started")
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        host = self._site_host(key)
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{lst.port}"
+
+    def _site_host(self, key: str) -> str:
+        """Where a server is reached: its bound host, or (served in process) an address of its own
+        in 127.0.0.0/8 that nothing listens on, so a client without the network gets refused."""
+        return IN_PROCESS_HOST if self.serve == "in-process" and key != "control" else self.host
 
     @property
     def monitor_url(self) -> str:
@@ -143,10 +160,14 @@ class SimFleet:
             *((f"gpu:{g.alias}", LlamaHandler, g.alias) for g in self.scenario.gpus),
         ]
         try:
-            for key, handler, alias in specs:
+            for n, (key, handler, alias) in enumerate(specs):
                 lst = Listener(
                     key, self.host, self._ports[key], handler, w, alias=alias, verbose=self.verbose
                 )
+                if self.serve == "in-process" and key != "control":
+                    lst.port = lst.port or IN_PROCESS_PORTS_FROM + n  # never bound (see network())
+                    self._listeners[key] = lst
+                    continue
                 try:
                     lst.open()  # every port is bound once, so ephemeral ports get their numbers
                 except OSError as exc:
@@ -197,9 +218,22 @@ class SimFleet:
     def __exit__(self, *exc: Any) -> None:
         self.stop()
 
+    def network(self) -> InProcessNetwork:
+        """Every server of the fleet but the control endpoint, served in process
+        (:mod:`gpuheal.sim.inprocess`) at the address its URL names: for ``serve="in-process"`` the
+        only way to reach them; for a socket fleet the same answers without the sockets (the test
+        that the two agree uses both)."""
+        net = InProcessNetwork()
+        for key, lst in self._listeners.items():
+            if key != "control":
+                template = StandIn(self.world, lst.alias, self.verbose)
+                net.add(self._site_host(key), lst.port,
+                        Site(lst.handler, template, functools.partial(self.world.is_listening, key)))
+        return net
+
     def _sync(self) -> None:
         """Open or close ports to match the state (``dead`` GPU, ``down`` monitor/LiteLLM)."""
-        if not self._started or self._stopping:
+        if not self._started or self._stopping or self.serve == "in-process":
             return
         want = self.world.listening()
         with self._sync_lock:

@@ -35,9 +35,13 @@ RESERVED_ALIASES = {"fleet", "monitor", "litellm", "control"}
 # taskloop-hang: the task loop (main thread) stopped, HTTP threads running: /health and /props answer,
 # /metrics, /slots and completions do not — as a real b11312 server with its main thread ptrace-stopped
 # (issue 20; tests/realserver/test_hung_task_loop_real.py compares the two)
+# unreachable: the GPU's host is off the network (issue 29): its llama-server never answers (as a dropped
+# SYN: a timeout), gpu-monitor no longer lists the host's GPUs, and a command for the host does not run
+# (gpuheal.sim.hosts answers as SSH to a host that does not answer).
 GPU_FAULTS = ("none", "dead", "hang", "loading", "failing", "slow", "stuck", "wrong-key", "decode-hang",
-              "taskloop-hang")
-MONITOR_MODES = ("ok", "down", "hang", "oversized", "garbage", "invalid", "dribble", "http-500")
+              "taskloop-hang", "unreachable")
+# empty: gpu-monitor answers a valid document that lists no GPU (the spec's "returns no GPUs", issue 29)
+MONITOR_MODES = ("ok", "down", "hang", "oversized", "garbage", "invalid", "dribble", "http-500", "empty")
 LITELLM_MODES = ("ok", "down", "hang", "http-503")
 
 # Numeric per-GPU values. Ramps apply to these (units per virtual minute).
@@ -58,8 +62,11 @@ RAMPABLE = (
 # (``competing_pid`` 0 = none), as nvidia-smi reports them (gpuheal.sim.smi).
 POWER_LIMITS = ("power_limit_w", "power_default_limit_w", "power_max_limit_w")
 NULLABLE = ("power_w", *POWER_LIMITS)
+# Traffic the server is working on (issue 29): ``busy_slots`` slots generating (at ``tok_s`` each, so
+# /metrics' n_decode_total advances with the virtual clock) and ``queued`` requests waiting for a slot.
+TRAFFIC = ("busy_slots", "queued")
 SETTABLE_NUMBERS = RAMPABLE + (*POWER_LIMITS, "baseline_tok_s", "vram_total_mb", "n_ctx",
-                               "competing_pid", "competing_vram_mb")  # fmt: skip
+                               "competing_pid", "competing_vram_mb", *TRAFFIC)  # fmt: skip
 SETTABLE_BOOLS = ("breaker_open", "reported", "metrics")
 SETTABLE_STRINGS = ("api_key", "model")
 INTEGER_FIELDS = (
@@ -70,6 +77,7 @@ INTEGER_FIELDS = (
     "n_ctx",
     "parallel",
     "competing_pid",
+    *TRAFFIC,
 )
 
 _ALIAS_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -318,6 +326,8 @@ def _gpu_defaults(vram_total: float, baseline: float) -> dict[str, float]:
         "failures_60s": 0,
         "consecutive_timeouts": 0,
         "n_ctx": 131072,
+        "busy_slots": 0,
+        "queued": 0,
     }
 
 

@@ -238,7 +238,11 @@ class _Base(BaseHTTPRequestHandler):
         return self.server.closing.is_set() or self.world.stopped.is_set()
 
     def wait(self, seconds: float, until: Callable[[], bool] | None = None) -> bool:
-        """Sleep up to ``seconds`` real seconds; True if cut short by stop/close/``until``."""
+        """Sleep up to ``seconds`` real seconds; True if cut short by stop/close/``until``. Served in
+        process (:mod:`gpuheal.sim.inprocess`), the seconds are counted, not slept."""
+        virtual = getattr(self.server, "virtual_wait", None)
+        if virtual is not None:
+            return bool(virtual(seconds))
         deadline = time.monotonic() + seconds
         while True:
             if self.aborted() or (until is not None and until()):
@@ -276,7 +280,7 @@ class LlamaHandler(_Base):
             key = g.accepted_key()
         changed = lambda: g.generation != gen  # noqa: E731
 
-        if fault == "hang":
+        if fault in ("hang", "unreachable"):  # stopped, or its host is off the network: no answer at all
             return self.hang(changed)
         body = self.read_body()
         if loading:
@@ -320,7 +324,7 @@ class LlamaHandler(_Base):
             if fault in ("stuck", "decode-hang", "taskloop-hang"):  # served by the (wedged) task loop: hangs too
                 return self.hang(changed)
             with world.lock:
-                busy = min(g.inflight, g.spec.parallel)
+                busy = min(g.inflight + int(g.values.get("busy_slots") or 0), g.spec.parallel)
                 doc = llama.slots(n_ctx=int(g.values["n_ctx"]), parallel=g.spec.parallel, busy=busy)
             q = parse_qs(urlsplit(self.path).query)
             if q.get("fail_on_no_slot") and busy >= g.spec.parallel:
@@ -348,6 +352,7 @@ class LlamaHandler(_Base):
             if not g.metrics:
                 return self.send(501, llama.METRICS_DISABLED_BODY, close=True)
             values: dict[str, float] = dict(g.counters)
+            values["n_decode_total"] = int(g.decoded(self.world.t))
             values["prompt_tokens_seconds"] = (
                 g.window_prompt_tokens / g.window_prompt_seconds if g.window_prompt_seconds else 0
             )
@@ -356,11 +361,11 @@ class LlamaHandler(_Base):
             )
             g.window_tokens = g.window_seconds = 0.0  # each scrape resets the gauges' window
             g.window_prompt_tokens = g.window_prompt_seconds = 0.0
-            values["requests_processing"] = g.inflight
-            values["requests_deferred"] = 0
+            values["requests_processing"] = min(g.inflight + int(g.values.get("busy_slots") or 0), g.spec.parallel)
+            values["requests_deferred"] = int(g.values.get("queued") or 0)
             if wedged:  # a request sits in its slot and n_decode_total no longer moves
                 values["requests_processing"] = max(1, g.inflight)
-                values["requests_deferred"] = g.hung_requests
+                values["requests_deferred"] = int(g.values.get("queued") or 0) + g.hung_requests
             values["n_busy_slots_per_decode"] = 1 if g.counters["n_decode_total"] else 0
             start_us = g.process_start_us
         self.send(
@@ -603,6 +608,9 @@ class MonitorHandler(_Base):
         if mode == "garbage":
             return self.send(200, GARBAGE)
         doc = world.gpu_data()
+        if mode == "empty":  # its collector lost every GPU; LiteLLM's summary still comes
+            doc["gpus"], doc["benchmarks"] = [], {}
+            doc.pop("strix", None)
         if mode == "invalid":
             doc = _corrupt(doc)
         body = json.dumps(doc, allow_nan=True).encode("utf-8")

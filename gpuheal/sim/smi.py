@@ -74,12 +74,18 @@ def _header(field: str, units: bool) -> str:
 
 
 def query_gpu(fields: list[str], fmt: set[str], g: dict[str, Any], n: int, alias: str) -> tuple[int, str]:
+    return query_gpus(fields, fmt, [(g, n, alias)])
+
+
+def query_gpus(fields: list[str], fmt: set[str], boards: list[tuple[dict[str, Any], int, str]]) -> tuple[int, str]:
+    """``--query-gpu`` of several boards (``(state, index, alias)``), one row each, as nvidia-smi
+    without ``-i`` lists every GPU of its machine."""
     for f in fields:
         if f not in FIELDS and f not in ("index", "name"):
             return BAD_ARG, f'Field "{f}" is not a valid field to query.\n\n'
     units = "nounits" not in fmt
     rows = [] if "noheader" in fmt else [", ".join(_header(f, units) for f in fields)]
-    rows.append(", ".join(_value(f, g, n, alias, units) for f in fields))
+    rows += [", ".join(_value(f, g, n, alias, units) for f in fields) for g, n, alias in boards]
     return 0, "\n".join(rows) + "\n"
 
 
@@ -93,7 +99,8 @@ def compute_apps(fmt: set[str], g: dict[str, Any], n: int) -> str:
     return "".join(r + "\n" for r in rows)
 
 
-def set_limit(url: str, alias: str, g: dict[str, Any], n: int, raw: str) -> tuple[int, str, str]:
+def set_limit(url: str, alias: str, g: dict[str, Any], n: int, raw: str, setter: Any = None) -> tuple[int, str, str]:
+    """``-pl WATTS``; ``setter(alias, watts)`` applies it (default: the control endpoint's ``/set``)."""
     bus = f"00000000:{n + 1:02X}:00.0"
     try:
         watts = float(raw)
@@ -106,14 +113,21 @@ def set_limit(url: str, alias: str, g: dict[str, Any], n: int, raw: str) -> tupl
                              f"{lo} W and {float(top or 0):.2f} W for GPU {bus}\nTerminating early due to previous "
                              "errors.\n")  # fmt: skip
     old = g.get("power_limit_w")
-    call(url, "POST", "/set", {"gpu": alias, "set": {"power_limit_w": watts}})
+    if setter is None:
+        call(url, "POST", "/set", {"gpu": alias, "set": {"power_limit_w": watts}})
+    else:
+        setter(alias, watts)
     return 0, f"Power limit for GPU {bus} was set to {watts:.2f} W from {float(old or 0):.2f} W.\nAll done.\n", ""
 
 
-def run(argv: list[str]) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of one invocation."""
-    url, args = argv[0], argv[1:]
-    alias, index, fmt, query, apps, limit = None, 0, set(), None, False, None
+INVALID = (BAD_ARG, "", "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n")
+
+
+def parse_args(args: list[str]) -> dict[str, Any] | None:
+    """nvidia-smi's arguments as the look-alikes read them: ``alias`` (``--sim-gpu``), ``index``
+    (``-i``; None: not given), ``fmt``, ``query``, ``apps``, ``limit``; None for what it refuses."""
+    args = list(args)
+    alias, index, fmt, query, apps, limit = None, None, set(), None, False, None
     while args:
         a = args.pop(0)
         if a == "--sim-gpu" and args:
@@ -129,8 +143,18 @@ def run(argv: list[str]) -> tuple[int, str, str]:
         elif a == "-pl" and args:
             limit = args.pop(0)
         else:
-            return BAD_ARG, "", "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
-    name, g, n = _pick(call(url, "GET", "/state"), alias, index)
+            return None
+    return {"alias": alias, "index": index, "fmt": fmt, "query": query, "apps": apps, "limit": limit}
+
+
+def run(argv: list[str]) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of one invocation."""
+    url = argv[0]
+    parsed = parse_args(argv[1:])
+    if parsed is None:
+        return INVALID
+    alias, index, fmt, query, apps, limit = (parsed[k] for k in ("alias", "index", "fmt", "query", "apps", "limit"))
+    name, g, n = _pick(call(url, "GET", "/state"), alias, 0 if index is None else index)
     if limit is not None:
         return set_limit(url, name, g, n, limit)
     if query is not None:
@@ -138,7 +162,7 @@ def run(argv: list[str]) -> tuple[int, str, str]:
         return (rc, out, "") if rc == 0 else (rc, "", out)
     if apps:
         return 0, compute_apps(fmt, g, n), ""
-    return BAD_ARG, "", "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
+    return INVALID
 
 
 def main(argv: list[str] | None = None) -> int:

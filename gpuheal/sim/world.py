@@ -39,8 +39,10 @@ from .scenario import (
 )
 
 # Faults a monitor would see as failed requests in its 60 s window.
-_FAILING_FAULTS = {"dead", "hang", "loading", "failing", "stuck", "wrong-key"}
-_TIMEOUT_FAULTS = {"hang", "stuck"}
+_FAILING_FAULTS = {"dead", "hang", "loading", "failing", "stuck", "wrong-key", "unreachable"}
+_TIMEOUT_FAULTS = {"hang", "stuck", "unreachable"}
+# Faults under which the busy slots still generate (n_decode_total advances); any other stops them.
+_DECODING_FAULTS = {"none", "slow"}
 
 
 @dataclass
@@ -105,6 +107,25 @@ class GpuState:
         self.rpm_updates = 0
         self.cooling: tuple[float, float] | None = None  # (anchor_t, temp then) while shed
         self.suspended_temp_ramp: Ramp | None = None
+        self.decode_anchor_t = 0.0  # busy slots' decoding is counted into n_decode_total up to here
+
+    # ----------------------------------------------------------------- traffic
+
+    def decoding_rate(self, t: float) -> float:
+        """Tokens a second the busy slots generate now (0 under a fault that stops them)."""
+        busy = float(self.values.get("busy_slots") or 0)
+        if busy <= 0 or self.fault not in _DECODING_FAULTS:
+            return 0.0
+        return self.gen_tok_s(t) * min(busy, float(self.spec.parallel))
+
+    def decoded(self, t: float) -> float:
+        """n_decode_total now: the completions' tokens plus the busy slots' since the anchor."""
+        return float(self.counters["n_decode_total"]) + self.decoding_rate(t) * max(t - self.decode_anchor_t, 0.0)
+
+    def settle_decoding(self, t: float) -> None:
+        """Count the busy slots' tokens up to ``t`` (before anything that changes their rate)."""
+        self.counters["n_decode_total"] = int(self.decoded(t))
+        self.decode_anchor_t = t
 
     # ----------------------------------------------------------------- values over time
 
@@ -201,6 +222,7 @@ class GpuState:
         return tok_s
 
     def set_value(self, name: str, v: Any, t: float) -> None:
+        self.settle_decoding(t)
         self.ramps.pop(name, None)
         self.values[name] = v
         if name == "temp_c" and self.cooling is not None:
@@ -246,7 +268,7 @@ class GpuState:
             return "hang"
         if self.is_loading():
             return "loading"
-        if self.fault in ("stuck", "failing", "slow", "wrong-key", "decode-hang", "taskloop-hang"):
+        if self.fault in ("stuck", "failing", "slow", "wrong-key", "decode-hang", "taskloop-hang", "unreachable"):
             return self.fault
         return "ok"
 
@@ -278,6 +300,10 @@ class World:
         self.service_restarts = {"monitor": 0, "litellm": 0}
         self.pending: list[Event] = list(scenario.events)
         self.applied: list[dict[str, Any]] = []
+        # What the fleet was done to, in order: (t, what, target, detail) for every restart, LiteLLM
+        # deployment update, power-limit change and process kill (issue 29: the chaos benchmark's
+        # ground truth of the actions taken, whoever took them)
+        self.effects: list[tuple[float, str, str, Any]] = []
         with self.lock:
             self._apply_due(0.0)
 
@@ -345,6 +371,7 @@ class World:
                 g.start_ramp(k, rate, t, ev.min.get(k), ev.max.get(k), heals)
             if ev.fault is not None:
                 if ev.fault != g.fault:
+                    g.settle_decoding(t)
                     g.fault_since_t = t
                     g.generation += 1
                 g.fault = ev.fault
@@ -378,6 +405,8 @@ class World:
         with self.lock:
             g = self.gpus.get(target)
             if g is None:
+                if target in ("monitor", "litellm"):
+                    self.effects.append((self.t, "restart", target, None))
                 if target == "monitor":
                     self.service_restarts["monitor"] += 1
                     if self.monitor_heals:
@@ -398,11 +427,14 @@ class World:
                     raise KeyError(target)
             else:
                 t = self.t
+                self.effects.append((t, "restart", target, g.fault))
                 g.restart_count += 1
                 g.generation += 1
                 for name in list(g.ramps):
                     g.materialize(name, t)
-                g.values["vram_used_mb"] = g.spec.values["vram_used_mb"]
+                # a competing process keeps what it holds: only the server's own memory is given back
+                held = float(g.value("competing_vram_mb", t) or 0) if g.values.get("competing_pid") else 0.0
+                g.values["vram_used_mb"] = g.spec.values["vram_used_mb"] + held
                 vr = g.ramps.get("vram_used_mb")
                 if vr is not None:
                     if vr.heals_on_restart:
@@ -418,6 +450,7 @@ class World:
                 g.inflight = 0
                 for k in g.counters:
                     g.counters[k] = 0
+                g.decode_anchor_t = t
                 count = g.restart_count
         self._changed()
         return count
@@ -444,10 +477,15 @@ class World:
 
     def listening(self) -> dict[str, bool]:
         with self.lock:
-            out = {"monitor": self.monitor_mode != "down", "litellm": self.litellm_mode != "down"}
-            for a, g in self.gpus.items():
-                out[f"gpu:{a}"] = g.fault != "dead"
-            return out
+            return {key: self.is_listening(key) for key in ("monitor", "litellm", *(f"gpu:{a}" for a in self.gpus))}
+
+    def is_listening(self, key: str) -> bool:
+        """Is the port of ``monitor``, ``litellm`` or ``gpu:ALIAS`` open now (else: refused)?"""
+        if key == "monitor":
+            return self.monitor_mode != "down"
+        if key == "litellm":
+            return self.litellm_mode != "down"
+        return self.gpus[key[4:]].fault != "dead"
 
     # ----------------------------------------------------------------- documents
 
@@ -489,6 +527,7 @@ class World:
             for field in ("rpm", "weight"):
                 if field in params:
                     g.set_litellm(field, params[field], self.t)
+                    self.effects.append((self.t, f"litellm-{field}", g.alias, params[field]))
         self._changed()
         return True
 
@@ -507,7 +546,7 @@ class World:
             strix: dict[str, Any] | None = None
             for g in self.gpus.values():
                 v = self._reported_values(g, t)
-                if g.reported:
+                if g.reported and g.fault != "unreachable":  # gpu-monitor cannot reach the host's agent
                     entry = {
                         "hostname": g.spec.host,
                         "name": g.spec.name,
@@ -580,43 +619,7 @@ class World:
         """What ``GET /_sim/state`` returns: the clock, modes and every GPU's live values."""
         with self.lock:
             t = self.t
-            gpus = {}
-            for a, g in self.gpus.items():
-                v = self._reported_values(g, t)
-                gpus[a] = {
-                    "host": g.spec.host,
-                    "endpoint": g.endpoint_state(),
-                    "fault": g.fault,
-                    "fault_heals_on_restart": g.fault_heals,
-                    "loading": g.is_loading(),
-                    "restart_count": g.restart_count,
-                    "breaker_open": g.breaker_open,
-                    "breaker_opened_at": iso(g.breaker_opened_at) if g.breaker_opened_at else None,
-                    "reported": g.reported,
-                    "metrics": g.metrics,
-                    "api_key": g.accepted_key(),
-                    "model": g.model,
-                    "requests_served": g.requests_served,
-                    "ramps": {k: r.rate_per_min for k, r in g.ramps.items()},
-                    "suspended_ramps": (
-                        {"temp_c": g.suspended_temp_ramp.rate_per_min}
-                        if g.suspended_temp_ramp is not None
-                        else {}
-                    ),
-                    "litellm_model_id": g.model_id,
-                    "litellm_rpm": g.rpm,
-                    "litellm_rpm_normal": g.rpm_normal,
-                    "litellm_weight": g.weight,
-                    "litellm_weight_normal": g.weight_normal,
-                    "litellm_updates": g.rpm_updates,
-                    "shed": g.shed,
-                    "cooling_c_per_min": g.spec.cooling_c_per_min,
-                    "idle_temp_c": g.spec.idle_temp_c,
-                    **{
-                        k: (_rnd(x, 3) if k not in INTEGER_FIELDS else _rnd(x, 0))
-                        for k, x in v.items()
-                    },
-                }
+            gpus = {a: self.gpu_entry(a) for a in self.gpus}
             return {
                 "scenario": self.scenario.name,
                 "now": iso(self.at(t)),
@@ -631,6 +634,72 @@ class World:
                 "next_event_at": self.pending[0].at if self.pending else None,
                 "gpus": gpus,
             }
+
+    def gpu_entry(self, alias: str) -> dict[str, Any]:
+        """One GPU's entry of :meth:`state` (``state()["gpus"][alias]``)."""
+        with self.lock:
+            g = self.gpus[alias]
+            v = self._reported_values(g, self.t)
+            return {
+                "host": g.spec.host,
+                "endpoint": g.endpoint_state(),
+                "fault": g.fault,
+                "fault_heals_on_restart": g.fault_heals,
+                "loading": g.is_loading(),
+                "restart_count": g.restart_count,
+                "breaker_open": g.breaker_open,
+                "breaker_opened_at": iso(g.breaker_opened_at) if g.breaker_opened_at else None,
+                "reported": g.reported,
+                "metrics": g.metrics,
+                "api_key": g.accepted_key(),
+                "model": g.model,
+                "requests_served": g.requests_served,
+                "ramps": {k: r.rate_per_min for k, r in g.ramps.items()},
+                "suspended_ramps": (
+                    {"temp_c": g.suspended_temp_ramp.rate_per_min}
+                    if g.suspended_temp_ramp is not None
+                    else {}
+                ),
+                "litellm_model_id": g.model_id,
+                "litellm_rpm": g.rpm,
+                "litellm_rpm_normal": g.rpm_normal,
+                "litellm_weight": g.weight,
+                "litellm_weight_normal": g.weight_normal,
+                "litellm_updates": g.rpm_updates,
+                "shed": g.shed,
+                "cooling_c_per_min": g.spec.cooling_c_per_min,
+                "idle_temp_c": g.spec.idle_temp_c,
+                **{
+                    k: (_rnd(x, 3) if k not in INTEGER_FIELDS else _rnd(x, 0))
+                    for k, x in v.items()
+                },
+            }
+
+    # ----------------------------------------------------------------- what a host's tools change
+
+    def set_power_limit(self, alias: str, watts: float) -> None:
+        """``nvidia-smi -pl`` on the GPU's host (the limit is already checked against the board's)."""
+        with self.lock:
+            self.gpus[alias].set_value("power_limit_w", float(watts), self.t)
+            self.effects.append((self.t, "power-limit", alias, float(watts)))
+        self._changed()
+
+    def kill_process(self, alias: str, pid: int) -> bool:
+        """A signal to ``pid`` on the GPU's host: True if it was the GPU's competing process (it goes,
+        with its VRAM); False for any other pid (the llama-server is only ever restarted)."""
+        with self.lock:
+            g = self.gpus[alias]
+            if not pid or int(g.values.get("competing_pid") or 0) != pid:
+                return False
+            t = self.t
+            g.materialize("vram_used_mb", t)
+            freed = float(g.value("competing_vram_mb", t) or 0)
+            g.set_value("competing_vram_mb", 0, t)
+            g.set_value("competing_pid", 0, t)
+            g.set_value("vram_used_mb", max(float(g.value("vram_used_mb", t) or 0) - freed, 0.0), t)
+            self.effects.append((t, "kill", alias, pid))
+        self._changed()
+        return True
 
 
 def _rnd(x: Any, nd: int) -> Any:

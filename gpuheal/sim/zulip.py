@@ -89,6 +89,16 @@ class ZulipLookalike:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        """Its request handler: served by its own thread (``start``), or in process
+        (:mod:`gpuheal.sim.inprocess`, the chaos benchmark) at :attr:`url`."""
+        return self._server.RequestHandlerClass  # type: ignore[no-any-return]
+
+    def close_socket(self) -> None:
+        """Release the port of a look-alike that was never started (served in process)."""
+        self._server.server_close()
+
     def start(self) -> ZulipLookalike:
         self._thread.start()
         return self

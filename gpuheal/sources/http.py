@@ -49,6 +49,7 @@ fault in the observation, not an exception" (issue 2).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import heapq
 import itertools
@@ -58,9 +59,9 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 USER_AGENT = "gpuheal"
@@ -687,7 +688,81 @@ def run_exchanges(
     each resolve + connect + TLS handshake within it. Only what the exchange code itself raises
     propagates; the network's failures are the :class:`HttpFault` answers it is sent."""
     plan = [(key, _http_parts(url), factory) for key, url, factory in items]
+    if _network is not None:
+        return {key: _on_network(_network, parts, factory(), deadline_s) for key, parts, factory in plan}
     return _Loop(deadline_s, max_open, connect_timeout_s).run(plan)
+
+
+class Network(Protocol):
+    """An in-process network, for tests and ``benchmarks/chaos.py`` (issue 29), installed with
+    :func:`use_network`: it is handed the bytes this module would send and answers the bytes a
+    server would, which go through this module's own framing. ``(None, s)``: no answer at all (a
+    stopped server); an ``OSError``: the connection failed (refused). ``s``: the seconds the answer
+    took, counted against the exchange's deadline. Production never installs one."""
+
+    def answer(self, host: str, port: int, request: bytes) -> tuple[bytes | None, float] | OSError: ...
+
+
+_network: Network | None = None
+
+
+@contextlib.contextmanager
+def use_network(network: Network) -> Iterator[None]:
+    """Every request of this process goes to ``network`` instead of a socket while the block runs."""
+    global _network
+    previous, _network = _network, network
+    try:
+        yield
+    finally:
+        _network = previous
+
+
+def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) -> Any:
+    """One exchange on :class:`Network`: the loop's request bytes and framing, the answer's seconds summed
+    against ``deadline_s`` as the loop's clock would count them."""
+    host, port = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)) if parts else ("", 0)
+    job = _Job(None, gen, host, port, parts.path if parts else "", f"?{parts.query}" if parts and parts.query else "",
+               deadline_s, deadline_s, tls=bool(parts) and parts.scheme == "https")
+    spent, answer = 0.0, None
+    while True:
+        try:
+            ask = gen.send(answer)
+        except StopIteration as stop:
+            return stop.value
+        if parts is None:
+            answer = HttpFault("invalid", "not an http(s) URL with a host and a valid port")
+            continue
+        try:
+            got = network.answer(host, port, _request_bytes(job, ask))
+        except ValueError as exc:
+            answer = HttpFault("invalid", printable(f"cannot send this request: {exc}"))
+            continue
+        if isinstance(got, OSError):
+            answer = _os_fault(got, 0.0, False) or HttpFault("refused", "connection refused")
+            continue
+        raw, took_s = got
+        spent += took_s
+        if raw is None or spent >= deadline_s:
+            answer = HttpFault("timeout", f"no complete answer within {deadline_s:g} s", deadline_s)
+            continue
+        answer = _framed(raw, ask, took_s)
+
+
+def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
+    """A whole answer (the peer then closed) through :class:`_Response`, as :meth:`_Loop._receive`
+    and :meth:`_Loop._eof` take it."""
+    resp = _Response(ask.max_bytes, ask.method == "HEAD")
+    try:
+        complete = resp.feed(raw) if raw else False
+    except _Invalid as exc:
+        return HttpFault("invalid", printable(str(exc)), elapsed_s)
+    except _Oversized as exc:
+        return HttpFault("oversized", str(exc), elapsed_s, status=exc.status)
+    if complete or resp.eof():
+        return HttpResult(status=resp.status, body=bytes(resp.body), elapsed_s=elapsed_s, headers=resp.headers)
+    if not raw:
+        return HttpFault("refused", "connection reset: Remote end closed connection without response", elapsed_s)
+    return HttpFault("invalid", resp.cut_short(), elapsed_s, status=resp.status or None)
 
 
 def _http_parts(url: str) -> Any:

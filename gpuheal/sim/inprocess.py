@@ -1,0 +1,174 @@
+"""The simulated fleet's servers without sockets: a request's bytes in, the answer's bytes out.
+
+A week of a 100-GPU fleet is 10,080 cron cycles of ~400 requests each; through loopback sockets and
+a thread per connection that alone is ~0.4 s a cycle (issue 29). Here the *same handler classes*
+(:mod:`gpuheal.sim.servers`, the Zulip look-alike) answer in the calling thread: each request is
+parsed by ``BaseHTTPRequestHandler`` from the client's own bytes and its answer is the bytes the
+handler writes, so a client that frames them itself (``gpuheal.sources.http.use_network``) sees
+what it would see on a socket. ``tests/test_chaos_network.py`` proves it, answer for answer.
+
+What a socket would take real time for is counted in seconds instead: a ``hang`` never answers
+(``None``), a ``slow`` answer says how long it took, and a dribbled body is as late as its bytes.
+A closed port (``dead`` GPU, ``down`` monitor or LiteLLM) is ``ConnectionRefusedError``.
+Stdlib only, like the rest of the sim.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+#: A wait longer than this is no answer at all: no client of the fleet waits ten minutes.
+PATIENCE_S = 600.0
+_CLIENT = ("127.0.0.1", 40000)
+
+
+class NoAnswer(TimeoutError):
+    """Raised inside a handler whose wait never ends (``hang``): the request gets no answer. A
+    ``TimeoutError``, so the handlers' own ``except OSError`` drops the connection as on a socket."""
+
+
+@dataclass
+class StandIn:
+    """What a handler reads from its ``server`` (the sim's ``SimHTTPServer`` attributes), plus
+    :meth:`virtual_wait`, which ``servers._Base.wait`` calls instead of sleeping."""
+
+    world: Any = None
+    alias: str | None = None
+    verbose: bool = False
+    closing: threading.Event = field(default_factory=threading.Event)
+    waited_s: float = 0.0
+    hung: bool = False
+
+    def virtual_wait(self, seconds: float) -> bool:
+        """Count ``seconds`` as spent; never cut short. An endless (or absurd) wait is no answer."""
+        self.waited_s += seconds
+        if math.isinf(seconds) or self.waited_s > PATIENCE_S:
+            self.hung = True
+            raise NoAnswer("no answer")
+        return False
+
+
+class _Writer:
+    """The handler's ``wfile``: collects what it writes."""
+
+    def __init__(self) -> None:
+        self.out = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.out += data
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+class Headers:
+    """The request's headers as the handlers read them (``email.message.Message``'s ``get`` and
+    ``items``: case-insensitive, the first of a repeated name)."""
+
+    def __init__(self, pairs: list[tuple[str, str]]) -> None:
+        self._pairs = pairs
+        self._first: dict[str, str] = {}
+        for name, value in pairs:
+            self._first.setdefault(name.lower(), value)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._first.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str | None:
+        return self._first.get(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._pairs)
+
+
+def _parse(request: bytes) -> tuple[str, str, str, Headers, bytes] | None:
+    """``(method, target, version, headers, body)`` of a well-formed HTTP/1.x request, else None. What
+    ``BaseHTTPRequestHandler.parse_request`` reads of a client's request, without the ``email``
+    package (~0.3 ms a request: a third of a simulated cycle)."""
+    head, sep, body = request.partition(b"\r\n\r\n")
+    if not sep:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    words = lines[0].split()
+    if len(words) != 3 or not words[2].startswith("HTTP/1."):
+        return None
+    pairs = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon:
+            return None
+        pairs.append((name.strip(), value.strip()))
+    return words[0], words[1], words[2], Headers(pairs), body
+
+
+def _serve(handler_cls: type[BaseHTTPRequestHandler], server: Any, request: bytes) -> bytes:
+    """One request through ``handler_cls``'s ``do_*`` method, as ``handle_one_request`` runs it."""
+    parsed = _parse(request)
+    handler = handler_cls.__new__(handler_cls)
+    handler.server, handler.client_address, handler.request = server, _CLIENT, None  # type: ignore[assignment]
+    handler.wfile = writer = _Writer()  # type: ignore[assignment]
+    handler.close_connection = True
+    if parsed is None:
+        handler.request_version, handler.requestline, handler.command = "HTTP/1.1", "", ""
+        handler.send_error(400, "Bad request")
+        return bytes(writer.out)
+    handler.command, handler.path, handler.request_version, handler.headers, body = parsed  # type: ignore[assignment]
+    handler.requestline = f"{handler.command} {handler.path} {handler.request_version}"
+    handler.rfile = io.BytesIO(body)  # type: ignore[assignment]
+    method = getattr(handler, f"do_{handler.command}", None)
+    if method is None:
+        handler.send_error(501, f"Unsupported method ({handler.command!r})")
+    else:
+        method()
+    return bytes(writer.out)
+
+
+@dataclass
+class Site:
+    """One address of the in-process network: its handler class, the ``server`` it reads (a
+    :class:`StandIn` is made per request from ``template``), and whether its port is open now."""
+
+    handler: type[BaseHTTPRequestHandler]
+    template: StandIn | Any
+    is_open: Callable[[], bool] = lambda: True
+
+
+class InProcessNetwork:
+    """``(host, port) -> Site``; :meth:`answer` serves one request (``gpuheal.sources.http.Network``)."""
+
+    def __init__(self) -> None:
+        self.sites: dict[tuple[str, int], Site] = {}
+        self.requests = 0
+
+    def add(self, host: str, port: int, site: Site) -> None:
+        self.sites[(host, port)] = site
+
+    def answer(self, host: str, port: int, request: bytes) -> tuple[bytes | None, float] | OSError:
+        site = self.sites.get((host, port))
+        if site is None or not site.is_open():
+            return ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")
+        self.requests += 1
+        template = site.template
+        server = (
+            StandIn(template.world, template.alias, template.verbose, template.closing)
+            if isinstance(template, StandIn)
+            else template
+        )
+        try:
+            out = _serve(site.handler, server, request)
+        except NoAnswer:  # a handler that does not catch OSError itself
+            return None, server.waited_s
+        if getattr(server, "hung", False):
+            return None, server.waited_s
+        return out, getattr(server, "waited_s", 0.0)
