@@ -287,9 +287,12 @@ def test_builtin_plan_targets_the_litellm_api_and_decides_at_run_time():
     assert shed.target == LITELLM_API
     assert isinstance(shed, LiteLLMUpdate) and (shed.model_id, shed.field, shed.value) == ("dep-a", "auto", None)
     assert describe(shed, "gpu-a", c) == (
-        "POST http://127.0.0.1:9/litellm/model/update id=dep-a weight|rpm (read from /v1/model/info)"
-    )
-    assert _step("shed-load", "gpu-a", cfg()) is None  # no deployment id: no built-in
+        "POST http://127.0.0.1:9/litellm/model/update id=dep-a weight|rpm (read from /v1/model/info); else ssh ct1: "
+        "nvidia-smi --query-gpu=power.limit,power.default_limit,power.min_limit,power.max_limit "
+        "--format=csv,noheader,nounits; nvidia-smi -pl 'LIMIT*0.7'; read back"
+    )  # issue 27 item 7: a LiteLLM that cannot shed (no database) falls back to the power cap
+    # no deployment id: the power cap alone (issue 27 item 7; before it there was no built-in)
+    assert type(_step("shed-load", "gpu-a", cfg())).__name__ == "CapPower"
 
 
 def test_a_configured_command_wins_over_the_builtin():

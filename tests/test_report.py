@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuheal import zulip
 from gpuheal.render import weekly
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
@@ -150,7 +151,7 @@ def test_weekly_report_of_the_spec_fleet_gives_every_gpu_its_trend(state, tmp_pa
     golden("weekly-report-spec-fleet.md", p.stdout)
     rows = [line.split(" ")[1] for line in p.stdout.splitlines() if line.startswith("| ") and "`" in line]
     assert rows == ["gpu-light", "gpu-dense", "strix-moe"]  # the regression first, then by the size of the move
-    assert "steady" not in p.stdout and len(p.stdout) <= weekly.MAX_CHARS
+    assert "steady" not in p.stdout and len(p.stdout) <= zulip.MAX_CONTENT  # one Zulip message
 
 
 def test_weekly_with_no_data_at_all(state):
