@@ -191,12 +191,40 @@ def private_imports(name: str, path: Path, root: Path = ROOT) -> list[str]:
     for target, names in imports(path, root):
         if not target.startswith("gpuheal") or target == name or target == package:
             continue  # a package's own private modules (rules/_util.py) are its business
-        own = target.rsplit(".", 1)[0] == package  # a sibling private module: its names are shared
-        hidden = [n for n in names if n.startswith("_") and not n.startswith("__") and not own]
-        hidden += [p for p in target.split(".")[1:] if p.startswith("_") and not p.startswith("__") and not own]
+        # a sibling private module (rules/_util.py) shares its names with its package; a sibling
+        # public module (sim/smi.py) does not share its private ones (sim.rocm_smi <- sim.smi._pick)
+        own = target.rsplit(".", 1)[0] == package and _private(target.rsplit(".", 1)[-1])
+        hidden = [n for n in names if _private(n) and not own]
+        hidden += [p for p in target.split(".")[1:] if _private(p) and not own]
         if hidden:
             out.append(f"{name}: from {target} import {', '.join(hidden)}")
+    out += [f"{name}: {target}.{attr}" for target, attr in private_attributes(path, root) if target != name]
     return out
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_attributes(path: Path, root: Path = ROOT) -> list[tuple[str, str]]:
+    """(module, name) for each ``alias._name`` read where ``alias`` is an imported gpuheal module
+    (``la._num`` after ``from gpuheal.sources import litellm_admin as la``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    here = module_name(path, root).split(".")
+    aliases: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname})
+        elif isinstance(node, ast.ImportFrom):
+            base = from_module(node, here, path.name == "__init__.py")
+            aliases.update({a.asname or a.name: f"{base}.{a.name}" for a in node.names})
+    modules = {module_name(p, root) for p in (root / "gpuheal").rglob("*.py")}
+    return [
+        (aliases[node.value.id], node.attr)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)
+        and aliases.get(node.value.id) in modules
+    ]
 
 
 def test_the_layer_checks_see_a_violation(tmp_path):
@@ -208,6 +236,15 @@ def test_the_layer_checks_see_a_violation(tmp_path):
     assert private_imports("gpuheal.core.bad", bad, tmp_path) == [
         "gpuheal.core.bad: from gpuheal.steps.check import _config_rows"
     ]
+    sibling = tmp_path / "gpuheal" / "core" / "other.py"
+    sibling.write_text("from gpuheal.core.plan import _pick\nfrom gpuheal.core import _util\n")
+    (tmp_path / "gpuheal" / "core" / "plan.py").write_text("x = 1\n")
+    reader = tmp_path / "gpuheal" / "core" / "reader.py"
+    reader.write_text("from gpuheal.core import plan as p\n\nprint(p._num(1), p.x)\n")
+    assert private_imports("gpuheal.core.other", sibling, tmp_path) == [
+        "gpuheal.core.other: from gpuheal.core.plan import _pick"
+    ]
+    assert private_imports("gpuheal.core.reader", reader, tmp_path) == ["gpuheal.core.reader: gpuheal.core.plan._num"]
     assert ("gpuheal.core", ["plan"]) in imports(bad, tmp_path)
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
 

@@ -114,7 +114,7 @@ class Effects:
             return f"would fail: {plan.line()}"
         assert not isinstance(dep, la.AdminProblem)
         field, value = plan
-        return f"would set {field} {la._num(dep.value(field))} -> {la._num(value)} (read now from LiteLLM)"
+        return f"would set {field} {la.num_text(dep.value(field))} -> {la.num_text(value)} (read now from LiteLLM)"
 
     def _verify(self, alias: str) -> dict[str, Any]:
         from gpuheal.actions.execute import wait_ready_then_complete

@@ -517,7 +517,8 @@ def shedding_check(g, deps, db: str | None, ratio: float) -> Check:
     if not before:
         return Check(
             g.alias, "load shedding", WARN,
-            f"LiteLLM {found.model_id} has {field} {la._num(before)} in group {found.group!r}: it gets no share now",
+            f"LiteLLM {found.model_id} has {field} {la.num_text(before)} in group {found.group!r}: "
+            "it gets no share now",
             "give the deployment its normal share, or load shedding has nothing to lower",
         )
     return Check(
@@ -525,7 +526,7 @@ def shedding_check(g, deps, db: str | None, ratio: float) -> Check:
         "load shedding",
         OK,
         f"LiteLLM {found.model_id} (group {found.group!r}, db_model true) can be shed by {field} "
-        f"{la._num(before)} -> {la._num(value)}; heal reads each change back",
+        f"{la.num_text(before)} -> {la.num_text(value)}; heal reads each change back",
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpuheal.sim.control import ControlError, call
 from gpuheal.sim.processes import gpu_processes
-from gpuheal.sim.smi import _pick
+from gpuheal.sim.smi import pick_gpu
 
 MIB = 1024 * 1024
 
@@ -90,11 +90,11 @@ def run(argv: list[str]) -> tuple[int, str, str]:
         else:
             flags.add(a)
     if cap is not None:
-        name, g, n = _pick(call(url, "GET", "/state"), alias, index)
+        name, g, n = pick_gpu(call(url, "GET", "/state"), alias, index)
         return set_cap(url, name, g, n, cap)
     if "--json" not in flags:
         return 1, "", "gpuheal's rocm-smi look-alike answers --json only\n"
-    name, g, n = _pick(call(url, "GET", "/state"), alias, index)
+    name, g, n = pick_gpu(call(url, "GET", "/state"), alias, index)
     doc: dict[str, Any] = {f"card{n}": card(flags, g)}
     if "--showpids" in flags:
         doc["system"] = pids(g, n)

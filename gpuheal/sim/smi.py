@@ -43,7 +43,9 @@ FIELDS = {
 HEADERS = {"temperature.gpu": "temperature.gpu", "index": "index", "name": "name"}
 
 
-def _pick(state: dict[str, Any], alias: str | None, index: int) -> tuple[str, dict[str, Any], int]:
+def pick_gpu(state: dict[str, Any], alias: str | None, index: int) -> tuple[str, dict[str, Any], int]:
+    """The simulated GPU a tool call names (by alias or index), or the real tool's error: shared by
+    the nvidia-smi and rocm-smi stand-ins so both pick alike."""
     gpus = list(state["gpus"].items())
     if alias is not None:
         for n, (a, g) in enumerate(gpus):
@@ -154,7 +156,7 @@ def run(argv: list[str]) -> tuple[int, str, str]:
     if parsed is None:
         return INVALID
     alias, index, fmt, query, apps, limit = (parsed[k] for k in ("alias", "index", "fmt", "query", "apps", "limit"))
-    name, g, n = _pick(call(url, "GET", "/state"), alias, 0 if index is None else index)
+    name, g, n = pick_gpu(call(url, "GET", "/state"), alias, 0 if index is None else index)
     if limit is not None:
         return set_limit(url, name, g, n, limit)
     if query is not None:

@@ -93,10 +93,12 @@ class UpdateResult:
     def describe(self) -> str:
         if self.problem is not None:
             return self.problem.line()
-        return f"LiteLLM {self.model_id}: {self.field} {_num(self.before)} -> {_num(self.after)} (read back)"
+        return f"LiteLLM {self.model_id}: {self.field} {num_text(self.before)} -> {num_text(self.after)} (read back)"
 
 
-def _num(v: float | None) -> str:
+def num_text(v: float | None) -> str:
+    """A LiteLLM routing value as a person reads it (``unset``, ``300``, ``0.5``): one spelling for
+    the read-back, the dry-run preview and doctor."""
     if v is None:
         return "unset"
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
@@ -486,7 +488,8 @@ def apply_update(
             after,
             AdminProblem(
                 "not-applied",
-                f"LiteLLM accepted /model/update but {model_id}'s {field} reads {_num(after)}, not {_num(value)}",
+                f"LiteLLM accepted /model/update but {model_id}'s {field} reads {num_text(after)}, "
+                f"not {num_text(value)}",
                 "the proxy did not apply the change (STORE_MODEL_IN_DB, database), " + SHED_HINT,
             ),
         )
@@ -495,7 +498,7 @@ def apply_update(
 
 def describe_update(base_url: str | None, model_id: str, field: str, value: float | None) -> str:
     """How a dry-run plan shows the call (no key). ``auto``: weight or rpm, read from LiteLLM."""
-    shown = "weight|rpm (read from /v1/model/info)" if field == "auto" else f"{field}={_num(value)}"
+    shown = "weight|rpm (read from /v1/model/info)" if field == "auto" else f"{field}={num_text(value)}"
     return f"POST {str(base_url).rstrip('/')}/model/update id={model_id} {shown}"
 
 
@@ -558,7 +561,7 @@ def run_update(
         field, value = plan
         before = dep.value(field)
         if before is not None and before <= value:
-            shown = f"LiteLLM {model_id}: {field} already {_num(before)}, nothing to lower"
+            shown = f"LiteLLM {model_id}: {field} already {num_text(before)}, nothing to lower"
             return AdminOutcome(rc=0, stdout=shown)
     if field not in FIELDS or value is None:
         return _failed(AdminProblem("bad-answer", f"nothing to set for {model_id} ({field}={value})", SHED_HINT))
