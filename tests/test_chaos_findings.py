@@ -1,9 +1,9 @@
 """What the chaos week (benchmarks/chaos.py, issue 29) found gpuheal doing wrong, each reduced to a
 minimal reproduction on the simulated fleet, through ``heal --apply`` as cron runs it.
 
-Each is ``xfail(strict=True)``: it fails today, and turns into a failure (XPASS) the moment the fix
-lands, so the mark is removed with the fix. The fixes belong to heal/evaluate/rules (issue 26's
-owners), not to the benchmark."""
+A finding still open is ``xfail(strict=True)`` with its reason: it fails today, and turns into a
+failure (XPASS) the moment the fix lands, so the mark goes with the fix. A fixed one stays here as the
+regression test, with what the week showed in its docstring."""
 
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ def lab(tmp_path):
     lab.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "chaos finding (seed 1, 10 GPUs, deploy of gpu-0007 at t=99 s): a llama-server still loading its model "
-    "after a planned restart answers /health 503 'Loading model' while LiteLLM's requests to it fail, so "
-    "gpu-monitor's failures_60s = requests_60s; Rule 3 (model-stuck, from the failure ratio) fires at the "
-    "2nd such poll and heal restarts it (audit: detected.endpoint 'loading'). A loading server is not stuck: "
-    "the restart only starts its load over. Expected: no action while /health says loading."))
 def test_a_server_loading_its_model_after_a_deploy_is_not_restarted(lab):
+    """Found by the chaos week (seed 1, 10 GPUs, a deploy of gpu-0007 at t=99 s): a llama-server still loading
+    its model after a planned restart answers /health 503 'Loading model' while LiteLLM's requests to it fail,
+    so gpu-monitor's failures_60s = requests_60s, and Rule 3 restarted it from the failure ratio at the 2nd
+    poll — a restart that only starts the load over. Fixed in Rule 3 (tests/test_rule_model_stuck_loading.py
+    has it from every source)."""
     lab.fleet.apply({"gpu": "gpu-a", "fault": "loading"})  # a deploy: the new process loads for 3 minutes
     for _ in range(3):
         lab.heal()

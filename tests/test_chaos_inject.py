@@ -107,3 +107,23 @@ def test_rates_override_only_what_they_name():
     rates = load_rates(fh.name)
     Path(fh.name).unlink()
     assert rates["crash"] == 0.002 and rates["freeze"] == BY_NAME["freeze"].rate_per_hour
+
+
+def test_a_crash_of_gpuheal_during_the_week_is_counted_and_reported(monkeypatch):
+    """An exception out of ``heal --apply`` is a crash of gpuheal: the week goes on, and every one is
+    counted in the figures with its line (never hidden, never a traceback on the table)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import chaos
+    from chaos_inject import load_rates
+
+    from gpuheal.steps import heal
+
+    def boom(rt, store, **options):
+        raise RuntimeError("injected: heal fell over")
+
+    monkeypatch.setattr(heal, "command", boom)
+    doc, _, _ = chaos.run(2, 0.01, 3, load_rates(None), only=("gpuheal",))
+    m = doc["systems"]["gpuheal"]
+    assert m["crashes"] == 14  # one per cycle: 0.01 day = 14 minutes
+    assert all("RuntimeError: injected: heal fell over" in str(c) for c in m["crash_list"])
+    assert "| gpuheal |" in chaos.table(doc) and "| 14 |" in chaos.table(doc)

@@ -24,9 +24,6 @@ from chaos_inject import load_rates  # noqa: E402
 SEED = 6
 RATES = ROOT / "benchmarks" / "chaos_smoke_rates.yaml"
 BASELINES = ("no-heal", "crash-only", "probe-300s", "litellm-cooldown")
-LOADING = ("chaos finding: a llama-server loading its model after a deploy (or an n_ctx change) is restarted as "
-           "model-stuck — seed 6: gpu-0007 at t=1081 s and t=28861 s (n_ctx changes), gpu-0008 at t=35161 s "
-           "(a deploy); tests/test_chaos_findings.py::test_a_server_loading_its_model_after_a_deploy_is_not_restarted")
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +62,12 @@ def test_recall_is_1_on_a_monitor_that_answers_no_gpus(gpuheal):
     assert gpuheal["by_kind"]["monitor-empty"]["recall"] == 1.0
 
 
-@pytest.mark.xfail(strict=True, reason=LOADING)
 def test_action_precision_is_at_least_0_99(gpuheal):
     assert gpuheal["precision"] >= 0.99
 
 
-@pytest.mark.xfail(strict=True, reason=LOADING)
 def test_no_false_action_on_a_benign_event(gpuheal):
     assert gpuheal["false_actions_on_benign"] == {}
-
-
-def test_the_false_actions_are_the_known_finding_only(gpuheal):
-    """Until the fix: every false action is a restart of a server that a deploy or an n_ctx change was
-    reloading (nothing else acts on a benign event)."""
-    assert set(gpuheal["false_actions_on_benign"]) <= {"deploy", "nctx-change"}
-    assert gpuheal["false_actions"] == sum(gpuheal["false_actions_on_benign"].values())
 
 
 def test_at_most_one_page_per_incident(gpuheal):

@@ -268,7 +268,7 @@ def test_registry_refuses_a_bad_memory_declaration_and_two_memories_under_one_ke
     with pytest.raises(RuleRegistryError, match="memory key 'rows' is also vram-leak's"):
         build_registry((one, two))
     assert build_registry((one,)) == (one,)
-    assert len({m.key for r in ALL for m in r.remember or ()}) == sum(len(r.remember or ()) for r in ALL) == 8
+    assert len({m.key for r in ALL for m in r.remember or ()}) == sum(len(r.remember or ()) for r in ALL) == 9
 
 
 def test_the_rules_judged_from_benchmark_results_are_declared_on_them():

@@ -23,7 +23,7 @@ from gpuheal.core.view import FleetView
 from gpuheal.model import Breaker, GpuSample, Observation
 from gpuheal.rules import ALL
 from gpuheal.rules.circuit_breaker_stuck.memory import BreakerRow, open_since
-from gpuheal.rules.model_stuck.memory import DecodeRow, LitellmRow, TaskloopRow, decode_state
+from gpuheal.rules.model_stuck.memory import DecodeRow, LitellmRow, LoadingRow, TaskloopRow, decode_state
 from gpuheal.rules.workload_misrouted.memory import CountersRow, RequestsRow, counter_points
 from gpuheal.state import files
 from gpuheal.state.history import History
@@ -42,7 +42,8 @@ SAMPLE = GpuSample(endpoint="ok", n_decode_total=120.0, requests_processing=1, r
 DAMAGE = [None, 7, "text", [1, 2], {"gpu-a": "text"}, {"gpu-a": {"at_s": "soon", "n": "x"}},
           {"gpu-a": {"at_s": True}}, {"gpu-a": [["x"], [1.0]]}, {"gpu-a": {"at_s": float("nan")}}]
 KEYS = ("decode", "taskloop", "litellm", "context", "routing", "requests", "breaker_open_since")
-NEW_KEYS = ("rise",)  # declared since 080cd9d (Rule 8 tier 2's rise, issue 27 item 10): start empty there
+# declared since 080cd9d (Rule 8 tier 2's rise, issue 27 item 10; Rule 3's model loading, issue 29): start empty there
+NEW_KEYS = ("rise", "loading")
 CFG = load_config_dict({"monitor": {"url": "http://127.0.0.1:9/gpu-data"},
                         "gpus": [{"alias": "gpu-a", "host": "a", "endpoint": "http://127.0.0.1:9", "weight": 1.0,
                                   "baseline_tok_s": 50.0, "transport": "local"}]})
@@ -116,6 +117,8 @@ def test_a_poll_at_or_before_the_row_is_never_folded_again():
     (RequestsRow.load, {"at_s": 1.0, "buckets": [[0.0, 3]]}, "buckets", [[0.0, 3.5]]),
     (RequestsRow.load, {"at_s": 1.0, "buckets": [[0.0, 3]]}, "at_s", "now"),
     (BreakerRow.load, {"at_s": 1.0, "open_since_s": 0.5}, "open_since_s", "then"),
+    (LoadingRow.load, {"at_s": 1.0, "first_s": 0.5}, "first_s", "then"),
+    (LoadingRow.load, {"at_s": 1.0, "first_s": None}, "at_s", None),
 ])
 def test_a_field_of_the_wrong_type_makes_the_row_damaged(load, good, field, bad):
     assert load(good) is not None

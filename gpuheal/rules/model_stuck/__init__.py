@@ -23,6 +23,16 @@ Same hold: the finding starts at the first stalled poll and fires at the 3rd. ``
 endpoints that answered and those that did not. A busy server answers ``/metrics`` between decode
 steps, so it never stalls. Recovers once a task-loop endpoint answers.
 
+**A model loading** (issue 29): while ``/health`` answers 503 ``Loading model`` (a deploy, an
+``n_ctx`` change, any restart: a real server answers so on every path until the model is in memory),
+the requests sent to it fail — a failure ratio of 100 % from gpu-monitor and from LiteLLM alike. That
+server is doing what it was told, and a restart would only start its load over: no finding, whichever
+source counts the failures (a pending one is dropped). A load that does not end is a fault of its own:
+past ``loading_max_s`` since the first poll that saw it (``memory.py``), the rule finds it from
+``/health`` alone (traffic or not), with the same hold; it recovers once ``/health`` says ok.
+Prometheus's ``up`` cannot tell a loading server from a refused one, so through Prometheus a load is
+not seen (Rule 6 reads ``up == 0``).
+
 Deferred requests growing poll over poll while no request finishes are reported in ``detected``.
 Needs the llama-server to answer its probe: a server that does not is Rule 6's. The rule reads
 gpu-monitor only when it was usable this poll, so it works without gpu-monitor.
@@ -33,12 +43,14 @@ from __future__ import annotations
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
+from gpuheal.core import timing
 from gpuheal.core.engine import Finding, IssueRecord
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
+from gpuheal.model import ENDPOINT_OK
 from gpuheal.rules._util import num, show
-from gpuheal.rules.model_stuck.memory import REMEMBER, decode_state, litellm_window, taskloop_state
+from gpuheal.rules.model_stuck.memory import REMEMBER, decode_state, litellm_window, loading_since, taskloop_state
 from gpuheal.signals import Need, Signal, needs
 
 ID: Final = "model-stuck"
@@ -54,6 +66,7 @@ SOURCE_MONITOR = "gpu-monitor"
 SOURCE_METRICS = "llama-server /metrics"
 SOURCE_TASKLOOP = "llama-server task loop"
 SOURCE_LITELLM = "LiteLLM /metrics"
+SOURCE_LOADING = "llama-server /health"
 
 
 class Params(RemedyParams):
@@ -61,6 +74,7 @@ class Params(RemedyParams):
     min_requests: int  # fewer requests than this say nothing (one stuck request is not a stuck GPU)
     grace_s: float  # the finding fires only once it started more than this long ago
     clear_failure_ratio: float  # a firing issue clears at or below this share (the spec: 0 %)
+    loading_max_s: float  # /health saying "Loading model" longer than this is a stuck load, not a load
 
 
 def hold(p: Params) -> tuple[int, float]:
@@ -169,7 +183,25 @@ def _from_taskloop(view: FleetView, alias: str) -> Detection:
     )
 
 
+def _loading(view: FleetView, alias: str, p: Params, since_s: float) -> Detection:
+    """A server loading its model: not stuck (``False``) until it has loaded for more than
+    ``loading_max_s``; then stuck, from ``/health`` alone, since the load began."""
+    loading_s = view.now_s - since_s
+    if not timing.more_than(loading_s, p.loading_max_s, view.tolerance_s):
+        return False
+    return Finding(
+        {"source": SOURCE_LOADING, "endpoint": view.endpoint(alias), "loading_s": num(loading_s),
+         "loading_max_s": num(p.loading_max_s)},
+        f"{alias}: /health has answered 503 'Loading model' for {show(loading_s, 0)} s "
+        f"(> {show(p.loading_max_s, 0)} s): still loading its model",
+        started_at=since_s,
+    )
+
+
 def detect(view: FleetView, alias: str, p: Params) -> Detection:
+    since_s = loading_since(view.memory, alias, view.now_s)
+    if since_s is not None:
+        return _loading(view, alias, p, since_s)  # its requests fail because it loads: not a failure ratio
     found = [f for f in (_from_metrics(view, alias), _from_taskloop(view, alias), _from_monitor(view, alias, p),
                          _from_litellm(view, alias, p)) if f is not None]
     hits = [f for f in found if isinstance(f, Finding)]
@@ -205,6 +237,10 @@ def recovered(view: FleetView, alias: str, p: Params, record: IssueRecord) -> bo
         if window is not None:
             sent, failed = window
             judged.append(failed == 0 or (sent > 0 and failed / sent <= p.clear_failure_ratio))
+    if SOURCE_LOADING in source:
+        health = view.endpoint(alias)
+        if health is not None:
+            judged.append(health == ENDPOINT_OK)
     if SOURCE_TASKLOOP in source:
         loop = taskloop_state(view.memory, alias, view.now_s)
         if loop is not None:

@@ -20,7 +20,12 @@ to each deployment and every failure since the proxy started (:mod:`gpuheal.pars
 The difference between two polls is what users saw in between — at cron's cadence the spec's "over
 60 s". A counter that went down is a restart of the proxy: never a rate.
 
-Each row is read by :func:`decode_state`, :func:`taskloop_state` and :func:`litellm_window` only for
+**A model loading** (``loading``, issue 29): the first of the consecutive polls whose ``/health`` said
+503 ``Loading model``. A loading server is not stuck (a deploy, an ``n_ctx`` change: its requests fail
+until the model is in memory); one that stays loading past ``loading_max_s`` is.
+
+Each row is read by :func:`decode_state`, :func:`taskloop_state`, :func:`litellm_window` and
+:func:`loading_since` only for
 the poll it is of: a poll that could not say leaves the row as it was, and the rule reads "not known".
 """
 
@@ -31,6 +36,7 @@ from typing import TYPE_CHECKING, Final
 
 from gpuheal.core.memory import Memory, Remember, number, whole
 from gpuheal.core.taskloop import classify
+from gpuheal.model import ENDPOINT_LOADING
 
 if TYPE_CHECKING:
     from gpuheal.core.view import FleetView
@@ -223,12 +229,49 @@ def _count(value: object) -> float | None:
     return None if got is None or got < 0 else float(got)
 
 
+# --------------------------------------------------------------------------- a model loading
+
+
+@dataclass(frozen=True, slots=True)
+class LoadingRow:
+    """``first_s``: the first of the consecutive polls up to ``at_s`` whose ``/health`` said loading
+    (``None``: the poll ``at_s`` did not)."""
+
+    first_s: float | None
+    at_s: float
+
+    def to_json(self) -> dict[str, object]:
+        return {"first_s": self.first_s, "at_s": self.at_s}
+
+    @classmethod
+    def load(cls, data: object) -> LoadingRow | None:
+        if not isinstance(data, dict):
+            return None
+        first_s, at_s = data.get("first_s"), number(data.get("at_s"))
+        if at_s is None or (first_s is not None and number(first_s) is None):
+            return None
+        return cls(first_s=number(first_s), at_s=at_s)
+
+
+def fold_loading(prev: LoadingRow | None, view: FleetView, alias: str) -> LoadingRow | None:
+    """This poll's ``/health`` after ``prev``; ``None`` when the poll does not know it (the load's
+    start is kept: a poll that could not see the server neither ends nor restarts a load)."""
+    state = view.endpoint(alias)
+    if state is None:
+        return None
+    if state != ENDPOINT_LOADING:
+        return LoadingRow(first_s=None, at_s=view.now_s)
+    first_s = prev.first_s if prev is not None and prev.first_s is not None else view.now_s
+    return LoadingRow(first_s=first_s, at_s=view.now_s)
+
+
 # --------------------------------------------------------------------------- declared, and read
 
 DECODE: Final = Remember("decode", DecodeRow.load, fold_decode)
 TASKLOOP: Final = Remember("taskloop", TaskloopRow.load, fold_taskloop)
 LITELLM: Final = Remember("litellm", LitellmRow.load, fold_litellm)
-REMEMBER: Final = (DECODE, TASKLOOP, LITELLM)
+LOADING: Final = Remember("loading", LoadingRow.load, fold_loading)
+REMEMBER: Final = (DECODE, TASKLOOP, LITELLM, LOADING)
 
 
 def decode_state(memory: Memory, alias: str, now_s: float) -> DecodeRow | None:
@@ -249,3 +292,9 @@ def litellm_window(memory: Memory, alias: str, now_s: float) -> tuple[float, flo
     if row is None or row.at_s != now_s or row.requests is None or row.failed is None:
         return None
     return row.requests, row.failed
+
+
+def loading_since(memory: Memory, alias: str, now_s: float) -> float | None:
+    """When ``alias``'s model began loading, if this poll's ``/health`` says it still is."""
+    row = memory.get(LOADING, alias)
+    return row.first_s if row is not None and row.at_s == now_s else None
