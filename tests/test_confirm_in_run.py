@@ -88,7 +88,7 @@ def test_nothing_suspicious_never_waits_nor_reprobes(tmp_path):
     try:
         with StateDir(lab.state_dir, 10) as store:
             lab.fleet.advance(60)
-            from gpuheal.steps import confirm, check
+            from gpuheal.steps import check, confirm
 
             result = check.run(lab.cfg, store, lab.fleet.now())
             assert confirm.run(lab.cfg, store, result, clock.clock, no_probe) is result

@@ -65,14 +65,15 @@ def confirmable(cfg: Config) -> tuple[str, ...]:
 def suspects(result: Any, only: tuple[str, ...]) -> dict[str, GpuWatch]:
     """The GPUs this run watches: a hard fault in this poll, not muted (a restart's grace), and no issue
     of a confirmable rule already firing on it (a GPU being verified or escalated needs no proof)."""
+    faults = {a: f for a, f in ((a, core.signature(s)) for a, s in result.obs.gpus.items()) if f is not None}
+    if not faults:
+        return {}
     ev = result.evaluation
-    firing = {i["gpu"] for i in (*ev.issues, *ev.inhibited) if i.get("issue") in only and i.get("state") != "pending"}
-    out = {}
-    for alias, sample in result.obs.gpus.items():
-        found = core.signature(sample)
-        if found is not None and alias not in firing and alias not in ev.muted:
-            out[alias] = GpuWatch(alias, Watch.WATCHING, (Probe(result.obs.at.timestamp(), found),))
-    return out
+    opened = (*result.issues, *ev.inhibited)
+    firing = {i["gpu"] for i in opened if i.get("issue") in only and i.get("state") != "pending"}
+    at_s = result.obs.at.timestamp()
+    return {alias: GpuWatch(alias, Watch.WATCHING, (Probe(at_s, found),)) for alias, found in faults.items()
+            if alias not in firing and alias not in ev.muted}  # fmt: skip
 
 
 def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None) -> Any:

@@ -70,7 +70,8 @@ def _config(tmp_path: Path, srv, restart: str) -> Path:
     path.write_text(json.dumps({
         "litellm": {"api_key": srv.api_key},
         "probe": {"timeout_s": 2.0},
-        "heal": {"reload_wait_s": 30, "verify_timeout_s": 30, "startup_grace_s": 30},
+        "heal": {"reload_wait_s": 30, "verify_timeout_s": 30, "startup_grace_s": 30,
+                 "confirm_budget_s": 0},  # cron polls only: the in-run confirmation is test_confirm_real.py
         "gpus": [{"alias": "real", "host": "box", "gpu_index": 0, "endpoint": srv.url, "transport": "local",
                   "restart_command": restart}],
     }))
