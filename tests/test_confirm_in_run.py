@@ -207,3 +207,19 @@ def test_budget_spent_leaves_the_issue_pending_for_cron(tmp_path):
         assert lab.restarts("gpu-a") == 1
     finally:
         lab.close()
+
+
+def test_the_engine_counts_evidence_by_time_over_a_minimum_of_probes():
+    """``held`` (pure): seconds of evidence meet the hold only with ``min_probes`` set and reached; a
+    poll hold is untouched (hold_polls and "more than hold_s")."""
+    from gpuheal.core.engine import held
+    from gpuheal.rules import host_unreachable as rule
+
+    p = rule.Params(hold_polls=3, hold_s=20.0, min_probes=3, escalate_after_failures=3)
+    assert held(rule, p, hits=3, span_s=19.0, tol=1.25)  # 20 s of evidence, a probe 1 s early
+    assert not held(rule, p, hits=3, span_s=18.0, tol=1.25)  # not yet
+    assert not held(rule, p, hits=2, span_s=60.0, tol=15.0)  # long, but 2 probes (cron's 2nd poll)
+    assert held(rule, p, hits=3, span_s=120.0, tol=15.0)  # cron's 3rd poll, as before
+    polls_only = rule.Params(hold_polls=3, hold_s=20.0, min_probes=0, escalate_after_failures=3)
+    assert not held(rule, polls_only, hits=3, span_s=19.0, tol=1.25)  # "more than 20 s" by polls
+    assert not held(rule, polls_only, hits=5, span_s=20.0, tol=0.0)
