@@ -88,7 +88,9 @@ def config(fleet, layout: Layout, zulip_url: str) -> dict[str, Any]:
                     "restart_command": ["docker", "restart", "litellm"]},
         "zulip": {"site": zulip_url, "stream": "gpu-fleet", "topic": "alerts"},
         "alerts": {"group_by": "rack"},
-        "heal": {"known_hosts": "/dev/null"},
+        # confirm_budget_s 0: the in-run confirmation (issue 28) sleeps on a real clock while this world's
+        # clock stands still within a run — a 25 s blip would look refused throughout; cron's holds only
+        "heal": {"known_hosts": "/dev/null", "confirm_budget_s": 0},
         "rules": {"cooling-infrastructure": {"group_by": "rack", "cooling_fraction": 0.5}},
         "gpus": gpus,
     }

@@ -63,6 +63,7 @@ class Lab:
             "verify_timeout_s": 5,
             "startup_grace_s": 90,
             "command_timeout_s": 10,
+            "confirm_budget_s": 0,  # cron polls only; tests of the in-run confirmation (issue 28) turn it on
             "gpu_monitor_restart_command": [sys.executable, "-m", "gpuheal.sim.control", self.fleet.control_url, "restart", "monitor"],
         }
         raw["state"] = {"lock_wait_s": 10}

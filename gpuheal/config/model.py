@@ -97,7 +97,8 @@ class EngineParams(ParamsRecord):
     these defaults are the values in force when a rule's defaults do not set them."""
 
     hold_polls: int = 1  # consecutive polls a finding must hold before the issue fires
-    hold_s: float = 0.0  # and more than this long since it started (0: at once)
+    hold_s: float = 0.0  # and more than this long since it started (0: at once); with min_probes: seconds of evidence
+    min_probes: int = 0  # >0: the hold may be met by hold_s s of evidence over this many probes (issue 28)
     clear_polls: int = 1  # consecutive polls of recovery before a firing issue resolves
     verify_within_s: float = 300.0  # how long a fix may take to show, judged from fresh data
 
@@ -270,6 +271,8 @@ class HealConfig:
     leak_attribution_share: float = 0.5  # Rule 2: the grown process's least share of the summed growth
     leak_attribution_wait_s: float = 600.0  # Rule 2: from the onset snapshot to the remedy, at the least
     stop_timeout_s: float = 90.0  # the llama-server unit's TimeoutStopSec (issue 20: a hung server ignores SIGTERM)
+    confirm_budget_s: float = 30.0  # issue 28: re-probe a hard fault within the run for at most this long
+    confirm_interval_s: float = 5.0  # issue 28: one re-probe of each such GPU every this many seconds
     gpu_monitor_restart_command: str | list[str] | None = None
     gpu_monitor_host: str | None = None
     ssh_user: str | None = None

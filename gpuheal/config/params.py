@@ -101,6 +101,7 @@ SUFFIXES: tuple[tuple[str, ParamSpec], ...] = (
 OVERRIDES: dict[str, ParamSpec] = {
     "grace_s": ParamSpec("number", 0, DAY_S, why="seconds; 0 = no grace"),
     "hold_s": ParamSpec("number", 0, 30 * DAY_S, why="seconds; 0 = at once"),
+    "min_probes": ParamSpec("int", 0, 10_000, why="probes; 0 = the hold is counted in polls only"),
     "min_span_s": ParamSpec("number", 0, 30 * DAY_S),
     "min_span_h": ParamSpec("number", 0, 30 * 24),
     "samples": ParamSpec("int", 1, 10_000, why="benchmark results to average"),

@@ -4,7 +4,9 @@ A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, 
 "quiet", ``None`` for "not known"); the engine turns that into issues:
 
 - **hold**: a finding must hold for the rule's ``hold_polls`` consecutive polls (and, where the rule
-  has one, longer than ``hold_s`` since it started) before the issue goes ``pending`` → ``firing``.
+  has one, longer than ``hold_s`` since it started) before the issue goes ``pending`` → ``firing``;
+  or, where the rule sets ``min_probes``, for ``hold_s`` seconds of evidence over at least that many
+  probes (:func:`held`: a ``heal`` run's re-probes of a hard fault count, ``core/confirm.py``).
   Rule 1 fires at the 2nd consecutive hot poll, Rule 6/7 at the 3rd, Rule 3 at the 2nd bad poll
   30 s+ after the first (contract "Rule timing").
 - **missing data**: a poll where the rule cannot know (``None``, a muted GPU, a source the rule needs
@@ -325,6 +327,19 @@ def rule_hold(rule: Rule[Any], params: EngineParams) -> tuple[int, float]:
     return params.hold_polls, params.hold_s
 
 
+def held(rule: Rule[Any], params: EngineParams, hits: int, span_s: float, tol: float) -> bool:
+    """Whether a finding seen ``hits`` consecutive times over ``span_s`` seconds meets the rule's hold:
+    its ``hold_polls`` polls (and more than ``hold_s`` since it started), or — where the rule sets
+    ``min_probes`` (contract "Rule timing": holds in seconds of evidence) — ``hold_s`` seconds of
+    evidence over at least ``min_probes`` probes, a ``heal`` run's in-run re-probes counting as probes
+    (:mod:`gpuheal.core.confirm`). At cron's cadence both say the same poll; within one run only the
+    evidence in seconds can be met. ``tol``: the cadence's tolerance (core/timing)."""
+    polls, hold_s = rule_hold(rule, params)
+    if hits >= polls and (hold_s <= 0 or timing.more_than(span_s, hold_s, tol)):
+        return True
+    return 0 < params.min_probes <= hits and timing.at_least(span_s, hold_s, tol)
+
+
 def severity_rank(severity: str) -> int:
     """Worst first: critical > warning > info; a severity from an older book that is none of them
     sorts with ``info`` (it is still shown, never dropped)."""
@@ -375,17 +390,19 @@ def _present(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
     return verifying_issue(public, v)
 
 
-def remember(rules: Sequence[Rule[Any]], view: FleetView, memory: Memory) -> None:
+def remember(rules: Sequence[Rule[Any]], view: FleetView, memory: Memory, prune: bool = True) -> None:
     """Fold this poll (``view``) into what each rule remembers (its ``remember``), before any rule
     detects. Missing data neither advances nor resets (a fold answers ``None``: the row stays); a poll
     already folded in — the same poll again, a clock stepped back — is never folded twice; the rows of a
     GPU no longer configured, and the memories no rule declares, go. A muted or inhibited GPU is still
     remembered: its memory is what it was seen doing. A bench-only evaluation (no poll) changes nothing.
-    Mutates ``memory``."""
+    Mutates ``memory``. ``prune=False``: ``rules`` are only some of the rules (an in-run re-probe, which
+    judges only the rules that count evidence in seconds): the others' memories stay as they are."""
     if view.obs is None:
         return
     declared = [(rule, m) for rule in rules for m in rule.remember or ()]
-    memory.keep({m.key for _, m in declared}, {*view.aliases, FLEET})
+    if prune:
+        memory.keep({m.key for _, m in declared}, {*view.aliases, FLEET})
     now_s = view.now_s
     for rule, m in declared:
         rows = memory.of(m)
@@ -543,10 +560,7 @@ class _Pass:
         detected.setdefault("duration_s", round(self.now_s - rec.since_s, 1))
         rec.detected = detected
         rec.summary = finding.summary
-        polls, hold_s = rule_hold(rule, params)
-        if rec.state == PENDING and rec.hits >= polls and (
-            hold_s <= 0 or timing.more_than(self.now_s - rec.since_s, hold_s, self.view.tolerance_s)
-        ):
+        if rec.state == PENDING and held(rule, params, rec.hits, self.now_s - rec.since_s, self.view.tolerance_s):
             rec.fired_at = self.now_iso
             self.transition(rec, Event.FIRING)
             self.out.fired.append(rec.public())

@@ -147,8 +147,10 @@ class FleetView:
         bench: dict[str, Any],
         memory: Memory | Mapping[str, Any],
         restarts: Restarts = NO_RESTARTS,
+        tolerance_s: float | None = None,
     ) -> None:
-        """``memory``: the issue book's store, or its stored form (``issues.json``'s ``memory``)."""
+        """``memory``: the issue book's store, or its stored form (``issues.json``'s ``memory``);
+        ``tolerance_s``: the cadence's tolerance when it is not the history's (an in-run re-probe's)."""
         self.cfg = cfg
         self.now_s = now_s
         self.obs = obs
@@ -159,7 +161,7 @@ class FleetView:
         self.gpus: dict[str, GpuConfig] = {g.alias: g for g in cfg.gpus}
         self.aliases: tuple[str, ...] = tuple(self.gpus)
         self.cache: dict[tuple[Any, ...], Any] = {}  # per-evaluation memo, shared by rules
-        self._tolerance_s: float | None = None
+        self._tolerance_s: float | None = tolerance_s
 
     @property
     def tolerance_s(self) -> float:

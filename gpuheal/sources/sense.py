@@ -8,6 +8,7 @@ Every failure is a :class:`DataFault`; this function does not raise for anything
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -154,6 +155,30 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         spend = spend_f.result() if spend_f else None
     servers = _with_canaries(cfg, now, servers)
     return _Polled(poll, litellm_fault, servers, counted, spend)
+
+
+def probe_servers(cfg: Config, aliases: Collection[str], canary: Collection[str] = ()) -> dict[str, GpuSample]:
+    """An in-run re-probe (issue 28 item 1, ``steps/confirm``): the same direct probe a poll makes —
+    ``/health``, then the task-loop endpoints — of only these GPUs, all at once under the probe
+    deadline; the canary completion again for those in ``canary`` whose ``/health`` answered (it ran
+    at the poll). Each GPU's reading holds only what its own server said; a GPU not configured is
+    left out. Never raises for anything the network does."""
+    deadline = cfg.probe.timeout_s
+    key = cfg.litellm.api_key or None
+    gpus = [g for g in cfg.gpus if g.alias in aliases]
+    servers = run_exchanges(((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in gpus),
+                            deadline_s=deadline, max_open=cfg.probe.max_workers)
+    spec = cfg.probe.canary or {}
+    ask = [g for g in gpus if g.alias in canary and g.alias in servers and servers[g.alias][0][0] == ENDPOINT_OK]
+    if spec.get("enabled") and ask:
+        with ThreadPoolExecutor(max_workers=min(len(ask), cfg.probe.max_workers)) as pool:
+            states = dict(zip((g.alias for g in ask), pool.map(lambda g: _canary(cfg, g.endpoint, spec), ask),
+                              strict=True))
+        servers = {a: (h, replace(t, canary=states[a]) if a in states else t) for a, (h, t) in servers.items()}
+    out = {}
+    for alias, ((state, latency, _detail, _kind), telemetry) in servers.items():
+        out[alias] = GpuSample(endpoint=state, endpoint_latency_s=latency, **telemetry.values(state))
+    return out
 
 
 def _with_canaries(cfg: Config, now: datetime, servers: dict[str, tuple]) -> dict[str, tuple]:

@@ -45,6 +45,7 @@ from gpuheal.state.store import StateDir
 __all__ = [
     "Evaluation",
     "evaluate_bench_full",
+    "evaluate_probe",
     "evaluate_poll",
     "ingest_monitor_bench",
     "run_full",
@@ -70,6 +71,20 @@ def evaluate_poll(
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
     engine.remember(ALL, view, book.memory)
     return engine.evaluate(ALL, view, book, only=only), view
+
+
+def evaluate_probe(
+    cfg: Config, obs: Observation, book: IssueBook, restarts: Restarts, only: tuple[str, ...], tolerance_s: float
+) -> Evaluation:
+    """An in-run re-probe (issue 28 item 1, :mod:`gpuheal.core.confirm`) through the rules ``only``
+    names — those that count evidence in seconds (``min_probes``). ``obs`` holds only the re-probed
+    GPUs' own answers: every other GPU, and every signal a probe does not give (failure ratios,
+    temperatures), is "not known" (neither advances nor resets a hold). No history and no bench: a
+    re-probe is not a poll of the fleet, so no trend, window or cadence ever sees it; time is counted
+    at the probes' cadence (``tolerance_s``). Only ``only``'s memories are folded. Mutates ``book``."""
+    view = FleetView(cfg, obs.at.timestamp(), obs, History(), {}, book.memory, restarts, tolerance_s=tolerance_s)
+    engine.remember([r for r in ALL if r.ID in only], view, book.memory, prune=False)
+    return engine.evaluate(ALL, view, book, only=only)
 
 
 def ingest_monitor_bench(

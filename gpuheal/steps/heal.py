@@ -37,6 +37,7 @@ from gpuheal.core.plan import PlanItem, plan
 from gpuheal.core.remedy import Followed, OpenIssue
 from gpuheal.rules import REMEDIES
 from gpuheal.state.store import StateDir
+from gpuheal.steps import confirm
 
 ACTIONABLE = ("warning", "critical")  # contract "Alerts": what resets the All Clear count
 
@@ -45,7 +46,7 @@ class Heal:
     """One heal run. Holds the run's books (:class:`Ledger`) while it works on them."""
 
     def __init__(self, cfg: Config, store: StateDir, now: datetime, apply: bool, runner: Runner | None = None,
-                 verify: Verifier | None = None) -> None:  # fmt: skip
+                 verify: Verifier | None = None, clock: confirm.Clock | None = None) -> None:  # fmt: skip
         from gpuheal.credentials import secrets_for
 
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
@@ -54,11 +55,14 @@ class Heal:
         self.records = Records(store, {i: r.state_file for i, r in REMEDIES.items() if r.state_file})
         self.warnings: list[str] = []
         self.tol = timing.TOLERANCE_S  # until this run's evaluation says the history's own
+        self.clock = clock  # the in-run confirmation's clock and sleep (tests: jittered, instant)
 
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
 
         result = self._check(gpu_filter)
+        if self.apply:  # a hard fault seen: re-probe it and act in this run once its hold is met (issue 28)
+            result = confirm.run(self.cfg, self.store, result, self.clock)
         open_now = {(i["gpu"], i["issue"]): i for i in result.issues}
         # An inhibited issue (model-stuck while gpu-monitor is down) is still open, only hidden:
         # never judged resolved on the absence of data, and a hidden thermal issue keeps the load shed.

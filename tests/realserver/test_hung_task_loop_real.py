@@ -70,7 +70,8 @@ def _config(tmp_path: Path, srv, restart: str) -> Path:
     path.write_text(json.dumps({
         "litellm": {"api_key": srv.api_key},
         "probe": {"timeout_s": 2.0},
-        "heal": {"reload_wait_s": 30, "verify_timeout_s": 30, "startup_grace_s": 30},
+        "heal": {"reload_wait_s": 30, "verify_timeout_s": 30, "startup_grace_s": 30,
+                 "confirm_budget_s": 0},  # cron polls only: the in-run confirmation is test_confirm_real.py
         "gpus": [{"alias": "real", "host": "box", "gpu_index": 0, "endpoint": srv.url, "transport": "local",
                   "restart_command": restart}],
     }))
@@ -289,3 +290,37 @@ def test_a_canary_catches_a_hung_server_started_without_metrics_and_slots(real_l
         pytest.skip(f"ptrace is not permitted here, so a task loop cannot be frozen: {exc}")
     assert (hung.endpoint, hung.canary) == ("ok", "timeout")
     assert classify(hung) == (True, ["/health"], ["/completion"])
+
+
+def test_a_hung_task_loop_is_confirmed_and_restarted_within_one_run(real_llama_server, tmp_path):
+    """Issue 28 item 1: the same freeze, ONE ``heal --apply`` run (real clock for its re-probes): it
+    re-probes the silent task loop and restarts it once ``grace_s`` (30 s) of evidence is in, inside the
+    cron minute; ``detected.probes`` lists each probe and its answer."""
+    srv = real_llama_server()
+    work = tmp_path / "unit"
+    work.mkdir()
+    config = _config(tmp_path, srv, shlex.join([sys.executable, "-c", RESTART_SCRIPT, str(work)]))
+    raw = json.loads(config.read_text())
+    raw["heal"].update({"confirm_budget_s": 30, "confirm_interval_s": 5})  # the defaults
+    config.write_text(json.dumps(raw))
+    try:
+        freeze = freeze_task_loop(srv.proc.pid)
+        frozen = freeze.__enter__()
+    except PtraceDenied as exc:
+        pytest.skip(f"ptrace is not permitted here, so a task loop cannot be frozen: {exc}")
+    supervisor = Supervisor(real_llama_server, srv, frozen, work)
+    try:
+        started = time.monotonic()
+        doc = _gpuheal(tmp_path, config, CRON_TIMES[0], "heal", "--apply")
+        took_s = time.monotonic() - started
+    finally:
+        freeze.__exit__(None, None, None)
+        supervisor.join()
+    actions = [a for a in doc["actions"] if a.get("issue") == "model-stuck"]
+    assert [(a["action"], a["result"]) for a in actions] == [("restart-llama-server", "pending")], doc["issues"]
+    audit = [json.loads(line) for line in (tmp_path / "state" / "gpu-self-heal-log.jsonl").read_text().splitlines()]
+    intent = [r for r in audit if r.get("phase") == "intent" and r.get("issue") == "model-stuck"]
+    probes = intent[0]["detected"]["probes"]
+    assert all(p["answer"] == "task loop silent: /metrics, /slots" for p in probes) and len(probes) >= 3, probes
+    assert intent[0]["detected"]["confirmation"] == "confirmed"
+    assert took_s < 60, took_s

@@ -91,7 +91,8 @@ def unit(llama_server_bin, tiny_model, tmp_path):
     config.write_text(json.dumps({
         "litellm": {"api_key": API_KEY},
         "probe": {"timeout_s": 1.0},
-        "heal": {"reload_wait_s": 30, "verify_timeout_s": 30, "startup_grace_s": 30},
+        "heal": {"reload_wait_s": 30, "verify_timeout_s": 30, "startup_grace_s": 30,
+                 "confirm_budget_s": 0},  # cron polls only: the in-run confirmation is test_confirm_real.py
         "gpus": [{"alias": "real", "host": "box", "gpu_index": 0, "endpoint": f"http://127.0.0.1:{port}",
                   "transport": "local",
                   "restart_command": [sys.executable, str(ROOT / "benchmarks" / "drill_supervisor.py"),

@@ -1,0 +1,141 @@
+"""Confirm within the run (issue 28 item 1; contract "Rule timing"): which GPUs a ``heal`` run
+re-probes, when, and what the probes said. Pure: every time is an argument.
+
+A hold counted in cron polls makes users of a dead server wait about two minutes in holding alone,
+while the evidence after the first seconds no longer changes. So when a poll sees a **hard fault**
+on a GPU's own llama-server (:func:`signature`: the direct probe refused or timed out; the task loop
+silent behind an ok ``/health``, which a canary completion that timed out also shows), the run
+re-probes that GPU on a short schedule (:func:`due_s`, within ``heal.confirm_budget_s``) and the
+rules judge each probe as a poll of that GPU alone. The engine counts the evidence by time: a rule
+whose ``min_probes`` is set fires once its finding held for ``hold_s`` seconds of evidence over at
+least ``min_probes`` probes (:mod:`gpuheal.core.engine`). One probe that answers ends the watch
+and the rule's own finding drops the pending issue, so a flapping server is never restarted on
+mixed evidence. Soft signals (failure ratios, temperatures, trends) are never re-probed: a probe
+delivers only the server's own answers, and rules needing more read "not known" from it.
+
+Each GPU's watch is a small state machine (:data:`TRANSITIONS`, as ``core/verify.py`` writes an
+attempt's)::
+
+    watching ─bad-probe─► watching
+        ├─answered──► cleared       (a probe answered: the in-run confirmation is reset)
+        ├─fired─────► confirmed     (a rule's hold in seconds of evidence was met)
+        └─budget-spent─► unconfirmed (cron's next polls go on counting)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import Any
+
+from gpuheal.core.taskloop import classify
+from gpuheal.model import UNREACHABLE_STATES
+
+
+class Watch(StrEnum):
+    WATCHING = "watching"
+    CONFIRMED = "confirmed"
+    CLEARED = "cleared"
+    UNCONFIRMED = "unconfirmed"
+
+
+class Seen(StrEnum):
+    """What one probe (or the end of the budget) did to a watch."""
+
+    BAD_PROBE = "bad-probe"
+    ANSWERED = "answered"
+    FIRED = "fired"
+    BUDGET_SPENT = "budget-spent"
+
+
+TRANSITIONS: dict[tuple[Watch, Seen], Watch] = {
+    (Watch.WATCHING, Seen.BAD_PROBE): Watch.WATCHING,
+    (Watch.WATCHING, Seen.ANSWERED): Watch.CLEARED,
+    (Watch.WATCHING, Seen.FIRED): Watch.CONFIRMED,
+    (Watch.WATCHING, Seen.BUDGET_SPENT): Watch.UNCONFIRMED,
+}
+
+
+class BadTransition(ValueError):
+    """An event the watch's state does not allow (a programming error, never data)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """One look at a GPU's llama-server: when it was asked (epoch s) and what it answered —
+    ``refused``, ``timeout``, ``task loop silent: /metrics, /slots``, or ``ok`` for a probe that
+    showed no hard fault."""
+
+    at_s: float
+    answer: str
+
+    @property
+    def bad(self) -> bool:
+        return self.answer != ANSWERED_OK
+
+
+ANSWERED_OK = "ok"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuWatch:
+    """One GPU under in-run confirmation: its state and every probe so far, the poll's first."""
+
+    alias: str
+    state: Watch
+    probes: tuple[Probe, ...]
+
+    def after(self, event: Seen, probe: Probe | None = None) -> GpuWatch:
+        new = TRANSITIONS.get((self.state, event))
+        if new is None:
+            raise BadTransition(f"watch of {self.alias}: {event!r} is not allowed while {self.state!r}")
+        probes = self.probes if probe is None else (*self.probes, probe)
+        return replace(self, state=new, probes=probes)
+
+    def evidence(self, iso: Any) -> list[dict[str, Any]]:
+        """``detected["probes"]``: each probe, its time (``iso(epoch_s)``) and its answer."""
+        return [{"at": iso(p.at_s), "answer": p.answer} for p in self.probes]
+
+
+def signature(sample: Any) -> str | None:
+    """The hard fault this reading of a GPU shows, or ``None``: the direct ``/health`` probe refused or
+    timed out, or ``/health`` ok while the task-loop endpoints asked (``/metrics``, ``/slots``, the canary
+    completion) all stayed silent (:func:`gpuheal.core.taskloop.classify`). Anything that answered —
+    loading, a 5xx, a 401, a busy server answering ``/metrics`` — is not a hard fault."""
+    endpoint = getattr(sample, "endpoint", None)
+    if endpoint in UNREACHABLE_STATES:
+        return str(endpoint)
+    stalled, _answered, silent = classify(sample)
+    if stalled:
+        return "task loop silent: " + ", ".join(silent)
+    return None
+
+
+def answer(sample: Any) -> str:
+    """The probe's answer as ``detected`` keeps it: its hard fault, else ``ok``; a GPU missing from
+    the probe (it could not be asked) is ``not probed`` — neither bad nor an answer."""
+    if sample is None:
+        return NOT_PROBED
+    return signature(sample) or ANSWERED_OK
+
+
+NOT_PROBED = "not probed"
+
+
+def due_s(first_s: float, n: int, interval_s: float) -> float:
+    """When the ``n``-th re-probe (1, 2, ...) is due: every ``interval_s`` from the poll at ``first_s``
+    (a probe that ran long is followed at once by the next one due, never by a burst)."""
+    return first_s + n * interval_s
+
+
+def within_budget(at_s: float, first_s: float, budget_s: float) -> bool:
+    """A re-probe at ``at_s`` starts only within ``budget_s`` of the poll (``heal.confirm_budget_s``),
+    so a run that confirms in-run still ends well inside the cron minute."""
+    return at_s - first_s <= budget_s
+
+
+def probe_tolerance_s(interval_s: float) -> float:
+    """How far from a hold in seconds a probe's evidence still counts as the hold (core/timing's
+    principle at the probe cadence): a quarter of the interval — probes start late by scheduling
+    jitter, never by a whole interval."""
+    return max(0.0, interval_s / 4)

@@ -1,0 +1,225 @@
+"""Confirm within the run (issue 28 item 1; contract "Rule timing"): a ``heal --apply`` run whose poll
+sees a hard fault re-probes that GPU and acts once the rule's hold in seconds of evidence is met —
+not at cron's 3rd poll. On the simulated fleet (real HTTP, real restart commands) with an injected,
+jittered clock whose sleeps take no time; the real llama-server tier is
+tests/realserver/test_confirm_real.py."""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from gpuheal.core import confirm as core
+from gpuheal.errors import StateLockedError
+from gpuheal.model import GpuSample
+from gpuheal.state.store import StateDir
+from gpuheal.steps.confirm import Clock
+from gpuheal.steps.heal import Heal
+from tests.lab import Lab, scenario
+
+GPUS = [{"alias": "gpu-a", "host": "ct1"}, {"alias": "gpu-b", "host": "ct2"}, {"alias": "gpu-c", "host": "ct3"}]
+ON = {"heal": {"confirm_budget_s": 30, "confirm_interval_s": 5}}
+
+
+class FakeClock:
+    """Monotonic seconds that move only when slept on, each sleep ``jitter_s`` late at random."""
+
+    def __init__(self, jitter_s: float = 0.0, seed: int = 1) -> None:
+        self.t, self.jitter_s, self.rng, self.sleeps = 1000.0, jitter_s, random.Random(seed), []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, s: float) -> None:
+        self.sleeps.append(s)
+        self.t += s + self.rng.uniform(0, self.jitter_s)
+
+    @property
+    def clock(self) -> Clock:
+        return Clock(self.now, self.sleep)
+
+
+def heal(lab: Lab, clock: FakeClock, advance_s: float = 60, lock_wait_s: float = 10):
+    lab.fleet.advance(advance_s)
+    with StateDir(lab.state_dir, lock_wait_s) as store:
+        return Heal(lab.cfg, store, lab.fleet.now(), True, clock=clock.clock).run(None, None)
+
+
+def restart_lines(lab: Lab) -> list[dict]:
+    return [r for r in lab.audit() if r.get("action") == "restart-llama-server" and r.get("phase") != "verification"]
+
+
+@pytest.mark.parametrize("fault,answer", [("dead", "refused"), ("hang", "timeout")])
+@pytest.mark.parametrize("jitter_s", [0.0, 1.7])
+def test_a_refused_or_frozen_server_is_restarted_in_the_first_run(tmp_path, fault, answer, jitter_s):
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": fault}]), **ON)
+    clock = FakeClock(jitter_s)
+    try:
+        health = heal(lab, clock)
+        assert lab.restarts("gpu-a") == 1, health["issues"]
+        assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0
+        acted = restart_lines(lab)
+        assert acted and acted[0]["issue"] == "host-unreachable", acted
+        probes = acted[0]["detected"]["probes"]
+        assert [p["answer"] for p in probes] == [answer] * len(probes) and len(probes) >= 3, probes
+        assert acted[0]["detected"]["confirmation"] == "confirmed"
+        first, last = core_s(probes[0]["at"]), core_s(probes[-1]["at"])
+        assert 20 - 5 / 4 <= last - first <= 20 + 5 + jitter_s, probes  # 20 s of evidence, not a poll more
+        assert sum(clock.sleeps) <= 30, clock.sleeps  # within confirm_budget_s
+    finally:
+        lab.close()
+
+
+def core_s(text: str) -> float:
+    from gpuheal.clock import parse_iso
+
+    return parse_iso(text).timestamp()
+
+
+def test_nothing_suspicious_never_waits_nor_reprobes(tmp_path):
+    lab = Lab(tmp_path, scenario(GPUS), **ON)
+    clock = FakeClock()
+
+    def no_probe(*_a):
+        raise AssertionError("re-probed a healthy fleet")
+
+    try:
+        with StateDir(lab.state_dir, 10) as store:
+            lab.fleet.advance(60)
+            from gpuheal.steps import check, confirm
+
+            result = check.run(lab.cfg, store, lab.fleet.now())
+            assert confirm.run(lab.cfg, store, result, clock.clock, no_probe) is result
+        heal(lab, clock)
+        assert clock.sleeps == []
+    finally:
+        lab.close()
+
+
+def test_a_flapping_server_is_never_restarted_on_mixed_evidence(tmp_path):
+    """Refused, answering, refused ...: each answer resets the confirmation; cron polls that land on an
+    answer drop the pending issue too, so nothing fires."""
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]), **ON)
+    clock = FakeClock(jitter_s=1.3)
+    answers = iter(["ok", "refused"] * 50)
+
+    def flapping(cfg, aliases, canary):
+        return {a: GpuSample(endpoint=next(answers)) for a in aliases}
+
+    try:
+        from gpuheal.steps import check, confirm
+
+        for _ in range(4):
+            lab.fleet.advance(60)
+            with StateDir(lab.state_dir, 10) as store:
+                result = check.run(lab.cfg, store, lab.fleet.now())
+                after = confirm.run(lab.cfg, store, result, clock.clock, flapping)
+            states = [i["state"] for i in after.issues if i["issue"] == "host-unreachable"]
+            assert "firing" not in states, after.issues
+        assert lab.restarts("gpu-a") == 0
+    finally:
+        lab.close()
+
+
+def test_an_answer_between_bad_probes_resets_the_evidence(tmp_path):
+    """bad, bad, bad, ok, bad, bad, bad, bad, bad: the evidence starts again after the answer; it is
+    met only by 20 s after it, never by the 15 s before it plus what follows."""
+    watch = core.GpuWatch("g", core.Watch.WATCHING, (core.Probe(0.0, "refused"),))
+    watch = watch.after(core.Seen.BAD_PROBE, core.Probe(5.0, "refused")).after(core.Seen.ANSWERED, core.Probe(10.0, "ok"))
+    assert watch.state == core.Watch.CLEARED
+    with pytest.raises(core.BadTransition):
+        watch.after(core.Seen.FIRED)
+
+
+def test_a_run_that_starts_meanwhile_sees_the_lock_and_acts_on_nothing_twice(tmp_path):
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]), **ON)
+    inside, release = threading.Event(), threading.Event()
+
+    class Blocking(FakeClock):
+        def sleep(self, s: float) -> None:
+            inside.set()
+            release.wait(20)
+            super().sleep(s)
+
+    errors: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            heal(lab, Blocking())
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    try:
+        t = threading.Thread(target=first)
+        t.start()
+        assert inside.wait(20)
+        with pytest.raises(StateLockedError):  # cron's next run while the first confirms
+            with StateDir(lab.state_dir, 0.3):
+                pass
+        release.set()
+        t.join(30)
+        assert not errors, errors
+        assert lab.restarts("gpu-a") == 1
+        heal(lab, FakeClock(), advance_s=20)  # the next run: the attempt is being verified
+        assert lab.restarts("gpu-a") == 1 and len(restart_lines(lab)) == 1
+    finally:
+        release.set()
+        lab.close()
+
+
+def test_a_failure_ratio_alone_is_never_reprobed(tmp_path):
+    """Soft signals keep their poll holds: failing requests with /health ok start no confirmation."""
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "failing"}]), **ON)
+    clock = FakeClock()
+    try:
+        health = heal(lab, clock)
+        assert clock.sleeps == [] and lab.restarts("gpu-a") == 0, health["issues"]
+    finally:
+        lab.close()
+
+
+def test_a_hung_task_loop_is_confirmed_in_the_run(tmp_path):
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "taskloop-hang"}]), **ON)
+    clock = FakeClock(jitter_s=0.9)
+    try:
+        heal(lab, clock)
+        acted = restart_lines(lab)
+        assert lab.restarts("gpu-a") == 1 and acted[0]["issue"] == "model-stuck", acted
+        probes = acted[0]["detected"]["probes"]
+        assert all(p["answer"].startswith("task loop silent") for p in probes), probes
+        assert core_s(probes[-1]["at"]) - core_s(probes[0]["at"]) >= 30 - 5 / 4, probes  # grace_s of evidence
+    finally:
+        lab.close()
+
+
+def test_budget_spent_leaves_the_issue_pending_for_cron(tmp_path):
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]),
+              heal={"confirm_budget_s": 10, "confirm_interval_s": 5})
+    clock = FakeClock()
+    try:
+        health = heal(lab, clock)
+        assert lab.restarts("gpu-a") == 0 and sum(clock.sleeps) <= 10
+        issue = next(i for i in health["issues"] if i["issue"] == "host-unreachable")
+        assert issue["state"] == "pending" and issue["detected"]["confirmation"] == "unconfirmed"
+        heal(lab, clock)  # the next cron poll: 60 s of evidence over 4 probes -> fires
+        assert lab.restarts("gpu-a") == 1
+    finally:
+        lab.close()
+
+
+def test_the_engine_counts_evidence_by_time_over_a_minimum_of_probes():
+    """``held`` (pure): seconds of evidence meet the hold only with ``min_probes`` set and reached; a
+    poll hold is untouched (hold_polls and "more than hold_s")."""
+    from gpuheal.core.engine import held
+    from gpuheal.rules import host_unreachable as rule
+
+    p = rule.Params(hold_polls=3, hold_s=20.0, min_probes=3, escalate_after_failures=3)
+    assert held(rule, p, hits=3, span_s=19.0, tol=1.25)  # 20 s of evidence, a probe 1 s early
+    assert not held(rule, p, hits=3, span_s=18.0, tol=1.25)  # not yet
+    assert not held(rule, p, hits=2, span_s=60.0, tol=15.0)  # long, but 2 probes (cron's 2nd poll)
+    assert held(rule, p, hits=3, span_s=120.0, tol=15.0)  # cron's 3rd poll, as before
+    polls_only = rule.Params(hold_polls=3, hold_s=20.0, min_probes=0, escalate_after_failures=3)
+    assert not held(rule, polls_only, hits=3, span_s=19.0, tol=1.25)  # "more than 20 s" by polls
+    assert not held(rule, polls_only, hits=5, span_s=20.0, tol=0.0)
