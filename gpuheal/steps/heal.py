@@ -24,7 +24,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from gpuheal.actions import attempts, restore
+from gpuheal.actions import attempts, drain, restore
 from gpuheal.actions.context import Context, Records
 from gpuheal.actions.effects import Effects, Runner, Verifier
 from gpuheal.actions.ledger import Ledger
@@ -66,6 +66,7 @@ class Heal:
         still_open = {**hidden, **open_now}
         health, acted = dict(result.health), False
         self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
+        drain.first(self.ledger, self.effects, self.cfg, result, self.apply, gpu_filter)  # hard fault: out of routing
         try:
             if self.apply:  # 1. keep what the fixes need, judge earlier attempts from this run's data
                 self._track(still_open)
