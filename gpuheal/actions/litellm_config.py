@@ -10,6 +10,7 @@ audit, the state or an alert: only what was done.
 
 from __future__ import annotations
 
+import shlex
 import time
 from typing import Any, Protocol, cast
 
@@ -49,17 +50,10 @@ def rewrite(step: RewriteLiteLLM, runner: Any, timeout_s: float, secrets: tuple[
 
 
 def _redirect(step: RewriteLiteLLM, runner: Any, timeout_s: float, cfg: Config) -> tuple[str, dict[str, Any]]:
-    from gpuheal.config.yamlsafe import load_yaml
-    from gpuheal.errors import ConfigError
-
     if step.to_alias is None or step.to_endpoint is None:
         raise _Failed("no cooler GPU to redirect to: every other GPU has an open thermal issue or is paused")
     key = _admin_key(cfg)
-    text = _run(runner, step.target, ["cat", "--", step.path], timeout_s, f"cannot read {step.path}").stdout
-    try:
-        doc = load_yaml(text or "", step.path)
-    except ConfigError as exc:
-        raise _Failed(f"LiteLLM's {step.path} cannot be read as YAML ({exc})") from None
+    doc = _read_doc(runner, step.target, step.path, timeout_s)
     plan = lc.redirect(doc, step.hot_endpoint, step.to_endpoint)
     if isinstance(plan, str):
         raise _Failed(f"LiteLLM's {step.path} cannot send this GPU's models elsewhere: {plan}")
@@ -90,6 +84,17 @@ def _put_back(step: RewriteLiteLLM, runner: Any, timeout_s: float, cfg: Config) 
         raise _Failed(f"LiteLLM does not route to {step.hot_endpoint} again after its restart", impossible=False)
     _run(runner, step.target, ["rm", "-f", "--", backup], timeout_s, f"cannot remove {backup}")
     return "LiteLLM's config file put back; it routes to this GPU again (LiteLLM restarted, read back)", None
+
+
+def _read_doc(runner: Any, target: str, path: str, timeout_s: float) -> Any:
+    from gpuheal.config.yamlsafe import load_yaml
+    from gpuheal.errors import ConfigError
+
+    text = _run(runner, target, ["cat", "--", path], timeout_s, f"cannot read {path}").stdout
+    try:
+        return load_yaml(text or "", path)
+    except ConfigError as exc:
+        raise _Failed(f"LiteLLM's {path} cannot be read as YAML ({exc})") from None
 
 
 def _admin_key(cfg: Config) -> str:
@@ -135,3 +140,67 @@ def _restarted(step: RewriteLiteLLM, runner: Any, timeout_s: float, cfg: Config,
     if isinstance(payload, la.AdminProblem):
         raise _Failed(f"LiteLLM's deployments not read back: {payload.line()}", impossible=False)
     return payload
+
+
+# --------------------------------------------------------------------------- drain first (issue 28 item 2)
+def drain(step: RewriteLiteLLM, alias: str, runner: Any, timeout_s: float, secrets: tuple[str, ...],
+          cfg: Config) -> StepResult:  # fmt: skip
+    """Take ``alias``'s deployments (``step.hot_endpoint``) out of LiteLLM's config file, or put them back
+    (``step.restore``); counted only when LiteLLM's ``/v1/model/info`` read back after its restart shows it.
+    Never raises for what the world does."""
+    shown = describe_drain(step, alias)
+    try:
+        note = _undrain(step, alias, runner, timeout_s, cfg) if step.restore else _drain(step, alias, runner,
+                                                                                          timeout_s, cfg)
+    except _Failed as failed:
+        return StepResult(step.action, [], step.target, ok=False, error=redact(failed.why, secrets), command=shown,
+                          output=redact(failed.why, secrets), note=step.note, impossible=failed.impossible)
+    return StepResult(step.action, [], step.target, ok=True, rc=0, output=note, note=note, command=shown)
+
+
+def describe_drain(step: RewriteLiteLLM, alias: str) -> str:
+    """How a drain (or its undoing) is shown: the file, the restart, the read-back (never the file's keys)."""
+    where = f"ssh {step.target}: " if step.target != "local" else ""
+    return f"{where}rewrite {step.path} ({'put back' if step.restore else 'drain'} {alias}); " \
+           f"{shlex.join(step.restart_argv)}; read back /v1/model/info"
+
+
+def _drain(step: RewriteLiteLLM, alias: str, runner: Any, timeout_s: float, cfg: Config) -> str:
+    key = _admin_key(cfg)
+    plan = lc.drain(_read_doc(runner, step.target, step.path, timeout_s), step.hot_endpoint)
+    if isinstance(plan, str):
+        raise _Failed(f"LiteLLM's {step.path} cannot drain {alias}: {plan}")
+    import yaml
+
+    backup = step.path + lc.DRAIN_SUFFIX + alias
+    if runner(step.target, ["test", "-e", backup], timeout_s).rc != 0:  # an earlier drain's copy has the entries
+        _run(runner, step.target, ["cp", "-p", "--", step.path, backup], timeout_s, f"cannot keep {backup}")
+    _write(runner, step.target, step.path, yaml.safe_dump(plan.doc, sort_keys=False), timeout_s)
+    payload = _restarted(step, runner, timeout_s, cfg, key)
+    if not lc.serves(payload, step.hot_endpoint) and all(lc.routes(payload, (g,), step.hot_endpoint) is False
+                                                         for g in plan.groups):  # fmt: skip
+        return f"LiteLLM routes {', '.join(plan.groups)} to the others only (config.yaml, LiteLLM restarted, read back)"
+    _run(runner, step.target, ["cp", "-p", "--", backup, step.path], timeout_s, f"cannot put {backup} back")
+    _restarted(step, runner, timeout_s, cfg, key)
+    raise _Failed(f"LiteLLM does not show {alias} out of {', '.join(plan.groups)} (with the others serving them) "
+                  "after its restart: the file was put back", impossible=False)
+
+
+def _undrain(step: RewriteLiteLLM, alias: str, runner: Any, timeout_s: float, cfg: Config) -> str:
+    key = _admin_key(cfg)
+    backup = step.path + lc.DRAIN_SUFFIX + alias
+    original = _read_doc(runner, step.target, backup, timeout_s)
+    merged = lc.undrain(_read_doc(runner, step.target, step.path, timeout_s), original, step.hot_endpoint)
+    if isinstance(merged, str):
+        raise _Failed(f"LiteLLM's {step.path}: {merged}")
+    if merged == original:  # nothing else changed meanwhile: the operator's file comes back byte for byte
+        _run(runner, step.target, ["cp", "-p", "--", backup, step.path], timeout_s, f"cannot put {backup} back")
+    else:
+        import yaml
+
+        _write(runner, step.target, step.path, yaml.safe_dump(merged, sort_keys=False), timeout_s)
+    payload = _restarted(step, runner, timeout_s, cfg, key)
+    if not lc.serves(payload, step.hot_endpoint):
+        raise _Failed(f"LiteLLM does not route to {alias} again after its restart", impossible=False)
+    _run(runner, step.target, ["rm", "-f", "--", backup], timeout_s, f"cannot remove {backup}")
+    return f"{alias} is back in LiteLLM's routing (config.yaml, LiteLLM restarted, read back)"

@@ -113,3 +113,57 @@ def serves(payload: Any, endpoint: str) -> bool:
     data = payload.get("data") if isinstance(payload, dict) else None
     want = base_of(endpoint)
     return isinstance(data, list) and any(isinstance(e, dict) and base_of(_base(e)) == want for e in data)
+
+
+# --------------------------------------------------------------------------- drain first (issue 28 item 2)
+DRAIN_SUFFIX = ".gpuheal-drain-"  # + the GPU's alias: the file as it was before that GPU was drained
+
+
+@dataclass(frozen=True)
+class Drain:
+    """The file without the drained GPU's deployments, and the model groups they were in (each still has
+    a deployment elsewhere in the file)."""
+
+    doc: dict[str, Any]
+    groups: tuple[str, ...]
+
+
+def drain(doc: Any, endpoint: str) -> Drain | str:
+    """``doc`` without the ``model_list`` entries on ``endpoint``, or why not: a group of them left with no
+    deployment in the file is refused (never the last deployment of a group; LiteLLM's read-back, and the
+    caller's health of the twins, decide the rest)."""
+    entries = _entries(doc)
+    if isinstance(entries, str):
+        return entries
+    at = base_of(endpoint)
+    if at is None:
+        return f"{endpoint!r} is not a URL"
+    mine = [e for e in entries if base_of(_base(e)) == at]
+    groups = tuple(dict.fromkeys(str(e.get("model_name")) for e in mine))
+    if not mine:
+        return f"no model_list entry has the api_base of {endpoint}"
+    kept = [e for e in doc["model_list"] if not (isinstance(e, dict) and base_of(_base(e)) == at)]
+    alone = [g for g in groups if not any(isinstance(e, dict) and str(e.get("model_name")) == g for e in kept)]
+    if alone:
+        return f"it is the only deployment of {', '.join(alone)} in the file"
+    return Drain({**doc, "model_list": kept}, groups)
+
+
+def undrain(doc: Any, original: Any, endpoint: str) -> dict[str, Any] | str:
+    """``doc`` with the entries on ``endpoint`` that ``original`` (the file before the drain) had, back in
+    their places among the entries kept since; entries changed or added meanwhile are kept as they are."""
+    now, before = _entries(doc), _entries(original)
+    if isinstance(now, str) or isinstance(before, str):
+        return f"cannot put the deployments back: {now if isinstance(now, str) else before}"
+    at = base_of(endpoint)
+    back = [e for e in before if base_of(_base(e)) == at]
+    if not back:
+        return f"the file before the drain has no entry with the api_base of {endpoint}"
+    present = [e for e in doc["model_list"] if not (isinstance(e, dict) and e in back)]
+    out: list[Any] = []
+    for entry in original["model_list"]:  # the original order, the entries of today's file kept
+        if isinstance(entry, dict) and entry in back:
+            out.append(entry)
+        elif present and entry == present[0]:
+            out.append(present.pop(0))
+    return {**doc, "model_list": out + present}

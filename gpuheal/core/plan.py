@@ -132,9 +132,8 @@ def plan(
         i["gpu"] for i in firing
         if _remedy(remedies, i["issue"]).cannot_serve and f"{i['gpu']}/{i['issue']}" not in state.escalated
     }  # fmt: skip
-    guard = _FleetGuard(
-        n_gpus >= 2 and len(failing_gpus) > cfg.heal.fleet_guard_fraction * n_gpus, len(failing_gpus), n_gpus
-    )
+    guard = _FleetGuard(fleet_guard_tripped(len(failing_gpus), n_gpus, cfg.heal.fleet_guard_fraction),
+                        len(failing_gpus), n_gpus)  # fmt: skip
     incidents = {i: r.incident for i, r in remedies.items() if r.incident is not None}
     items: list[PlanItem] = []
     restarting: set[str] = set()  # what this run's plan already restarts (a GPU, a service)
@@ -211,6 +210,12 @@ def _guarded(item: PlanItem, guard: Guard) -> PlanItem:
     if guard.wait is not None and item.decision == "act":
         return _held(item, guard.wait)
     return item
+
+
+def fleet_guard_tripped(n_failing: int, n_gpus: int, fraction: float) -> bool:
+    """The fleet guard: more than ``heal.fleet_guard_fraction`` of a fleet of two or more GPUs failing (or, for
+    drain first, out of routing) at once is a shared cause — no restart, no drain (:mod:`gpuheal.core.drain`)."""
+    return n_gpus >= 2 and n_failing > fraction * n_gpus
 
 
 @dataclass(frozen=True)

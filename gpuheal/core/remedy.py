@@ -30,6 +30,12 @@ each hook enters, in order:
    later, or ``None`` (it failed). Rule 8 tier 2 escalates only while the GPU is *still rising*: one
    falling above 80 °C keeps its load shed and is re-checked.
 
+Before any of them, at every poll where the issue is open — pending too, before its hold is met:
+``drain(detected)`` → ``str | None`` — pure: the hard fault the evidence shows (connection refused,
+``/health`` timing out, the task loop stalled, a canary completion failing), which takes the GPU out of its
+LiteLLM model groups while each has a healthy twin (issue 28 item 2, :mod:`gpuheal.core.drain`); ``None``
+for soft evidence (a failure ratio): nothing is drained.
+
 And in a later run, when the attempt's issue cleared: ``verify(proving, ctx)`` → a verdict (``ok`` and
 what proved it, joined to the resolved record's ``verification``): the rule's own proof before the
 attempt is resolved — not ``ok``, and the attempt waits for the next poll, until its window passes.
@@ -313,6 +319,7 @@ class Remedy:
     follow_up: Callable[[Followed], tuple[FollowUp, ...]] | None = None
     verify: Callable[[Proving, RemedyContext], Mapping[str, Any]] | None = None
     recheck: Callable[[Rechecking], str | None] | None = None
+    drain: Callable[[Mapping[str, Any]], str | None] | None = None  # drain first: the hard fault ``detected`` shows
 
 
 def completion_proof(ctx: RemedyContext) -> dict[str, Any]:

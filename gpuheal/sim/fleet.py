@@ -282,6 +282,13 @@ class SimFleet:
                 return w.gpus[alias].restart_count
             return w.service_restarts[alias]
 
+    def use_litellm_config(self, path: str) -> None:
+        """Serve LiteLLM's deployments from its ``config.yaml`` at ``path``, read now and at each restart of
+        LiteLLM (``restart litellm``), as the real proxy without a database does (drain first, issue 28)."""
+        with self.world.lock:
+            self.world.litellm_config_file = path
+            self.world.read_litellm_config()
+
     def set(self, alias: str, values: dict[str, Any]) -> None:
         """Set values on a GPU now (``POST /_sim/set``); e.g. ``set("gpu-dense", {"temp_c": 90})``."""
         self.world.apply_now({"gpu": alias, "set": dict(values)})

@@ -755,13 +755,26 @@ class LitellmHandler(_Base):
             },
         }
 
+    def _from_config(self, entry: dict[str, Any], n: int) -> dict[str, Any]:
+        """A deployment of LiteLLM's config file as the real proxy lists it (its key never shown)."""
+        params = entry.get("litellm_params")
+        params = {k: v for k, v in params.items() if k != "api_key"} if isinstance(params, dict) else {}
+        info = entry.get("model_info")
+        mid = info.get("id") if isinstance(info, dict) and info.get("id") else f"config-{n}"
+        return {"model_name": entry.get("model_name"), "litellm_params": params,
+                "model_info": {"id": mid, "db_model": False, "key": mid, "litellm_provider": "openai", "mode": None}}
+
     def _model_info(self) -> None:
         wanted = parse_qs(urlsplit(self.path).query).get("litellm_model_id", [None])[0]
         with self.world.lock:
+            listed = self.world.litellm_model_list
             rows = [
                 self._deployment(a, g)
                 for a, g in self.world.gpus.items()
                 if wanted is None or g.model_id == wanted
+            ] if listed is None else [
+                r for r in (self._from_config(e, n) for n, e in enumerate(listed))
+                if wanted is None or r["model_info"]["id"] == wanted
             ]
         if wanted is not None and not rows:
             return self.send_json(

@@ -297,6 +297,9 @@ class World:
         self.litellm_heals = True
         self.litellm_generation = 0
         self.api_bases: dict[str, str] = {}  # alias -> LiteLLM api_base (set by the fleet)
+        # LiteLLM's config.yaml, as the real proxy reads it: once, at (re)start (use_litellm_config)
+        self.litellm_config_file: str | None = None
+        self.litellm_model_list: list[dict[str, Any]] | None = None
         self.service_restarts = {"monitor": 0, "litellm": 0}
         self.pending: list[Event] = list(scenario.events)
         self.applied: list[dict[str, Any]] = []
@@ -394,6 +397,21 @@ class World:
 
     # ----------------------------------------------------------------- restarts
 
+    def read_litellm_config(self) -> None:
+        """The model list of LiteLLM's config file, read as the real proxy reads it at start: a file that
+        is not one leaves the proxy without models (the real one would not start; its routing is empty)."""
+        import yaml
+
+        if self.litellm_config_file is None:
+            return
+        try:
+            with open(self.litellm_config_file, encoding="utf-8") as fh:
+                doc = yaml.safe_load(fh)
+        except (OSError, yaml.YAMLError):
+            doc = None
+        listed = doc.get("model_list") if isinstance(doc, dict) else None
+        self.litellm_model_list = [e for e in listed if isinstance(e, dict)] if isinstance(listed, list) else []
+
     def restart(self, target: str) -> int:
         """Restart a GPU's llama-server (or 'monitor' / 'litellm'); return its restart count.
 
@@ -423,6 +441,7 @@ class World:
                         gg.breaker_opened_at = None
                     self.litellm_generation += 1
                     count = self.service_restarts["litellm"]
+                    self.read_litellm_config()
                 else:
                     raise KeyError(target)
             else:

@@ -22,3 +22,4 @@ WAKE = "wake.json"                # steps/wake.py: the last woken cycle
 REBENCH = "rebench.json"          # core/rebench.py: GPUs whose next benchmark verifies a fix (Rule 4)
 KG_STATE = "kg-state.json"        # kg.py: offset into the audit log, undelivered nodes
 RUN_IDS = "run-ids.json"          # state/store.py: the run id counter of this UTC day {"day", "n"}
+DRAIN = "drain.json"              # actions/drain.py: GPUs drained from LiteLLM's routing (issue 28 item 2)

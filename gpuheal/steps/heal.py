@@ -24,7 +24,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from gpuheal.actions import attempts, restore
+from gpuheal.actions import attempts, drain, restore
 from gpuheal.actions.context import Context, Records
 from gpuheal.actions.effects import Effects, Runner, Verifier
 from gpuheal.actions.ledger import Ledger
@@ -61,6 +61,7 @@ class Heal:
         from gpuheal.steps import check
 
         result = self._check(gpu_filter)
+        drain.first(self.ledger, self.effects, self.cfg, result, self.apply, gpu_filter)  # out of routing first
         if self.apply:  # a hard fault seen: re-probe it and act in this run once its hold is met (issue 28)
             result = confirm.run(self.cfg, self.store, result, self.clock)
         open_now = {(i["gpu"], i["issue"]): i for i in result.issues}

@@ -68,4 +68,5 @@ REMEDY: Final = Remedy(
     before_step=remedy.before_step,
     conclude=remedy.conclude,
     verify=remedy.verify,
+    drain=remedy.hard_fault,
 )

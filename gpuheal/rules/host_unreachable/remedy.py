@@ -14,7 +14,10 @@
   over SSH (host key, refused, auth, timeout) is an infrastructure alert now, not a failed attempt to retry;
 - ``verify`` (a later run, when the issue cleared): the same two halves before the attempt is resolved —
   a real completion, and LiteLLM's health: unhealthy waits for the next poll; not known resolves on the
-  completion alone, and the resolved record says so.
+  completion alone, and the resolved record says so;
+- ``drain`` (issue 28 item 2, drain first): every finding of this rule is a hard fault — the direct
+  ``/health`` probe refused or timed out — so the GPU leaves LiteLLM's routing at the first bad poll
+  (:mod:`gpuheal.core.drain` decides whether a healthy twin keeps its groups served).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 from gpuheal.core.actions import Action, RunCommand
 from gpuheal.core.catalog import ACTIONS
 from gpuheal.core.remedy import Execution, Proving, RemedyContext, Result, completion_proof
+from gpuheal.model import ENDPOINT_REFUSED, ENDPOINT_TIMEOUT
 from gpuheal.rules.host_unreachable import look
 
 UNREACHABLE = ("host key", "refused", "auth", "timeout")  # words of a transport error: the host is not reached
@@ -86,3 +90,11 @@ def verify(p: Proving, ctx: RemedyContext) -> Mapping[str, Any]:
     if seen.get("litellm") == "unhealthy":
         return {**proof, **seen, "ok": False, "error": "LiteLLM reports the deployment unhealthy"}
     return {**proof, **seen}
+
+
+HARD_FAULTS = {ENDPOINT_REFUSED: "connection refused", ENDPOINT_TIMEOUT: "/health timing out"}
+
+
+def hard_fault(detected: Mapping[str, Any]) -> str | None:
+    """Drain first: the direct probe's answer, as the hard fault it is (``None``: any other, e.g. garbage)."""
+    return HARD_FAULTS.get(str(detected.get("endpoint")))

@@ -50,6 +50,7 @@ from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_OK
 from gpuheal.rules._util import num, show
+from gpuheal.rules.model_stuck import remedy
 from gpuheal.rules.model_stuck.memory import REMEMBER, decode_state, litellm_window, loading_since, taskloop_state
 from gpuheal.signals import Need, Signal, needs
 
@@ -64,7 +65,7 @@ JUDGED_FROM_BENCH: Final = False
 
 SOURCE_MONITOR = "gpu-monitor"
 SOURCE_METRICS = "llama-server /metrics"
-SOURCE_TASKLOOP = "llama-server task loop"
+SOURCE_TASKLOOP = remedy.SOURCE_TASKLOOP
 SOURCE_LITELLM = "LiteLLM /metrics"
 SOURCE_LOADING = "llama-server /health"
 
@@ -252,4 +253,5 @@ REMEDY: Final = Remedy(
     ("restart-llama-server",),
     why_escalate="still failing after restarts — GPU hardware check (Rule 3)",
     cannot_serve=True,
+    drain=remedy.hard_fault,
 )
