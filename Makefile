@@ -4,9 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 # pytest-xdist workers: the suite is sized for a 2-CPU machine (issue 26: `make test` < 12 min there).
-# Tests that share a costly fixture keep to one worker (tests/conftest.py, xdist_group_of).
+# A test file is one unit of work, the real-LiteLLM tier one unit (tests/conftest.py, xdist_unit_of).
 WORKERS ?= 2
-PYTEST_PAR := -n $(WORKERS) --dist loadgroup
+PYTEST_PAR := -n $(WORKERS) --dist loadfile
 
 .PHONY: demo test test-fast lint bench chaos realserver reallitellm clean
 

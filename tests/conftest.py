@@ -10,39 +10,35 @@ except ImportError:  # tests/ itself on sys.path (pytest's rootdir conftest inse
     from sshd import SKIP_REASON, find_sshd, sshd_version, start_sshd
 
 
-# Session-scoped fixtures that are costly to build (a real LiteLLM proxy in front of a simulated fleet,
-# a ~540 MB GGUF, a real sshd with fresh keys): the tests that use one run in one pytest-xdist worker,
-# so it is built once per run, not once per worker. Checked in this order; the first match wins.
-SHARED_SESSION_FIXTURES: tuple[tuple[str, str], ...] = (
-    ("real_litellm", "reallitellm"),
-    ("sim_backends", "reallitellm"),
-    ("slow_model", "slow-model"),
-    ("sshd", "sshd"),
-)
-NARROW_SCOPES = frozenset({"module", "class", "package"})
+# `make test` runs the suite on pytest-xdist workers with `--dist loadfile`: a test file is one unit of
+# work, so a module-scoped fixture (tests/test_chaos_smoke.py's one chaos run) is built once. A tier whose
+# files share a costly session-scoped fixture is one unit too, so the fixture is built once, not once per
+# worker: the real LiteLLM proxy in front of a simulated fleet (tests/reallitellm/conftest.py).
+# (xdist's `--dist loadgroup` with xdist_group marks does not group under pytest 9.2: it renames items by
+# a private attribute pytest no longer reads.)
+SHARED_UNITS: tuple[tuple[str, str], ...] = (("tests/reallitellm/", "tests/reallitellm"),)
 
 
-def xdist_group_of(item: pytest.Item) -> str | None:
-    """The pytest-xdist group an item must share (``make test`` runs ``-n 2 --dist loadgroup``), or
-    None where it may run on any worker: an expensive session fixture's tier (above), else its own
-    module when it uses a module-, class- or package-scoped fixture (tests/test_chaos_smoke.py's one
-    chaos run), so such a fixture is built once and never twice at once."""
-    names = set(item.fixturenames)
-    for fixture, group in SHARED_SESSION_FIXTURES:
-        if fixture in names:
-            return group
-    fixtureinfo = getattr(item, "_fixtureinfo", None)
-    defs = fixtureinfo.name2fixturedefs if fixtureinfo is not None else {}
-    if any(d.scope in NARROW_SCOPES for name in names for d in defs.get(name, ())):
-        return item.nodeid.split("::", 1)[0]
-    return None
+def xdist_unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its tier (above) or its file."""
+    path = nodeid.split("::", 1)[0]
+    for prefix, unit in SHARED_UNITS:
+        if path.startswith(prefix):
+            return unit
+    return path
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = xdist_group_of(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the tiers above as one unit each (pytest-xdist's scheduler hook)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class TierScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit_of(nodeid)
+
+    return TierScheduling(config, log)
 
 
 def pytest_report_header(config):
