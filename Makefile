@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
+# pytest-xdist workers: the suite is sized for a 2-CPU machine (issue 26: `make test` < 12 min there).
+# A test file is one unit of work, the real-LiteLLM tier one unit (tests/conftest.py, xdist_unit_of).
+WORKERS ?= 2
+PYTEST_PAR := -n $(WORKERS) --dist loadfile
 
 .PHONY: demo test test-fast lint bench chaos realserver reallitellm clean
 
@@ -19,10 +23,10 @@ demo: $(STAMP)
 # machine into ~/.cache/gpuheal; set GPUHEAL_SKIP_REALSERVER=1 to leave that tier out) and the
 # real LiteLLM proxy (installed once per machine, ~2 min, ~750 MB; GPUHEAL_SKIP_REALLITELLM=1).
 test: $(STAMP) lint realserver reallitellm
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_PAR) --durations=20
 
 test-fast: $(STAMP) lint
-	GPUHEAL_SKIP_REALSERVER=1 GPUHEAL_SKIP_REALLITELLM=1 $(PY) -m pytest -q -m "not realserver and not reallitellm"
+	GPUHEAL_SKIP_REALSERVER=1 GPUHEAL_SKIP_REALLITELLM=1 $(PY) -m pytest -q $(PYTEST_PAR) -m "not realserver and not reallitellm"
 
 realserver:
 	@if [ "$${GPUHEAL_SKIP_REALSERVER:-0}" = "1" ]; then echo "skipping the real llama-server build (GPUHEAL_SKIP_REALSERVER=1)"; \

@@ -10,6 +10,37 @@ except ImportError:  # tests/ itself on sys.path (pytest's rootdir conftest inse
     from sshd import SKIP_REASON, find_sshd, sshd_version, start_sshd
 
 
+# `make test` runs the suite on pytest-xdist workers with `--dist loadfile`: a test file is one unit of
+# work, so a module-scoped fixture (tests/test_chaos_smoke.py's one chaos run) is built once. A tier whose
+# files share a costly session-scoped fixture is one unit too, so the fixture is built once, not once per
+# worker: the real LiteLLM proxy in front of a simulated fleet (tests/reallitellm/conftest.py).
+# (xdist's `--dist loadgroup` with xdist_group marks does not group under pytest 9.2: it renames items by
+# a private attribute pytest no longer reads.)
+SHARED_UNITS: tuple[tuple[str, str], ...] = (("tests/reallitellm/", "tests/reallitellm"),)
+
+
+def xdist_unit_of(nodeid: str) -> str:
+    """The unit of work a test belongs to: its tier (above) or its file."""
+    path = nodeid.split("::", 1)[0]
+    for prefix, unit in SHARED_UNITS:
+        if path.startswith(prefix):
+            return unit
+    return path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadfile`, with the tiers above as one unit each (pytest-xdist's scheduler hook)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class TierScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit_of(nodeid)
+
+    return TierScheduling(config, log)
+
+
 def pytest_report_header(config):
     binary = find_sshd()
     if binary is None:
