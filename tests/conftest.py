@@ -28,6 +28,7 @@ def xdist_unit_of(nodeid: str) -> str:
     return path
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (plain `pytest tests/x.py`) still runs
 def pytest_xdist_make_scheduler(config, log):
     """`--dist loadfile`, with the tiers above as one unit each (pytest-xdist's scheduler hook)."""
     if config.getvalue("dist") != "loadfile":

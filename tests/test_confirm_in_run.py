@@ -223,3 +223,17 @@ def test_the_engine_counts_evidence_by_time_over_a_minimum_of_probes():
     polls_only = rule.Params(hold_polls=3, hold_s=20.0, min_probes=0, escalate_after_failures=3)
     assert not held(rule, polls_only, hits=3, span_s=19.0, tol=1.25)  # "more than 20 s" by polls
     assert not held(rule, polls_only, hits=5, span_s=20.0, tol=0.0)
+
+
+def test_a_raised_hold_polls_raises_the_probes_too():
+    """An operator who sets ``hold_polls: 5`` with the default ``min_probes: 3`` asked for 5 observations:
+    the seconds-of-evidence path never fires on fewer probes than the poll hold (it did at the 3rd poll,
+    the merge of in-run confirmation and a raised hold, tests/test_signal_gaps.py)."""
+    from gpuheal.core.engine import held
+    from gpuheal.rules import host_unreachable as rule
+
+    p = rule.Params(hold_polls=5, hold_s=20.0, min_probes=3, escalate_after_failures=3)
+    assert not held(rule, p, hits=3, span_s=120.0, tol=15.0)  # cron's 3rd poll: 2 more to go
+    assert not held(rule, p, hits=4, span_s=25.0, tol=1.25)  # in-run: 4 probes over 25 s, still short
+    assert held(rule, p, hits=5, span_s=25.0, tol=1.25)  # 5 probes over 20 s and more
+    assert held(rule, p, hits=5, span_s=240.0, tol=15.0)  # cron's 5th poll

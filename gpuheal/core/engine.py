@@ -332,12 +332,14 @@ def held(rule: Rule[Any], params: EngineParams, hits: int, span_s: float, tol: f
     its ``hold_polls`` polls (and more than ``hold_s`` since it started), or — where the rule sets
     ``min_probes`` (contract "Rule timing": holds in seconds of evidence) — ``hold_s`` seconds of
     evidence over at least ``min_probes`` probes, a ``heal`` run's in-run re-probes counting as probes
-    (:mod:`gpuheal.core.confirm`). At cron's cadence both say the same poll; within one run only the
-    evidence in seconds can be met. ``tol``: the cadence's tolerance (core/timing)."""
+    (:mod:`gpuheal.core.confirm`). Never on fewer probes than the hold's polls: an operator who raised
+    ``hold_polls`` past ``min_probes`` raised both, so at cron's cadence both say the same poll, and
+    within one run only the evidence in seconds can be met. ``tol``: the cadence's tolerance (core/timing)."""
     polls, hold_s = rule_hold(rule, params)
     if hits >= polls and (hold_s <= 0 or timing.more_than(span_s, hold_s, tol)):
         return True
-    return 0 < params.min_probes <= hits and timing.at_least(span_s, hold_s, tol)
+    probes = max(params.min_probes, polls)
+    return params.min_probes > 0 and probes <= hits and timing.at_least(span_s, hold_s, tol)
 
 
 def severity_rank(severity: str) -> int:
