@@ -21,12 +21,12 @@ from dataclasses import replace
 from typing import Any
 
 from gpuheal.actions.context import Context, Records
-from gpuheal.actions.perform import LiteLLMCall, Runner, perform, run_command, values_for
+from gpuheal.actions.perform import LiteLLMCall, perform, values_for
+from gpuheal.actions.runner import Runner, run_command
 from gpuheal.config.model import Config
 from gpuheal.core.actions import Action, LiteLLMUpdate, RunCommand, StepResult, WaitReady
 from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV, MITIGATIONS, ActionSpec
-from gpuheal.core.plan import PlanItem
-from gpuheal.core.remedy import Execution, Result
+from gpuheal.core.remedy import Execution, PlanItem, Result
 from gpuheal.parse.smi import GpuProcess, parse_compute_apps, parse_ps, parse_rocm_smi
 from gpuheal.redact import redact
 

@@ -1,6 +1,6 @@
 """The issue lifecycle, owned once for every rule (design: "like Prometheus's ``for:``"). Pure.
 
-A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, ``False`` for
+A rule only says what it sees this poll (:func:`detect` → a :class:`~gpuheal.core.issue.Finding`, ``False`` for
 "quiet", ``None`` for "not known"); the engine turns that into issues:
 
 - **hold**: a finding must hold for the rule's ``hold_polls`` consecutive polls (and, where the rule
@@ -33,7 +33,7 @@ A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, 
 
 The issue book (:class:`IssueBook`) is what the caller stores between runs (``issues.json``), so
 cron's one-shot runs behave like one long-lived evaluator, and ``replay`` keeps it in memory. In
-memory it is typed: :class:`IssueRecord` per open issue, :class:`Transition` per logged change, and
+memory it is typed: :class:`~gpuheal.core.issue.IssueRecord` per open issue, :class:`Transition` per logged change, and
 every change of an issue's state is one line of :data:`TRANSITIONS` (as ``core/verify.py`` does
 for attempts, after h11's state tables). On disk it keeps the shape earlier versions wrote, so a
 state directory from before stays readable both ways::
@@ -57,6 +57,7 @@ from typing import Any
 from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
+from gpuheal.core.issue import Finding, IssueRecord, IssueState
 from gpuheal.core.memory import Memory
 from gpuheal.core.rule import Detection, Rule
 from gpuheal.core.view import FleetView, Verifying, epoch_or_none
@@ -67,13 +68,6 @@ LOG_MAX = 1000
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 FLEET = "fleet"
 
-
-
-class IssueState(StrEnum):
-    """An open issue's state in the book (a ``str``: it is written and compared as its text)."""
-
-    PENDING = "pending"
-    FIRING = "firing"
 
 
 class Event(StrEnum):
@@ -108,19 +102,6 @@ class BadTransition(ValueError):
 
 
 
-@dataclass(frozen=True)
-class Finding:
-    """What a rule saw: the evidence (units in the names) and one human line.
-
-    ``started_at`` (epoch s) when the rule knows better than "the first poll that saw it" when the
-    condition began (Rule 5: the breaker's ``opened_at``); ``since`` then follows it.
-    """
-
-    detected: dict[str, Any]
-    summary: str
-    started_at: float | None = None
-
-
 @dataclass
 class Evaluation:
     """One evaluation's outcome.
@@ -145,81 +126,6 @@ class Evaluation:
 
 
 # --------------------------------------------------------------------------- the book
-
-
-@dataclass(slots=True)
-class IssueRecord:
-    """One open issue in the book. Mutable: one poll's pass advances it in place (``hits``,
-    ``clear_hits``, ``last_s``, the latest evidence); its state changes only through
-    :meth:`_Pass.transition` and :data:`TRANSITIONS`."""
-
-    gpu: str
-    issue: str
-    severity: str
-    state: IssueState
-    since_s: float  # when the condition began (epoch s)
-    fired_at: str | None = None  # ISO text, as reported
-    detected: dict[str, Any] = field(default_factory=dict)
-    summary: str = ""
-    hits: int = 0  # consecutive polls its finding held
-    clear_hits: int = 0  # consecutive polls it recovered (firing only)
-    last_s: float | None = None  # the last poll that saw it still broken
-
-    @property
-    def key(self) -> str:
-        return f"{self.gpu}|{self.issue}"
-
-    @property
-    def since(self) -> str:
-        return iso(self.since_s)
-
-    def public(self) -> dict[str, Any]:
-        """The issue as reported (gpu-health ``issues``; contract)."""
-        return {
-            "gpu": self.gpu,
-            "issue": self.issue,
-            "severity": self.severity,
-            "state": str(self.state),
-            "since": self.since,
-            "fired_at": self.fired_at,
-            "detected": self.detected,
-            "summary": self.summary,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.public(), "since_s": self.since_s, "hits": self.hits, "clear_hits": self.clear_hits,
-                "last_s": self.last_s}
-
-    @classmethod
-    def from_json(cls, key: str, data: Any) -> IssueRecord | None:
-        """A stored record, or ``None`` when it is malformed (dropped, never raised). ``since_s``
-        is the truth; the stored ISO ``since`` is derived from it."""
-        if not isinstance(data, dict):
-            return None
-        gpu, issue, since_s, hits = data.get("gpu"), data.get("issue"), data.get("since_s"), data.get("hits")
-        if not (isinstance(gpu, str) and isinstance(issue, str) and key == f"{gpu}|{issue}"):
-            return None
-        if data.get("state") not in tuple(IssueState) or not isinstance(data.get("severity"), str):
-            return None
-        if not isinstance(since_s, int | float) or isinstance(since_s, bool):
-            return None
-        if not isinstance(hits, int) or isinstance(hits, bool):
-            return None
-        clear_hits, fired_at = data.get("clear_hits"), data.get("fired_at")
-        detected, summary = data.get("detected"), data.get("summary")
-        return cls(
-            gpu=gpu,
-            issue=issue,
-            severity=data["severity"],
-            state=IssueState(data["state"]),
-            since_s=float(since_s),
-            fired_at=fired_at if isinstance(fired_at, str) else None,
-            detected=detected if isinstance(detected, dict) else {},
-            summary=summary if isinstance(summary, str) else "",
-            hits=hits,
-            clear_hits=clear_hits if isinstance(clear_hits, int) and not isinstance(clear_hits, bool) else 0,
-            last_s=float(data["last_s"]) if _number(data.get("last_s")) else None,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,10 +184,6 @@ class IssueBook:
             "memory": self.memory.to_json(),
             "log": [t.to_json() for t in self.log],
         }
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def new_book() -> IssueBook:

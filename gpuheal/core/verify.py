@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 from gpuheal.core import timing
 from gpuheal.core.catalog import MITIGATIONS, SERVICE_OF
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation
-from gpuheal.core.remedy import Result
+from gpuheal.core.remedy import PlanItem, Result
 
-if TYPE_CHECKING:  # plan imports this module; the item is only read here
+if TYPE_CHECKING:
     from gpuheal.config.model import Config
-    from gpuheal.core.plan import PlanItem
     from gpuheal.model import Observation
 
 # states (the stored ``status`` strings)

@@ -31,7 +31,7 @@ from typing import Final
 
 from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
-from gpuheal.core.engine import Finding
+from gpuheal.core.issue import Finding
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from gpuheal.core.memory import Remember, number
+from gpuheal.core.memory import number
+from gpuheal.core.remember import Remember
 from gpuheal.parse.llama_metrics import known_n_ctx
 from gpuheal.rules.context_window.change import MEMORY_KEY, ContextChange, ContextRow, pending
 
