@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpuheal.actions.power import cap_power, restore_power_limit
-from gpuheal.actions.runner import Runner, command_result, expand_argv, run_command
+from gpuheal.actions.runner import Runner, bind, command_result, expand_argv, run_command
 from gpuheal.config.model import Config
 from gpuheal.core.actions import (
     Action,
@@ -47,10 +47,9 @@ def perform(
     """Perform one action, dispatching on its type; never raises for what the world does."""
     if isinstance(step, RunCommand):
         return run_command(step, values, runner, timeout_s, secrets)
-    if isinstance(step, RestorePowerLimit):
-        return restore_power_limit(step, values, runner, timeout_s, secrets)
-    if isinstance(step, CapPower):
-        return cap_power(step, values, runner, timeout_s, secrets)
+    if isinstance(step, RestorePowerLimit | CapPower):
+        run = bind(step, values, runner, timeout_s, secrets)
+        return restore_power_limit(step, run) if isinstance(step, RestorePowerLimit) else cap_power(step, run)
     if isinstance(step, RewriteLiteLLM):
         from gpuheal.actions.litellm_config import rewrite
 
@@ -64,6 +63,20 @@ def perform(
     res = command_result(step.action, [], step.target, outcome, secrets, step.note, shown)
     impossible = bool(getattr(outcome, "impossible", False))
     return replace(res, effect=getattr(outcome, "effect", None), impossible=impossible)
+
+
+def perform_instead(
+    refused: StepResult, step: Action, values: dict[str, str], runner: Runner, timeout_s: float,
+    secrets: tuple[str, ...], cfg: Config,
+) -> StepResult:
+    """LiteLLM's setup rules its change out (no database, a ``config.yaml`` deployment): the built-in
+    alternative (the power cap) runs instead, and says why. If it fails too, the LiteLLM refusal stands
+    (``impossible``: escalated at once) with the alternative's failure added."""
+    why = refused.output.strip() or refused.error or "LiteLLM cannot change the deployment"
+    done = perform(step, values, runner, None, timeout_s, secrets, cfg)
+    if done.ok:
+        return replace(done, note=f"LiteLLM cannot shed here ({why}): {done.note}")
+    return replace(refused, output=f"{why}; the power cap instead failed too: {done.error}")
 
 
 def describe_update(base_url: str | None, step: LiteLLMUpdate) -> str:

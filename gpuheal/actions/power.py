@@ -13,25 +13,18 @@ is not: the next run tries again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from gpuheal.actions.runner import Runner, run_command
+from gpuheal.actions.runner import Run
 from gpuheal.core import power
-from gpuheal.core.actions import CapPower, RestorePowerLimit, RunCommand, StepResult
+from gpuheal.core.actions import CapPower, RestorePowerLimit, StepResult
 from gpuheal.core.catalog import gpu_flag, on_gpu
 from gpuheal.parse.power import PowerLimits
 
 
-def cap_power(
-    step: CapPower, values: dict[str, str], runner: Runner, timeout_s: float, secrets: tuple[str, ...]
-) -> StepResult:
+def cap_power(step: CapPower, run: Run) -> StepResult:
     """Cap (``step.ratio``) or put back (``step.watts``) the board power limit, proven by a read-back."""
-
-    def run(argv: tuple[str, ...], note: str = "") -> StepResult:
-        return run_command(RunCommand(step.action, argv, step.target, note), values, runner, timeout_s, secrets)
-
     query_argv = power.query_argv(step.vendor, step.gpu_index)
     query = run(query_argv, step.note)
     if not query.ok:
@@ -75,7 +68,7 @@ def _failed(res: StepResult, error: str | None, impossible: bool | None = None) 
 
 def reset_rocm_cap(
     query: StepResult, limits: PowerLimits | None, step: RestorePowerLimit, card: int | None,
-    run: Callable[[tuple[str, ...]], StepResult],
+    run: Run,
 ) -> StepResult:
     """Rule 4.2 on AMD (issue 27 item 12): rocm-smi prints the cap in force but no default, so whether the
     board is throttled is known only by setting it — ``rocm-smi -d N --resetpoweroverdrive`` puts the cap
@@ -120,9 +113,7 @@ def reset_rocm_cap(
     return replace(reset, note=raised.why, check={**raised.record(), **check_of})
 
 
-def restore_power_limit(
-    step: RestorePowerLimit, values: dict[str, str], runner: Runner, timeout_s: float, secrets: tuple[str, ...]
-) -> StepResult:
+def restore_power_limit(step: RestorePowerLimit, run: Run) -> StepResult:
     """Rule 4.2, "if throttled, restore to max": query the limits, judge them
     (:func:`~gpuheal.rules.benchmark_regression.checks.judge_power`: below the board's default, or its
     max with ``heal.power_restore: max``), and only when throttled set the target read from the board
@@ -133,9 +124,6 @@ def restore_power_limit(
     (:func:`reset_rocm_cap`, issue 27 item 12)."""
     from gpuheal.rules.benchmark_regression.checks import PowerCheck, Verdict, judge_power
     from gpuheal.rules.benchmark_regression.parse import parse_power_limits, parse_rocm_power_cap
-
-    def run(argv: tuple[str, ...], note: str = "") -> StepResult:
-        return run_command(RunCommand(step.action, argv, step.target, note), values, runner, timeout_s, secrets)
 
     query = run(step.query_argv, step.note)
     if not query.ok:

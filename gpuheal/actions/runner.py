@@ -7,13 +7,21 @@ what the world does.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
-from gpuheal.core.actions import CommandOutcome, RunCommand, StepResult
+from gpuheal.core.actions import Action, CommandOutcome, RunCommand, StepResult
 from gpuheal.redact import redact
 
 # (target, argv, timeout_s) -> what the command did
 Runner = Callable[[str, list[str], float], CommandOutcome]
 OUTPUT_KEPT = 4000  # characters of a command's output kept in its step result (the audit's tail)
+
+
+class Run(Protocol):
+    """Run one argv of a step on its target (placeholders filled, output redacted): what an action that
+    runs several commands — read, set, read back — needs, and nothing more (:func:`bind`)."""
+
+    def __call__(self, argv: tuple[str, ...], note: str = "") -> StepResult: ...
 
 
 def expand_argv(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
@@ -52,3 +60,12 @@ def command_result(
     return StepResult(action, argv, target, ok=ok, rc=outcome.rc, error=error,
                       output=redact(output[-OUTPUT_KEPT:], secrets), note=note, command=command,
                       stdout=outcome.stdout or "")  # fmt: skip
+
+
+def bind(step: Action, values: dict[str, str], runner: Runner, timeout_s: float, secrets: tuple[str, ...]) -> Run:
+    """``step``'s commands as one :class:`Run`: each argv runs as ``step``'s action on its target."""
+
+    def run(argv: tuple[str, ...], note: str = "") -> StepResult:
+        return run_command(RunCommand(step.action, argv, step.target, note), values, runner, timeout_s, secrets)
+
+    return run
