@@ -57,10 +57,10 @@ from typing import Any
 from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
-from gpuheal.core.issue import Finding, IssueRecord, IssueState
+from gpuheal.core.issue import Finding, IssueRecord, IssueState, reported
 from gpuheal.core.memory import Memory
 from gpuheal.core.rule import Detection, Rule
-from gpuheal.core.view import FleetView, Verifying, epoch_or_none
+from gpuheal.core.view import FleetView
 from gpuheal.signals import Signal, unmet
 
 BOOK_VERSION = 1
@@ -81,7 +81,6 @@ class Event(StrEnum):
 
 PENDING = IssueState.PENDING
 FIRING = IssueState.FIRING
-VERIFYING = "verifying"  # reported only (see "verifying" above); never stored in the book
 RESOLVED = Event.RESOLVED
 DROPPED = Event.DROPPED
 
@@ -258,38 +257,6 @@ def _gate_open(rule: Rule[Any], view: FleetView, subject: str) -> bool:
     if gate is None:
         gate = view.cache[key] = not unmet(rule.NEEDS, provided)
     return gate
-
-
-def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
-    """``issue`` (public shape) as reported while its remediation is verified: the numbers it
-    was detected with are the state *before* the action, never presented as current."""
-    if issue.get("state") == VERIFYING:
-        return issue
-    what = "+".join(v.actions) or "remediation"
-    return {
-        **issue,
-        "state": VERIFYING,
-        "detected": {
-            "verifying": what,
-            "acted_at": iso(v.acted_s),
-            "verifying_until": iso(v.judge_from_s),
-            "before_action": issue.get("detected") or {},
-        },
-        "summary": f"{what} at {iso(v.acted_s)} passed its own checks; verifying until "
-        f"{iso(v.judge_from_s)} (before: {issue.get('summary', '')})",
-    }
-
-
-def _present(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
-    """The public issue; ``verifying`` while its remediation waits for a poll that can judge it."""
-    public = rec.public()
-    v = view.restarts.verifying.get((rec.gpu, rec.issue))
-    if v is None or rec.state != FIRING or rec.since != v.since:
-        return public
-    seen_s = epoch_or_none(rec.last_s) or 0.0  # the last poll that saw it still broken
-    if timing.at_least(seen_s - v.judge_from_s, 0.0, view.tolerance_s):
-        return public  # seen still broken from judge_from on: firing again (heal fails the attempt)
-    return verifying_issue(public, v)
 
 
 def remember(rules: Sequence[Rule[Any]], view: FleetView, memory: Memory, prune: bool = True) -> None:
@@ -531,10 +498,10 @@ class _Pass:
         for rec in self.issues.values():
             by = inhibition.by(self.by_id[rec.issue], rec.gpu)
             if by is not None and by != rec.issue:
-                self.out.inhibited.append({**_present(rec, self.view), "inhibited_by": by})
+                self.out.inhibited.append({**reported(rec, self.view), "inhibited_by": by})
             else:
                 visible.append(rec)
         visible.sort(key=lambda r: (-severity_rank(r.severity), self.order[r.gpu], self.rule_order[r.issue]))
-        self.out.issues = [_present(r, self.view) for r in visible]
+        self.out.issues = [reported(r, self.view) for r in visible]
         if len(self.log) > LOG_MAX:
             del self.log[: len(self.log) - LOG_MAX]

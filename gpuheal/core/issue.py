@@ -1,5 +1,6 @@
 """One issue as a rule and the issue book see it: what a rule found this poll (:class:`Finding`) and an
-open issue's record in the book (:class:`IssueRecord`, in its :class:`IssueState`). Pure.
+open issue's record in the book (:class:`IssueRecord`, in its :class:`IssueState`), and an issue as
+reported, ``verifying`` while its remediation is verified (:func:`reported`). Pure.
 
 Below both the ``Rule`` protocol (:mod:`gpuheal.core.rule`: ``detect`` returns a finding, ``hold`` and
 ``recovered`` read the record) and the engine that advances the records
@@ -10,9 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.clock import format_epoch
+from gpuheal.core import timing
+from gpuheal.core.view import epoch_or_none
+
+if TYPE_CHECKING:
+    from gpuheal.core.view import FleetView, Verifying
+
+# reported only, while a remediation is verified (contract "Issue state after a remediation"); never
+# stored in the book
+VERIFYING = "verifying"
 
 
 class IssueState(StrEnum):
@@ -113,3 +123,35 @@ class IssueRecord:
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
+    """``issue`` (public shape) as reported while its remediation is verified: the numbers it
+    was detected with are the state *before* the action, never presented as current."""
+    if issue.get("state") == VERIFYING:
+        return issue
+    what = "+".join(v.actions) or "remediation"
+    return {
+        **issue,
+        "state": VERIFYING,
+        "detected": {
+            "verifying": what,
+            "acted_at": format_epoch(v.acted_s),
+            "verifying_until": format_epoch(v.judge_from_s),
+            "before_action": issue.get("detected") or {},
+        },
+        "summary": f"{what} at {format_epoch(v.acted_s)} passed its own checks; verifying until "
+        f"{format_epoch(v.judge_from_s)} (before: {issue.get('summary', '')})",
+    }
+
+
+def reported(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
+    """The public issue; ``verifying`` while its remediation waits for a poll that can judge it."""
+    public = rec.public()
+    v = view.restarts.verifying.get((rec.gpu, rec.issue))
+    if v is None or rec.state != IssueState.FIRING or rec.since != v.since:
+        return public
+    seen_s = epoch_or_none(rec.last_s) or 0.0  # the last poll that saw it still broken
+    if timing.at_least(seen_s - v.judge_from_s, 0.0, view.tolerance_s):
+        return public  # seen still broken from judge_from on: firing again (heal fails the attempt)
+    return verifying_issue(public, v)

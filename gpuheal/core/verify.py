@@ -295,8 +295,8 @@ def present_verifying(
     """``health`` with the issues whose remediation ran at ``now_s`` and passed its own checks as
     ``verifying``, and the status following (contract "Issue state after a remediation"; later
     runs get the same from the engine)."""
-    from gpuheal.core.engine import verifying_issue
     from gpuheal.core.health import derive_status
+    from gpuheal.core.issue import verifying_issue
     from gpuheal.core.view import Restarts
 
     marks = Restarts.from_heal_state(state.to_json(), cfg.heal.startup_grace_s).verifying
