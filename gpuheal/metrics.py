@@ -38,7 +38,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gpuheal.core.engine import FIRING, VERIFYING
+from gpuheal.core.engine import FIRING
+from gpuheal.core.issue import VERIFYING
 from gpuheal.ids import ISSUE_IDS
 
 log = logging.getLogger("gpuheal")

@@ -182,7 +182,7 @@ class GpuSample:
     slots_busy: int | None = None
     is_sleeping: bool | None = None
     canary: str | None = None  # issue 20: the canary completion's state (probe.canary), when one ran
-    n_ctx: int | None = None  # Rule 9: the running per-slot context from /props (core/context_change)
+    n_ctx: int | None = None  # Rule 9: the running per-slot context from /props (rules/context_window/change)
     # LiteLLM's own counters of this GPU's deployment since the proxy started (issue 20; cumulative)
     litellm_requests_total: float | None = None
     litellm_failures_total: float | None = None

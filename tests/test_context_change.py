@@ -1,4 +1,4 @@
-"""Rule 9's follow-through, pure (``gpuheal.core.context_change``): a context change seen between polls
+"""Rule 9's follow-through, pure (``gpuheal.rules.context_window.change``): a context change seen between polls
 (Rule 9's memory, ``rules/context_window/memory.py``, folded in by the engine), its re-benchmark and the
 verdict — with bad input as normal input and a jittered cron clock."""
 
@@ -13,12 +13,13 @@ import pytest
 from gpuheal import benchdata
 from gpuheal.clock import format_epoch
 from gpuheal.config import load_config_dict
-from gpuheal.core import context_change as cc
 from gpuheal.core import engine
 from gpuheal.core.memory import Memory
 from gpuheal.core.view import FleetView
 from gpuheal.model import GpuSample, Observation
+from gpuheal.parse.llama_metrics import known_n_ctx
 from gpuheal.rules import ALL
+from gpuheal.rules.context_window import change as cc
 from gpuheal.state.history import History
 
 START = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
@@ -93,14 +94,14 @@ def test_a_restart_with_another_context_is_one_change_across_the_unknown_polls()
 
 @pytest.mark.parametrize("bad", [None, 0, -4096, 4096.5, "4096", True, float("nan"), float("inf"), 10**12, [4096], {}])
 def test_bad_n_ctx_is_not_known_and_never_a_change(bad):
-    assert cc.known_n_ctx(bad) is None
+    assert known_n_ctx(bad) is None
     memory, seen = run([4096, bad, bad, 4096])
     assert all(s == [] for s in seen)
     assert memory.to_json()["context"]["gpu-dense"]["n_ctx"] == 4096
 
 
 def test_a_whole_float_counts_and_the_same_poll_twice_counts_once():
-    assert cc.known_n_ctx(2048.0) == 2048
+    assert known_n_ctx(2048.0) == 2048
     memory = Memory()
     at = jittered(2)
     remember_context(memory, poll(at[0], **{"gpu-dense": 4096}), 70.0)

@@ -250,7 +250,7 @@ def test_registry_refuses_duplicates_unknown_ids_and_misnamed_modules():
 def test_registry_refuses_a_bad_memory_declaration_and_two_memories_under_one_key():
     """``remember`` is None or a tuple of Remember records whose keys no other rule uses (each key
     is a memory in the issue book); ``JUDGED_FROM_BENCH`` a bool, never missing or truthy text."""
-    from gpuheal.core.memory import Remember
+    from gpuheal.core.remember import Remember
 
     memory = Remember("rows", lambda data: None, lambda row, view, subject: None)
     for bad in ("rows", (), (memory, "rows"), [memory], "missing"):

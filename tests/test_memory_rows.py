@@ -17,12 +17,12 @@ import pytest
 from gpuheal import benchdata
 from gpuheal.config import load_config_dict
 from gpuheal.core import engine
-from gpuheal.core.context_change import ContextRow
 from gpuheal.core.memory import Memory
 from gpuheal.core.view import FleetView
 from gpuheal.model import Breaker, GpuSample, Observation
 from gpuheal.rules import ALL
 from gpuheal.rules.circuit_breaker_stuck.memory import BreakerRow, open_since
+from gpuheal.rules.context_window.change import ContextRow
 from gpuheal.rules.model_stuck.memory import DecodeRow, LitellmRow, LoadingRow, TaskloopRow, decode_state
 from gpuheal.rules.workload_misrouted.memory import CountersRow, RequestsRow, counter_points
 from gpuheal.state import files

@@ -17,8 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_execute import FakeRunner, Outcome, ok_verify
 
+from gpuheal.actions import power as power_actions
 from gpuheal.actions.execute import run_item
-from gpuheal.actions.power import cap_power
+from gpuheal.actions.runner import bind
 from gpuheal.config import load_config_dict
 from gpuheal.core import power
 from gpuheal.core.actions import CapPower
@@ -29,6 +30,11 @@ from gpuheal.rules import REMEDIES
 from tests.lab import Lab, scenario
 
 VALUES = {"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9"}
+
+
+def cap_power(step, values, runner, timeout_s, secrets):
+    """The cap as ``perform`` runs it: its commands bound to the step's target."""
+    return power_actions.cap_power(step, bind(step, values, runner, timeout_s, secrets))
 SHED = CapPower("shed-load", "nvidia", None, "ct8", ratio=0.7)
 
 

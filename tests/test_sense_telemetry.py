@@ -97,7 +97,7 @@ def test_without_metrics_a_sleeping_server_is_not_woken_by_slots():
 
 
 def test_the_running_context_is_read_from_props_every_poll():
-    """Rule 9 (core/context_change): the real b11312 /props of a sleeping server still says n_ctx."""
+    """Rule 9 (rules/context_window/change): the real b11312 /props of a sleeping server still says n_ctx."""
     props = (DATA / "props-sleeping.json").read_text()
     with server({"/props": Reply(200, props)}) as srv:
         obs = poll(srv.url)

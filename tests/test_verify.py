@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gpuheal.core import verify
 from gpuheal.core.actions import RunCommand
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation, normalise_state
-from gpuheal.core.plan import PlanItem
+from gpuheal.core.remedy import PlanItem
 from gpuheal.core.verify import (
     TRANSITIONS,
     BadTransition,

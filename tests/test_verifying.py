@@ -14,8 +14,9 @@ import time
 
 import pytest
 
-from gpuheal.core.engine import FIRING, VERIFYING, Finding, evaluate, new_book, verifying_issue
+from gpuheal.core.engine import FIRING, evaluate, new_book
 from gpuheal.core.health import derive_status
+from gpuheal.core.issue import VERIFYING, Finding, verifying_issue
 from gpuheal.core.view import FleetView, Restarts, Verifying
 from gpuheal.rules import BY_ID
 from gpuheal.state.history import History

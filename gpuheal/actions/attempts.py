@@ -28,8 +28,7 @@ from gpuheal.core import litellm_config, power, rebench, verify
 from gpuheal.core.catalog import primary_action
 from gpuheal.core.heal_state import Attempt
 from gpuheal.core.memory import Memory
-from gpuheal.core.plan import PlanItem
-from gpuheal.core.remedy import Execution, Proving, Rechecking, Result, completion_proof
+from gpuheal.core.remedy import Execution, PlanItem, Proving, Rechecking, Result, completion_proof
 from gpuheal.model import Observation
 from gpuheal.state import files
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from gpuheal.actions.perform import LiteLLMCall, Runner, expand_argv, perform, values_for
+from gpuheal.actions.perform import LiteLLMCall, perform, values_for
+from gpuheal.actions.runner import Runner, expand_argv
 from gpuheal.config.model import Config
 from gpuheal.core.actions import Action, NotRun, StepResult
 from gpuheal.core.remedy import Ran

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from gpuheal.actions.perform import LiteLLMCall, Runner, perform, values_for
+from gpuheal.actions.perform import LiteLLMCall, perform, values_for
+from gpuheal.actions.runner import Runner
 from gpuheal.config.model import SSH_PORT, Config
 from gpuheal.core.actions import Action, CommandOutcome, LiteLLMUpdate, StepResult
 

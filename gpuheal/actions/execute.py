@@ -17,16 +17,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from gpuheal.actions.context import Context, Records
-from gpuheal.actions.perform import LiteLLMCall, Runner, perform, run_command, values_for
+from gpuheal.actions.perform import LiteLLMCall, perform, perform_instead, values_for
+from gpuheal.actions.runner import Runner, run_command
 from gpuheal.config.model import Config
 from gpuheal.core.actions import Action, LiteLLMUpdate, RunCommand, StepResult, WaitReady
 from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV, MITIGATIONS, ActionSpec
-from gpuheal.core.plan import PlanItem
-from gpuheal.core.remedy import Execution, Result
+from gpuheal.core.remedy import Execution, PlanItem, Result
 from gpuheal.parse.smi import GpuProcess, parse_compute_apps, parse_ps, parse_rocm_smi
 from gpuheal.redact import redact
 
@@ -68,7 +67,7 @@ def run_item(
         res = perform(step, values, runner, litellm, step_timeout_s(cfg, ACTIONS[step.action], timeout_s), secrets,
                       cfg)  # fmt: skip
         if isinstance(step, LiteLLMUpdate) and step.instead is not None and res.impossible:
-            res = _instead(res, step.instead, values, runner, timeout_s, secrets, cfg)
+            res = perform_instead(res, step.instead, values, runner, timeout_s, secrets, cfg)
         if not _done(ex, step, res, cfg, verify_restart):
             break
     if remedy.conclude is not None:
@@ -104,20 +103,6 @@ def _done(ex: Execution, step: Action, res: StepResult, cfg: Config, verify_rest
     if isinstance(step, RunCommand) and step.then is not None:
         return _wait_ready(ex, step.then, verify_restart)
     return True
-
-
-def _instead(
-    refused: StepResult, step: Action, values: dict[str, str], runner: Runner, timeout_s: float,
-    secrets: tuple[str, ...], cfg: Config,
-) -> StepResult:
-    """LiteLLM's setup rules its change out (no database, a ``config.yaml`` deployment): the built-in
-    alternative (the power cap) runs instead, and says why. If it fails too, the LiteLLM refusal stands
-    (``impossible``: escalated at once) with the alternative's failure added."""
-    why = refused.output.strip() or refused.error or "LiteLLM cannot change the deployment"
-    done = perform(step, values, runner, None, timeout_s, secrets, cfg)
-    if done.ok:
-        return replace(done, note=f"LiteLLM cannot shed here ({why}): {done.note}")
-    return replace(refused, output=f"{why}; the power cap instead failed too: {done.error}")
 
 
 def _impossible(step: Action, res: StepResult) -> str:

@@ -8,8 +8,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
+from gpuheal.actions.power import cap_power, restore_power_limit
+from gpuheal.actions.runner import Runner, bind, command_result, expand_argv, run_command
 from gpuheal.config.model import Config
 from gpuheal.core.actions import (
     Action,
@@ -21,24 +22,9 @@ from gpuheal.core.actions import (
     RunCommand,
     StepResult,
 )
-from gpuheal.core.catalog import gpu_flag
-from gpuheal.redact import redact
 
-# (target, argv, timeout_s) -> what the command did
-Runner = Callable[[str, list[str], float], CommandOutcome]
 # (update, timeout_s) -> the same shape from LiteLLM's admin API, plus ``effect`` and ``impossible``
 LiteLLMCall = Callable[[LiteLLMUpdate, float], CommandOutcome]
-OUTPUT_KEPT = 4000  # characters of a command's output kept in its step result (the audit's tail)
-
-
-def expand_argv(template: tuple[str, ...], values: dict[str, str]) -> list[str]:
-    """Fill ``{alias} {host} {endpoint}`` (and ``{pid}`` for kill) per argument; never a shell."""
-    from gpuheal.transport import expand
-
-    pid = values.get("pid")
-    if pid is not None:  # only kill_command knows {pid}; a pid is digits, never text from the network
-        template = tuple(arg.replace("{pid}", str(int(pid)) if pid.isdigit() else pid) for arg in template)
-    return expand(template, alias=values["alias"], host=values["host"], endpoint=values["endpoint"])
 
 
 def values_for(gpu: str, cfg: Config) -> dict[str, str]:
@@ -61,12 +47,9 @@ def perform(
     """Perform one action, dispatching on its type; never raises for what the world does."""
     if isinstance(step, RunCommand):
         return run_command(step, values, runner, timeout_s, secrets)
-    if isinstance(step, RestorePowerLimit):
-        return _restore_power_limit(step, values, runner, timeout_s, secrets)
-    if isinstance(step, CapPower):
-        from gpuheal.actions.power import cap_power
-
-        return cap_power(step, values, runner, timeout_s, secrets)
+    if isinstance(step, RestorePowerLimit | CapPower):
+        run = bind(step, values, runner, timeout_s, secrets)
+        return restore_power_limit(step, run) if isinstance(step, RestorePowerLimit) else cap_power(step, run)
     if isinstance(step, RewriteLiteLLM):
         from gpuheal.actions.litellm_config import rewrite
 
@@ -82,32 +65,18 @@ def perform(
     return replace(res, effect=getattr(outcome, "effect", None), impossible=impossible)
 
 
-def run_command(
-    step: RunCommand, values: dict[str, str], runner: Runner, timeout_s: float, secrets: tuple[str, ...]
+def perform_instead(
+    refused: StepResult, step: Action, values: dict[str, str], runner: Runner, timeout_s: float,
+    secrets: tuple[str, ...], cfg: Config,
 ) -> StepResult:
-    try:
-        argv = expand_argv(step.argv, values)
-    except Exception as exc:  # noqa: BLE001 — a bad template is a config problem: report, don't crash the run
-        return StepResult(step.action, list(step.argv), step.target, ok=False, error=str(exc))
-    return command_result(step.action, argv, step.target, runner(step.target, argv, timeout_s), secrets, step.note)
-
-
-def command_result(
-    action: str,
-    argv: list[str],
-    target: str,
-    outcome: CommandOutcome,
-    secrets: tuple[str, ...],
-    note: str = "",
-    command: str = "",
-) -> StepResult:
-    """The step result of one command's outcome: ok only on exit status 0, the output's tail redacted."""
-    ok = outcome.error is None and not outcome.timed_out and outcome.rc == 0
-    output = (outcome.stdout or "") + (("\n" + outcome.stderr) if outcome.stderr else "")
-    error = outcome.error or ("timed out" if outcome.timed_out else (None if ok else f"exit status {outcome.rc}"))
-    return StepResult(action, argv, target, ok=ok, rc=outcome.rc, error=error,
-                      output=redact(output[-OUTPUT_KEPT:], secrets), note=note, command=command,
-                      stdout=outcome.stdout or "")  # fmt: skip
+    """LiteLLM's setup rules its change out (no database, a ``config.yaml`` deployment): the built-in
+    alternative (the power cap) runs instead, and says why. If it fails too, the LiteLLM refusal stands
+    (``impossible``: escalated at once) with the alternative's failure added."""
+    why = refused.output.strip() or refused.error or "LiteLLM cannot change the deployment"
+    done = perform(step, values, runner, None, timeout_s, secrets, cfg)
+    if done.ok:
+        return replace(done, note=f"LiteLLM cannot shed here ({why}): {done.note}")
+    return replace(refused, output=f"{why}; the power cap instead failed too: {done.error}")
 
 
 def describe_update(base_url: str | None, step: LiteLLMUpdate) -> str:
@@ -149,45 +118,3 @@ def _describe_cap(step: CapPower, gpu: str, cfg: Config) -> str:
     value = f"{step.watts:g}" if step.watts is not None else f"LIMIT*{step.ratio:g}"
     setter = [*power.set_argv(step.vendor, step.gpu_index, 0)[:-1], value]
     return f"{where}{shlex.join(power.query_argv(step.vendor, step.gpu_index))}; {shlex.join(setter)}; read back"
-
-
-def _restore_power_limit(
-    step: RestorePowerLimit, values: dict[str, str], runner: Runner, timeout_s: float, secrets: tuple[str, ...]
-) -> StepResult:
-    """Rule 4.2, "if throttled, restore to max": query the limits, judge them
-    (:func:`~gpuheal.rules.benchmark_regression.checks.judge_power`: below the board's default, or its
-    max with ``heal.power_restore: max``), and only when throttled set the target read from the board
-    with ``nvidia-smi -pl``, then read it back: the change counts only when the board shows it. A limit
-    not known (``[N/A]``, garbage, above the max, a query that failed) changes nothing and fails
-    nothing: the check, kept in ``check``, says "not known" and why. On AMD rocm-smi prints the cap in
-    force but no default: the cap is reset to the board's own default and read back
-    (:func:`gpuheal.actions.power.reset_rocm_cap`, issue 27 item 12)."""
-    from gpuheal.rules.benchmark_regression.checks import PowerCheck, Verdict, judge_power
-    from gpuheal.rules.benchmark_regression.parse import parse_power_limits, parse_rocm_power_cap
-
-    def run(argv: tuple[str, ...], note: str = "") -> StepResult:
-        return run_command(RunCommand(step.action, argv, step.target, note), values, runner, timeout_s, secrets)
-
-    query = run(step.query_argv, step.note)
-    if not query.ok:
-        unread = PowerCheck(Verdict.NOT_KNOWN, f"power limits not read ({query.error})")
-        return replace(query, ok=True, error=None, note=unread.why, check=unread.record())
-    if step.query_argv[0] == "rocm-smi":
-        from gpuheal.actions.power import reset_rocm_cap
-
-        flag = gpu_flag(step.query_argv)
-        card = int(flag[1]) if flag else None
-        return reset_rocm_cap(query, parse_rocm_power_cap(query.stdout or query.output, card), step, card, run)
-    power = judge_power(parse_power_limits(query.output), step.restore)
-    if power.throttled is not Verdict.YES or power.target_w is None:  # nothing to do, or not known: change nothing
-        return replace(query, note=power.why, check=power.record())
-    setter = run(("nvidia-smi", *gpu_flag(step.query_argv), "-pl", f"{power.target_w:g}"))
-    if not setter.ok:
-        return replace(setter, note=power.why, check=power.record())
-    seen = run(step.query_argv)
-    after = parse_power_limits(seen.output) if seen.ok else None
-    check: dict[str, Any] = {**power.record(), "after_w": None if after is None else after.current_w}
-    if after is None or after.current_w is None or abs(after.current_w - power.target_w) > 1.0:
-        unseen = "the new power limit is not seen on the board"
-        return replace(setter, ok=False, error=unseen, note=power.why, check=check)
-    return replace(setter, note=f"{power.why}: set to {power.target_w:g} W, read back", check=check)

@@ -1,4 +1,6 @@
-"""Perform a :class:`~gpuheal.core.actions.CapPower`: read the GPU's power limits, set the cap, read it back
+"""Perform a :class:`~gpuheal.core.actions.CapPower` and Rule 4.2's
+:class:`~gpuheal.core.actions.RestorePowerLimit` (:func:`restore_power_limit`). A cap: read the GPU's
+power limits, set the cap, read it back
 (:mod:`gpuheal.core.power` decides; this module runs the argv lists where the GPU's commands run). Never
 raises for what the world does; the change counts only when the read-back shows it, and only then does the
 step carry the ``effect`` that ``restore-power-limit`` puts back after the GPU stayed cool.
@@ -11,24 +13,18 @@ is not: the next run tries again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
-from gpuheal.actions.perform import Runner, run_command
+from gpuheal.actions.runner import Run
 from gpuheal.core import power
-from gpuheal.core.actions import CapPower, RestorePowerLimit, RunCommand, StepResult
-from gpuheal.core.catalog import on_gpu
+from gpuheal.core.actions import CapPower, RestorePowerLimit, StepResult
+from gpuheal.core.catalog import gpu_flag, on_gpu
 from gpuheal.parse.power import PowerLimits
 
 
-def cap_power(
-    step: CapPower, values: dict[str, str], runner: Runner, timeout_s: float, secrets: tuple[str, ...]
-) -> StepResult:
+def cap_power(step: CapPower, run: Run) -> StepResult:
     """Cap (``step.ratio``) or put back (``step.watts``) the board power limit, proven by a read-back."""
-
-    def run(argv: tuple[str, ...], note: str = "") -> StepResult:
-        return run_command(RunCommand(step.action, argv, step.target, note), values, runner, timeout_s, secrets)
-
     query_argv = power.query_argv(step.vendor, step.gpu_index)
     query = run(query_argv, step.note)
     if not query.ok:
@@ -72,7 +68,7 @@ def _failed(res: StepResult, error: str | None, impossible: bool | None = None) 
 
 def reset_rocm_cap(
     query: StepResult, limits: PowerLimits | None, step: RestorePowerLimit, card: int | None,
-    run: Callable[[tuple[str, ...]], StepResult],
+    run: Run,
 ) -> StepResult:
     """Rule 4.2 on AMD (issue 27 item 12): rocm-smi prints the cap in force but no default, so whether the
     board is throttled is known only by setting it — ``rocm-smi -d N --resetpoweroverdrive`` puts the cap
@@ -115,3 +111,38 @@ def reset_rocm_cap(
     raised = PowerCheck(Verdict.NO, f"power cap {before:g} W was above the board's default {after_w:g} W "
                         f"(raised by an operator); {back_again}", PowerLimits(before, after_w))  # fmt: skip
     return replace(reset, note=raised.why, check={**raised.record(), **check_of})
+
+
+def restore_power_limit(step: RestorePowerLimit, run: Run) -> StepResult:
+    """Rule 4.2, "if throttled, restore to max": query the limits, judge them
+    (:func:`~gpuheal.rules.benchmark_regression.checks.judge_power`: below the board's default, or its
+    max with ``heal.power_restore: max``), and only when throttled set the target read from the board
+    with ``nvidia-smi -pl``, then read it back: the change counts only when the board shows it. A limit
+    not known (``[N/A]``, garbage, above the max, a query that failed) changes nothing and fails
+    nothing: the check, kept in ``check``, says "not known" and why. On AMD rocm-smi prints the cap in
+    force but no default: the cap is reset to the board's own default and read back
+    (:func:`reset_rocm_cap`, issue 27 item 12)."""
+    from gpuheal.rules.benchmark_regression.checks import PowerCheck, Verdict, judge_power
+    from gpuheal.rules.benchmark_regression.parse import parse_power_limits, parse_rocm_power_cap
+
+    query = run(step.query_argv, step.note)
+    if not query.ok:
+        unread = PowerCheck(Verdict.NOT_KNOWN, f"power limits not read ({query.error})")
+        return replace(query, ok=True, error=None, note=unread.why, check=unread.record())
+    if step.query_argv[0] == "rocm-smi":
+        flag = gpu_flag(step.query_argv)
+        card = int(flag[1]) if flag else None
+        return reset_rocm_cap(query, parse_rocm_power_cap(query.stdout or query.output, card), step, card, run)
+    judged = judge_power(parse_power_limits(query.output), step.restore)
+    if judged.throttled is not Verdict.YES or judged.target_w is None:  # nothing to do, or not known: change nothing
+        return replace(query, note=judged.why, check=judged.record())
+    setter = run(("nvidia-smi", *gpu_flag(step.query_argv), "-pl", f"{judged.target_w:g}"))
+    if not setter.ok:
+        return replace(setter, note=judged.why, check=judged.record())
+    seen = run(step.query_argv)
+    after = parse_power_limits(seen.output) if seen.ok else None
+    check: dict[str, Any] = {**judged.record(), "after_w": None if after is None else after.current_w}
+    if after is None or after.current_w is None or abs(after.current_w - judged.target_w) > 1.0:
+        unseen = "the new power limit is not seen on the board"
+        return replace(setter, ok=False, error=unseen, note=judged.why, check=check)
+    return replace(setter, note=f"{judged.why}: set to {judged.target_w:g} W, read back", check=check)

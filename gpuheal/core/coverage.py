@@ -65,7 +65,7 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
                         "fix": HOW_TO_ENABLE["metrics"]})
     if obs.lacking and not obs.monitor_ok:
         _lacking(off, obs, rules, litellm | (provides - mode.provides), source)
-    _partial_metrics(off, obs, monitor_configured)
+    _partial_metrics(off, obs, rules, monitor_configured)
     no_slots = sorted(a for a, s in obs.gpus.items() if s.slots == "disabled")
     if no_slots:
         off.append({"rule": "slots (report only)", "gpus": no_slots, "why": "llama-server serves no /slots",
@@ -108,18 +108,21 @@ def _gpu_why(rule: Rule[Any], monitor_configured: bool) -> str:
     return f"needs {missing}: llama-server serves no /metrics{without_metrics(monitor_configured)}"
 
 
-def _partial_metrics(off: list[dict[str, Any]], obs: Observation, monitor_configured: bool) -> None:
-    """A GPU without ``/metrics`` that Rule 3 still judges — by gpu-monitor's failure ratio, or by its
-    task loop answering ``/slots`` (issue 20) — does not see a decode that hangs with requests in
-    flight and no request failing yet: said once, naming what it still has."""
-    if any(o["rule"] == "model-stuck" for o in off):
-        return
+def _partial_metrics(off: list[dict[str, Any]], obs: Observation, rules: tuple[Rule[Any], ...],
+                     monitor_configured: bool) -> None:
+    """A GPU without ``/metrics`` that a rule needing decode progress still judges by another signal
+    in its place (Rule 3: gpu-monitor's failure ratio, or its task loop answering ``/slots``, issue 20)
+    does not see a decode that hangs with requests in flight and no request failing yet: said once per
+    such rule (one not already off), naming what it still has."""
+    listed = {o["rule"] for o in off}
+    partial = [r for r in rules if r.ID not in listed
+               and any(Signal.DECODE_PROGRESS in n.any_of and len(n.any_of) > 1 for n in r.NEEDS)]
     no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
-    if not no_metrics:
+    if not partial or not no_metrics:
         return
     has = [Signal.FAILURE_RATIO.value] if monitor_configured else []
     if any(serves_task_loop(obs.gpus[a].metrics, obs.gpus[a].slots) for a in no_metrics):
         has.append("its task loop answering /slots")
     why = (f"llama-server serves no /metrics: a decode frozen with requests in flight is not seen; "
            f"judged by {' and '.join(has)}" if has else f"llama-server serves no /metrics{without_metrics(False)}")
-    off.append({"rule": "model-stuck", "gpus": no_metrics, "why": why, "fix": HOW_TO_ENABLE["metrics"]})
+    off.extend({"rule": r.ID, "gpus": no_metrics, "why": why, "fix": HOW_TO_ENABLE["metrics"]} for r in partial)

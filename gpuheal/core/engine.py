@@ -1,6 +1,6 @@
 """The issue lifecycle, owned once for every rule (design: "like Prometheus's ``for:``"). Pure.
 
-A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, ``False`` for
+A rule only says what it sees this poll (:func:`detect` → a :class:`~gpuheal.core.issue.Finding`, ``False`` for
 "quiet", ``None`` for "not known"); the engine turns that into issues:
 
 - **hold**: a finding must hold for the rule's ``hold_polls`` consecutive polls (and, where the rule
@@ -33,7 +33,7 @@ A rule only says what it sees this poll (:func:`detect` → a :class:`Finding`, 
 
 The issue book (:class:`IssueBook`) is what the caller stores between runs (``issues.json``), so
 cron's one-shot runs behave like one long-lived evaluator, and ``replay`` keeps it in memory. In
-memory it is typed: :class:`IssueRecord` per open issue, :class:`Transition` per logged change, and
+memory it is typed: :class:`~gpuheal.core.issue.IssueRecord` per open issue, :class:`Transition` per logged change, and
 every change of an issue's state is one line of :data:`TRANSITIONS` (as ``core/verify.py`` does
 for attempts, after h11's state tables). On disk it keeps the shape earlier versions wrote, so a
 state directory from before stays readable both ways::
@@ -57,9 +57,10 @@ from typing import Any
 from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
+from gpuheal.core.issue import Finding, IssueRecord, IssueState, reported
 from gpuheal.core.memory import Memory
 from gpuheal.core.rule import Detection, Rule
-from gpuheal.core.view import FleetView, Verifying, epoch_or_none
+from gpuheal.core.view import FleetView
 from gpuheal.signals import Signal, unmet
 
 BOOK_VERSION = 1
@@ -67,13 +68,6 @@ LOG_MAX = 1000
 SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 FLEET = "fleet"
 
-
-
-class IssueState(StrEnum):
-    """An open issue's state in the book (a ``str``: it is written and compared as its text)."""
-
-    PENDING = "pending"
-    FIRING = "firing"
 
 
 class Event(StrEnum):
@@ -87,7 +81,6 @@ class Event(StrEnum):
 
 PENDING = IssueState.PENDING
 FIRING = IssueState.FIRING
-VERIFYING = "verifying"  # reported only (see "verifying" above); never stored in the book
 RESOLVED = Event.RESOLVED
 DROPPED = Event.DROPPED
 
@@ -106,19 +99,6 @@ TRANSITIONS: dict[tuple[IssueState | None, Event], IssueState | None] = {
 class BadTransition(ValueError):
     """An event the issue's state does not allow."""
 
-
-
-@dataclass(frozen=True)
-class Finding:
-    """What a rule saw: the evidence (units in the names) and one human line.
-
-    ``started_at`` (epoch s) when the rule knows better than "the first poll that saw it" when the
-    condition began (Rule 5: the breaker's ``opened_at``); ``since`` then follows it.
-    """
-
-    detected: dict[str, Any]
-    summary: str
-    started_at: float | None = None
 
 
 @dataclass
@@ -145,81 +125,6 @@ class Evaluation:
 
 
 # --------------------------------------------------------------------------- the book
-
-
-@dataclass(slots=True)
-class IssueRecord:
-    """One open issue in the book. Mutable: one poll's pass advances it in place (``hits``,
-    ``clear_hits``, ``last_s``, the latest evidence); its state changes only through
-    :meth:`_Pass.transition` and :data:`TRANSITIONS`."""
-
-    gpu: str
-    issue: str
-    severity: str
-    state: IssueState
-    since_s: float  # when the condition began (epoch s)
-    fired_at: str | None = None  # ISO text, as reported
-    detected: dict[str, Any] = field(default_factory=dict)
-    summary: str = ""
-    hits: int = 0  # consecutive polls its finding held
-    clear_hits: int = 0  # consecutive polls it recovered (firing only)
-    last_s: float | None = None  # the last poll that saw it still broken
-
-    @property
-    def key(self) -> str:
-        return f"{self.gpu}|{self.issue}"
-
-    @property
-    def since(self) -> str:
-        return iso(self.since_s)
-
-    def public(self) -> dict[str, Any]:
-        """The issue as reported (gpu-health ``issues``; contract)."""
-        return {
-            "gpu": self.gpu,
-            "issue": self.issue,
-            "severity": self.severity,
-            "state": str(self.state),
-            "since": self.since,
-            "fired_at": self.fired_at,
-            "detected": self.detected,
-            "summary": self.summary,
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.public(), "since_s": self.since_s, "hits": self.hits, "clear_hits": self.clear_hits,
-                "last_s": self.last_s}
-
-    @classmethod
-    def from_json(cls, key: str, data: Any) -> IssueRecord | None:
-        """A stored record, or ``None`` when it is malformed (dropped, never raised). ``since_s``
-        is the truth; the stored ISO ``since`` is derived from it."""
-        if not isinstance(data, dict):
-            return None
-        gpu, issue, since_s, hits = data.get("gpu"), data.get("issue"), data.get("since_s"), data.get("hits")
-        if not (isinstance(gpu, str) and isinstance(issue, str) and key == f"{gpu}|{issue}"):
-            return None
-        if data.get("state") not in tuple(IssueState) or not isinstance(data.get("severity"), str):
-            return None
-        if not isinstance(since_s, int | float) or isinstance(since_s, bool):
-            return None
-        if not isinstance(hits, int) or isinstance(hits, bool):
-            return None
-        clear_hits, fired_at = data.get("clear_hits"), data.get("fired_at")
-        detected, summary = data.get("detected"), data.get("summary")
-        return cls(
-            gpu=gpu,
-            issue=issue,
-            severity=data["severity"],
-            state=IssueState(data["state"]),
-            since_s=float(since_s),
-            fired_at=fired_at if isinstance(fired_at, str) else None,
-            detected=detected if isinstance(detected, dict) else {},
-            summary=summary if isinstance(summary, str) else "",
-            hits=hits,
-            clear_hits=clear_hits if isinstance(clear_hits, int) and not isinstance(clear_hits, bool) else 0,
-            last_s=float(data["last_s"]) if _number(data.get("last_s")) else None,
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,10 +183,6 @@ class IssueBook:
             "memory": self.memory.to_json(),
             "log": [t.to_json() for t in self.log],
         }
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def new_book() -> IssueBook:
@@ -358,38 +259,6 @@ def _gate_open(rule: Rule[Any], view: FleetView, subject: str) -> bool:
     if gate is None:
         gate = view.cache[key] = not unmet(rule.NEEDS, provided)
     return gate
-
-
-def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
-    """``issue`` (public shape) as reported while its remediation is verified: the numbers it
-    was detected with are the state *before* the action, never presented as current."""
-    if issue.get("state") == VERIFYING:
-        return issue
-    what = "+".join(v.actions) or "remediation"
-    return {
-        **issue,
-        "state": VERIFYING,
-        "detected": {
-            "verifying": what,
-            "acted_at": iso(v.acted_s),
-            "verifying_until": iso(v.judge_from_s),
-            "before_action": issue.get("detected") or {},
-        },
-        "summary": f"{what} at {iso(v.acted_s)} passed its own checks; verifying until "
-        f"{iso(v.judge_from_s)} (before: {issue.get('summary', '')})",
-    }
-
-
-def _present(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
-    """The public issue; ``verifying`` while its remediation waits for a poll that can judge it."""
-    public = rec.public()
-    v = view.restarts.verifying.get((rec.gpu, rec.issue))
-    if v is None or rec.state != FIRING or rec.since != v.since:
-        return public
-    seen_s = epoch_or_none(rec.last_s) or 0.0  # the last poll that saw it still broken
-    if timing.at_least(seen_s - v.judge_from_s, 0.0, view.tolerance_s):
-        return public  # seen still broken from judge_from on: firing again (heal fails the attempt)
-    return verifying_issue(public, v)
 
 
 def remember(rules: Sequence[Rule[Any]], view: FleetView, memory: Memory, prune: bool = True) -> None:
@@ -631,10 +500,10 @@ class _Pass:
         for rec in self.issues.values():
             by = inhibition.by(self.by_id[rec.issue], rec.gpu)
             if by is not None and by != rec.issue:
-                self.out.inhibited.append({**_present(rec, self.view), "inhibited_by": by})
+                self.out.inhibited.append({**reported(rec, self.view), "inhibited_by": by})
             else:
                 visible.append(rec)
         visible.sort(key=lambda r: (-severity_rank(r.severity), self.order[r.gpu], self.rule_order[r.issue]))
-        self.out.issues = [_present(r, self.view) for r in visible]
+        self.out.issues = [reported(r, self.view) for r in visible]
         if len(self.log) > LOG_MAX:
             del self.log[: len(self.log) - LOG_MAX]

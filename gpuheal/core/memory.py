@@ -1,10 +1,11 @@
 """What the rules remember between one-shot cron runs: typed rows, per memory and subject. Pure.
 
 A rule that needs more than this poll declares ``remember`` (:mod:`gpuheal.core.rule`): a tuple of
-:class:`Remember` records, each naming one memory (its ``key`` in the issue book), the loader of its
-row record and a pure ``fold`` — Rule 3's decode progress, hung task loop and LiteLLM counters, Rule 5's
-breaker first seen open, Rule 9's running context, Rule 10's request counts and LiteLLM counters. What
-every memory shares is owned here and by :func:`gpuheal.core.engine.remember`, once:
+:class:`~gpuheal.core.remember.Remember` records, each naming one memory (its ``key`` in the issue
+book), the loader of its row record and a pure ``fold`` — Rule 3's decode progress, hung task loop and
+LiteLLM counters, Rule 5's breaker first seen open, Rule 9's running context, Rule 10's request counts
+and LiteLLM counters. What every memory shares is owned here and by
+:func:`gpuheal.core.engine.remember`, once:
 
 - **missing data neither advances nor resets**: a fold returns ``None`` for "this poll cannot say",
   and the row stays as it was;
@@ -26,11 +27,7 @@ none decodes none), and written back from them; what nobody asked for is written
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, cast
-
-if TYPE_CHECKING:
-    from gpuheal.core.view import FleetView
+from typing import Protocol, TypeVar, cast
 
 
 class Row(Protocol):
@@ -47,20 +44,18 @@ class Row(Protocol):
 
 
 R = TypeVar("R", bound=Row)
+K = TypeVar("K", bound=Row, covariant=True)
 
 
-@dataclass(frozen=True)
-class Remember(Generic[R]):
-    """One memory a rule keeps per subject (a GPU alias, or ``fleet`` for a fleet rule).
+class Kept(Protocol[K]):
+    """What the store needs of a declared memory (:class:`~gpuheal.core.remember.Remember`): its
+    ``key`` in the issue book and the loader of its rows."""
 
-    ``key``: its name in the issue book (unique among the rules: the registry checks it);
-    ``load``: the stored JSON → the row record, ``None`` when damaged;
-    ``fold(row, view, subject)``: the row after this poll (``view.now_s``, ``view.sample(subject)``),
-    or ``None`` when this poll cannot say (the row stays). Pure: values in, values out."""
+    @property
+    def key(self) -> str: ...
 
-    key: str
-    load: Callable[[object], R | None]
-    fold: Callable[[R | None, FleetView, str], R | None]
+    @property
+    def load(self) -> Callable[[object], K | None]: ...
 
 
 class Memory:
@@ -92,11 +87,11 @@ class Memory:
             rows = self._rows[key] = loaded
         return cast("dict[str, R]", rows)
 
-    def of(self, memory: Remember[R]) -> dict[str, R]:
+    def of(self, memory: Kept[R]) -> dict[str, R]:
         """The rows of a declared memory (see :meth:`rows`)."""
         return self.rows(memory.key, memory.load)
 
-    def get(self, memory: Remember[R], subject: str) -> R | None:
+    def get(self, memory: Kept[R], subject: str) -> R | None:
         return self.of(memory).get(subject)
 
     def keep(self, keys: Collection[str], subjects: Collection[str]) -> None:

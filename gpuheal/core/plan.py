@@ -29,7 +29,7 @@ are rule parameters (``config/defaults.yaml``), never numbers in this module.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuheal.config.model import Config, GpuConfig
@@ -54,7 +54,7 @@ from gpuheal.core.catalog import (
     on_gpu,
 )
 from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, normalise_state, num
-from gpuheal.core.remedy import NO_REMEDY, Guard, Incident, Planning, Remedy
+from gpuheal.core.remedy import NO_REMEDY, Guard, Incident, PlanItem, Planning, Remedy
 from gpuheal.core.verify import FAILURES, OPEN
 from gpuheal.source_kinds import configured
 
@@ -79,29 +79,6 @@ def paused_reason(state: HealState, cfg: Config, gpu: str) -> str | None:
     if own or gpu not in (configured := paused_in(cfg)):
         return own
     return f"{gpu} paused ({configured[gpu]})"
-
-
-@dataclass(frozen=True)
-class PlanItem:
-    gpu: str
-    issue: str
-    decision: str  # act | escalate | blocked | recommend
-    reason: str
-    steps: tuple[Action, ...] = ()
-    attempt_no: int = 0
-    key: str = ""
-    detected: dict[str, Any] = field(default_factory=dict)
-    since: str | None = None
-    severity: str = "warning"
-    alert_now: bool = False
-    restarts: bool = False  # a step restarts the GPU's llama-server (restart budget, grace)
-    restart_targets: frozenset[str] = frozenset()  # the GPU and the services its steps restart
-    remedy: Remedy = field(default=NO_REMEDY, repr=False)  # its rule's remedy: the hooks the executor runs
-
-    @property
-    def actions(self) -> list[str]:
-        """The contract action names of the steps, in order."""
-        return [s.action for s in self.steps]
 
 
 def plan(

@@ -9,7 +9,7 @@ target"). Both go the same way:
    :class:`~gpuheal.core.remedy.Execution`: Rule 4 after a restored power limit), and ``heal`` files it
    under the GPU in ``rebench.json`` (:func:`marked`) with the heal run that applied it; a change of a
    GPU's running context is asked by the poll that sees it, kept in Rule 9's memory row
-   (:mod:`gpuheal.core.context_change`);
+   (:mod:`gpuheal.rules.context_window.change`);
 2. **answered** by the next ``gpuheal bench`` that measures that GPU (:func:`taken`), judged by
    :func:`judge` — the one measure: the result against ``floor_ratio`` × the target (Rule 4: the
    baseline, ``1 − recovered_within_ratio``; Rule 9: the baseline when the change was seen,

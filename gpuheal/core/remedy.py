@@ -66,7 +66,6 @@ from gpuheal.core.rebench import Ask
 if TYPE_CHECKING:
     from gpuheal.config.model import Config
     from gpuheal.core.memory import Memory
-    from gpuheal.core.plan import PlanItem
 
 
 class Result(StrEnum):
@@ -332,3 +331,30 @@ def completion_proof(ctx: RemedyContext) -> dict[str, Any]:
 
 
 NO_REMEDY = Remedy(automatic=False, why_escalate="no remedy known")
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    """One firing issue as planned (:func:`gpuheal.core.plan.plan`): act, escalate, blocked or recommend,
+    why, the steps and the remedy whose hooks the executor runs. Beside :class:`Remedy`, which its hooks
+    are typed against."""
+
+    gpu: str
+    issue: str
+    decision: str  # act | escalate | blocked | recommend
+    reason: str
+    steps: tuple[Action, ...] = ()
+    attempt_no: int = 0
+    key: str = ""
+    detected: dict[str, Any] = field(default_factory=dict)
+    since: str | None = None
+    severity: str = "warning"
+    alert_now: bool = False
+    restarts: bool = False  # a step restarts the GPU's llama-server (restart budget, grace)
+    restart_targets: frozenset[str] = frozenset()  # the GPU and the services its steps restart
+    remedy: Remedy = field(default=NO_REMEDY, repr=False)  # its rule's remedy: the hooks the executor runs
+
+    @property
+    def actions(self) -> list[str]:
+        """The contract action names of the steps, in order."""
+        return [s.action for s in self.steps]

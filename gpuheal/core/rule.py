@@ -19,7 +19,7 @@ these names and nothing else — no ``getattr`` on a module that may lack one:
   ``bool | None`` (clear-side hysteresis: thermal clears below 80 °C, not at 85 °C);
 - ``hold``: ``None`` (``p.hold_polls``, ``p.hold_s``) or ``(p)`` → ``(polls, seconds)``;
 - ``remember``: ``None``, or what the rule keeps between polls — a tuple of
-  :class:`~gpuheal.core.memory.Remember` (each a memory's key, its typed row's loader and a pure
+  :class:`~gpuheal.core.remember.Remember` (each a memory's key, its typed row's loader and a pure
   ``fold(row, view, subject)`` → the row after this poll, ``None`` for "this poll cannot say"). The
   engine folds every poll in before any rule detects (:func:`gpuheal.core.engine.remember`) and
   keeps the rows (:class:`~gpuheal.core.memory.Memory`); the rule reads its rows from ``view.memory``.
@@ -39,9 +39,9 @@ from gpuheal.config.model import EngineParams
 from gpuheal.signals import Need
 
 if TYPE_CHECKING:
-    from gpuheal.core.engine import Finding, IssueRecord
-    from gpuheal.core.memory import Remember
+    from gpuheal.core.issue import Finding, IssueRecord
     from gpuheal.core.remedy import Remedy
+    from gpuheal.core.remember import Remember
     from gpuheal.core.view import FleetView
 
 Scope: TypeAlias = Literal["gpu", "fleet"]  # one issue per GPU, or one for the fleet

@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any
 from gpuheal.core import timing
 from gpuheal.core.catalog import MITIGATIONS, SERVICE_OF
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation
-from gpuheal.core.remedy import Result
+from gpuheal.core.remedy import PlanItem, Result
 
-if TYPE_CHECKING:  # plan imports this module; the item is only read here
+if TYPE_CHECKING:
     from gpuheal.config.model import Config
-    from gpuheal.core.plan import PlanItem
     from gpuheal.model import Observation
 
 # states (the stored ``status`` strings)
@@ -296,8 +295,8 @@ def present_verifying(
     """``health`` with the issues whose remediation ran at ``now_s`` and passed its own checks as
     ``verifying``, and the status following (contract "Issue state after a remediation"; later
     runs get the same from the engine)."""
-    from gpuheal.core.engine import verifying_issue
     from gpuheal.core.health import derive_status
+    from gpuheal.core.issue import verifying_issue
     from gpuheal.core.view import Restarts
 
     marks = Restarts.from_heal_state(state.to_json(), cfg.heal.startup_grace_s).verifying

@@ -1,5 +1,5 @@
-"""Parse llama-server's own telemetry: ``GET /metrics`` and ``GET /slots`` (formats.md §1.3, §1.5;
-llama-server.md §5, §7). Pure.
+"""Parse llama-server's own telemetry: ``GET /metrics``, ``GET /slots`` and the ``n_ctx`` of
+``GET /props`` (formats.md §1.3, §1.5; llama-server.md §5, §7). Pure.
 
 ``/metrics`` is Prometheus text (0.0.4) parsed by the real Prometheus text parser
 (``prometheus_client``'s, imported lazily: cron starts gpuheal every minute and ``check`` is the only
@@ -38,6 +38,9 @@ SERIES = {
 COUNT_FIELDS = frozenset({"requests_processing", "requests_deferred"})
 VALUE_MAX = 1e15  # beyond any real counter (a 6-significant-digit double of a year of decoding)
 MAX_SLOTS = 4096  # llama-server's -np is a small number; a longer list is not a slot list
+# The largest per-slot context believed: 2**27 tokens (134 M) is far beyond any model's n_ctx_train
+# today (10 M is the longest advertised); a bigger number is garbage, "not known".
+MAX_N_CTX = 1 << 27
 MAX_PROBLEMS = 5
 # what to tell the operator when the server answers 501 (llama-server.md §7.3 B)
 HOW_TO_ENABLE = {
@@ -232,3 +235,13 @@ def _checked(value: Any, *, integer: bool) -> float | int | None:
         return int(number) if number == int(number) else None
     return number
 
+
+def known_n_ctx(value: object) -> int | None:
+    """A context size gpuheal believes (``/props`` ``n_ctx``, read for Rule 9's context changes): a
+    whole number in 1..``MAX_N_CTX`` (``2048.0`` counts); anything else — missing, 0, negative,
+    fractional, a string, a bool, huge — is not known."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if value != value or value < 1 or value > MAX_N_CTX or value != int(value):
+        return None
+    return int(value)

@@ -35,7 +35,7 @@ Adding a rule, exactly (checked by adding one, issue 10):
    and ``detect`` — plus ``recovered``, ``hold`` and ``remember``, or ``None`` for each — pure, fully
    annotated: values in, values out. A rule that remembers between polls is a package
    (``rules/<id>/__init__.py``) whose ``memory.py`` declares its rows, their loader and fold
-   (:class:`~gpuheal.core.memory.Remember`); the engine keeps them in the issue book;
+   (:class:`~gpuheal.core.remember.Remember`); the engine keeps them in the issue book;
 3. this module: import it and add ``rule(<module>)`` to :data:`ALL` (the registry line);
 4. ``gpuheal/config/defaults.yaml``: ``rules.<id>: {...}`` with every parameter of its ``Params``
    (each then overridable per fleet and per GPU, and checked by name and type by the config
@@ -58,8 +58,8 @@ from dataclasses import MISSING, is_dataclass
 from typing import Any
 
 from gpuheal.config.model import EngineParams, ParamsMismatch, param_fits, param_kinds
-from gpuheal.core.memory import Remember
 from gpuheal.core.remedy import Remedy
+from gpuheal.core.remember import Remember
 from gpuheal.core.rule import INHIBIT_KINDS, SCOPES, SEVERITIES, Rule, rule
 from gpuheal.ids import ISSUE_IDS as KNOWN_IDS  # noqa: E402
 from gpuheal.rules import (
@@ -136,7 +136,7 @@ def _declarations_problem(module: Any) -> str | None:
     if remember is not None and not (
         isinstance(remember, tuple) and remember and all(isinstance(m, Remember) for m in remember)
     ):
-        return "remember must be None or a tuple of gpuheal.core.memory.Remember"
+        return "remember must be None or a tuple of gpuheal.core.remember.Remember"
     if not callable(getattr(module, "detect", None)):
         return "no detect(view, subject, params)"
     for optional in ("recovered", "hold"):

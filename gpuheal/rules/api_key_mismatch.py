@@ -26,7 +26,8 @@ from typing import Any, Final
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
 from gpuheal.config.model import RemedyParams
-from gpuheal.core.engine import Finding, iso
+from gpuheal.core.engine import iso
+from gpuheal.core.issue import Finding
 from gpuheal.core.remedy import Execution, Guard, Planning, Remedy, RemedyContext, Result
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView

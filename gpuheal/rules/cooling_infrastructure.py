@@ -17,7 +17,7 @@ import math
 from typing import Final, Literal
 
 from gpuheal.config.model import EngineParams
-from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.issue import Finding, IssueRecord
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView

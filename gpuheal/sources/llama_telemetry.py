@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from gpuheal.core.context_change import known_n_ctx
 from gpuheal.parse.llama_metrics import (
     HOW_TO_ENABLE,
     InvalidMetrics,
     InvalidSlots,
     ServerMetrics,
     Slots,
+    known_n_ctx,
     parse_metrics,
     parse_slots,
 )

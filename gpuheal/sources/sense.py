@@ -326,7 +326,7 @@ def server_exchange(api_key: str | None, deadline_s: float) -> Exchange:
 
 def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -> Exchange:
     """``/metrics``; then ``/props`` — every poll: its ``n_ctx`` is the running context Rule 9 watches
-    for a change (``core/context_change``), and it says whether the server sleeps without waking it;
+    for a change (``rules/context_window/change``), and it says whether the server sleeps without waking it;
     then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a sleeping one
     (llama-server.md §5). A server with requests processing is awake; an idle one
     (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.

@@ -50,7 +50,7 @@ class BenchRun:
     issues: list[dict[str, Any]]
     skipped: list[dict[str, str]] = field(default_factory=list)
     generated_at: str = ""
-    context_changes: list[dict[str, Any]] = field(default_factory=list)  # Rule 9 verdicts (core/context_change)
+    context_changes: list[dict[str, Any]] = field(default_factory=list)  # Rule 9 verdicts (rules/context_window/change)
     rebench: dict[str, dict[str, Any]] = field(default_factory=dict)  # what a re-benchmark proved (Rule 4)
 
     def document(self) -> dict[str, Any]:

@@ -30,13 +30,14 @@ from typing import Any
 
 from gpuheal import benchdata
 from gpuheal.config import Config
-from gpuheal.core import context_change, engine, timing
+from gpuheal.core import engine, timing
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.core.memory import Memory
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.model import Observation
 from gpuheal.rules import ALL, circuit_breaker_stuck, context_window
+from gpuheal.rules.context_window import change as context_change
 from gpuheal.rules.vram_leak.trend import vram_trend
 from gpuheal.state import files
 from gpuheal.state.history import History
@@ -238,7 +239,7 @@ def _tell_losses(store: StateDir, losses: list[context_change.Verdict], now_s: f
 
 def settle_context_changes(cfg: Config, memory: Memory, bench: dict[str, Any]) -> list[context_change.Verdict]:
     """Rule 9's "re-benchmark after context change": each recorded change judged by the results
-    recorded since (:func:`gpuheal.core.context_change.settle`)."""
+    recorded since (:func:`gpuheal.rules.context_window.change.settle`)."""
     def floor_ratio(alias: str) -> float:
         return cfg.rule_record(context_window.Params, cfg.rule_params(context_window.ID, alias)).reduce_below_ratio
 

@@ -33,8 +33,8 @@ from gpuheal.config.model import Config
 from gpuheal.core import timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
 from gpuheal.core.catalog import primary_action
-from gpuheal.core.plan import PlanItem, plan
-from gpuheal.core.remedy import Followed, OpenIssue
+from gpuheal.core.plan import plan
+from gpuheal.core.remedy import Followed, OpenIssue, PlanItem
 from gpuheal.rules import REMEDIES
 from gpuheal.state.store import StateDir
 from gpuheal.steps import confirm

@@ -56,7 +56,7 @@ NUMBER_FIELDS = (
     "requests_deferred",
     "slots_total",
     "slots_busy",
-    "n_ctx",  # Rule 9: the running context from /props (core/context_change)
+    "n_ctx",  # Rule 9: the running context from /props (rules/context_window/change)
 )
 TEXT_FIELDS = ("endpoint", "name", "bench_measured_at", "metrics", "slots")
 

@@ -25,8 +25,9 @@ from datetime import datetime
 from typing import Any
 
 from gpuheal.config import Config
-from gpuheal.core.engine import Finding, iso
+from gpuheal.core.engine import iso
 from gpuheal.core.heal_state import normalise_state
+from gpuheal.core.issue import Finding
 from gpuheal.core.view import FleetView, Restarts, last_known
 from gpuheal.errors import GpuhealError
 from gpuheal.model import GpuSample, Observation

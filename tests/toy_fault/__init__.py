@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Final
 
 from gpuheal.config.model import RemedyParams
-from gpuheal.core.engine import Finding
+from gpuheal.core.issue import Finding
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from gpuheal.core.memory import Remember, number
+from gpuheal.core.memory import number
+from gpuheal.core.remember import Remember
 
 if TYPE_CHECKING:
     from gpuheal.core.view import FleetView

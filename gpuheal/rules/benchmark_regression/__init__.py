@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from gpuheal import benchdata
 from gpuheal.config.model import RemedyParams
-from gpuheal.core.engine import Finding
+from gpuheal.core.issue import Finding
 from gpuheal.core.remedy import Incident, Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView

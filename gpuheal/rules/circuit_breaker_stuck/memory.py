@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from gpuheal.core.memory import Memory, Remember, number
+from gpuheal.core.memory import Memory, number
+from gpuheal.core.remember import Remember
 
 if TYPE_CHECKING:
     from gpuheal.core.view import FleetView

@@ -20,9 +20,9 @@ rounded down to 256 tokens, times the result's ``slots`` (llama-server.md: "Slot
 
 Verify and Escalate ("Re-benchmark after context change, confirm within 10% of target"; "If context
 can't be adjusted without significant perf loss"): a change of the running context is seen between
-polls (``memory.py``) and re-benchmarked by ``bench`` (:mod:`gpuheal.core.context_change`); while its re-benchmark is
+polls (``memory.py``) and re-benchmarked by ``bench`` (``change.py``); while its re-benchmark is
 below ``reduce_below_ratio`` of the target, this issue is that escalation (still ``info``; ``bench`` tells the
-humans once per change, :func:`gpuheal.core.context_change.loss_message`).
+humans once per change, :func:`~gpuheal.rules.context_window.change.loss_message`).
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from typing import Final
 
 from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
-from gpuheal.core import context_change
-from gpuheal.core.engine import Finding
+from gpuheal.core.issue import Finding
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
+from gpuheal.rules.context_window import change as context_change
 from gpuheal.rules.context_window.memory import REMEMBER
 from gpuheal.signals import Need, Signal, needs
 
@@ -110,5 +110,5 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     )
 
 
-# advice; a context change's perf loss is told once per change by ``bench`` (core/context_change), never reminded
+# advice; a context change's perf loss is told once per change by ``bench`` (``change.py``), never reminded
 REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True, remind=False)

@@ -4,7 +4,7 @@ keeps the rows (:mod:`gpuheal.core.memory`).
 Each poll reads ``n_ctx`` (per slot) from llama-server's ``GET /props`` (Lesson L3: the running state,
 not the config). A value that differs from the last one known is a context change, recorded with its
 target (the GPU's baseline tok/s now) and left pending for its re-benchmark
-(:mod:`gpuheal.core.context_change`, which types the rows: ``bench`` reads and updates them). The
+(:mod:`gpuheal.rules.context_window.change`, which types the rows: ``bench`` reads and updates them). The
 first sighting is not a change; a poll that does not know ``n_ctx`` (server down, restarting, a
 fault, garbage) changes nothing, so a restart that keeps ``n_ctx`` is not a change either.
 """
@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from gpuheal.core.context_change import MEMORY_KEY, ContextChange, ContextRow, known_n_ctx, pending
-from gpuheal.core.memory import Remember, number
+from gpuheal.core.memory import number
+from gpuheal.core.remember import Remember
+from gpuheal.parse.llama_metrics import known_n_ctx
+from gpuheal.rules.context_window.change import MEMORY_KEY, ContextChange, ContextRow, pending
 
 if TYPE_CHECKING:
     from gpuheal.core.view import FleetView

@@ -34,7 +34,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from gpuheal.core.memory import Memory, Remember, number, whole
+from gpuheal.core.memory import Memory, number, whole
+from gpuheal.core.remember import Remember
 from gpuheal.core.taskloop import classify
 from gpuheal.model import ENDPOINT_LOADING
 

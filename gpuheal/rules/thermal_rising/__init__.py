@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from gpuheal.core.engine import IssueRecord
+from gpuheal.core.issue import IssueRecord
 from gpuheal.core.remedy import Incident, Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from gpuheal.core.memory import Remember, number
+from gpuheal.core.memory import number
+from gpuheal.core.remember import Remember
 from gpuheal.rules.thermal_warning import current_temp, rise
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import Final
 
 from gpuheal.config.model import RemedyParams
 from gpuheal.core import timing
-from gpuheal.core.engine import Finding, IssueRecord
+from gpuheal.core.issue import Finding, IssueRecord
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.trend import Fit

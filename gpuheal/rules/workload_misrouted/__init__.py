@@ -17,7 +17,7 @@ from typing import Final
 
 from gpuheal.config.model import EngineParams, Role
 from gpuheal.core import routing
-from gpuheal.core.engine import Finding
+from gpuheal.core.issue import Finding
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from gpuheal.core import routing, timing
-from gpuheal.core.memory import Memory, Remember, number, whole
+from gpuheal.core.memory import Memory, number, whole
+from gpuheal.core.remember import Remember
 from gpuheal.core.routing import Reading
 
 if TYPE_CHECKING:

@@ -42,11 +42,9 @@ from typing import Any
 
 from gpuheal.core import rebench
 from gpuheal.core.memory import Memory, number
+from gpuheal.parse.llama_metrics import known_n_ctx
 
 MEMORY_KEY = "context"
-# The largest per-slot context believed: 2**27 tokens (134 M) is far beyond any model's n_ctx_train
-# today (10 M is the longest advertised); a bigger number is garbage, "not known".
-MAX_N_CTX = 1 << 27
 
 PENDING = "pending"
 VERIFIED = "verified"
@@ -83,16 +81,6 @@ class Verdict:
     @property
     def is_news(self) -> bool:
         return self.state != self.previous
-
-
-def known_n_ctx(value: object) -> int | None:
-    """A context size gpuheal believes: a whole number in 1..``MAX_N_CTX`` (``2048.0`` counts);
-    anything else — missing, 0, negative, fractional, a string, a bool, huge — is not known."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    if value != value or value < 1 or value > MAX_N_CTX or value != int(value):
-        return None
-    return int(value)
 
 
 # --------------------------------------------------------------------------- the remembered rows

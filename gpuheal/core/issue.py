@@ -1,0 +1,157 @@
+"""One issue as a rule and the issue book see it: what a rule found this poll (:class:`Finding`) and an
+open issue's record in the book (:class:`IssueRecord`, in its :class:`IssueState`), and an issue as
+reported, ``verifying`` while its remediation is verified (:func:`reported`). Pure.
+
+Below both the ``Rule`` protocol (:mod:`gpuheal.core.rule`: ``detect`` returns a finding, ``hold`` and
+``recovered`` read the record) and the engine that advances the records
+(:mod:`gpuheal.core.engine`: its transition table is the only way a record's state changes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from gpuheal.clock import format_epoch
+from gpuheal.core import timing
+from gpuheal.core.view import epoch_or_none
+
+if TYPE_CHECKING:
+    from gpuheal.core.view import FleetView, Verifying
+
+# reported only, while a remediation is verified (contract "Issue state after a remediation"); never
+# stored in the book
+VERIFYING = "verifying"
+
+
+class IssueState(StrEnum):
+    """An open issue's state in the book (a ``str``: it is written and compared as its text)."""
+
+    PENDING = "pending"
+    FIRING = "firing"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What a rule saw: the evidence (units in the names) and one human line.
+
+    ``started_at`` (epoch s) when the rule knows better than "the first poll that saw it" when the
+    condition began (Rule 5: the breaker's ``opened_at``); ``since`` then follows it.
+    """
+
+    detected: dict[str, Any]
+    summary: str
+    started_at: float | None = None
+
+
+@dataclass(slots=True)
+class IssueRecord:
+    """One open issue in the book. Mutable: one poll's pass advances it in place (``hits``,
+    ``clear_hits``, ``last_s``, the latest evidence); its state changes only through
+    :meth:`gpuheal.core.engine._Pass.transition` and
+    :data:`gpuheal.core.engine.TRANSITIONS`."""
+
+    gpu: str
+    issue: str
+    severity: str
+    state: IssueState
+    since_s: float  # when the condition began (epoch s)
+    fired_at: str | None = None  # ISO text, as reported
+    detected: dict[str, Any] = field(default_factory=dict)
+    summary: str = ""
+    hits: int = 0  # consecutive polls its finding held
+    clear_hits: int = 0  # consecutive polls it recovered (firing only)
+    last_s: float | None = None  # the last poll that saw it still broken
+
+    @property
+    def key(self) -> str:
+        return f"{self.gpu}|{self.issue}"
+
+    @property
+    def since(self) -> str:
+        return format_epoch(self.since_s)
+
+    def public(self) -> dict[str, Any]:
+        """The issue as reported (gpu-health ``issues``; contract)."""
+        return {
+            "gpu": self.gpu,
+            "issue": self.issue,
+            "severity": self.severity,
+            "state": str(self.state),
+            "since": self.since,
+            "fired_at": self.fired_at,
+            "detected": self.detected,
+            "summary": self.summary,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.public(), "since_s": self.since_s, "hits": self.hits, "clear_hits": self.clear_hits,
+                "last_s": self.last_s}
+
+    @classmethod
+    def from_json(cls, key: str, data: Any) -> IssueRecord | None:
+        """A stored record, or ``None`` when it is malformed (dropped, never raised). ``since_s``
+        is the truth; the stored ISO ``since`` is derived from it."""
+        if not isinstance(data, dict):
+            return None
+        gpu, issue, since_s, hits = data.get("gpu"), data.get("issue"), data.get("since_s"), data.get("hits")
+        if not (isinstance(gpu, str) and isinstance(issue, str) and key == f"{gpu}|{issue}"):
+            return None
+        if data.get("state") not in tuple(IssueState) or not isinstance(data.get("severity"), str):
+            return None
+        if not isinstance(since_s, int | float) or isinstance(since_s, bool):
+            return None
+        if not isinstance(hits, int) or isinstance(hits, bool):
+            return None
+        clear_hits, fired_at = data.get("clear_hits"), data.get("fired_at")
+        detected, summary = data.get("detected"), data.get("summary")
+        return cls(
+            gpu=gpu,
+            issue=issue,
+            severity=data["severity"],
+            state=IssueState(data["state"]),
+            since_s=float(since_s),
+            fired_at=fired_at if isinstance(fired_at, str) else None,
+            detected=detected if isinstance(detected, dict) else {},
+            summary=summary if isinstance(summary, str) else "",
+            hits=hits,
+            clear_hits=clear_hits if isinstance(clear_hits, int) and not isinstance(clear_hits, bool) else 0,
+            last_s=float(data["last_s"]) if _number(data.get("last_s")) else None,
+        )
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
+    """``issue`` (public shape) as reported while its remediation is verified: the numbers it
+    was detected with are the state *before* the action, never presented as current."""
+    if issue.get("state") == VERIFYING:
+        return issue
+    what = "+".join(v.actions) or "remediation"
+    return {
+        **issue,
+        "state": VERIFYING,
+        "detected": {
+            "verifying": what,
+            "acted_at": format_epoch(v.acted_s),
+            "verifying_until": format_epoch(v.judge_from_s),
+            "before_action": issue.get("detected") or {},
+        },
+        "summary": f"{what} at {format_epoch(v.acted_s)} passed its own checks; verifying until "
+        f"{format_epoch(v.judge_from_s)} (before: {issue.get('summary', '')})",
+    }
+
+
+def reported(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
+    """The public issue; ``verifying`` while its remediation waits for a poll that can judge it."""
+    public = rec.public()
+    v = view.restarts.verifying.get((rec.gpu, rec.issue))
+    if v is None or rec.state != IssueState.FIRING or rec.since != v.since:
+        return public
+    seen_s = epoch_or_none(rec.last_s) or 0.0  # the last poll that saw it still broken
+    if timing.at_least(seen_s - v.judge_from_s, 0.0, view.tolerance_s):
+        return public  # seen still broken from judge_from on: firing again (heal fails the attempt)
+    return verifying_issue(public, v)
