@@ -367,6 +367,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--litellm", action="store_true",
                     help="a real LiteLLM in front: each faulted server in a model group with a healthy twin")
     ap.add_argument("--proxy-timeout-s", type=float, default=30.0, help="a user's timeout through LiteLLM")
+    ap.add_argument("--no-drain", action="store_true",
+                    help="with --litellm: gpuheal is not told LiteLLM's config file (no drain first): LiteLLM alone "
+                    "routes around the fault")
     ap.add_argument("--litellm-router", type=json.loads, default=None,
                     help="LiteLLM router_settings as JSON (default: benchmarks/drill_litellm.py's)")
     ap.add_argument("--no-heal", action="store_true", help="baseline: `heal` without --apply")
@@ -440,7 +443,7 @@ def execute(args: argparse.Namespace, run_dir: Path, seed: int) -> dict:
             proxy = start_litellm(args, run_dir, ports)
             env["LITELLM_MASTER_KEY"] = proxy.master_key
         write_config(run_dir / "gpuheal.yaml", ports, sup.socket_path, zulip.port,
-                     gpuheal_litellm(proxy) if proxy else None)
+                     gpuheal_litellm(proxy, drain=not args.no_drain) if proxy else None)
         gh = Gpuheal(run_dir / "gpuheal.yaml", run_dir / "state", not args.no_heal, env)
         for _ in range(BUSY_CLIENTS):
             threading.Thread(target=busy_load, args=(ports["busy"], stop, run), daemon=True).start()
@@ -481,10 +484,10 @@ def router_settings(args: argparse.Namespace) -> dict:
     return ROUTER_SETTINGS if args.litellm_router is None else args.litellm_router
 
 
-def gpuheal_litellm(proxy) -> dict:
+def gpuheal_litellm(proxy, drain: bool) -> dict:
     import drill_litellm
 
-    return drill_litellm.gpuheal_litellm(proxy)
+    return drill_litellm.gpuheal_litellm(proxy, drain)
 
 
 def start_litellm(args: argparse.Namespace, run_dir: Path, ports: dict[str, int]):
@@ -496,6 +499,7 @@ def start_litellm(args: argparse.Namespace, run_dir: Path, ports: dict[str, int]
 def settings(args: argparse.Namespace) -> dict:
     """What every run of one invocation shares (the JSON's head and each table's title line)."""
     return {"mode": "no-heal" if args.no_heal else "heal --apply", "wake": False, "litellm": args.litellm,
+            "drain_first": args.litellm and not args.no_drain,
             "litellm_router": router_settings(args) if args.litellm else None,
             "cycles": args.cycles, "cadence_s": args.cadence_s, "fault_cycle": args.fault_cycle,
             "stop_timeout_s": args.stop_timeout_s, "restart_kill_signal": args.restart_kill_signal,

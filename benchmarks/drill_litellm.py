@@ -131,10 +131,13 @@ def wait_alive(url: str, within_s: float) -> bool:
     return False
 
 
-def gpuheal_litellm(proxy: Proxy) -> dict[str, Any]:
-    """gpuheal's ``litellm:`` block: drain first through the config file and the launcher."""
-    return {"url": proxy.url, "timeout_s": 10, "config_file": str(proxy.config_file),
-            "restart_command": proxy.restart_command, "reload_wait_s": READY_S}
+def gpuheal_litellm(proxy: Proxy, drain: bool = True) -> dict[str, Any]:
+    """gpuheal's ``litellm:`` block: drain first through the config file and the launcher (``drain``), or
+    only the proxy's url (``--no-drain``: LiteLLM alone routes around the fault)."""
+    block: dict[str, Any] = {"url": proxy.url, "timeout_s": 10}
+    if drain:
+        block.update(config_file=str(proxy.config_file), restart_command=proxy.restart_command, reload_wait_s=READY_S)
+    return block
 
 
 def post_via_proxy(url: str, master_key: str, group: str, timeout_s: float) -> tuple[bool, str]:

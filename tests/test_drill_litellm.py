@@ -44,3 +44,11 @@ def test_the_direct_drill_has_no_litellm_to_drain_through(tmp_path):
     path = tmp_path / "gpuheal.yaml"
     drill.write_config(path, {"hang": 4001, "control-1": 4003}, tmp_path / "sup.sock", 4100)
     assert config_step(load_config(path)) is None
+
+
+def test_no_drain_leaves_routing_to_litellm_alone(tmp_path):
+    path = tmp_path / "gpuheal.yaml"
+    drill.write_config(path, {"hang": 4001, "hang-twin": 4002}, tmp_path / "sup.sock", 4100,
+                       drill_litellm.gpuheal_litellm(proxy(tmp_path), drain=False))
+    cfg = load_config(path)
+    assert config_step(cfg) is None and cfg.litellm.url == "http://127.0.0.1:4999"
