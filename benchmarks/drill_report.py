@@ -160,7 +160,8 @@ def table(result: dict) -> str:
     proxy = any("proxy_failed" in s for s in result["servers"].values())
     woken = "cron and wake" if result.get("wake") else "cron only"
     rows = [f"drill: {result['mode']}, {result['cycles']} cycles every {result['cadence_s']} s ({woken}"
-            f"{', a real LiteLLM in front' if result.get('litellm') else ''}), faults before cycle "
+            f"{', a real LiteLLM in front' if result.get('litellm') else ''}"
+            f"{' (drain first)' if result.get('drain_first') else ''}), faults before cycle "
             f"{result['fault_cycle']}, stop timeout {result['stop_timeout_s']} s, restart kill signal "
             f"{result.get('restart_kill_signal', 'TERM')}",
             f"{'server':15} {'fault':18} {'inject s':>8} {'pend':>4} {'fire':>4} {'restarts (t s, stop)':24} "

@@ -330,6 +330,44 @@ def test_second_run_gets_the_lock_when_the_first_releases_in_time(tmp_path):
     assert 0.25 <= took < 2
 
 
+def test_a_released_lock_is_free_and_resume_says_whether_another_run_held_it(tmp_path):
+    """Issue 28: the in-run confirmation waits without the lock. resume() is True only when nobody held it
+    meanwhile (the lock file still bears this run's stamp); a real second process that took it -> False."""
+    store = StateDir(tmp_path, lock_wait_s=0)
+    store.open()
+    try:
+        store.release()
+        assert store.resume(0) is True  # nobody came
+        store.release()
+        fd = hold_lock(tmp_path)  # a lock check without a stamp (the doctor's): it reads, writes nothing
+        os.close(fd)
+        assert store.resume(0) is True
+        store.release()
+        other = subprocess.run([sys.executable, "-c", "import sys; from gpuheal.state.store import StateDir\n"
+                                "with StateDir(sys.argv[1], 0): pass", str(tmp_path)], capture_output=True, text=True,
+                               timeout=60)
+        assert other.returncode == 0, other.stderr  # the lock was free for a real second process
+        assert store.resume(0) is False  # and this run learns it
+        assert store.resume(0) is True  # already held: nothing to take back
+    finally:
+        store.close()
+
+
+def test_resume_waits_for_a_held_lock_then_gives_up(tmp_path):
+    store = StateDir(tmp_path, lock_wait_s=0)
+    store.open()
+    store.release()
+    fd = hold_lock(tmp_path)
+    try:
+        started = time.monotonic()
+        with pytest.raises(StateLockedError):
+            store.resume(0.3)
+        assert 0.3 <= time.monotonic() - started < 2.0
+    finally:
+        os.close(fd)
+        store.close()
+
+
 def write_dead_fleet_config(tmp_path: Path, monitor_url: str, lock_wait_s: float, timeout_s: float = 1.0) -> Path:
     cfg = fleet_config(monitor_url, [("g1", "h1", closed_url())], timeout_s=timeout_s, lock_wait_s=lock_wait_s)
     return write_config(tmp_path / "gpuheal.yaml", cfg)

@@ -98,6 +98,8 @@ class StateDir:
         self.warnings: list[str] = []
         self._lock_fd: int | None = None
         self._run_id: str | None = None
+        self._stamp = ""  # "pid token" written into the lock file by this holder (see resume)
+        self._released = False
 
     # ------------------------------------------------------------------ lock
     def __enter__(self) -> StateDir:
@@ -115,8 +117,13 @@ class StateDir:
             raise GpuhealError(
                 f"cannot use state directory {self.path}: {exc.strerror} (set --state-dir)"
             ) from None
+        self._lock(self.lock_wait_s)
+
+    def _lock(self, wait_s: float) -> str:
+        """Take the lock (waiting up to ``wait_s``), stamp the lock file with this holder (pid and a fresh
+        token) and return the stamp it held before: the last holder's."""
         fd = os.open(self.path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
-        deadline = time.monotonic() + self.lock_wait_s
+        deadline = time.monotonic() + wait_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -129,13 +136,33 @@ class StateDir:
                     os.close(fd)
                     raise StateLockedError(
                         f"state directory {self.path} is locked by another gpuheal run "
-                        f"(waited {self.lock_wait_s:g} s); not acting"
+                        f"(waited {wait_s:g} s); not acting"
                     ) from None
                 time.sleep(0.05)
+        before = os.pread(fd, 200, 0).decode("ascii", "replace")
+        self._stamp = f"{os.getpid()} {os.urandom(8).hex()}\n"
         os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        os.pwrite(fd, self._stamp.encode(), 0)
         self._lock_fd = fd
         self._remove_stale_temp_files()
+        return before
+
+    def release(self) -> None:
+        """Let another run take the lock while this one only waits (issue 28: the in-run confirmation's
+        sleeps). Whatever this run must keep is written first, by the caller; :meth:`resume` takes it back."""
+        if self._lock_fd is not None:
+            self.close()
+            self._released = True
+
+    def resume(self, wait_s: float) -> bool:
+        """Take the lock back after :meth:`release`, waiting up to ``wait_s`` (past it
+        :class:`StateLockedError`). True when no other run held it meanwhile — the lock file still bears
+        this run's stamp, which every holder replaces with its own — so what this run read of the state
+        is still the state; False when one did: it saw the state and may have acted on it."""
+        if not self._released:
+            return True
+        self._released, mine = False, self._stamp
+        return self._lock(wait_s) == mine
 
     def _remove_stale_temp_files(self) -> None:
         """A run killed between creating its temp file and the rename leaves ``.NAME.PID.tmp``;

@@ -14,9 +14,16 @@ Time: the probes are stamped on the run's clock (the poll's ``at``) plus the sec
 the loop began (``Clock.now``, monotonic; injectable with ``Clock.sleep`` so tests run in no time).
 The check's own seconds before the loop are not counted: the evidence is never longer than it was.
 
-The state lock (``state.lock_wait_s``) is held throughout, as for the rest of the run: the book the
-probes advance and the attempt that acts on them must be one run's. The budget bounds it: a run that
-starts meanwhile waits ``lock_wait_s`` and then exits, acting on nothing (contract "Exit codes": 3).
+The state lock is not held while the loop only waits and probes (up to ``confirm_budget_s``): it is
+what a run must hold to read the state and act on it, and here there is nothing to write until the
+loop ends. So before the loop the run writes what it must keep (``keep``: heal's books — the drain just
+done, its alerts) and releases the lock; another run may take it meanwhile (cron's next minute behind a
+slow drain, a wake, an operator's ``pause``). After the loop the run takes it back (waiting
+``state.lock_wait_s``, else exit 3 acting on nothing) and goes on only if no other run held it
+meanwhile (:meth:`gpuheal.state.store.StateDir.resume`: the lock file still bears this run's stamp), so
+what it read — the issue book, the attempts, the drain — is still the state. If one did, that run saw
+the fault and the state, and acted or will act on it; this run acts on nothing (:class:`Overtaken`):
+nothing is done twice, and no run's writes are lost under another's.
 """
 
 from __future__ import annotations
@@ -36,6 +43,10 @@ from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
 Prober = Callable[[Config, Collection[str], Collection[str]], dict[str, GpuSample]]
+
+
+class Overtaken(Exception):
+    """Another run held the state lock while this one confirmed without it: this run acts on nothing."""
 
 
 @dataclass(frozen=True)
@@ -76,9 +87,12 @@ def suspects(result: Any, only: tuple[str, ...]) -> dict[str, GpuWatch]:
             if alias not in firing and alias not in ev.muted}  # fmt: skip
 
 
-def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None) -> Any:
+def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None,
+        keep: Callable[[], None] | None = None) -> Any:  # fmt: skip
     """``result`` (``check``'s) after confirming its hard faults within the run: the issues that fired
-    on the probes' evidence are firing in it (and in ``issues.json``), each with ``detected["probes"]``."""
+    on the probes' evidence are firing in it (and in ``issues.json``), each with ``detected["probes"]``.
+    The loop runs without the state lock (``keep`` first writes what the caller must keep); raises
+    :class:`Overtaken` when another run held the lock meanwhile."""
     from gpuheal.sources.gpu_source import gpu_source
 
     budget_s, interval_s = cfg.heal.confirm_budget_s, cfg.heal.confirm_interval_s
@@ -93,7 +107,13 @@ def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, p
     book = load_book(store.read(files.ISSUES, None))
     restarts = Restarts.from_heal_state(normalise_state(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
     loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe)
+    if keep is not None:
+        keep()
+    store.release()  # waiting and probing need no lock; another run may take it meanwhile
     watches = loop.watch(watches, budget_s, interval_s)
+    if not store.resume(cfg.state.lock_wait_s):
+        raise Overtaken(f"another gpuheal run held the state while this one confirmed {', '.join(sorted(watches))} "
+                        "between probes: it saw the fault and acts on it; this run acts on nothing")
     if not loop.evaluations:
         return result
     _annotate(book, watches, only)

@@ -46,7 +46,8 @@ class Heal:
     """One heal run. Holds the run's books (:class:`Ledger`) while it works on them."""
 
     def __init__(self, cfg: Config, store: StateDir, now: datetime, apply: bool, runner: Runner | None = None,
-                 verify: Verifier | None = None, clock: confirm.Clock | None = None) -> None:  # fmt: skip
+                 verify: Verifier | None = None, clock: confirm.Clock | None = None,
+                 probe: confirm.Prober | None = None) -> None:  # fmt: skip
         from gpuheal.credentials import secrets_for
 
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
@@ -55,7 +56,7 @@ class Heal:
         self.records = Records(store, {i: r.state_file for i, r in REMEDIES.items() if r.state_file})
         self.warnings: list[str] = []
         self.tol = timing.TOLERANCE_S  # until this run's evaluation says the history's own
-        self.clock = clock  # the in-run confirmation's clock and sleep (tests: jittered, instant)
+        self.clock, self.probe = clock, probe  # the in-run confirmation's clock, sleep, re-probe (tests' own)
 
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
@@ -63,7 +64,15 @@ class Heal:
         result = self._check(gpu_filter)
         drain.first(self.ledger, self.effects, self.cfg, result, self.apply, gpu_filter)  # out of routing first
         if self.apply:  # a hard fault seen: re-probe it and act in this run once its hold is met (issue 28)
-            result = confirm.run(self.cfg, self.store, result, self.clock)
+            try:  # without the state lock while it waits: the books this run keeps are written first
+                result = confirm.run(self.cfg, self.store, result, self.clock, self.probe, self._keep)
+            except confirm.Overtaken as exc:  # another run held the state meanwhile: it acts, this one not
+                self.effects.close()
+                self.warnings = [*result.obs.warnings, str(exc)]
+                return dict(result.health)
+            except BaseException:
+                self.effects.close()
+                raise
         open_now = {(i["gpu"], i["issue"]): i for i in result.issues}
         # An inhibited issue (model-stuck while gpu-monitor is down) is still open, only hidden:
         # never judged resolved on the absence of data, and a hidden thermal issue keeps the load shed.
@@ -97,6 +106,11 @@ class Heal:
         check.save_health(self.store, doc)
         self.warnings = list(result.obs.warnings)
         return health
+
+    def _keep(self) -> None:
+        """What this run must keep before it lets another take the lock: its books (the drain just done)."""
+        self.ledger.save()
+        self.ledger.save_alerts()
 
     def _check(self, gpu_filter: str | None) -> Any:
         """This run's fresh data: ``check``'s poll (smi sensing over SSH shares the run's logins)."""
