@@ -19,7 +19,7 @@ def render_trend(doc: dict[str, Any], history, now_s: float, cfg) -> None:
 
     rows = []
     for alias, trend in doc["vram_trend"].items():
-        window_s = cfg.rule_record(vram_leak.Params, cfg.rule_params(vram_leak.ID, alias)).window_h * 3600
+        window_s = cfg.params_as(vram_leak.Params, vram_leak.ID, alias).window_h * 3600
         cols = history.raw.get(alias)
         vram_spark = temp_spark = ""
         if cols and cols["t"]:

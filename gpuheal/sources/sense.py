@@ -221,9 +221,10 @@ def _spend(cfg: Config, now_s: float):
     """Rule 10's window of LiteLLM's spend logs, tallied per GPU against its role (issue 22)."""
     from gpuheal.core.routing import Deployment, tally
     from gpuheal.credentials import env_or_dotenv
+    from gpuheal.rules import workload_misrouted
     from gpuheal.sources.litellm_spend import fetch_spend
 
-    window_s = float(cfg.rules["workload-misrouted"]["window_s"])
+    window_s = cfg.params_as(workload_misrouted.Params, workload_misrouted.ID).window_s
     key = env_or_dotenv(cfg.litellm.admin_key_env, cfg.path)
     got = fetch_spend(cfg.litellm.url, key, now_s - window_s, now_s, deadline_s=2 * cfg.litellm.timeout_s,
                       max_rows=cfg.litellm.spend_logs_max_rows)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
@@ -202,8 +202,7 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
     out: dict[str, Any] = {}
     for r in (r for r in results if r["gpu"] in took):
         mark, gpu = took[r["gpu"]], r["gpu"]
-        within = cfg.rule_params(mark["issue"], gpu).get("recovered_within_ratio")
-        floor = 1 - within if isinstance(within, int | float) and not isinstance(within, bool) else None
+        floor = rebench_floor_ratio(cfg, mark["issue"], gpu)
         out[gpu] = rebench.proof(mark, r, regressions.get(gpu, {}).get("baseline_tok_sec"), floor)
         verdict = {True: "resolved", False: "failed"}.get(out[gpu]["within_threshold"], "pending")
         run_id = mark.get("attempt") if is_run_id(mark.get("attempt")) else store.run_id(now)  # the fix's run
@@ -215,6 +214,25 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
         if verdict == "failed":  # the next heal fails the attempt this was verifying
             store.write(files.REBENCH, rebench.with_failure(store.read(files.REBENCH, {}), gpu, mark, now.timestamp()))
     return out
+
+
+@runtime_checkable
+class RecoveredWithin(Protocol):
+    """A rule's parameters that say when a re-benchmark proves its fix: back within this share of the
+    baseline (Rule 4: "Benchmark returns to within 10% of baseline")."""
+
+    @property
+    def recovered_within_ratio(self) -> float: ...
+
+
+def rebench_floor_ratio(cfg: Config, issue: str, gpu: str) -> float | None:
+    """The share of the baseline a re-benchmark for ``issue`` must reach, from the rule's typed
+    parameters; ``None`` when the issue is no rule's or its rule has no such parameter."""
+    from gpuheal.rules import BY_ID
+
+    rule = BY_ID.get(issue)
+    params = None if rule is None else cfg.params_as(rule.Params, issue, gpu)
+    return 1 - params.recovered_within_ratio if isinstance(params, RecoveredWithin) else None
 
 
 # --------------------------------------------------------------------------- state readers
