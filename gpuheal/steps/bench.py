@@ -41,6 +41,7 @@ from gpuheal.state.store import StateDir, is_run_id
 if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
     from gpuheal.core.rule import Rule
     from gpuheal.render.bench import Progress
+    from gpuheal.runtime import CommandResult, Runtime
 
 
 @dataclass
@@ -166,7 +167,7 @@ def run(
     )
 
 
-def command(rt, store: StateDir, gpu: str | None = None):
+def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResult:
     """CLI adapter: progress on a terminal (stderr, never stdout), then the document or a table."""
     from gpuheal import exit_codes
     from gpuheal.render.bench import ProgressBar
@@ -188,7 +189,9 @@ def command(rt, store: StateDir, gpu: str | None = None):
     )
 
 
-def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, regressions: dict) -> dict[str, Any]:
+def rebench_proofs(
+    cfg: Config, store: StateDir, now: datetime, results: list[dict[str, Any]], regressions: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Take the re-benchmark marks of the GPUs benchmarked now (``rebench.json``, set by ``heal``
     after a fix only a benchmark can prove) and write what each result proved to the audit trail,
     under the run id of the heal run that applied the fix — this run's when the mark has none in the
