@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,7 +18,10 @@ from gpuheal import __version__, exit_codes
 from gpuheal.errors import GpuhealError, one_line
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gpuheal.command import GlobalOptions
+    from gpuheal.runtime import CommandResult, Runtime
 
 app = typer.Typer(
     name="gpuheal",
@@ -78,13 +81,13 @@ def _main(
     ctx.obj = GlobalOptions(config=config, state_dir=state_dir, metrics_file=metrics_file)
 
 
-def _runtime(ctx: typer.Context, json_out: bool, uses_state: bool = True):
+def _runtime(ctx: typer.Context, json_out: bool, uses_state: bool = True) -> Runtime:
     from gpuheal.command import build_runtime
 
     return build_runtime(_options(ctx), json_out, uses_state)
 
 
-def _run_step(ctx: typer.Context, json_out: bool, step, **options) -> None:
+def _run_step(ctx: typer.Context, json_out: bool, step: Callable[..., CommandResult], **options: Any) -> None:
     """Open the state under its lock, run the step, print, export metrics, exit with its code."""
     from gpuheal.command import run_step
 

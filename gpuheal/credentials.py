@@ -101,7 +101,8 @@ def declared(cfg: Any) -> list[tuple[Any, Secret]]:
     from gpuheal.source_kinds import REGISTRY
 
     sections = getattr(cfg, "sections", {}) or {}
-    out = [(sections.get(k.section) if k.section else None, s) for k in (*REGISTRY, *SINKS) for s in k.secrets]
+    owners = [(k.section, k.secrets) for k in REGISTRY] + [(k.section, k.secrets) for k in SINKS]
+    out = [(sections.get(section) if section else None, s) for section, secrets in owners for s in secrets]
     return out + [(getattr(cfg, "litellm", None), s) for s in LITELLM_SECRETS]
 
 

@@ -23,9 +23,13 @@ import logging
 import os
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.state import files
+
+if TYPE_CHECKING:
+    from gpuheal.config.model import Config
+    from gpuheal.state.store import StateDir
 
 log = logging.getLogger("gpuheal")
 
@@ -60,7 +64,7 @@ def node_for(record: dict[str, Any], secrets: tuple[str, ...] = ()) -> dict[str,
     }
 
 
-def kg_file(cfg, state_dir: Path) -> Path:
+def kg_file(cfg: Config, state_dir: Path) -> Path:
     configured = (cfg.knowledge_graph or {}).get("file")
     if not configured:
         return state_dir / files.KG_LOG
@@ -154,7 +158,9 @@ def post_nodes(url: str, nodes: list[dict[str, Any]], timeout_s: float) -> tuple
     return posted, None
 
 
-def sync(cfg, store, now: datetime | None = None, secrets: tuple[str, ...] | None = None) -> dict[str, Any]:
+def sync(
+    cfg: Config, store: StateDir, now: datetime | None = None, secrets: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """Bring the knowledge graph up to date with the audit trail. Never raises for IO trouble:
     problems come back as ``warnings`` (the caller's run goes on)."""
     if secrets is None:

@@ -36,11 +36,16 @@ import logging
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.core.engine import FIRING
 from gpuheal.core.issue import VERIFYING
 from gpuheal.ids import ISSUE_IDS
+
+if TYPE_CHECKING:
+    from gpuheal.core.mttr import Histogram
+    from gpuheal.runtime import Runtime
+    from gpuheal.state.store import StateDir
 
 log = logging.getLogger("gpuheal")
 
@@ -72,7 +77,7 @@ class Exposition:
             label_text = "{" + ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items()) + "}"
         family[2].append(f"{name}{label_text} {_format_value(value)}")
 
-    def add_histogram(self, name: str, help_text: str, hist, labels: dict[str, Any]) -> None:
+    def add_histogram(self, name: str, help_text: str, hist: Histogram, labels: dict[str, Any]) -> None:
         """One labelled histogram (:class:`gpuheal.core.mttr.Histogram`): ``_bucket``s, ``_sum``, ``_count``."""
         family = self._families.setdefault(name, (help_text, "histogram", []))
         base = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
@@ -117,7 +122,7 @@ def _num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def render(rt, store) -> str:
+def render(rt: Runtime, store: StateDir) -> str:
     """The whole exposition: gpuheal itself, the fleet status, the issues, the GPUs, the alerts."""
     from gpuheal import benchdata
     from gpuheal.state import files
@@ -142,7 +147,7 @@ def render(rt, store) -> str:
     return ex.text()
 
 
-def _add_mttr(ex: Exposition, store) -> None:
+def _add_mttr(ex: Exposition, store: StateDir) -> None:
     """``gpuheal_time_to_resolve_seconds`` per issue, from the resolved records of the audit trail."""
     from gpuheal.core.mttr import histogram, resolve_times
     from gpuheal.steps.report import audit_records
@@ -264,7 +269,7 @@ def _add_gpus(ex: Exposition, gpus: dict[str, dict[str, Any]], bench: dict[str, 
         ex.add("gpuheal_gpu_baseline_tokens_per_second", "", _num(g["baseline_tok_s"]), lab)
 
 
-def write_metrics(rt, store, path: Path) -> None:
+def write_metrics(rt: Runtime, store: StateDir, path: Path) -> None:
     """Write the textfile; a failure is a warning on stderr, never the command's failure."""
     from gpuheal.credentials import secrets_for
     from gpuheal.redact import redact_text

@@ -16,6 +16,7 @@ a handful of tuples, not 1,000 dicts (the 1000-GPU check: <= 200 MB). Pure: no I
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 # Provenance: ((request, (field, ...)), ...), in the order the values were written
@@ -59,7 +60,7 @@ class Origins:
         self.values: dict[str, Any] = {}
         self.by: dict[str, str] = {}
 
-    def put(self, request: str, new: dict[str, Any]) -> None:
+    def put(self, request: str, new: Mapping[str, Any]) -> None:
         """``new``'s values, all from ``request`` (a later writer of a field replaces an earlier one)."""
         self.values.update(new)
         for key in new:

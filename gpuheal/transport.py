@@ -38,10 +38,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, NoReturn, Protocol
 
 from gpuheal.config.model import SSH_PORT, HealConfig
 from gpuheal.errors import GpuhealError
+
+if TYPE_CHECKING:
+    import paramiko
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +202,10 @@ class _Capped:
             return bytes(self.buf).decode("utf-8", "replace")
 
 
-def _outcome(argv, *, start, rc=None, out=None, err=None, **kw) -> CommandOutcome:
+def _outcome(
+    argv: Sequence[str], *, start: float, rc: int | None = None, out: _Capped | None = None,
+    err: _Capped | None = None, **kw: Any,
+) -> CommandOutcome:
     return CommandOutcome(
         argv=list(argv),
         rc=rc,
@@ -212,8 +218,11 @@ def _outcome(argv, *, start, rc=None, out=None, err=None, **kw) -> CommandOutcom
 
 
 class Transport(Protocol):
-    kind: str
-    host: str | None
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def host(self) -> str | None: ...
 
     def run(self, argv: Sequence[str], timeout_s: float, input: str | None = None) -> CommandOutcome: ...
 
@@ -252,7 +261,7 @@ class LocalTransport:
             return _outcome(argv, start=start, error=CANNOT_RUN, detail=f"{argv[0]}: {exc.strerror}")
         log.debug("local: started %s (pid %d)", argv[0], proc.pid)
         out, err = _Capped(), _Capped()
-        if input is not None:
+        if input is not None and proc.stdin is not None:  # a pipe whenever there is input
             _writer(proc.stdin, input.encode("utf-8"))
         rc = _collect(proc, out, err, start + timeout_s)
         if rc is None:
@@ -270,7 +279,7 @@ class LocalTransport:
         pass
 
 
-def _pipe_thread(name: str, work, stream) -> threading.Thread:
+def _pipe_thread(name: str, work: Callable[[], object], stream: IO[bytes]) -> threading.Thread:
     """Run ``work()`` on a daemon thread, swallowing the pipe errors a dying command causes
     (BrokenPipeError, a closed file), and always close ``stream``."""
 
@@ -290,7 +299,9 @@ def _pipe_thread(name: str, work, stream) -> threading.Thread:
     return t
 
 
-def _collect(proc: subprocess.Popen, out: _Capped, err: _Capped, stop_at: float, last: bool = False) -> int | None:
+def _collect(
+    proc: subprocess.Popen[bytes], out: _Capped, err: _Capped, stop_at: float, last: bool = False
+) -> int | None:
     """Read the command's stdout and stderr until both close, in this thread (no reader threads:
     250 hosts' nvidia-smi at once cost 2 threads each in GIL hand-offs, issue 12 benchmark), and
     reap it → its exit status; ``None`` when ``stop_at`` came first. After the command exits,
@@ -302,7 +313,7 @@ def _collect(proc: subprocess.Popen, out: _Capped, err: _Capped, stop_at: float,
     with selectors.DefaultSelector() as sel:
         for stream, sink in ((proc.stdout, out), (proc.stderr, err)):
             if stream is not None and not stream.closed:
-                sel.register(stream, selectors.EVENT_READ, sink)
+                sel.register(stream, selectors.EVENT_READ, (stream, sink))
         drain_by = math.inf
         while sel.get_map():
             now = time.monotonic()
@@ -312,26 +323,28 @@ def _collect(proc: subprocess.Popen, out: _Capped, err: _Capped, stop_at: float,
                 drain_by = now + _DRAIN_AFTER_EXIT_S
             # wake now and then to see the command exit while a grandchild holds a pipe
             for key, _ in sel.select(min(stop_at, drain_by, now + 0.05) - now):
-                chunk = os.read(key.fileobj.fileno(), _READ_CHUNK)
+                pipe: IO[bytes]
+                pipe, sink = key.data
+                chunk = os.read(pipe.fileno(), _READ_CHUNK)
                 if chunk:
-                    key.data.add(chunk)
+                    sink.add(chunk)
                 else:
-                    sel.unregister(key.fileobj)
-                    key.fileobj.close()
+                    sel.unregister(pipe)
+                    pipe.close()
         if last or proc.poll() is not None:  # else the caller kills it and collects what it writes as it dies
             for key in list(sel.get_map().values()):  # given up on: the command is gone or killed
-                key.fileobj.close()
+                key.data[0].close()
     try:
         return proc.wait(timeout=max(0.0, stop_at - time.monotonic()))
     except subprocess.TimeoutExpired:
         return None
 
 
-def _writer(stream, data: bytes) -> threading.Thread:
+def _writer(stream: IO[bytes], data: bytes) -> threading.Thread:
     return _pipe_thread("gpuheal-input", lambda: stream.write(data), stream)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGTERM the process group, give it KILL_GRACE_S, then SIGKILL whatever is left.
 
     The leader is not reaped until the SIGKILL is sent, so its pid (= the group id) cannot be
@@ -364,6 +377,18 @@ def _signal_group(pgid: int, sig: int) -> None:
 # --------------------------------------------------------------------------- ssh
 
 
+class _Connection(Protocol):
+    """What the SSH transport uses of fabric's ``Connection`` (fabric ships no type information)."""
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    @property
+    def transport(self) -> paramiko.Transport | None: ...
+
+    def close(self) -> None: ...
+
+
 class SshTransport:
     """One SSH connection to one host, opened on first use and reused for every command.
 
@@ -385,8 +410,8 @@ class SshTransport:
         host: str,
         port: int = SSH_PORT,
         user: str | None = None,
-        known_hosts: str | os.PathLike | None = None,
-        key_filename: str | os.PathLike | None = None,
+        known_hosts: str | os.PathLike[str] | None = None,
+        key_filename: str | os.PathLike[str] | None = None,
         connect_timeout_s: float = 10.0,
         *,
         system_known_hosts: bool = False,
@@ -399,7 +424,7 @@ class SshTransport:
         self.connect_timeout_s = float(connect_timeout_s)
         self.system_known_hosts = system_known_hosts or known_hosts is None
         self.connects = 0  # SSH connections opened so far (one per run is the goal)
-        self._conn = None
+        self._conn: _Connection | None = None
         self._failure: tuple[str, str] | None = None  # (error, detail) of a failed connect
 
     def __repr__(self) -> str:
@@ -430,8 +455,8 @@ class SshTransport:
             return self._failure
         return None
 
-    def _open(self):
-        import fabric
+    def _open(self) -> _Connection:
+        import fabric  # type: ignore[import-untyped]  # fabric ships no type information and has no stubs
         import paramiko
 
         # paramiko logs a traceback at ERROR for every failed handshake; gpuheal reports the
@@ -461,7 +486,7 @@ class SshTransport:
             connect_kwargs=connect_kwargs, forward_agent=False,
         )
         try:
-            client = conn.client
+            client: paramiko.SSHClient = conn.client
             # fabric installs AutoAddPolicy; replace it before anything connects.
             client.set_missing_host_key_policy(_strict_policy()[0]())
             keys = client.get_host_keys()
@@ -494,7 +519,8 @@ class SshTransport:
             conn.close()
             raise
         self.connects += 1
-        return conn
+        opened: _Connection = conn
+        return opened
 
     def _classify(self, exc: BaseException, elapsed_s: float = 0.0) -> tuple[str, str]:
         import paramiko
@@ -551,7 +577,7 @@ class SshTransport:
         t0 = time.monotonic()  # the command's own clock starts once connected
         deadline = t0 + timeout_s + REMOTE_BACKSTOP_S
         try:
-            chan = self._conn.transport.open_session(timeout=self.connect_timeout_s)
+            chan = self._session()
         except (paramiko.SSHException, EOFError, OSError) as exc:
             self._close_conn()
             return _outcome(argv, start=start, host=self.host, error=SSH_ERROR,
@@ -581,18 +607,18 @@ class SshTransport:
         if status == -1:
             return _outcome(argv, start=start, host=self.host, out=out, err=err, error=SSH_ERROR,
                             detail="the remote command ended without an exit status (a signal?)")
-        error = detail = None
+        failed: tuple[str, str] | tuple[None, None] = (None, None)
         if status == 127:  # timeout(1) and shells: command not found
-            error, detail = f"not found: {argv[0]}", f"{argv[0]}: not found on {self.host}"
+            failed = f"not found: {argv[0]}", f"{argv[0]}: not found on {self.host}"
         elif status == 126:
-            error, detail = f"not executable: {argv[0]}", f"{argv[0]}: cannot execute on {self.host}"
+            failed = f"not executable: {argv[0]}", f"{argv[0]}: cannot execute on {self.host}"
         result = _outcome(argv, start=start, host=self.host, rc=status, out=out, err=err,
-                          error=error, detail=detail)
+                          error=failed[0], detail=failed[1])
         log.debug("ssh %s: %s exited rc=%s in %.2fs", self.host, argv[0], status, result.elapsed_s)
         return result
 
     @staticmethod
-    def _pump(chan, out: _Capped, err: _Capped, deadline: float) -> tuple[int | None, bool]:
+    def _pump(chan: paramiko.Channel, out: _Capped, err: _Capped, deadline: float) -> tuple[int | None, bool]:
         """Read stdout/stderr until the exit status (plus a short drain) or ``deadline``.
         Returns ``(exit status or None, closed_by_us)``."""
         exited_at: float | None = None
@@ -611,6 +637,15 @@ class SshTransport:
                 chan.close()
                 return None, True
             select.select([chan], [], [], min(0.05, max(0.0, deadline - now)))
+
+    def _session(self) -> paramiko.Channel:
+        """A new channel on the open connection (``connect`` succeeded just before)."""
+        import paramiko
+
+        transport = None if self._conn is None else self._conn.transport
+        if transport is None:
+            raise paramiko.SSHException("the connection has no transport")
+        return transport.open_session(timeout=self.connect_timeout_s)
 
     def close(self) -> None:
         self._close_conn()
@@ -637,7 +672,7 @@ class _KnownHostsUnreadable(Exception):
         self.reason = exc.strerror or str(exc)
 
 
-def _fingerprint(key) -> str:
+def _fingerprint(key: paramiko.PKey) -> str:
     import base64
     import hashlib
 
@@ -645,21 +680,28 @@ def _fingerprint(key) -> str:
     return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 
 
+class _OffersKey:
+    """What the unknown-host refusal (:func:`_strict_policy`) says of the key the server offered."""
+
+    key_type: str
+    fingerprint: str
+
+
 @functools.cache
-def _strict_policy():
+def _strict_policy() -> tuple[type[paramiko.MissingHostKeyPolicy], type[_OffersKey]]:
     """``(policy class, unknown-key exception class)``: a paramiko ``RejectPolicy`` that raises
     an exception of its own for an unknown key, so the refusal can be told apart."""
     import paramiko
 
-    class UnknownHostKey(paramiko.SSHException):
-        def __init__(self, hostname: str, key) -> None:
+    class UnknownHostKey(paramiko.SSHException, _OffersKey):
+        def __init__(self, hostname: str, key: paramiko.PKey) -> None:
             super().__init__(f"host key for {hostname} not in known_hosts")
             self.hostname = hostname
             self.key_type = key.get_name()
             self.fingerprint = _fingerprint(key)
 
     class StrictRejectPolicy(paramiko.RejectPolicy):
-        def missing_host_key(self, client, hostname, key):
+        def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> NoReturn:
             raise UnknownHostKey(hostname, key)
 
     return StrictRejectPolicy, UnknownHostKey
@@ -710,8 +752,8 @@ class TransportPool:
     def __init__(
         self,
         *,
-        known_hosts: str | os.PathLike | None = None,
-        key_filename: str | os.PathLike | None = None,
+        known_hosts: str | os.PathLike[str] | None = None,
+        key_filename: str | os.PathLike[str] | None = None,
         connect_timeout_s: float = 10.0,
         system_known_hosts: bool = False,
     ) -> None:

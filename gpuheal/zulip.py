@@ -24,11 +24,14 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from gpuheal.credentials import lookup
 from gpuheal.sink import Destination, SendOutcome, SendStatus, SinkUnavailable
+
+if TYPE_CHECKING:
+    from gpuheal.config.model import Config
 
 log = logging.getLogger("gpuheal")
 
@@ -61,7 +64,7 @@ class Credentials:
 # --------------------------------------------------------------------------- credentials
 
 
-def load_credentials(cfg, environ: dict[str, str] | None = None) -> Credentials:
+def load_credentials(cfg: Config, environ: dict[str, str] | None = None) -> Credentials:
     """The bot's email and key, or :class:`CredentialsError` naming the missing variable."""
     email_env = str(cfg.zulip.email_env or "ZULIP_EMAIL")
     key_env = str(cfg.zulip.api_key_env or "ZULIP_API_KEY")
@@ -121,9 +124,9 @@ def send_message(
     ``post`` is :func:`gpuheal.sources.http.request` unless a test injects a fake.
     """
     from gpuheal import __version__
+    from gpuheal.sources.http import request
 
-    if post is None:
-        from gpuheal.sources.http import request as post
+    send = request if post is None else post
     url = site.rstrip("/") + "/api/v1/messages"
     from gpuheal.parse.values import clean_text
 
@@ -135,7 +138,7 @@ def send_message(
         "Content-Type": "application/x-www-form-urlencoded",
         "User-Agent": f"gpuheal/{__version__}",
     }
-    res = post(
+    res = send(
         "POST",
         url,
         deadline_s=timeout_s,
@@ -162,7 +165,7 @@ class ZulipSink:
     max_chars: int = MAX_CONTENT
 
     @classmethod
-    def from_config(cls, cfg, post: Callable[..., Any] | None = None) -> ZulipSink:
+    def from_config(cls, cfg: Config, post: Callable[..., Any] | None = None) -> ZulipSink:
         if not cfg.zulip.site:
             raise SinkUnavailable("not-configured", "zulip.site is not set in the config")
         try:
@@ -185,13 +188,13 @@ class ZulipSink:
 # --------------------------------------------------------------------------- named by its declaration (sinks.ZULIP)
 
 
-def destination(cfg) -> Destination:
+def destination(cfg: Config) -> Destination:
     """``#stream > topic`` from ``zulip:``, and Zulip's length limit, without credentials."""
     stream, topic = str(cfg.zulip.stream or "agent-hub"), fit_topic(str(cfg.zulip.topic or "alerts-gpu"))
     return Destination("Zulip", stream, topic, fit_content, MAX_CONTENT)
 
 
-def open_sink(cfg, post: Callable[..., Any] | None = None) -> ZulipSink:
+def open_sink(cfg: Config, post: Callable[..., Any] | None = None) -> ZulipSink:
     return ZulipSink.from_config(cfg, post)
 
 

@@ -163,3 +163,62 @@ def test_the_engine_reads_rules_through_the_protocol_not_getattr():
     calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
     assert "getattr" not in calls and "hasattr" not in calls
     assert {r.ID for r in ALL} == set(BY_ID)
+
+
+def test_code_outside_a_rule_reads_its_parameters_typed_the_same_values_the_engine_uses():
+    """Issue 26 item 3: heal's planner and attempts, the re-benchmark and the sources read a rule's
+    parameters as a typed record (``Config.params_as``), never by name from the merged mapping. A rule
+    whose defaults do not list ``verify_within_s`` has the engine's 300 s there too (the string read
+    it replaces raised KeyError), and a GPU's own values win over the fleet's."""
+    from gpuheal.steps.bench import rebench_floor_ratio
+
+    cfg = fleet_config(rules={"model-stuck": {"escalate_after_failures": 2}},
+                       gpus=[{"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:18001",
+                              "rules": {"model-stuck": {"verify_within_s": 900}}},
+                             {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:18002"}])
+    view = FleetView(cfg, 0.0, None, History(), benchdata.empty(), {})
+    for rule in ALL:
+        for subject in ("a", "b", "fleet"):
+            engine = view.rule_params(rule.ID, rule.Params, subject)
+            assert cfg.params_as(EngineParams, rule.ID, subject).verify_within_s == engine.verify_within_s
+            assert cfg.params_as(rule.Params, rule.ID, subject) == engine
+            if issubclass(rule.Params, RemedyParams):
+                assert cfg.params_as(RemedyParams, rule.ID, subject).escalate_after_failures == (
+                    engine.escalate_after_failures)
+    assert "verify_within_s" not in RULES["cooling-infrastructure"]
+    assert cfg.params_as(EngineParams, "cooling-infrastructure", "a").verify_within_s == 300.0
+    stuck = [cfg.params_as(RemedyParams, "model-stuck", s) for s in ("a", "b", "fleet", "no-such-gpu")]
+    assert [(p.verify_within_s, p.escalate_after_failures) for p in stuck] == [(900.0, 2), (180.0, 2)] + [(180.0, 2)] * 2
+    assert rebench_floor_ratio(cfg, "benchmark-regression", "a") == pytest.approx(0.9)
+    assert rebench_floor_ratio(cfg, "thermal-critical", "a") is None  # its rule has no such parameter
+    assert rebench_floor_ratio(cfg, "no-such-issue", "a") is None
+
+
+def test_the_registry_refuses_a_fix_whose_params_do_not_say_when_to_escalate():
+    """heal reads ``escalate_after_failures`` of every rule it acts on (core/plan): the registry proves
+    it is there, so the typed read cannot fail at the first attempt."""
+
+    class Bare(EngineParams):
+        temp_c: float
+        clear_below_c: float
+
+    with pytest.raises(RuleRegistryError, match="Params must extend RemedyParams"):
+        build_registry((_module(Bare),))
+
+
+def test_no_module_outside_the_rules_reads_rule_parameters_by_name():
+    """The merged ``{param: value}`` mapping (``Config.rule_params`` with two arguments, or
+    ``cfg.rules["<id>"]``) is read only by the config and the rules; everyone else asks for a record."""
+    offenders = []
+    for path in sorted((ROOT / "gpuheal").rglob("*.py")):
+        rel = path.relative_to(ROOT / "gpuheal").as_posix()
+        if rel.startswith(("config/", "rules/", "sim/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            by_mapping = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                          and node.func.attr == "rule_params" and len(node.args) < 3)
+            by_id = (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+                     and node.value.attr == "rules" and isinstance(node.slice, ast.Constant))
+            if by_mapping or by_id:
+                offenders.append(f"{rel}:{node.lineno}")
+    assert offenders == []

@@ -23,7 +23,7 @@ from gpuheal.actions.ledger import Ledger
 from gpuheal.actions.perform import describe
 from gpuheal.actions.record import Subject
 from gpuheal.clock import format_iso
-from gpuheal.config.model import Config
+from gpuheal.config.model import Config, EngineParams
 from gpuheal.core import litellm_config, power, rebench, verify
 from gpuheal.core.catalog import primary_action
 from gpuheal.core.heal_state import Attempt
@@ -47,8 +47,8 @@ def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: 
         ledger.rec.blocked(subject, primary_action(item.actions), f"attempt {item.key} already reserved")
         return
     run_id = ledger.run_id()
-    params = cfg.rule_params(item.issue, item.gpu if item.gpu in cfg.aliases else None)
-    attempt = verify.reserve(item, now_s=ledger.now_s, verify_within_s=float(params["verify_within_s"]), run_id=run_id)
+    verify_within_s = cfg.params_as(EngineParams, item.issue, item.gpu).verify_within_s
+    attempt = verify.reserve(item, now_s=ledger.now_s, verify_within_s=verify_within_s, run_id=run_id)
     # Reserved and saved before anything runs: a kill after this line never repeats it.
     ledger.state = verify.book(ledger.state, attempt, item.restarts, ledger.now_s)
     ledger.save()
@@ -172,8 +172,7 @@ def _rechecked(
     why = remedy.recheck(seen)
     if why is None:
         return False
-    params = cfg.rule_params(attempt.issue, attempt.gpu if attempt.gpu in cfg.aliases else None)
-    again_s = ledger.now_s + float(params["verify_within_s"])
+    again_s = ledger.now_s + cfg.params_as(EngineParams, attempt.issue, attempt.gpu).verify_within_s
     ledger.state = ledger.state.with_attempt(replace(attempt, verify_by=again_s))
     subject = Subject(attempt.gpu, attempt.issue, attempt.since, detected)
     primary = primary_action(attempt.actions)

@@ -9,9 +9,10 @@ import copy
 import json
 import os
 import sys
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.config.model import (  # noqa: F401  (re-exported: the public names live in model.py)
     ALERT_KEYS,
@@ -39,6 +40,10 @@ from gpuheal.config.yamlsafe import load_yaml
 from gpuheal.credentials import env_or_dotenv
 from gpuheal.errors import ConfigError
 
+if TYPE_CHECKING:  # jsonschema loads only when a config text is validated (its import is ~50-75 ms)
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
+
 # --------------------------------------------------------------------------- loading
 
 # The package's own files, read by path: ``importlib.resources`` costs ~3-5 ms of import on every
@@ -53,7 +58,7 @@ def _defaults(parsed: ParsedTexts | None = None) -> dict[str, Any]:
     if _DEFAULTS_SEEN and (parsed is None or parsed.cache_dir is None):
         return _DEFAULTS_SEEN[0]
     text = (_HERE / "defaults.yaml").read_text("utf-8")
-    data = (parsed or ParsedTexts(None)).parse(text, _parse_defaults)
+    data: dict[str, Any] = (parsed or ParsedTexts(None)).parse(text, _parse_defaults)
     _DEFAULTS_SEEN[:] = [data]
     return data
 
@@ -68,7 +73,7 @@ def _parse_defaults(text: str) -> Any:
 
 
 @cache
-def _validator():
+def _validator() -> Validator:
     """Compiled once per process (issue 2: "validated against a JSON Schema ... compiled once")."""
     import jsonschema
 
@@ -100,17 +105,18 @@ def load_config(path: Path | str, cache_dir: Path | str | None = None) -> Config
     """
     path = Path(path)
     text = read_config_text(path)
-    parsed = ParsedTexts(Path(cache_dir) if cache_dir is not None else None)
+    cache_path = Path(cache_dir) if cache_dir is not None else None
+    parsed = ParsedTexts(cache_path)
     if text.lstrip().startswith("{"):  # JSON (a generated fleet): its own parser is fast, nothing to keep
         data = load_yaml(text, str(path))
     else:
         data = parsed.parse(text, lambda config: load_yaml(config, str(path)))
     _defaults(parsed)
-    digest = _schema_digest(text) if cache_dir is not None else None
-    known_ok = digest is not None and _read_validated(Path(cache_dir)) == digest
+    checked = None if cache_path is None else (cache_path, _schema_digest(text))
+    known_ok = checked is not None and _read_validated(checked[0]) == checked[1]
     cfg = load_config_dict(data, path=str(path), schema_checked=known_ok)
-    if digest is not None and not known_ok:
-        _remember_validated(Path(cache_dir), digest)
+    if checked is not None and not known_ok:
+        _remember_validated(*checked)
     parsed.save()
     return cfg
 
@@ -359,7 +365,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
 
 def _validate_semantics(data: dict[str, Any]) -> None:
     seen_alias: dict[str, int] = {}
-    seen_gpu: dict[tuple[str, int | None], int] = {}
+    seen_gpu: dict[tuple[str, int | str | None], int] = {}
     for i, gpu in enumerate(data["gpus"]):
         alias = gpu["alias"]
         if alias in seen_alias:
@@ -389,7 +395,7 @@ def _validate_semantics(data: dict[str, Any]) -> None:
         )
 
 
-def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str, Any]], i: int) -> None:
+def _check_gpu_slot(seen: dict[tuple[str, int | str | None], int], gpus: list[dict[str, Any]], i: int) -> None:
     """Entries may share a ``host`` when each names its ``gpu_index`` (contract "Direct sensing"):
     GPUs are matched to smi rows and gpu-monitor entries by (host, index), so two entries on one
     (host, index) — or a host shared by an entry without an index — would read the same GPU."""
@@ -402,7 +408,10 @@ def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str
         clash = seen.get((host, None))
     if clash is not None:
         other = gpus[clash]
-        shown = lambda g, n: f"gpus[{n}] ({g['alias']!r}, index {g.get('gpu_index', 'unset')})"  # noqa: E731
+
+        def shown(g: dict[str, Any], n: int) -> str:
+            return f"gpus[{n}] ({g['alias']!r}, index {g.get('gpu_index', 'unset')})"
+
         if index is not None and other.get("gpu_index") == index:
             problem = f"duplicate GPU (host {host!r}, index {index}): {shown(gpus[i], i)} and {shown(other, clash)}"
         else:
@@ -412,7 +421,7 @@ def _check_gpu_slot(seen: dict[tuple[str, int | None], int], gpus: list[dict[str
             )
         raise ConfigError(problem, where)
     seen[(host, index)] = i
-    seen.setdefault((host, "any"), i)  # type: ignore[index]  # the first entry on the host
+    seen.setdefault((host, "any"), i)  # the first entry on the host
 
 
 _FLOAT_MAX = sys.float_info.max
@@ -454,7 +463,7 @@ def _all_finite(data: Any) -> bool:
 def _name_first_non_finite(data: Any) -> None:
     import math
 
-    stack: list[tuple[Any, tuple]] = [(data, ())]
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
     seen: set[int] = set()
     while stack:
         value, path = stack.pop()
@@ -509,14 +518,14 @@ def _validate_schema(data: dict[str, Any]) -> None:
     raise ConfigError(message + more, key_path=path or "(top level)")
 
 
-def format_key_path(parts) -> str:
+def format_key_path(parts: Iterable[str | int]) -> str:
     out = ""
     for part in parts:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
 
 
-_TYPE_NAMES = {
+_TYPE_NAMES: dict[str, str] = {
     "number": "a number",
     "integer": "a whole number",
     "string": "a string",
@@ -546,37 +555,40 @@ def _yaml_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _describe(error) -> tuple[str, str]:
+def _describe(error: ValidationError) -> tuple[str, str]:
     path = format_key_path(error.absolute_path)
     v = error.validator
+    # jsonschema types these "or unset"; every error its validator yields has them set
+    instance: Any = error.instance
+    schema: Any = error.schema
+    value: Any = error.validator_value
     if v == "required":
         missing = error.message.split("'")[1] if "'" in error.message else "?"
         return (f"{path}.{missing}" if path else missing), "is required"
     if v == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        extra = sorted(set(instance) - set(schema.get("properties", {})))
         name = extra[0] if extra else "?"
-        allowed = ", ".join(sorted(error.schema.get("properties", {})))
+        allowed = ", ".join(sorted(schema.get("properties", {})))
         return (f"{path}.{name}" if path else name), f"unknown key (allowed: {allowed})"
     if v == "exclusiveMinimum":
-        return path, f"must be > {error.validator_value}"
+        return path, f"must be > {value}"
     if v == "minimum":
-        return path, f"must be >= {error.validator_value}"
+        return path, f"must be >= {value}"
     if v == "maximum":
-        return path, f"must be <= {error.validator_value}"
+        return path, f"must be <= {value}"
     if v == "type":
-        want = error.validator_value
-        names = [_TYPE_NAMES.get(t, t) for t in (want if isinstance(want, list) else [want])]
-        return path, f"must be {' or '.join(names)}, not {_yaml_type(error.instance)}"
+        names = [_TYPE_NAMES.get(t, str(t)) for t in (value if isinstance(value, list) else [value])]
+        return path, f"must be {' or '.join(names)}, not {_yaml_type(instance)}"
     if v == "enum":
-        return path, "must be one of: " + ", ".join(map(str, error.validator_value))
+        return path, "must be one of: " + ", ".join(map(str, value))
     if v == "pattern":
         if path.endswith("alias"):
             return path, "must be lower-case letters, digits, '-' or '.' (a stable alias, L6)"
         if path.endswith(("url", "endpoint", "site")):
-            return path, f"must be an http:// or https:// URL, not {error.instance!r}"
-        return path, f"{error.instance!r} is not allowed here"
+            return path, f"must be an http:// or https:// URL, not {instance!r}"
+        return path, f"{instance!r} is not allowed here"
     if v in ("minItems", "minLength"):
         return path, "must not be empty"
     if v == "maxLength":
-        return path, f"must be at most {error.validator_value} characters"
+        return path, f"must be at most {value} characters"
     return path, error.message

@@ -444,6 +444,20 @@ class Config:
         self._records[id(merged)] = (merged, cls, record)  # holding ``merged`` keeps its id from being reused
         return record
 
+    def params_as(self, cls: type[_Params], rule_id: str, subject: str | None = None) -> _Params:
+        """The parameters of rule ``rule_id`` for ``subject`` (a GPU alias; anything else, ``fleet``
+        included, gets the fleet's values) seen through ``cls``: the rule's own ``Params`` or a record
+        it extends — :class:`EngineParams` for ``verify_within_s``, :class:`RemedyParams` for
+        ``escalate_after_failures``. Typed, so that code outside a rule (heal's planner and attempts,
+        the re-benchmark) never reads a parameter by its name as a string (issue 26 item 3). Keys
+        ``cls`` does not name are left out; a field the rule's defaults do not list takes ``cls``'s
+        default (EngineParams: the engine's values in force for every rule)."""
+        gpu = next((g for g in self.gpus if g.alias == subject), None)
+        merged = (self.rules if gpu is None else gpu.rules).get(rule_id, {})
+        if merged.keys() <= cls.FIELDS.keys():  # the rule's own record: built once (rule_record)
+            return self.rule_record(cls, merged)
+        return params_record(cls, {k: v for k, v in merged.items() if k in cls.FIELDS})
+
 
 def split_command(value: str | list[str]) -> tuple[str, ...]:
     """A string is split like a shell would (``shlex``) and later run without one (contract)."""

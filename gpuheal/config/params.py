@@ -160,7 +160,9 @@ def schema_from(
 _SCHEMAS: dict[tuple[int, int], tuple[Any, Any, dict[str, dict[str, ParamSpec]]]] = {}
 
 
-def _schema_cached(defaults: Mapping[str, Mapping[str, Any]], common: Mapping[str, Any] | None) -> dict:
+def _schema_cached(
+    defaults: Mapping[str, Mapping[str, Any]], common: Mapping[str, Any] | None
+) -> dict[str, dict[str, ParamSpec]]:
     """:func:`schema_from`, once per (defaults, common) object: a 1,000-GPU config checks 1,001
     ``rules:`` mappings against the same defaults."""
     key = (id(defaults), id(common))

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuheal.config.model import Config, GpuConfig
+from gpuheal.config.model import Config, GpuConfig, RemedyParams
 from gpuheal.core import timing
 from gpuheal.core.actions import (
     Action,
@@ -238,8 +238,8 @@ def _plan_one(
         a = open_attempts[-1]
         return held("blocked", f"attempt {a.n} ({', '.join(a.actions)}) is being verified until {_iso(a.verify_by)}")
     failed = sum(1 for a in attempts if a.status in FAILURES)
-    params = cfg.rule_params(issue_id, gpu if gpu in cfg.aliases else None)
-    if failed >= min(int(params["escalate_after_failures"]), cfg.heal.max_failed_verifications):
+    escalate_after = cfg.params_as(RemedyParams, issue_id, gpu).escalate_after_failures
+    if failed >= min(escalate_after, cfg.heal.max_failed_verifications):
         return held(
             "escalate", f"{failed} failed remediation attempt{'s' if failed != 1 else ''}: {remedy.why_escalate}"
         )

@@ -20,7 +20,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpuheal.config.model import Config
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STAGES = ("local", "network")
@@ -54,8 +58,8 @@ class Probe:
 class Context:
     """What the probes share: the config, the environment lookups, the transports of this run."""
 
-    cfg: Any
-    state_dir: Any
+    cfg: Config
+    state_dir: Path | str
     environ: dict[str, str] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 

@@ -9,12 +9,21 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.doctor import FAIL, OK, SKIP, WARN, Check, Context, Probe, register
 from gpuheal.parse.values import printable
+
+if TYPE_CHECKING:
+    from gpuheal.config.model import Config, GpuConfig
+    from gpuheal.sources.litellm_admin import Deployment
+    from gpuheal.transport import Target, Transport, TransportPool
+
+# one configured command to check where it runs: (alias, config key, argv template, placeholder values)
+Command = tuple[str, str, tuple[str, ...], dict[str, str]]
 
 CMD_TIMEOUT_S = 5.0
 RESTART_VERBS = {"restart", "try-restart", "reload-or-restart"}
@@ -62,7 +71,7 @@ def fallback_steps() -> list[tuple[str, str]]:
     return [(issue, a) for issue, r in REMEDIES.items() for a in r.steps if ACTIONS[a].fallback is not None]
 
 
-def fallback_check(g, issue: str, action: str) -> Check:
+def fallback_check(g: GpuConfig, issue: str, action: str) -> Check:
     """Rule 2.2: "restart with memory cap flag". Without ``memcap_restart_command`` the leak's
     restart is a plain one (the audit says "uncapped"), and the leak can come straight back."""
     from gpuheal.core.catalog import ACTIONS
@@ -179,7 +188,7 @@ def admin_key_present(ctx: Context) -> Check:
     )
 
 
-def uses_builtin_shedding(cfg) -> bool:
+def uses_builtin_shedding(cfg: Config) -> bool:
     return bool(cfg.litellm.url) and any(g.litellm_model_id and not g.command("shed_load_command") for g in cfg.gpus)
 
 
@@ -194,7 +203,7 @@ def source_probes(ctx: Context) -> Iterable[Probe]:
 
     for p in gpu_source(ctx.cfg).doctor_probes():
         check = resolve(p.check)
-        yield Probe(p.target, p.name, p.deadline_s, lambda check=check: check(ctx.cfg))
+        yield Probe(p.target, p.name, p.deadline_s, partial(check, ctx.cfg))
 
 
 @register("local")
@@ -204,7 +213,7 @@ def coverage_probes(ctx: Context) -> Iterable[Probe]:
     yield Probe("rules", "rules off", 1.0, lambda: coverage_checks(ctx.cfg))
 
 
-def coverage_checks(cfg) -> list[Check]:
+def coverage_checks(cfg: Config) -> list[Check]:
     """One skip row per rule that cannot judge under this source, with why and the fix; one ✔ row
     when every rule can. Skips are neutral: a source that lacks a signal is a choice, not a fault."""
     from datetime import UTC, datetime
@@ -222,7 +231,7 @@ def coverage_checks(cfg) -> list[Check]:
     return [Check("rules", f"rule {o['rule']}", SKIP, f"off: {o['why']}", o["fix"]) for o in off]
 
 
-def _has_failure_ratio(cfg) -> bool:
+def _has_failure_ratio(cfg: Config) -> bool:
     """Whether the configured source gives Rule 3 its failure ratio (its declaration, not its config section)."""
     from gpuheal.signals import Signal
     from gpuheal.sources.gpu_source import gpu_source
@@ -235,9 +244,9 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
     cfg = ctx.cfg
     deadline = cfg.probe.timeout_s
     for g in cfg.gpus:
-        yield Probe(g.alias, "llama-server /health", deadline, lambda g=g: health_check(g, deadline))
-        yield Probe(g.alias, "llama-server /props", deadline, lambda g=g: props_check(cfg, g, deadline))
-        yield Probe(g.alias, "llama-server /metrics", deadline, lambda g=g: metrics_check(cfg, g, deadline))
+        yield Probe(g.alias, "llama-server /health", deadline, partial(health_check, g, deadline))
+        yield Probe(g.alias, "llama-server /props", deadline, partial(props_check, cfg, g, deadline))
+        yield Probe(g.alias, "llama-server /metrics", deadline, partial(metrics_check, cfg, g, deadline))
     if cfg.litellm.url:
         t = float(cfg.litellm.timeout_s)
         yield Probe("litellm", "liveliness", t * 3, lambda: litellm_checks(ctx, t))
@@ -255,15 +264,18 @@ def http_probes(ctx: Context) -> Iterable[Probe]:
         yield Probe("zulip", "bot", t * 2, lambda: zulip_checks(ctx, t))
 
 
-def monitor_check(cfg) -> Check:
+def monitor_check(cfg: Config) -> Check:
     from gpuheal.sources.monitor import fetch_monitor
 
+    mon = cfg.monitor
+    if mon is None:  # the probe is gpu-monitor's own (source_kinds/monitor.py): never asked without it
+        return Check("monitor", "gpu-monitor", SKIP, "no monitor: section")
     doc, faults, warnings = fetch_monitor(cfg)
     if doc is None:
         fault = faults[0] if faults else None
         kind = fault.fault if fault else "?"
         fix = {
-            "oversized": f"raise monitor.max_response_bytes ({cfg.monitor.max_response_bytes}) or slim the "
+            "oversized": f"raise monitor.max_response_bytes ({mon.max_response_bytes}) or slim the "
             "monitor's document (Lesson L5)",
             "refused": "is gpu-monitor running at monitor.url?",
             "timeout": "gpu-monitor is too slow: check it, or raise monitor.timeout_s",
@@ -272,7 +284,7 @@ def monitor_check(cfg) -> Check:
             "monitor",
             "gpu-monitor",
             FAIL,
-            f"{cfg.monitor.url}: {kind}: {printable(fault.detail if fault else '')}"
+            f"{mon.url}: {kind}: {printable(fault.detail if fault else '')}"
             + (f" ({printable(warnings[0])})" if warnings else ""),
             fix,
         )
@@ -287,7 +299,7 @@ def monitor_check(cfg) -> Check:
     return Check("monitor", "gpu-monitor", OK, f"valid document, {len(hosts)} host{'s' if len(hosts) != 1 else ''}")
 
 
-def health_check(g, deadline: float) -> Check:
+def health_check(g: GpuConfig, deadline: float) -> Check:
     from gpuheal.sources.sense import probe_health
 
     state, _latency, detail = probe_health(g.endpoint, deadline)
@@ -310,7 +322,7 @@ def health_check(g, deadline: float) -> Check:
     )
 
 
-def props_check(cfg, g, deadline: float) -> Check:
+def props_check(cfg: Config, g: GpuConfig, deadline: float) -> Check:
     from gpuheal.sources.llama_server import read_props
 
     props = read_props(g.endpoint, cfg.litellm.api_key, deadline)
@@ -341,7 +353,7 @@ def props_check(cfg, g, deadline: float) -> Check:
     return Check(g.alias, name, FAIL, f"{props.error or '?'}: {printable(props.detail)}", "check the llama-server")
 
 
-def metrics_check(cfg, g, deadline: float) -> Check:
+def metrics_check(cfg: Config, g: GpuConfig, deadline: float) -> Check:
     from gpuheal.core.coverage import without_metrics
     from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
     from gpuheal.sources.http import HttpFault, request
@@ -425,7 +437,7 @@ def litellm_checks(ctx: Context, t: float) -> list[Check]:
     return rows
 
 
-def litellm_requests_checks(cfg, t: float) -> list[Check]:
+def litellm_requests_checks(cfg: Config, t: float) -> list[Check]:
     """Issue 20: which GPUs have LiteLLM's per-deployment failure counts (Rule 3 with no gpu-monitor),
     and how to turn the ``prometheus`` callback on where they are missing."""
     from gpuheal.model import DataFault
@@ -450,7 +462,7 @@ def litellm_requests_checks(cfg, t: float) -> list[Check]:
     return rows
 
 
-def spend_logs_checks(cfg, key: str | None, t: float) -> list[Check]:
+def spend_logs_checks(cfg: Config, key: str | None, t: float) -> list[Check]:
     """Issue 22 item 6: whether Rule 10 can read LiteLLM's spend logs (they need its database), and what
     it reads instead; asked only when spend logs are on or a GPU's role names request kinds. ``t``: the
     probe's deadline (s)."""
@@ -491,14 +503,14 @@ def spend_logs_checks(cfg, key: str | None, t: float) -> list[Check]:
     return rows
 
 
-def shedding_by_command(g) -> Check:
+def shedding_by_command(g: GpuConfig) -> Check:
     return Check(g.alias, "load shedding", OK, "shed_load_command configured (its program is checked below)")
 
 
-def shedding_check(g, deps, db: str | None, ratio: float) -> Check:
+def shedding_check(g: GpuConfig, deps: tuple[Deployment, ...], db: str | None, ratio: float) -> Check:
     from gpuheal.sources import litellm_admin as la
 
-    found = la.find(deps, g.litellm_model_id)
+    found = la.find(deps, g.litellm_model_id or "")  # asked only for a GPU that names one
     if isinstance(found, la.AdminProblem):
         return Check(g.alias, "load shedding", FAIL, found.detail, found.fix)
     plan = la.target_value(found, "shed-load", ratio)
@@ -543,10 +555,10 @@ def zulip_checks(ctx: Context, t: float) -> list[Check]:
         creds = load_credentials(cfg, ctx.environ)
     except GpuhealError:
         return [Check("zulip", "bot", SKIP, "no credentials (see the credentials check)")]
-    site = cfg.zulip.site.rstrip("/")
+    site = (cfg.zulip.site or "").rstrip("/")  # asked only when zulip.site is set (http_probes)
     headers = creds.auth_headers()
 
-    def get(path: str):
+    def get(path: str) -> tuple[tuple[int, dict[str, Any]] | None, str]:
         res = request("GET", site + path, deadline_s=t, max_bytes=1 << 20, headers=headers)
         if isinstance(res, HttpFault):
             return None, f"{res.kind}: {printable(res.detail)}"
@@ -642,21 +654,23 @@ def transport_probes(ctx: Context) -> Iterable[Probe]:
             label,
             "transport",
             deadline,
-            lambda where=where, commands=commands, aliases=aliases: place_checks(pool, cfg, where, commands, aliases),
+            partial(place_checks, pool, cfg, where, commands, aliases),
         )
 
 
-def _known_hosts(cfg) -> str:
+def _known_hosts(cfg: Config) -> str:
     return str(cfg.heal.known_hosts or "~/.ssh/known_hosts")
 
 
-def place_checks(pool, cfg, where, commands, aliases) -> list[Check]:
-    from gpuheal.transport import HOST_KEY_CHANGED, HOST_KEY_UNKNOWN
+def place_checks(
+    pool: TransportPool, cfg: Config, where: Target, commands: list[Command], aliases: list[str]
+) -> list[Check]:
+    from gpuheal.transport import HOST_KEY_CHANGED, HOST_KEY_UNKNOWN, SshTransport
 
     transport = pool.get(where)
     rows: list[Check] = []
     targets = aliases or sorted({a for a, *_x in commands})
-    if where.kind == "ssh":
+    if where.kind == "ssh" and isinstance(transport, SshTransport):
         failure = transport.connect()
         if failure is not None:
             error, detail = failure
@@ -698,7 +712,9 @@ def _program(argv: list[str]) -> tuple[bool, list[str]]:
     return True, rest
 
 
-def command_checks(transport, alias: str, key: str, template, values, sudo_checked: bool) -> list[Check]:
+def command_checks(
+    transport: Transport, alias: str, key: str, template: Sequence[str], values: Mapping[str, str], sudo_checked: bool
+) -> list[Check]:
     from gpuheal.errors import GpuhealError
     from gpuheal.transport import expand
 
@@ -751,7 +767,7 @@ def command_checks(transport, alias: str, key: str, template, values, sudo_check
     return rows + [Check(alias, key, OK, f"{where} found")]
 
 
-def stop_timeout_check(transport, alias: str, unit: str) -> Check:
+def stop_timeout_check(transport: Transport, alias: str, unit: str) -> Check:
     """A frozen llama-server (SIGSTOP, or its task loop hung) ignores SIGTERM: ``systemctl restart``
     then waits the unit's ``TimeoutStopSec`` before SIGKILL (issues 20, 28). A restart that sends
     SIGKILL first (``RestartKillSignal=SIGKILL``, systemd >= 244) waits nothing; otherwise past
@@ -804,7 +820,7 @@ def baseline_probes(ctx: Context) -> Iterable[Probe]:
         yield Probe("monitor", "baselines", float(mon.timeout_s), lambda: baseline_checks(ctx.cfg))
 
 
-def baseline_checks(cfg) -> list[Check]:
+def baseline_checks(cfg: Config) -> list[Check]:
     """Fetch gpu-monitor once and compare every GPU's baselines (:func:`baseline_rows`). A monitor
     that does not answer is the ``gpu-monitor`` row's failure; nothing is compared then."""
     from gpuheal.sources.monitor import fetch_monitor
@@ -815,7 +831,7 @@ def baseline_checks(cfg) -> list[Check]:
     return baseline_rows(cfg, doc.bench_baselines)
 
 
-def baseline_rows(cfg, monitor: dict[str, float | None]) -> list[Check]:
+def baseline_rows(cfg: Config, monitor: dict[str, float | None]) -> list[Check]:
     """One ``baseline`` row per GPU from ``monitor`` (gpu-monitor's baseline by host; ``None``: absent
     or bad, not known). A host that several configured GPUs share has one benchmark entry for no one
     GPU: not compared (as ``check`` reads it)."""

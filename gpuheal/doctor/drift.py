@@ -9,8 +9,12 @@ failure: the config may be right and LiteLLM about to change. Read-only: one ``G
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from gpuheal.doctor import OK, SKIP, WARN, Check, Context, Probe, register
+
+if TYPE_CHECKING:
+    from gpuheal.core.topology import Drift
 
 CHECK = "deployments"
 MAX_ROWS = 20  # a fleet that drifted a lot gets 20 rows and a count, not a thousand
@@ -44,7 +48,7 @@ def drift_checks(ctx: Context, deadline_s: float) -> list[Check]:
     return drift_rows(found, len(routes), str(cfg.litellm.url))
 
 
-def drift_rows(found, listed: int, url: str) -> list[Check]:
+def drift_rows(found: Drift, listed: int, url: str) -> list[Check]:
     """One warning per drifted deployment or GPU (at most :data:`MAX_ROWS`), else one ``ok`` row."""
     from gpuheal.parse.values import printable
 

@@ -11,20 +11,29 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 from gpuheal.doctor import FAIL, OK, WARN, Check
+
+if TYPE_CHECKING:
+    from gpuheal.config.model import Config
+    from gpuheal.source_kinds.prometheus import PrometheusConfig
+    from gpuheal.sources.prometheus import SeriesKey, Vector
 
 TARGET = "prometheus"
 SHOWN = 5
 
 
-def query_checks(cfg, now_s: float | None = None) -> list[Check]:
+def query_checks(cfg: Config, now_s: float | None = None) -> list[Check]:
     from gpuheal.sources import prometheus as source
 
+    prom = cfg.prometheus
+    if prom is None:  # the probe is the Prometheus source's own (source_kinds/prometheus.py)
+        return []
     matcher = source.Matcher(cfg)
     now_s = time.time() if now_s is None else now_s
     queries = source.build_queries(cfg, source.PromMemory(), now_s, matcher, every_gpu=True)
-    workers = max(1, min(cfg.prometheus.max_workers, len(queries)))
+    workers = max(1, min(prom.max_workers, len(queries)))
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="doctor-promql") as pool:
         futures = {
             name: pool.submit(source.run_query, cfg, name, q, matcher, by_inst, lo, hi)
@@ -33,7 +42,7 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
         vectors = {name: f.result() for name, f in futures.items()}
     keys = [matcher.gpu_key(g) for g in cfg.gpus]
     endpoint_keys = [matcher.endpoint_key(g) for g in cfg.gpus]
-    rows = []
+    rows: list[Check] = []
     for name, vec in vectors.items():
         core = name in source.CORE
         check = f"query {name}"
@@ -41,19 +50,19 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
             rows.append(
                 Check(
                     TARGET, check, FAIL if core else WARN,
-                    f"{cfg.prometheus.url}: {vec.fault.fault}: {vec.fault.detail[:160]}",
-                    _fix(vec.fault.fault, cfg),
+                    f"{prom.url}: {vec.fault.fault}: {vec.fault.detail[:160]}",
+                    _fix(vec.fault.fault, prom),
                 )
             )
             continue
         if name == "stale":
-            rows.append(_stale_row(cfg, vec, keys))
+            rows.append(_stale_row(cfg, prom.staleness_s, vec, keys))
             continue
         if source.lists_only_the_gpus_concerned(name):
             rows.append(Check(TARGET, check, OK, "answers (it lists only the GPUs it is about)"))
             continue
         llama = name in source.LLAMA_READINGS
-        missing = []
+        missing: list[str] = []
         # llama.cpp's series and `up` (probe_endpoints: false) are matched by the endpoint's host:port
         for g, key in zip(cfg.gpus, endpoint_keys if queries[name][1] else keys, strict=True):
             value, problem = source.lookup(vec, key)
@@ -80,26 +89,26 @@ def query_checks(cfg, now_s: float | None = None) -> list[Check]:
     return rows
 
 
-def _stale_row(cfg, vec, keys) -> Check:
+def _stale_row(cfg: Config, staleness_s: float, vec: Vector, keys: list[SeriesKey]) -> Check:
     """The GPUs whose temperature's newest sample is older than ``staleness_s``: the poll reads them
     as not known, though the reading rows count their series."""
     from gpuheal.sources import prometheus as source
 
     old = [g.alias for g, key in zip(cfg.gpus, keys, strict=True) if source.lookup(vec, key) != (None, None)]
     if not old:
-        return Check(TARGET, "query stale", OK, f"every GPU has a sample newer than {cfg.prometheus.staleness_s:g} s")
+        return Check(TARGET, "query stale", OK, f"every GPU has a sample newer than {staleness_s:g} s")
     shown = ", ".join(old[:SHOWN]) + (f" (+{len(old) - SHOWN} more)" if len(old) > SHOWN else "")
-    detail = f"newest sample older than staleness_s ({cfg.prometheus.staleness_s:g} s): {shown}"
+    detail = f"newest sample older than staleness_s ({staleness_s:g} s): {shown}"
     fix = "is Prometheus still scraping their exporter? (its timestamps, its clock; or raise prometheus.staleness_s)"
     return Check(TARGET, "query stale", FAIL, detail, fix)
 
 
-def _fix(kind: str, cfg) -> str:
+def _fix(kind: str, prom: PrometheusConfig) -> str:
     return {
         "refused": "is Prometheus running at prometheus.url?",
         "timeout": "Prometheus is too slow for this query: raise prometheus.timeout_s or use a recording rule",
         "oversized": (
-            f"raise prometheus.max_response_bytes ({cfg.prometheus.max_response_bytes}) "
+            f"raise prometheus.max_response_bytes ({prom.max_response_bytes}) "
             "or narrow prometheus.selector"
         ),
     }.get(kind, "prometheus.queries must be PromQL that returns an instant vector")

@@ -51,6 +51,13 @@ class Bad:
         return f"Bad({self.reason!r})"
 
 
+def sub_object(doc: dict[str, Any], key: str) -> dict[str, Any]:
+    """The JSON object under ``key`` of an untrusted document (an answer, a state file), or an empty
+    one when it is missing or not an object: the reader then finds each field "not known"."""
+    value = doc.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def shown(raw: Any) -> str:
     """A short, printable description of a bad value. Never ``str()`` of a nested one (a deep
     list recurses) nor of a huge int (``repr`` of more than 4,300 digits raises)."""

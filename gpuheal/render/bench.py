@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.model import BenchOutcome
 from gpuheal.render.human import clean, fmt_num, print_line, print_table
+
+if TYPE_CHECKING:
+    from rich import progress as rp
+    from rich.progress import TaskID
 
 TREND_STYLE = {"stable": "green", "improving": "green", "regressing": "bold red", "unknown": "dim"}
 SEVERITY_STYLE = {"critical": "red", "warning": "yellow"}
@@ -84,8 +88,8 @@ class ProgressBar:
     """
 
     def __init__(self) -> None:
-        self._progress = None
-        self._task = None
+        self._progress: rp.Progress | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> Progress | None:
         if not sys.stderr.isatty():
@@ -94,7 +98,7 @@ class ProgressBar:
 
         from gpuheal.render.human import console
 
-        self._progress = rp.Progress(
+        self._progress = bar = rp.Progress(
             rp.TextColumn("bench {task.description}", markup=False),
             rp.BarColumn(),
             rp.MofNCompleteColumn(),
@@ -102,18 +106,21 @@ class ProgressBar:
             console=console(stderr=True),
             transient=True,
         )
-        self._progress.start()
+        bar.start()
         return self._update
 
     def _update(self, alias: str, index: int, total: int, outcome: BenchOutcome | None) -> None:
         from gpuheal.render.human import clean
 
+        bar = self._progress
+        if bar is None:  # stderr is no terminal: __enter__ handed out no updater
+            return
         if self._task is None:
-            self._task = self._progress.add_task(clean(alias), total=total)
+            self._task = bar.add_task(clean(alias), total=total)
         if outcome is None:
-            self._progress.update(self._task, description=clean(alias))
+            bar.update(self._task, description=clean(alias))
         else:
-            self._progress.update(self._task, completed=index + 1)
+            bar.update(self._task, completed=index + 1)
 
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from gpuheal.parse.values import printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 STATUS_STYLE = {"healthy": "green", "degraded": "yellow", "down": "bold red"}
 ENDPOINT_STYLE = {"ok": "green", "loading": "yellow"}
@@ -32,22 +35,20 @@ def fmt_num(value: float | None, unit: str = "", digits: int = 0) -> str:
 
 
 def fmt_vram(used: float | None, total: float | None) -> str:
-    if used is None and total is None:
-        return "?"
     if used is None:
-        return f"?/{total / 1024:.1f}G"
+        return "?" if total is None else f"?/{total / 1024:.1f}G"
     if total is None:
         return f"{used / 1024:.1f}G/?"
     pct = f" {100 * used / total:.0f}%" if total else ""
     return f"{used / 1024:.1f}/{total / 1024:.1f}G{pct}"
 
 
-def use_rich(stream=None) -> bool:
+def use_rich(stream: TextIO | None = None) -> bool:
     stream = stream or sys.stdout
     return stream.isatty() and os.environ.get("TERM") != "dumb"
 
 
-def console(stderr: bool = False):
+def console(stderr: bool = False) -> Console:
     from rich.console import Console
 
     # rich honours NO_COLOR itself; highlight=False keeps it from colouring numbers in our text.

@@ -20,6 +20,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+from gpuheal.parse.values import sub_object
 from gpuheal.render.human import clean
 
 TITLE_RESOLVED = "🛠 GPU Self-Heal — {gpu} {issue} resolved"
@@ -234,7 +235,7 @@ def _resolved_body(alert: dict[str, Any], now: datetime) -> list[str]:
 
 
 def _all_clear_body(alert: dict[str, Any]) -> list[str]:
-    detected = alert.get("detected") if isinstance(alert.get("detected"), dict) else {}
+    detected = sub_object(alert, "detected")
     n = detected.get("clean_cycles")
     if isinstance(n, int) and not isinstance(n, bool):
         return [f"{n} clean heal cycles in a row: no open issue, no remediation."]

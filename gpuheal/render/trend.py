@@ -5,21 +5,25 @@ rise."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.core.trend import sparkline
 from gpuheal.render.human import clean, fmt_num, print_line, print_table
+
+if TYPE_CHECKING:
+    from gpuheal.config.model import Config
+    from gpuheal.state.history import History
 
 SPARK_WIDTH = 24
 TEMP_SPAN_S = 3600.0
 
 
-def render_trend(doc: dict[str, Any], history, now_s: float, cfg) -> None:
+def render_trend(doc: dict[str, Any], history: History, now_s: float, cfg: Config) -> None:
     from gpuheal.rules import vram_leak
 
     rows = []
     for alias, trend in doc["vram_trend"].items():
-        window_s = cfg.rule_record(vram_leak.Params, cfg.rule_params(vram_leak.ID, alias)).window_h * 3600
+        window_s = cfg.params_as(vram_leak.Params, vram_leak.ID, alias).window_h * 3600
         cols = history.raw.get(alias)
         vram_spark = temp_spark = ""
         if cols and cols["t"]:

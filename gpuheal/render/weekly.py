@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuheal.clock import format_epoch, format_iso
 from gpuheal.core.mttr import quantile
+from gpuheal.parse.values import sub_object
 from gpuheal.render.report import fmt_duration, fmt_time, md, to_datetime
 
 DAY_S = 86400.0
@@ -241,7 +242,7 @@ class _IncidentBook:
 def _new_incident(t: float, rec: dict[str, Any]) -> dict[str, Any]:
     """An incident opened by ``rec`` at ``t``, backdated to when its condition began."""
     start = t
-    detected = rec.get("detected") if isinstance(rec.get("detected"), dict) else {}
+    detected = sub_object(rec, "detected")
     since = to_datetime(detected.get("since"))
     held = detected.get("duration_s")
     if since is not None and since.timestamp() < t:
@@ -387,7 +388,7 @@ def _summary_table(gpus: list[dict[str, Any]], room: int) -> list[str]:
     return lines + ([""] if lines and footer else []) + footer
 
 
-def _row_order(g: dict[str, Any]) -> tuple:
+def _row_order(g: dict[str, Any]) -> tuple[bool, bool, bool, float, str]:
     """Regressions, then the other notable GPUs, then the steady ones; within each the largest move
     first, a GPU without a week-over-week figure after those with one."""
     change = g["change_pct"]
@@ -516,7 +517,7 @@ def _escalation_lines(esc: list[dict[str, Any]], cap: int | None = None) -> list
         return ["**Escalations:** none this week."]
     cut = cap is not None and len(esc) > cap
     lines = [f"**Escalations** — {len(esc)}" + (f" (the last {cap} listed)" if cut else "")]
-    for e in esc[-cap if cut else 0:]:
+    for e in esc[-(cap or 0) if cut else 0:]:
         run = f" (run `{md(e['run_id'], 64)}`)" if e.get("run_id") else ""
         lines.append(f"- {fmt_time(e['at'])} · {md(e['gpu'], 64)} · {md(e['issue'], 64)}{run}")
     return lines

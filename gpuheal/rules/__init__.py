@@ -57,7 +57,7 @@ from __future__ import annotations
 from dataclasses import MISSING, is_dataclass
 from typing import Any
 
-from gpuheal.config.model import EngineParams, ParamsMismatch, param_fits, param_kinds
+from gpuheal.config.model import EngineParams, ParamsMismatch, RemedyParams, param_fits, param_kinds
 from gpuheal.core.remedy import Remedy
 from gpuheal.core.remember import Remember
 from gpuheal.core.rule import INHIBIT_KINDS, SCOPES, SEVERITIES, Rule, rule
@@ -103,7 +103,7 @@ def build_registry(modules: tuple[Rule[Any], ...]) -> tuple[Rule[Any], ...]:
         if name != rule_id.replace("-", "_"):
             raise RuleRegistryError(f"{name}: a rule module is named after its id ({rule_id!r})")
         problem = _declarations_problem(module) or params_problem(getattr(module, "Params", None))
-        problem = problem or _windows_problem(module)
+        problem = problem or _windows_problem(module) or _remedy_params_problem(module)
         if problem:
             raise RuleRegistryError(f"{name}: {problem}")
         for memory in module.remember or ():
@@ -159,6 +159,14 @@ def _windows_problem(module: Any) -> str | None:
         missing = [f for f in named if f not in module.Params.FIELDS]
         if missing:
             return f"NEEDS: a trend's window names {', '.join(missing)}, not fields of Params"
+    return None
+
+
+def _remedy_params_problem(module: Any) -> str | None:
+    """A rule heal acts on has the parameters heal reads as a typed record (core/plan: when to escalate)."""
+    remedy: Remedy = module.REMEDY
+    if remedy.automatic and not remedy.recommend and not issubclass(module.Params, RemedyParams):
+        return "REMEDY acts on its issue: Params must extend RemedyParams (escalate_after_failures, verify_within_s)"
     return None
 
 

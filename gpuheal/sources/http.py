@@ -61,8 +61,11 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:  # ssl loads only in a loop with an https URL (_Loop._wrap)
+    import ssl
 
 USER_AGENT = "gpuheal"
 MAX_HEAD_BYTES = 65536  # status line + headers (http.client: 64 KiB lines, 100 headers)
@@ -272,9 +275,10 @@ class _Job:
     query: str
     deadline_s: float
     stop_at: float
-    addr: tuple | None = None
+    addr: tuple[Any, ...] | None = None  # the socket address; () for a URL that never connects
     family: int = socket.AF_INET
     sock: socket.socket | None = None
+    tls_sock: ssl.SSLSocket | None = None  # ``sock`` once TLS is put on it (``wrapped``)
     ask: Ask | None = None
     out: bytes = b""
     resp: _Response | None = None
@@ -286,6 +290,23 @@ class _Job:
     connecting: bool = False  # resolve + connect + handshake under way (``connect_timeout_s``)
     wrapped: bool = False  # the socket is the TLS one: its handshake runs until ``connecting`` ends
     resolving: bool = False  # waiting in ``_Resolver.waiting`` for its host's address
+
+    # What the loop's order of events guarantees, said once: the selector reports only a job whose
+    # socket is registered, and a job is registered only while a request (its ask and response) is out.
+    def conn(self) -> socket.socket:
+        if self.sock is None:
+            raise RuntimeError(f"{self.host}:{self.port}: no connection (the loop's order of events broke)")
+        return self.sock
+
+    def asked(self) -> Ask:
+        if self.ask is None:
+            raise RuntimeError(f"{self.host}:{self.port}: no request (the loop's order of events broke)")
+        return self.ask
+
+    def response(self) -> _Response:
+        if self.resp is None:
+            raise RuntimeError(f"{self.host}:{self.port}: no response (the loop's order of events broke)")
+        return self.resp
 
 
 def _request_bytes(job: _Job, ask: Ask) -> bytes:
@@ -318,6 +339,11 @@ def _os_fault(exc: OSError, elapsed: float, reused_quietly: bool) -> HttpFault |
     keep-alive connection the server had closed before this request got a byte)."""
     if reused_quietly and exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED):
         return None
+    return _refused(exc, elapsed)
+
+
+def _refused(exc: OSError, elapsed: float) -> HttpFault:
+    """A socket error on a connection that is no quiet retry, as ``request`` reports it."""
     if exc.errno == errno.ECONNREFUSED:
         return HttpFault("refused", "connection refused", elapsed)
     if exc.errno in (errno.ECONNRESET, errno.EPIPE):
@@ -334,8 +360,8 @@ class _Resolver:
     def __init__(self, hosts: set[str], wake: socket.socket) -> None:
         self.answers: dict[str, Any] = {}
         self.waiting: dict[str, list[_Job]] = {}
-        self._todo: queue.SimpleQueue = queue.SimpleQueue()
-        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self._todo: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
         self._wake = wake
         for host in hosts:
             self._todo.put(host)
@@ -360,7 +386,7 @@ class _Resolver:
                 pass
 
     def answered(self) -> list[tuple[str, Any]]:
-        out = []
+        out: list[tuple[str, Any]] = []
         while True:
             try:
                 host, outcome = self._done.get_nowait()
@@ -370,7 +396,7 @@ class _Resolver:
             out.append((host, outcome))
 
 
-def _address(outcome: Any, port: int, elapsed: float) -> tuple[int, tuple] | HttpFault:
+def _address(outcome: Any, port: int, elapsed: float) -> tuple[int, tuple[Any, ...]] | HttpFault:
     if isinstance(outcome, socket.gaierror):
         return HttpFault("refused", f"cannot resolve host: {outcome.strerror or outcome}", elapsed)
     if isinstance(outcome, BaseException):
@@ -457,7 +483,7 @@ class _Loop:
         flight or the exchange returns."""
         while True:
             try:
-                ask = job.gen.send(result)
+                ask = next(job.gen) if result is None else job.gen.send(result)
             except StopIteration as stop:
                 self._finish(job, stop.value)
                 return
@@ -489,11 +515,12 @@ class _Loop:
                 heapq.heappush(self.heap, (connect_by, next(self.seq), job))
         job.connecting = True
         if job.addr is None:
-            outcome = self.resolver.answers.get(job.host) if self.resolver else None
+            resolver = self.resolver  # a loop with a host name to resolve has one (run)
+            outcome = resolver.answers.get(job.host) if resolver else None
             if outcome is None:
-                if not job.resolving:
+                if not job.resolving and resolver is not None:
                     job.resolving = True
-                    self.resolver.waiting.setdefault(job.host, []).append(job)
+                    resolver.waiting.setdefault(job.host, []).append(job)
                 return None
             address = _address(outcome, job.port, time.monotonic() - job.asked_at)
             if isinstance(address, HttpFault):
@@ -513,13 +540,16 @@ class _Loop:
         return None
 
     def _resolved(self) -> None:
+        wake_r, resolver = self.wake_r, self.resolver
+        if wake_r is None or resolver is None:  # registered only together, in run()
+            return
         try:
-            while self.wake_r.recv(4096):
+            while wake_r.recv(4096):
                 pass
         except BlockingIOError:
             pass
-        for host, _outcome in self.resolver.answered():
-            for job in self.resolver.waiting.pop(host, []):
+        for host, _outcome in resolver.answered():
+            for job in resolver.waiting.pop(host, []):
                 job.resolving = False
                 if not job.done and job.connecting and job.sock is None:
                     fault = self._connect(job)
@@ -541,21 +571,21 @@ class _Loop:
         more step of the TLS handshake), and the request goes out."""
         elapsed = time.monotonic() - job.asked_at
         if not job.wrapped:
-            err = job.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            err = job.conn().getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err:
-                self._fail(job, _os_fault(OSError(err, "connect failed"), elapsed, False))
+                self._fail(job, _refused(OSError(err, "connect failed"), elapsed))
                 return
             if job.tls:
                 self._wrap(job)
-        if job.wrapped:
+        if job.tls_sock is not None:
             try:
-                job.sock.do_handshake()
+                job.tls_sock.do_handshake()
             except self.wait_errors as exc:
                 want_read = type(exc).__name__ == "SSLWantReadError"
-                self.sel.modify(job.sock, selectors.EVENT_READ if want_read else selectors.EVENT_WRITE, job)
+                self.sel.modify(job.tls_sock, selectors.EVENT_READ if want_read else selectors.EVENT_WRITE, job)
                 return
             except OSError as exc:  # ssl.SSLError (a bad certificate, not TLS at all) is an OSError
-                self._fail(job, _os_fault(exc, elapsed, False))
+                self._fail(job, _refused(exc, elapsed))
                 return
         job.connecting = False
         fault = self._send(job)
@@ -569,8 +599,10 @@ class _Loop:
 
             self.tls_context = ssl.create_default_context()
             self.wait_errors = (BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError)
-        self.sel.unregister(job.sock)
-        job.sock = self.tls_context.wrap_socket(job.sock, server_hostname=job.host, do_handshake_on_connect=False)
+        plain = job.conn()
+        self.sel.unregister(plain)
+        job.sock = job.tls_sock = self.tls_context.wrap_socket(plain, server_hostname=job.host,
+                                                               do_handshake_on_connect=False)
         self.sel.register(job.sock, selectors.EVENT_WRITE, job)
         job.wrapped = True
 
@@ -579,7 +611,7 @@ class _Loop:
         that ``select`` cannot see (``pending``), so those are read on at once."""
         while True:
             try:
-                data = job.sock.recv(_RECV)
+                data = job.conn().recv(_RECV)
             except self.wait_errors:
                 return
             except OSError as exc:
@@ -590,7 +622,7 @@ class _Loop:
                 return
             job.got_bytes = True
             try:
-                complete = job.resp.feed(data)
+                complete = job.response().feed(data)
             except _Invalid as exc:
                 self._fail(job, HttpFault("invalid", printable(str(exc)), time.monotonic() - job.asked_at))
                 return
@@ -600,12 +632,12 @@ class _Loop:
             if complete:
                 self._complete(job)
                 return
-            if not (job.wrapped and job.sock.pending()):
+            if not (job.tls_sock is not None and job.tls_sock.pending()):
                 return
 
     def _send(self, job: _Job) -> HttpFault | None:
         try:
-            sent = job.sock.send(job.out)
+            sent = job.conn().send(job.out)
         except self.wait_errors:
             sent = 0
         except OSError as exc:
@@ -615,13 +647,14 @@ class _Loop:
                 return self._reconnect(job)
             return fault
         job.out = job.out[sent:]
-        self.sel.modify(job.sock, selectors.EVENT_WRITE if job.out else selectors.EVENT_READ, job)
+        self.sel.modify(job.conn(), selectors.EVENT_WRITE if job.out else selectors.EVENT_READ, job)
         return None
 
     def _reconnect(self, job: _Job) -> HttpFault | None:
         """The kept connection was closed under us before any answer: once more on a new one."""
-        job.reused, job.out = False, _request_bytes(job, job.ask)
-        job.resp = _Response(job.ask.max_bytes, job.ask.method == "HEAD")
+        ask = job.asked()
+        job.reused, job.out = False, _request_bytes(job, ask)
+        job.resp = _Response(ask.max_bytes, ask.method == "HEAD")
         return self._connect(job)
 
     def _error(self, job: _Job, exc: OSError) -> None:
@@ -633,7 +666,7 @@ class _Loop:
             self._advance(job, fault)
 
     def _eof(self, job: _Job) -> None:
-        resp, elapsed = job.resp, time.monotonic() - job.asked_at
+        resp, elapsed = job.response(), time.monotonic() - job.asked_at
         if resp.eof():
             self._complete(job)
             return
@@ -648,9 +681,9 @@ class _Loop:
             self._advance(job, fault)
 
     def _complete(self, job: _Job) -> None:
-        resp = job.resp
+        resp = job.response()
         result = HttpResult(status=resp.status, body=bytes(resp.body), elapsed_s=time.monotonic() - job.asked_at,
-                            headers=resp.headers)
+                            headers=resp.headers or {})
         if not resp.keep_alive:
             self._close(job)
         self._advance(job, result)
@@ -668,7 +701,7 @@ class _Loop:
         if job.sock is not None:
             self.sel.unregister(job.sock)
             job.sock.close()
-            job.sock = None
+            job.sock = job.tls_sock = None
 
     def _finish(self, job: _Job, value: Any) -> None:
         self._close(job)
@@ -723,10 +756,11 @@ def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) 
     host, port = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)) if parts else ("", 0)
     job = _Job(None, gen, host, port, parts.path if parts else "", f"?{parts.query}" if parts and parts.query else "",
                deadline_s, deadline_s, tls=bool(parts) and parts.scheme == "https")
-    spent, answer = 0.0, None
+    spent = 0.0
+    answer: HttpResult | HttpFault | None = None
     while True:
         try:
-            ask = gen.send(answer)
+            ask = next(gen) if answer is None else gen.send(answer)
         except StopIteration as stop:
             return stop.value
         if parts is None:
@@ -759,7 +793,7 @@ def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
     except _Oversized as exc:
         return HttpFault("oversized", str(exc), elapsed_s, status=exc.status)
     if complete or resp.eof():
-        return HttpResult(status=resp.status, body=bytes(resp.body), elapsed_s=elapsed_s, headers=resp.headers)
+        return HttpResult(status=resp.status, body=bytes(resp.body), elapsed_s=elapsed_s, headers=resp.headers or {})
     if not raw:
         return HttpFault("refused", "connection reset: Remote end closed connection without response", elapsed_s)
     return HttpFault("invalid", resp.cut_short(), elapsed_s, status=resp.status or None)
@@ -795,4 +829,6 @@ def request(
     def one() -> Exchange:
         return (yield Ask("", tuple((headers or {}).items()), max_bytes, method, body))
 
-    return run_exchanges([(0, url, one)], deadline_s=deadline_s, max_open=1, connect_timeout_s=connect_timeout_s)[0]
+    got: HttpResult | HttpFault = run_exchanges([(0, url, one)], deadline_s=deadline_s, max_open=1,
+                                                connect_timeout_s=connect_timeout_s)[0]
+    return got

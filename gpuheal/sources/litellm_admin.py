@@ -28,9 +28,10 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
-from gpuheal.parse.values import Bad, check_number, clean_text, printable, shown
+from gpuheal.parse.values import Bad, check_number, clean_text, printable, shown, sub_object
 from gpuheal.sources.http import HttpFault, HttpResult, request
 
 #: ``/v1/model/info`` is ~8 KB per deployment on 1.108.7 (every pricing key, mostly null): 8 MiB
@@ -210,7 +211,7 @@ def _error(result: HttpResult, payload: object, what: str) -> AdminProblem:
     )
 
 
-def _err_type(payload: dict) -> str:
+def _err_type(payload: dict[str, Any]) -> str:
     err = payload.get("error")
     return str(err.get("type")) if isinstance(err, dict) else ""
 
@@ -269,8 +270,8 @@ def parse_deployments(payload: object) -> tuple[Deployment, ...] | AdminProblem:
     for entry in data:
         if not isinstance(entry, dict):
             continue
-        info = entry.get("model_info") if isinstance(entry.get("model_info"), dict) else {}
-        params = entry.get("litellm_params") if isinstance(entry.get("litellm_params"), dict) else {}
+        info = sub_object(entry, "model_info")
+        params = sub_object(entry, "litellm_params")
         model_id, group = info.get("id"), entry.get("model_name")
         if not isinstance(model_id, str) or not model_id or not isinstance(group, str):
             continue
@@ -520,7 +521,7 @@ class AdminOutcome:
     stderr: str = ""
     error: str | None = None
     timed_out: bool = False
-    effect: dict | None = None
+    effect: dict[str, Any] | None = None
     impossible: bool = False
 
 
@@ -598,7 +599,7 @@ def _same_base(api_base: object, endpoint: str) -> bool:
         return False
 
 
-def _health_entries(payload: object, key: str) -> list[dict]:
+def _health_entries(payload: object, key: str) -> list[dict[str, Any]]:
     rows = payload.get(key) if isinstance(payload, dict) else None
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from urllib.parse import urlencode
 
 from gpuheal.model import DataFault
-from gpuheal.parse.litellm_spend import InvalidSpendLogs, SpendRow, parse_spend_page
+from gpuheal.parse.litellm_spend import InvalidSpendLogs, SpendPage, SpendRow, parse_spend_page
 from gpuheal.sources.http import HttpFault, printable, request
 
 PAGE_SIZE = 1000  # the proxy's maximum
@@ -79,7 +79,7 @@ def fetch_spend(url: str, admin_key: str | None, start_s: float, end_s: float, *
         page += 1
 
 
-def _page(url: str, key: str, start_s: float, end_s: float, page: int, deadline_s: float):
+def _page(url: str, key: str, start_s: float, end_s: float, page: int, deadline_s: float) -> SpendPage | DataFault:
     query = urlencode({"start_date": stamp(start_s, False), "end_date": stamp(end_s, True), "page": page,
                        "page_size": PAGE_SIZE, "sort_by": "startTime", "sort_order": "asc"})
     where = f"GET /spend/logs/v2 (page {page})"

@@ -36,7 +36,7 @@ from gpuheal.model import (
     ERR_UNAUTHORIZED,
     BenchOutcome,
 )
-from gpuheal.parse.values import Bad, check_number, check_text, clean_text
+from gpuheal.parse.values import Bad, check_number, check_text, clean_text, sub_object
 from gpuheal.redact import redact_text
 from gpuheal.sources.http import HttpFault, HttpResult, request
 
@@ -219,12 +219,12 @@ def _measured_request(
     if doc is None:
         return _failed(ERR_INVALID, result.status, f"{path}: answer is not a JSON object", 0, api_key,
                        elapsed=result.elapsed_s, api=api)
-    timings = doc.get("timings") if isinstance(doc.get("timings"), dict) else {}
+    timings = sub_object(doc, "timings")
     tokens = _int(timings.get("predicted_n"))
     if tokens is None and api == API_COMPLETION:
         tokens = _int(doc.get("tokens_predicted"))
     if tokens is None and api == API_CHAT:
-        usage = doc.get("usage") if isinstance(doc.get("usage"), dict) else {}
+        usage = sub_object(doc, "usage")
         tokens = _int(usage.get("completion_tokens"))
     return _judge(
         tokens=tokens,

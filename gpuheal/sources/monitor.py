@@ -17,18 +17,28 @@ from typing import Any
 
 from gpuheal import provenance as prov
 from gpuheal.config import Config, GpuConfig
+from gpuheal.errors import GpuhealError
 from gpuheal.model import DataFault, GpuValues, SourcePoll
 from gpuheal.parse.gpu_data import InvalidDocument, MonitorDocument, parse_gpu_data
-from gpuheal.source_kinds.monitor import KIND
+from gpuheal.source_kinds.monitor import KIND, MonitorConfig
 from gpuheal.sources.http import HttpFault, printable, request
 
 FALLBACK = KIND.fallback.source if KIND.fallback is not None else KIND.name
 MAX_NAMED = 3  # the lacking GPUs a fault names before it counts the rest
 
 
+def section(cfg: Config) -> MonitorConfig:
+    """``monitor:``. This reader runs only where gpu-monitor is the configured source (the config
+    loader makes a source without its section a config error); one clear line otherwise."""
+    mon = cfg.monitor
+    if mon is None:
+        raise GpuhealError("gpu-monitor is not configured: the config has no monitor: section")
+    return mon
+
+
 def fetch_monitor(cfg: Config) -> tuple[MonitorDocument | None, list[DataFault], list[str]]:
     """Fetch and parse gpu-monitor; (document or None, faults, warnings)."""
-    mon = cfg.monitor
+    mon = section(cfg)
     result = request(
         "GET",
         mon.url,
@@ -124,7 +134,7 @@ def read_poll(cfg: Config, now: datetime, deadline_s: float, transports: Any, me
     if len(lacking) == len(cfg.gpus):  # none of the fleet listed: as a refused monitor
         return _fallback(cfg, cfg.gpus, deadline_s, transports, [fault, *faults], warnings, missing, unmatched)
     gpus = _values(found)
-    if cfg.monitor.fallback_smi:
+    if section(cfg).fallback_smi:
         from gpuheal.sources.smi_sense import sense_hosts
 
         readings = sense_hosts(cfg, deadline_s, transports, [g for g, _ in lacking])
@@ -161,7 +171,7 @@ def _fallback(
 ) -> SourcePoll:
     """gpu-monitor unusable: nvidia-smi / rocm-smi on every host over each GPU's own transport, local
     or ssh (Rule 7.3), unless ``monitor.fallback_smi`` is off."""
-    if not cfg.monitor.fallback_smi:
+    if not section(cfg).fallback_smi:
         return SourcePoll(KIND.name, False, {}, tuple(faults), tuple(warnings), lacking=lacking,
                           unmatched_hosts=unmatched)
     from gpuheal.sources.smi_sense import gpu_values, sense_hosts

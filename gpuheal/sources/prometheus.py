@@ -43,6 +43,7 @@ from urllib.parse import urlencode, urlsplit
 from gpuheal import provenance as prov
 from gpuheal.config import Config, GpuConfig
 from gpuheal.core import timing
+from gpuheal.errors import GpuhealError
 from gpuheal.model import (
     ENDPOINT_OK,
     ENDPOINT_REFUSED,
@@ -55,7 +56,7 @@ from gpuheal.model import (
 )
 from gpuheal.parse.values import parse_decimal, printable
 from gpuheal.signals import Signal, Window
-from gpuheal.source_kinds.prometheus import rule_trends
+from gpuheal.source_kinds.prometheus import PrometheusConfig, rule_trends
 from gpuheal.sources.http import HttpFault, request
 
 SOURCE = "prometheus"
@@ -83,6 +84,23 @@ _SELECTOR = re.compile(
 MAX_SHOWN = 3
 
 
+def section(cfg: Config) -> PrometheusConfig:
+    """``prometheus:``. This reader runs only where Prometheus is the configured source (the config
+    loader makes a source without its section a config error); one clear line otherwise."""
+    prom = cfg.prometheus
+    if prom is None:
+        raise GpuhealError("Prometheus is not configured: the config has no prometheus: section")
+    return prom
+
+
+# a series' matching key: ("g", host, gpu index or None), ("m", match label value) or ("i", host:port)
+SeriesKey = tuple[str | None, ...]
+# one query of a poll: (promql, matched by instance, lowest and highest value that is a reading)
+QuerySpec = tuple[str, bool, float, float]
+# one GPU's trend: (slope per s, samples, span_s proven covered, first half's mean, second half's mean)
+Trend = tuple[float, int, float, float | None, float | None]
+
+
 @dataclass
 class Vector:
     """One query's answer keyed by the matching key: ``values`` (finite, in range), ``dup`` (keys
@@ -90,14 +108,14 @@ class Vector:
     ``hosts``: host → its keys, filled while parsing (a GPU configured without ``gpu_index`` takes
     its host's only series: a fleet of 10,000 looks up 10,000 times per answer)."""
 
-    values: dict[tuple, float] = field(default_factory=dict)
-    names: dict[tuple, str] = field(default_factory=dict)
-    dup: set[tuple] = field(default_factory=set)
-    bad: dict[tuple, str] = field(default_factory=dict)
+    values: dict[SeriesKey, float] = field(default_factory=dict)
+    names: dict[SeriesKey, str] = field(default_factory=dict)
+    dup: set[SeriesKey] = field(default_factory=set)
+    bad: dict[SeriesKey, str] = field(default_factory=dict)
     fault: DataFault | None = None
-    hosts: dict[str, list[tuple]] = field(default_factory=dict)
+    hosts: dict[str | None, list[SeriesKey]] = field(default_factory=dict)
 
-    def keys_of_host(self, host: str) -> list[tuple]:
+    def keys_of_host(self, host: str | None) -> list[SeriesKey]:
         return self.hosts.get(host, [])
 
 
@@ -144,7 +162,7 @@ def decimal(text: Any) -> float | None:
     return parse_decimal(text)
 
 
-def parse_answer(status: int, body: bytes) -> tuple[list | None, str, str]:
+def parse_answer(status: int, body: bytes) -> tuple[list[Any] | None, str, str]:
     """An ``/api/v1/query`` answer's envelope → (its ``data.result`` list, fault kind, detail).
 
     The list is ``None`` on a fault: ``http-NNN`` (Prometheus's 400/422/503 carry ``errorType`` and
@@ -192,7 +210,7 @@ class Matcher:
     """Maps series labels to the configured GPUs (and llama.cpp series to endpoints)."""
 
     def __init__(self, cfg: Config) -> None:
-        prom = cfg.prometheus
+        prom = section(cfg)
         self.host_label = prom.labels.get("host") or "Hostname"
         self.index_label = prom.labels.get("gpu_index") or "gpu"
         self.name_label = prom.labels.get("name")
@@ -212,14 +230,14 @@ class Matcher:
             return "m", self.match_label, None
         return "g", self.host_label, self.index_label
 
-    def gpu_key(self, gpu: GpuConfig) -> tuple:
+    def gpu_key(self, gpu: GpuConfig) -> SeriesKey:
         if self.match_label:
             return ("m", gpu.prometheus_match)
         index = getattr(gpu, "gpu_index", None)
         return ("g", gpu.host, None if index is None else str(index))
 
     @staticmethod
-    def endpoint_key(gpu: GpuConfig) -> tuple:
+    def endpoint_key(gpu: GpuConfig) -> SeriesKey:
         return ("i", urlsplit(gpu.endpoint).netloc)
 
     def gpu_matchers(self, gpu: GpuConfig) -> str:
@@ -234,7 +252,7 @@ class Matcher:
         return ",".join(f"{name}={json.dumps(str(value))}" for name, value in pairs)
 
 
-def lookup(vec: Vector, key: tuple) -> tuple[float | None, str | None]:
+def lookup(vec: Vector, key: SeriesKey) -> tuple[float | None, str | None]:
     """(value, problem) of one GPU in one answer. A GPU configured without ``gpu_index`` takes the
     host's only series; a host with several (or a key with two series) is ambiguous: not known."""
     if key[0] == "g" and key[2] is None:
@@ -339,7 +357,7 @@ def run_query(
     that holds the past, or the source-mode matrix's backfilled TSDB. Off by default: a gpuheal host
     whose clock ran ahead of Prometheus's by more than ``staleness_s`` would see every GPU "not
     known" (stale), and a simulated clock (the demo's, the benchmarks') is not Prometheus's."""
-    prom = cfg.prometheus
+    prom = section(cfg)
     args = {"query": promql} if at_s is None else {"query": promql, "time": f"{at_s:.3f}"}
     url = f"{prom.url}/api/v1/query?" + urlencode(args)
     result = request(
@@ -351,7 +369,7 @@ def run_query(
     return vector_of(result.status, result.body, name, matcher, by_instance, lo, hi)
 
 
-def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> int:
+def _fill(vec: Vector, result: list[Any], name: str, matcher: Matcher, by_instance: bool, lo: float, hi: float) -> int:
     """Key every series of one answer's ``result`` into ``vec``; the number of malformed entries
     (an entry without a ``metric`` object and a ``[time, value]`` pair; one that is not an object
     at all is skipped). One pass of a few dict operations per series: 10,000 series an answer and
@@ -376,7 +394,7 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
             malformed += not metric  # no labels (an aggregate): the query is wrong; no key label: not ours
             continue
         if second is None:
-            key: tuple = (tag, first)
+            key: SeriesKey = (tag, first)
         else:
             index = metric.get(second)
             key = (tag, first, index if type(index) is str else None)
@@ -410,13 +428,13 @@ def _fill(vec: Vector, result: list, name: str, matcher: Matcher, by_instance: b
 
 def build_queries(
     cfg: Config, memory: PromMemory, now_s: float, matcher: Matcher, every_gpu: bool = False
-) -> dict[str, tuple]:
+) -> dict[str, QuerySpec]:
     """Every query of this poll that needs no other answer first: name → (promql, by_instance, lo,
     hi). Rule 2's fleet-wide trend only when ``memory`` holds none; Rule 8's only with
     ``every_gpu`` (``doctor``: to show which GPUs have none) — a poll asks it of the hot GPUs once
     their temperatures are in (:func:`hot_queries`)."""
-    prom = cfg.prometheus
-    out: dict[str, tuple] = {}
+    prom = section(cfg)
+    out: dict[str, QuerySpec] = {}
     for key in GPU_READINGS + LLAMA_READINGS:
         q = prom.query(key)
         if q:
@@ -441,19 +459,21 @@ def build_queries(
     return out
 
 
-def _trend_specs(prefix: str, queries: dict[str, str]) -> dict[str, tuple]:
+def _trend_specs(prefix: str, queries: dict[str, str]) -> dict[str, QuerySpec]:
     return {f"{prefix}.{part}": (q, False, -math.inf, math.inf) for part, q in queries.items()}
 
 
 def _own_windows(
     cfg: Config, tw: TrendWindow, series: str, memory: PromMemory, now_s: float, matcher: Matcher
-) -> dict[str, tuple]:
+) -> dict[str, QuerySpec]:
     """A GPU restarted inside a trend's window (``Window.restarts``: Rule 2's): its own window after the
     restart's grace (as Rule 2's history path restarts its fit there)."""
-    out: dict[str, tuple] = {}
+    out: dict[str, QuerySpec] = {}
     for gpu in cfg.gpus:
         start = memory.own_window(gpu.alias, now_s, tw.window_s)
-        own = None if start is None else with_matchers(series, matcher.gpu_matchers(gpu))
+        if start is None:
+            continue
+        own = with_matchers(series, matcher.gpu_matchers(gpu))
         if own is not None:
             queries = trend_queries(own, now_s - start, tw.spans, tw.halves_from)
             out.update(_trend_specs(f"{tw.series.kind}@{gpu.alias}", queries))
@@ -465,21 +485,22 @@ def _own_windows(
 MAX_HOT_NAMED = 100
 
 
-def hot_queries(cfg: Config, tw: TrendWindow, now: Vector, matcher: Matcher) -> dict[str, tuple]:
+def hot_queries(cfg: Config, tw: TrendWindow, now: Vector, matcher: Matcher) -> dict[str, QuerySpec]:
     """The queries of a trend judged only above a threshold (Rule 8's rise, ``Window.above``) for the
     GPUs ``now`` (this poll's answer of the trended reading) shows at or above their :func:`hot_line`:
     none in a fleet running cool, which spares Prometheus three queries over every GPU each poll
     (issue 13 benchmark). A GPU not named has no trend, which its rules read only above the threshold."""
-    series = cfg.prometheus.query(tw.series.series_key)
+    series = section(cfg).query(tw.series.series_key)
     if tw.hot_from is None or not series or now.fault is not None:
         return {}
     lines = {id(rules): hot_line(rules, tw) for rules in _rule_sets(cfg)}
-    hot = set()
+    hot: set[str] = set()
     for gpu in cfg.gpus:
         value, _ = lookup(now, matcher.gpu_key(gpu))
         line = lines[id(gpu.rules)]
-        if value is not None and line is not None and value >= line:
-            hot.add(gpu.prometheus_match if matcher.match_label else gpu.host)
+        name = gpu.prometheus_match if matcher.match_label else gpu.host
+        if value is not None and line is not None and value >= line and name is not None:
+            hot.add(name)
     if not hot:
         return {}
     label = matcher.match_label or matcher.host_label
@@ -512,7 +533,7 @@ def lists_only_the_gpus_concerned(name: str) -> bool:
 def remembered_window(cfg: Config) -> TrendWindow | None:
     """The fleet-wide trend asked at most every ``prometheus.trend_every_s`` and remembered between
     (``PromMemory``): the first one asked of every GPU (not judged only above a threshold) — Rule 2's."""
-    return next((tw for tw in trend_windows(cfg) if tw.remembered and cfg.prometheus.query(tw.series.series_key)),
+    return next((tw for tw in trend_windows(cfg) if tw.remembered and section(cfg).query(tw.series.series_key)),
                 None)
 
 
@@ -520,7 +541,7 @@ def remembered_key(cfg: Config) -> str | None:
     """The remembered trend's queries as this config asks them: a remembered answer (``PromMemory``) is
     used only while the config still asks the same."""
     tw = remembered_window(cfg)
-    series = None if tw is None else cfg.prometheus.query(tw.series.series_key)
+    series = None if tw is None else section(cfg).query(tw.series.series_key)
     if tw is None or not series:
         return None
     return " | ".join(trend_queries(series, tw.window_s, tw.spans, tw.halves_from).values())
@@ -619,9 +640,10 @@ def hot_line(rules: dict[str, Any], tw: TrendWindow) -> float | None:
     """The series' margin below the lowest threshold (``Window.above``) of the rules reading ``tw``, in
     ``rules``; ``None`` when one of them has none."""
     thresholds = [(rules.get(rule_id) or {}).get(w.above) for rule_id, w in tw.reads if w.above]
-    if not all(isinstance(t, int | float) and not isinstance(t, bool) for t in thresholds):
+    numbers = [float(t) for t in thresholds if isinstance(t, int | float) and not isinstance(t, bool)]
+    if len(numbers) != len(thresholds):
         return None
-    return min(float(t) for t in thresholds) - tw.series.margin
+    return min(numbers) - tw.series.margin
 
 
 # --------------------------------------------------------------------------- the poll
@@ -632,10 +654,10 @@ def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromRea
     matcher = Matcher(cfg)
     memory = memory or PromMemory()
     queries = build_queries(cfg, memory, now_s, matcher)
-    workers = max(1, min(cfg.prometheus.max_workers, len(queries) + 3))  # + Rule 8's, asked next
-    at_s = now_s if cfg.prometheus.at_poll_time else None
+    workers = max(1, min(section(cfg).max_workers, len(queries) + 3))  # + Rule 8's, asked next
+    at_s = now_s if section(cfg).at_poll_time else None
 
-    def submit(specs: dict[str, tuple]) -> None:
+    def submit(specs: dict[str, QuerySpec]) -> None:
         for name, (q, by_inst, lo, hi) in specs.items():
             futures[name] = pool.submit(run_query, cfg, name, q, matcher, by_inst, lo, hi, at_s)
 
@@ -648,7 +670,7 @@ def read(cfg: Config, now_s: float, memory: PromMemory | None = None) -> PromRea
                 submit(hot_queries(cfg, tw, futures[tw.series.reading].result(), matcher))
         vectors = {name: f.result() for name, f in futures.items()}
     faults = merge_faults([v.fault for v in vectors.values() if v.fault is not None])
-    ok = all(k in vectors and vectors[k].fault is None for k in CORE if cfg.prometheus.query(k))
+    ok = all(k in vectors and vectors[k].fault is None for k in CORE if section(cfg).query(k))
     answers = Answers.of(vectors)
     values: dict[str, dict[str, Any]] = {}
     problems: list[str] = []
@@ -692,7 +714,7 @@ def load_memory(cfg: Config, saved: Any, window_starts: dict[str, float], now_s:
     at_s = saved.get("at_s") if isinstance(saved, dict) else None
     if not isinstance(at_s, int | float) or saved.get("query") != memory.key:
         return memory
-    if not timing.within_last(now_s, float(at_s), cfg.prometheus.trend_every_s):
+    if not timing.within_last(now_s, float(at_s), section(cfg).trend_every_s):
         return memory
     rows = saved.get("trends")
     if not isinstance(rows, dict):
@@ -710,7 +732,7 @@ def save_memory(cfg: Config, memory: PromMemory, obs: Observation) -> dict[str, 
     one a restarted GPU's own window gave (that is asked every poll). ``None`` (nothing to write) when
     it was remembered, or none came (Prometheus down: the next poll asks again)."""
     tw = remembered_window(cfg)
-    if memory.trends is not None or not cfg.prometheus.trend_every_s or tw is None:
+    if memory.trends is not None or not section(cfg).trend_every_s or tw is None:
         return None
     now_s, field_name = obs.at.timestamp(), tw.series.field
     rows = {}
@@ -764,7 +786,7 @@ class Answers:
 
 
 def _gpu_values(
-    gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults,
+    gpu: GpuConfig, answers: Answers, matcher: Matcher, problems: list[str], faults: list[DataFault] | None,
     trends: tuple[tuple[TrendWindow, dict[str, SourceTrend] | None], ...],
 ) -> dict[str, Any]:
     """One GPU's readings from this poll's answers, and each trend the rules read (``trends``: each
@@ -785,7 +807,8 @@ def _gpu_values(
             out[name] = value
             seen = True
             if "name" not in out and vec.names:
-                label = vec.names.get(key if key in vec.names else _host_key(vec, key))
+                named = key if key in vec.names else _host_key(vec, key)
+                label = None if named is None else vec.names.get(named)
                 if label:
                     out["name"] = label
     free = out.pop("vram_free_mb", None)
@@ -806,7 +829,7 @@ def _gpu_values(
     return out
 
 
-def _endpoint_values(out: dict[str, Any], vectors: dict[str, Vector], endpoint_key: tuple) -> None:
+def _endpoint_values(out: dict[str, Any], vectors: dict[str, Vector], endpoint_key: SeriesKey) -> None:
     """The GPU's llama-server readings, matched by its endpoint's ``host:port``."""
     up_vec = vectors.get("endpoint_up")
     if up_vec is not None:
@@ -821,20 +844,20 @@ def _endpoint_values(out: dict[str, Any], vectors: dict[str, Vector], endpoint_k
                 out[name] = value
 
 
-def _host_key(vec: Vector, key: tuple) -> tuple | None:
+def _host_key(vec: Vector, key: SeriesKey) -> SeriesKey | None:
     if key[0] == "g" and key[2] is None:
         hits = vec.keys_of_host(key[1])
         return hits[0] if len(hits) == 1 else None
     return None
 
 
-def _describe(key: tuple) -> str:
+def _describe(key: SeriesKey) -> str:
     if key[0] == "m":
         return f"match label {key[1]!r}"
     return f"host {key[1]!r}" + (f" gpu {key[2]!r}" if key[2] is not None else "")
 
 
-def _trend(answers: Answers, kind: str, key: tuple) -> tuple | None:
+def _trend(answers: Answers, kind: str, key: SeriesKey) -> Trend | None:
     """(slope per s, n, span_s, h1, h2) from the trend answers; ``None`` if slope or n is not known.
     ``span_s`` is the longest span proven covered: its ``young`` answer came and does not hold the
     series (0 when none is proven: too young for the rules, or that query failed). A half is ``None``
@@ -855,17 +878,17 @@ def _trend(answers: Answers, kind: str, key: tuple) -> tuple | None:
             span = max(span, span_s)
     halves = []
     for part in ("h1", "h2"):
-        vec = vectors.get(f"{kind}.{part}")
-        halves.append(None if vec is None else lookup(vec, key)[0])
+        half = vectors.get(f"{kind}.{part}")
+        halves.append(None if half is None else lookup(half, key)[0])
     return slope, int(n), span, halves[0], halves[1]
 
 
-def _source_trend(answers: Answers, kind: str, key: tuple, per_s: float) -> SourceTrend | None:
+def _source_trend(answers: Answers, kind: str, key: SeriesKey, per_s: float) -> SourceTrend | None:
     trend = _trend(answers, kind, key)
     return None if trend is None else SourceTrend(trend[0] * per_s, trend[1], trend[2], per_s, _halves(trend, per_s))
 
 
-def _halves(trend: tuple, per_s: float) -> tuple[float, float] | None:
+def _halves(trend: Trend, per_s: float) -> tuple[float, float] | None:
     h1, h2 = trend[3], trend[4]
     if h1 is None or h2 is None:
         return None

@@ -8,11 +8,11 @@ Every failure is a :class:`DataFault`; this function does not raise for anything
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal import provenance as prov
 from gpuheal.config import Config
@@ -27,13 +27,18 @@ from gpuheal.model import (
     GpuSample,
     Liveness,
     Observation,
+    RoleTally,
     SourcePoll,
 )
 from gpuheal.sources import llama_telemetry as lt
 from gpuheal.sources.http import HttpFault, HttpResult, printable, request
 from gpuheal.sources.http_loop import Ask, Exchange, run_exchanges
 from gpuheal.sources.litellm_spend import NO_DATABASE
+from gpuheal.sources.llama_server import auth_headers
 from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
+
+if TYPE_CHECKING:
+    from gpuheal.parse.litellm_metrics import LiteLLMRequests
 
 HEALTH_MAX_BYTES = PROBE_MAX_BYTES  # one byte cap for /health, /metrics, /slots, /props
 
@@ -79,6 +84,8 @@ def health_state(result: HttpResult | HttpFault) -> tuple[str, float | None, str
 
 
 def fetch_litellm(cfg: Config) -> DataFault | None:
+    if not cfg.litellm.url:  # no LiteLLM configured: nothing to be unreachable
+        return None
     url = cfg.litellm.url.rstrip("/") + "/health/liveliness"
     result = request("GET", url, deadline_s=cfg.litellm.timeout_s, max_bytes=HEALTH_MAX_BYTES)
     if isinstance(result, HttpFault):
@@ -127,9 +134,9 @@ class _Polled:
 
     poll: SourcePoll
     litellm_fault: DataFault | None
-    servers: dict[str, tuple]  # alias → (health state tuple, ServerTelemetry); {} when not probed
-    litellm_requests: Any = None  # LiteLLMRequests | None (litellm.read_metrics, issue 20)
-    spend: Any = None  # {alias: RoleTally} | DataFault | None (litellm.read_spend_logs, issue 22)
+    servers: dict[str, Server]  # {} when not probed
+    litellm_requests: LiteLLMRequests | DataFault | None = None  # litellm.read_metrics, issue 20
+    spend: dict[str, RoleTally] | DataFault | None = None  # litellm.read_spend_logs, issue 22
 
 
 def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
@@ -142,8 +149,9 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="probe") as pool:
         source_f = pool.submit(source.read, now, deadline, transports, memory)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
-        requests_f = pool.submit(_litellm_requests, cfg) if cfg.litellm.url and cfg.litellm.read_metrics else None
-        spend_f = pool.submit(_spend, cfg, now.timestamp()) if cfg.litellm.url and cfg.litellm.read_spend_logs else None
+        url = cfg.litellm.url
+        requests_f = pool.submit(_litellm_requests, cfg, url) if url and cfg.litellm.read_metrics else None
+        spend_f = pool.submit(_spend, cfg, url, now.timestamp()) if url and cfg.litellm.read_spend_logs else None
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
             ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
@@ -181,7 +189,7 @@ def probe_servers(cfg: Config, aliases: Collection[str], canary: Collection[str]
     return out
 
 
-def _with_canaries(cfg: Config, now: datetime, servers: dict[str, tuple]) -> dict[str, tuple]:
+def _with_canaries(cfg: Config, now: datetime, servers: dict[str, Server]) -> dict[str, Server]:
     """``probe.canary`` (issue 20): a real 1-token completion to each server whose task loop this poll
     says nothing about, all at once, each under the canary's own deadline."""
     canary = cfg.probe.canary or {}
@@ -203,7 +211,7 @@ def _with_canaries(cfg: Config, now: datetime, servers: dict[str, tuple]) -> dic
     return {a: (h, replace(t, canary=states[a]) if a in states else t) for a, (h, t) in servers.items()}
 
 
-def _canary(cfg: Config, endpoint: str, canary: dict) -> str:
+def _canary(cfg: Config, endpoint: str, canary: Mapping[str, Any]) -> str:
     from gpuheal.sources.llama_server import benchmark_inference
 
     out = benchmark_inference(endpoint, cfg.litellm.api_key or None, n_predict=int(canary["n_predict"]),
@@ -211,25 +219,27 @@ def _canary(cfg: Config, endpoint: str, canary: dict) -> str:
     return "ok" if out.ok else (out.error or "invalid")
 
 
-def _litellm_requests(cfg: Config):
+def _litellm_requests(cfg: Config, url: str) -> LiteLLMRequests | DataFault:
     from gpuheal.sources.litellm_metrics import fetch_requests
 
-    return fetch_requests(cfg.litellm.url, cfg.litellm.api_key or None, cfg.litellm.timeout_s)
+    return fetch_requests(url, cfg.litellm.api_key or None, cfg.litellm.timeout_s)
 
 
-def _spend(cfg: Config, now_s: float):
+def _spend(cfg: Config, url: str, now_s: float) -> dict[str, RoleTally] | DataFault:
     """Rule 10's window of LiteLLM's spend logs, tallied per GPU against its role (issue 22)."""
     from gpuheal.core.routing import Deployment, tally
     from gpuheal.credentials import env_or_dotenv
+    from gpuheal.rules import workload_misrouted
     from gpuheal.sources.litellm_spend import fetch_spend
 
-    window_s = float(cfg.rules["workload-misrouted"]["window_s"])
+    window_s = cfg.params_as(workload_misrouted.Params, workload_misrouted.ID).window_s
     key = env_or_dotenv(cfg.litellm.admin_key_env, cfg.path)
-    got = fetch_spend(cfg.litellm.url, key, now_s - window_s, now_s, deadline_s=2 * cfg.litellm.timeout_s,
+    got = fetch_spend(url, key, now_s - window_s, now_s, deadline_s=2 * cfg.litellm.timeout_s,
                       max_rows=cfg.litellm.spend_logs_max_rows)
     if isinstance(got, DataFault):
         return got
-    gpus = [Deployment(g.alias, frozenset({g.alias, g.litellm_model_id} - {None}), g.endpoint, g.role_kinds)
+    gpus = [Deployment(g.alias, frozenset(n for n in (g.alias, g.litellm_model_id) if n is not None), g.endpoint,
+                       g.role_kinds)
             for g in cfg.gpus]
     return tally(got.rows, gpus, window_s)
 
@@ -239,6 +249,7 @@ def _sample(gpu: Any, polled: _Polled, faults: list[DataFault]) -> GpuSample:
     gave it (:mod:`gpuheal.provenance`); its data faults go to ``faults``. The GPU source's part is its
     typed poll's (:class:`~gpuheal.model.GpuValues`), whichever source answered."""
     reading = polled.poll.gpus.get(gpu.alias, NO_VALUES)
+    state: str | None  # None: the source does not say (not probed, no liveness reported)
     if gpu.alias in polled.servers:
         (state, latency, detail, kind), server = polled.servers[gpu.alias]
         probed_by = prov.HEALTH
@@ -277,12 +288,12 @@ class ServerTelemetry:
     props: lt.Answer
     canary: str | None = None  # probe.canary's completion (issue 20), when one ran
 
-    def values(self, endpoint_state: str) -> dict:
+    def values(self, endpoint_state: str | None) -> dict[str, Any]:
         """The :class:`GpuSample` fields; nothing is known from a server whose /health failed."""
         if self.metrics is NOT_ASKED:
             return {}
         m, sl = self.metrics.metrics, self.slots.slots
-        out: dict = {"metrics": self.metrics.state, "slots": self.slots.state,
+        out: dict[str, Any] = {"metrics": self.metrics.state, "slots": self.slots.state,
                      "is_sleeping": self.props.is_sleeping, "canary": self.canary, "n_ctx": self.props.n_ctx}
         if m is not None:
             out.update(n_decode_total=m.n_decode_total, tokens_predicted_total=m.tokens_predicted_total,
@@ -293,7 +304,7 @@ class ServerTelemetry:
             out["slots_busy"] = 0
         return out
 
-    def faults(self, alias: str, endpoint_state: str) -> list[DataFault]:
+    def faults(self, alias: str, endpoint_state: str | None) -> list[DataFault]:
         """A wrong key, garbage or a hang on /metrics or /slots is this poll's data fault; a 501
         (not enabled) is not — ``check`` lists it once among the rules that are off. When /health
         itself failed its fault says it all."""
@@ -307,6 +318,11 @@ class ServerTelemetry:
             elif answer.state == lt.OK and answer.detail:  # parsed, but some series were garbage
                 out.append(DataFault(alias, "invalid", answer.detail))
         return out
+
+
+# one llama-server's /health answer: (state, latency_s, detail, data-fault kind or None), and its telemetry
+Health = tuple[str, float | None, str, str | None]
+Server = tuple[Health, ServerTelemetry]
 
 
 NOT_ASKED = lt.Answer("not-asked")
@@ -332,7 +348,7 @@ def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -
     (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
     All within what is left of the deadline that started at ``started`` (the /health probe); a busy
     server costs four requests."""
-    auth = tuple(lt.auth_headers(api_key).items())
+    auth = tuple(auth_headers(api_key).items())
     metrics = lt.metrics_answer((yield from _ask("/metrics", auth, deadline_s, started)))
     busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
     if metrics.state == lt.UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
@@ -349,7 +365,7 @@ def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -
     return ServerTelemetry(metrics=metrics, slots=slots, props=props)
 
 
-def _ask(path: str, auth: tuple, deadline_s: float, started: float) -> Exchange:
+def _ask(path: str, auth: tuple[tuple[str, str], ...], deadline_s: float, started: float) -> Exchange:
     """One keyed request of the telemetry → the 200 reply, or the :class:`lt.Answer` it means."""
     if deadline_s - (time.monotonic() - started) < 0.05:
         return lt.Answer("timeout", f"GET {path}: no time left in the probe deadline")

@@ -57,7 +57,7 @@ class History:
                     if unpacked is not None:
                         target[str(alias)] = unpacked
                 elif _valid_columns(cols):  # plain lists (tests, hand-made states)
-                    plain = {c: [_number_or_none(v) for v in cols[c]] for c in METRICS}
+                    plain: dict[str, list[Any]] = {c: [_number_or_none(v) for v in cols[c]] for c in METRICS}
                     plain["t"] = list(cols["t"])
                     plain["endpoint"] = [v if isinstance(v, str) else None for v in cols["endpoint"]]
                     target[str(alias)] = {c: plain[c] for c in COLUMNS}

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
@@ -41,6 +41,7 @@ from gpuheal.state.store import StateDir, is_run_id
 if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
     from gpuheal.core.rule import Rule
     from gpuheal.render.bench import Progress
+    from gpuheal.runtime import CommandResult, Runtime
 
 
 @dataclass
@@ -166,7 +167,7 @@ def run(
     )
 
 
-def command(rt, store: StateDir, gpu: str | None = None):
+def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResult:
     """CLI adapter: progress on a terminal (stderr, never stdout), then the document or a table."""
     from gpuheal import exit_codes
     from gpuheal.render.bench import ProgressBar
@@ -188,7 +189,9 @@ def command(rt, store: StateDir, gpu: str | None = None):
     )
 
 
-def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, regressions: dict) -> dict[str, Any]:
+def rebench_proofs(
+    cfg: Config, store: StateDir, now: datetime, results: list[dict[str, Any]], regressions: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """Take the re-benchmark marks of the GPUs benchmarked now (``rebench.json``, set by ``heal``
     after a fix only a benchmark can prove) and write what each result proved to the audit trail,
     under the run id of the heal run that applied the fix — this run's when the mark has none in the
@@ -202,8 +205,7 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
     out: dict[str, Any] = {}
     for r in (r for r in results if r["gpu"] in took):
         mark, gpu = took[r["gpu"]], r["gpu"]
-        within = cfg.rule_params(mark["issue"], gpu).get("recovered_within_ratio")
-        floor = 1 - within if isinstance(within, int | float) and not isinstance(within, bool) else None
+        floor = rebench_floor_ratio(cfg, mark["issue"], gpu)
         out[gpu] = rebench.proof(mark, r, regressions.get(gpu, {}).get("baseline_tok_sec"), floor)
         verdict = {True: "resolved", False: "failed"}.get(out[gpu]["within_threshold"], "pending")
         run_id = mark.get("attempt") if is_run_id(mark.get("attempt")) else store.run_id(now)  # the fix's run
@@ -215,6 +217,25 @@ def rebench_proofs(cfg: Config, store: StateDir, now: datetime, results: list, r
         if verdict == "failed":  # the next heal fails the attempt this was verifying
             store.write(files.REBENCH, rebench.with_failure(store.read(files.REBENCH, {}), gpu, mark, now.timestamp()))
     return out
+
+
+@runtime_checkable
+class RecoveredWithin(Protocol):
+    """A rule's parameters that say when a re-benchmark proves its fix: back within this share of the
+    baseline (Rule 4: "Benchmark returns to within 10% of baseline")."""
+
+    @property
+    def recovered_within_ratio(self) -> float: ...
+
+
+def rebench_floor_ratio(cfg: Config, issue: str, gpu: str) -> float | None:
+    """The share of the baseline a re-benchmark for ``issue`` must reach, from the rule's typed
+    parameters; ``None`` when the issue is no rule's or its rule has no such parameter."""
+    from gpuheal.rules import BY_ID
+
+    rule = BY_ID.get(issue)
+    params = None if rule is None else cfg.params_as(rule.Params, issue, gpu)
+    return 1 - params.recovered_within_ratio if isinstance(params, RecoveredWithin) else None
 
 
 # --------------------------------------------------------------------------- state readers

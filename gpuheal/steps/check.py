@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.config import Config
 from gpuheal.core.health import health_document
@@ -20,6 +20,13 @@ from gpuheal.state.files import GPU_HEALTH as HEALTH_FILE  # noqa: E402
 from gpuheal.state.files import HISTORY as HISTORY_FILE  # noqa: E402
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
+
+if TYPE_CHECKING:
+    from gpuheal.core.engine import Evaluation
+    from gpuheal.core.memory import Memory
+    from gpuheal.runtime import CommandResult, Runtime
+    from gpuheal.transport import TransportPool
+
 
 
 @dataclass
@@ -69,7 +76,7 @@ def run(
     now: datetime,
     record: Path | None = None,
     obs: Observation | None = None,
-    transports=None,
+    transports: TransportPool | None = None,
 ) -> CheckResult:
     """``transports``: the run's transport pool (``heal`` shares its SSH connections with the smi
     sensing of a config without gpu-monitor: one connection per host per run)."""
@@ -101,7 +108,9 @@ def run(
     return CheckResult(obs=obs, history=history, issues=evaluation.issues, health=health, evaluation=evaluation)
 
 
-def _sense_and_load(cfg: Config, store: StateDir, now: datetime, transports, keep_history: bool):
+def _sense_and_load(
+    cfg: Config, store: StateDir, now: datetime, transports: TransportPool | None, keep_history: bool
+) -> tuple[Observation, History]:
     """The poll, and meanwhile the recorded history read on a thread: the poll mostly waits on
     the network and a 1000-GPU history takes ~0.3 s to unpack (issue 12 benchmark)."""
     from concurrent.futures import ThreadPoolExecutor
@@ -116,7 +125,7 @@ def _sense_and_load(cfg: Config, store: StateDir, now: datetime, transports, kee
         return obs, loading.result()
 
 
-def _sense_with_memory(cfg: Config, store: StateDir, now: datetime, transports) -> Observation:
+def _sense_with_memory(cfg: Config, store: StateDir, now: datetime, transports: TransportPool | None) -> Observation:
     """A source that computes trends where its data lives: the poll, shaped by what earlier runs left
     and leaving what the next needs, as its declaration says (``SourceKind.memory``: its file, and the
     pure functions that read and write the document)."""
@@ -146,14 +155,14 @@ def source_memory(cfg: Config, store: StateDir, now: datetime) -> tuple[Any, Any
     return resolve(kept.load)(cfg, saved, window_starts(cfg, store), now.timestamp()), kept
 
 
-def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime):
+def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> Evaluation:
     """The rules engine (issue 3): every rule over this poll and the recorded history."""
     from gpuheal.steps import evaluate as rules_step
 
     return rules_step.run_full(cfg, store, obs, history, now)
 
 
-def _add_decode_progress(health: dict[str, Any], memory, now_s: float) -> None:
+def _add_decode_progress(health: dict[str, Any], memory: Memory, now_s: float) -> None:
     """Per GPU, from llama-server's ``/metrics`` poll over poll (issue 12): ``polls_without_decode``
     (requests in flight, ``n_decode_total`` unchanged) and ``deferred_growing_polls`` (waiting
     requests growing while none finished) — shown in ``check``'s table, not an issue by itself."""
@@ -188,7 +197,7 @@ def _known(row: Any) -> Any:
     return {k: v for k, v in row.items() if (v is not None or k in SENSED_ALWAYS) and k != "provenance"}
 
 
-def command(rt, store: StateDir, record: Path | None = None):
+def command(rt: Runtime, store: StateDir, record: Path | None = None) -> CommandResult:
     """CLI adapter: exit 0/1/2 from the status (contract)."""
     from gpuheal import exit_codes
     from gpuheal.runtime import CommandResult

@@ -3,8 +3,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def command(rt, environ: dict[str, str] | None = None):
+if TYPE_CHECKING:
+    from gpuheal.doctor import Check
+    from gpuheal.runtime import CommandResult, Runtime
+
+
+def command(rt: Runtime, environ: dict[str, str] | None = None) -> CommandResult:
     from gpuheal import doctor
     from gpuheal.doctor import checks, drift  # noqa: F401  (registers the built-in checks)
     from gpuheal.runtime import CommandResult
@@ -22,7 +28,7 @@ def command(rt, environ: dict[str, str] | None = None):
 SYMBOL = {"ok": ("✔", "green"), "warn": ("⚠", "yellow"), "fail": ("✘", "bold red"), "skip": ("–", "dim")}
 
 
-def render(rows) -> None:
+def render(rows: list[Check]) -> None:
     """A table grouped by target; every string from the network goes in as text, never markup."""
     from gpuheal import doctor
     from gpuheal.render.human import clean, print_line, print_table

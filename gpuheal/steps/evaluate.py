@@ -241,7 +241,7 @@ def settle_context_changes(cfg: Config, memory: Memory, bench: dict[str, Any]) -
     """Rule 9's "re-benchmark after context change": each recorded change judged by the results
     recorded since (:func:`gpuheal.rules.context_window.change.settle`)."""
     def floor_ratio(alias: str) -> float:
-        return cfg.rule_record(context_window.Params, cfg.rule_params(context_window.ID, alias)).reduce_below_ratio
+        return cfg.params_as(context_window.Params, context_window.ID, alias).reduce_below_ratio
 
     return context_change.settle(memory, lambda alias: benchdata.results(bench, alias), floor_ratio, cfg.aliases)
 

@@ -17,9 +17,14 @@ import os
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.core import topology
 from gpuheal.errors import GpuhealError
+
+if TYPE_CHECKING:
+    from gpuheal.runtime import CommandResult
+
 
 MONITOR_MAX_BYTES = 16 * 1024 * 1024
 
@@ -33,7 +38,7 @@ class InitOptions:
     timeout_s: float = 10.0
 
 
-def command(target: Path, opts: InitOptions, now: datetime, environ: dict[str, str] | None = None):
+def command(target: Path, opts: InitOptions, now: datetime, environ: dict[str, str] | None = None) -> CommandResult:
     from gpuheal.clock import format_iso
     from gpuheal.credentials import lookup
     from gpuheal.runtime import CommandResult
@@ -140,7 +145,7 @@ def _place(target: Path, text: str, force: bool) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def _render(doc: dict) -> None:
+def _render(doc: dict[str, Any]) -> None:
     from gpuheal.render.human import clean, print_line
 
     shown = ", ".join(doc["gpus"][:20]) + (f", +{len(doc['gpus']) - 20} more" if len(doc["gpus"]) > 20 else "")

@@ -6,13 +6,22 @@ is ``blocked`` with the reason, and ``heal`` says so. ``--resume`` lifts the pau
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from gpuheal.clock import format_iso
 from gpuheal.core.plan import normalise_state
 from gpuheal.errors import GpuhealError
 from gpuheal.state import files
 
+if TYPE_CHECKING:
+    from gpuheal.runtime import CommandResult, Runtime
+    from gpuheal.state.store import StateDir
 
-def command(rt, store, gpu: str | None = None, reason: str = "maintenance", resume: bool = False):
+
+
+def command(
+    rt: Runtime, store: StateDir, gpu: str | None = None, reason: str = "maintenance", resume: bool = False
+) -> CommandResult:
     from gpuheal import exit_codes
     from gpuheal.render.human import clean, print_line
     from gpuheal.runtime import CommandResult

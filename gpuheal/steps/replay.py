@@ -26,7 +26,7 @@ import json
 import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.clock import format_iso
 from gpuheal.config import Config
@@ -35,6 +35,10 @@ from gpuheal.core.view import NO_RESTARTS
 from gpuheal.errors import GpuhealError
 from gpuheal.model import Observation
 from gpuheal.state.history import History
+
+if TYPE_CHECKING:
+    from gpuheal.runtime import CommandResult, Runtime
+
 
 NUMBER_FIELDS = (
     "temp_c",
@@ -235,7 +239,7 @@ def document(result: ReplayResult, trace: Path, cfg: Config) -> dict[str, Any]:
     }
 
 
-def command(rt, trace_path: Path):
+def command(rt: Runtime, trace_path: Path) -> CommandResult:
     """CLI adapter: 0 nothing fired, 1 something fired, 3 unreadable trace (via GpuhealError)."""
     from gpuheal import exit_codes
     from gpuheal.runtime import CommandResult

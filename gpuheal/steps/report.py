@@ -42,11 +42,21 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.core import report
 from gpuheal.core.heal_state import normalise_state
 from gpuheal.state import files
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from gpuheal.config.model import Config
+    from gpuheal.runtime import CommandResult, Runtime
+    from gpuheal.state.store import StateDir
+
+    Post = Callable[..., Any]  # the sink's HTTP transport (gpuheal.sources.http.request), a fake in tests
+
 
 log = logging.getLogger("gpuheal")
 
@@ -57,7 +67,9 @@ WEEKLY_FINGERPRINT = "fleet/weekly-report"
 # --------------------------------------------------------------------------- readers (tolerant)
 
 
-def audit_records(store, since_s: float | None = None, max_bytes: int = AUDIT_TAIL_BYTES) -> list[dict[str, Any]]:
+def audit_records(
+    store: StateDir, since_s: float | None = None, max_bytes: int = AUDIT_TAIL_BYTES
+) -> list[dict[str, Any]]:
     """Audit records at or after ``since_s`` from the trail's last ``max_bytes``; junk skipped."""
     from gpuheal.render.report import to_datetime
 
@@ -96,7 +108,7 @@ def audit_records(store, since_s: float | None = None, max_bytes: int = AUDIT_TA
     return out
 
 
-def heal_state(store) -> dict[str, Any]:
+def heal_state(store: StateDir) -> dict[str, Any]:
     """The parts of ``heal-state.json`` (shape: :mod:`gpuheal.core.plan`) a report reads."""
     data = normalise_state(store.read(files.HEAL, None))
     out: dict[str, Any] = {"restarts": {}, "attempts": [], "escalated": {}, "paused": {"fleet": None, "gpus": {}}}
@@ -121,7 +133,7 @@ def heal_state(store) -> dict[str, Any]:
     return out
 
 
-def _health(store) -> dict[str, Any]:
+def _health(store: StateDir) -> dict[str, Any]:
     doc = store.read_raw(files.GPU_HEALTH)
     return doc if isinstance(doc, dict) else {}
 
@@ -129,7 +141,7 @@ def _health(store) -> dict[str, Any]:
 # --------------------------------------------------------------------------- summary
 
 
-def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
+def build_summary(cfg: Config, store: StateDir, now: datetime) -> dict[str, Any]:
     """Read what earlier runs left (any of it may be absent or damaged) and summarise it."""
     from gpuheal import benchdata
     from gpuheal.render.report import to_datetime
@@ -149,7 +161,7 @@ def build_summary(cfg, store, now: datetime) -> dict[str, Any]:
 # --------------------------------------------------------------------------- weekly
 
 
-def build_weekly(cfg, store, now: datetime) -> dict[str, Any]:
+def build_weekly(cfg: Config, store: StateDir, now: datetime) -> dict[str, Any]:
     from gpuheal import benchdata
     from gpuheal.render import weekly
 
@@ -168,7 +180,10 @@ def build_weekly(cfg, store, now: datetime) -> dict[str, Any]:
 # --------------------------------------------------------------------------- command
 
 
-def command(rt, store, weekly: bool = False, send: bool = False, post=None, full: bool = False):
+def command(
+    rt: Runtime, store: StateDir, weekly: bool = False, send: bool = False, post: Post | None = None,
+    full: bool = False,
+) -> CommandResult:
     """``full``: the weekly report's every GPU row (on stdout; with ``--send``, split across messages
     after the summary, each within the sink's limit)."""
     from gpuheal import exit_codes, kg
@@ -231,7 +246,7 @@ def command(rt, store, weekly: bool = False, send: bool = False, post=None, full
     return CommandResult(document=doc, exit_code=code, render=render, warnings=warnings)
 
 
-def _deliver(cfg, parts: list[str], post) -> tuple[list[dict[str, Any]], str | None]:
+def _deliver(cfg: Config, parts: list[str], post: Post | None) -> tuple[list[dict[str, Any]], str | None]:
     """Each part as one message through the alert sink, in order, stopping at the first failure:
     (what was sent, the error or None)."""
     from gpuheal.sink import SinkUnavailable
@@ -252,7 +267,7 @@ def _deliver(cfg, parts: list[str], post) -> tuple[list[dict[str, Any]], str | N
     return sent, None
 
 
-def _queue_weekly(store, doc: dict[str, Any], text: str, now: datetime) -> None:
+def _queue_weekly(store: StateDir, doc: dict[str, Any], text: str, now: datetime) -> None:
     from gpuheal.core import alerts as alertq
     from gpuheal.steps.escalate import load_alerts
 

@@ -22,7 +22,7 @@ tier-1 temperature and rising faster than its rate); 3 could not run (e.g. an un
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.config import Config
 from gpuheal.core.engine import iso
@@ -33,6 +33,11 @@ from gpuheal.errors import GpuhealError
 from gpuheal.model import GpuSample, Observation
 from gpuheal.state import files
 from gpuheal.state.history import History
+
+if TYPE_CHECKING:
+    from gpuheal.runtime import CommandResult, Runtime
+    from gpuheal.state.store import StateDir
+
 
 NO_SAMPLE = GpuSample()
 
@@ -78,7 +83,7 @@ def build(cfg: Config, history: History, now_s: float, restarts: Restarts, alias
     return doc
 
 
-def source_poll(cfg: Config, store, now: datetime) -> Observation | None:
+def source_poll(cfg: Config, store: StateDir, now: datetime) -> Observation | None:
     """A source that computes trends where its data lives (Prometheus: PromQL over each rule's window)
     keeps no history here, so ``trend`` asks it — one poll with its memory, as ``check`` does (issue 27
     defect 4: ``vram-trend.json`` was rewritten with null rates) — without writing that memory back.
@@ -94,7 +99,7 @@ def source_poll(cfg: Config, store, now: datetime) -> Observation | None:
     return sense(cfg, now, None, memory)
 
 
-def command(rt, store, gpu: str | None = None):
+def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResult:
     from gpuheal import exit_codes
     from gpuheal.runtime import CommandResult
     from gpuheal.steps.check import load_history

@@ -30,9 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuheal.core import wake as core
 from gpuheal.state.files import WAKE as WAKE_FILE  # internal: {"last_cycle_s", "last_cycle_at", "woken_by"}
+
+if TYPE_CHECKING:
+    from gpuheal.runtime import Runtime
+    from gpuheal.state.store import StateDir
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class Outcome:
     detail: str
 
 
-def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Callable[[object], str]) -> Outcome:
+def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Callable[[StateDir], str]) -> Outcome:
     """Answer the request on ``in_fd``/``out_fd``; ``cycle(store)`` runs the heal cycle under the lock."""
     from gpuheal.errors import GpuhealError, StateLockedError
     from gpuheal.state.store import StateDir
@@ -146,7 +151,7 @@ def _redacted(text: str, settings: Settings) -> str:
     return redact_text(text, tuple(s for s in (*settings.secrets, settings.token) if s))
 
 
-def _book(store, now: datetime, summary: str, alert: core.LiteLLMAlert | None = None) -> None:
+def _book(store: StateDir, now: datetime, summary: str, alert: core.LiteLLMAlert | None = None) -> None:
     """The cycle's time and its cause, saved before it runs: a killed cycle still counts. A LiteLLM
     alert's deployment (its model group, API base and GPU) is named under ``detected.litellm``. The
     ``heal-cycle`` line carries this run's id (contract "Audit trail"); the cycle's own attempts get theirs."""
@@ -210,7 +215,7 @@ def _hang_up(in_fd: int, out_fd: int) -> None:
     os.close(null)
 
 
-def command(load_runtime: Callable[[], object], in_fd: int = 0, out_fd: int = 1) -> int:
+def command(load_runtime: Callable[[], Runtime], in_fd: int = 0, out_fd: int = 1) -> int:
     """The CLI's half: the config (a config that does not load is a 500 and one line), then :func:`serve`."""
     from gpuheal.credentials import lookup
     from gpuheal.errors import GpuhealError
@@ -233,7 +238,7 @@ def command(load_runtime: Callable[[], object], in_fd: int = 0, out_fd: int = 1)
     return 0 if outcome.status in (200, 202, 429) else 1
 
 
-def _heal_cycle(rt, store) -> str:
+def _heal_cycle(rt: Runtime, store: StateDir) -> str:
     """The minute cycle cron runs, on the store the wake already holds: ``heal --apply``, then
     ``escalate``, so an incident the wake found reaches the humans now, not at the next cron minute.
     The metrics textfile is left to the next cron run (the CLI writes it; ``steps`` does not import

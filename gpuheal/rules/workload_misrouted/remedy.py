@@ -52,8 +52,10 @@ def followup(since_s: float, alerted_s: float | None, now_s: float, *, verify_wi
 def follow_up(f: Followed) -> tuple[FollowUp, ...]:
     """This run's steps for one misrouted GPU (never an action on the fleet: an ``info`` recommendation
     never resets the All Clear count, README "Alerts")."""
-    p = f.cfg.rule_params(f.issue, f.gpu)
-    verify_within_s, escalate_after_s = float(p["verify_within_s"]), float(p["escalate_after_s"])
+    from gpuheal.rules.workload_misrouted import Params  # the rule's own record (it imports this module)
+
+    p = f.cfg.params_as(Params, f.issue, f.gpu)
+    verify_within_s, escalate_after_s = p.verify_within_s, p.escalate_after_s
     since_s = parse_iso(f.since).timestamp() if isinstance(f.since, str) else f.now_s
     step = followup(since_s, f.escalated_at_s, f.now_s, tolerance_s=f.tol_s, verify_within_s=verify_within_s,
                     escalate_after_s=escalate_after_s)
