@@ -123,7 +123,7 @@ GROUPS = {"gpu-a": "qwen", "gpu-b": "qwen", "gpu-c": "solo", "gpu-d": "solo"}
 def make_lab(tmp_path, monkeypatch):
     labs = []
 
-    def make(events, gpus=GPUS, restart_litellm=True, **overrides):
+    def make(events, gpus=GPUS, restart_litellm=True, drain_first=True, **overrides):
         where = tmp_path / f"lab{len(labs)}"
         where.mkdir()
         lab = Lab(where, scenario(gpus, events), **overrides)
@@ -133,6 +133,8 @@ def make_lab(tmp_path, monkeypatch):
         config.write_text("# the operator's file\n" + yaml.safe_dump({"model_list": [
             entry(GROUPS[g["alias"]], lab.fleet.endpoints[g["alias"]], g["alias"]) for g in gpus]}, sort_keys=False))
         lab.raw["litellm"]["config_file"] = str(config)
+        if drain_first:
+            lab.raw.setdefault("heal", {})["drain_first"] = True
         if not restart_litellm:
             lab.raw["litellm"]["restart_command"] = ["true"]
         lab.write_config()
@@ -187,6 +189,16 @@ def test_a_refused_gpu_is_drained_at_the_first_bad_poll_and_back_after_its_verif
                 "verification"]  # fmt: skip
     assert resolved  # the attempt itself was verified and resolved
     assert lab.restarts("gpu-b") == lab.restarts("gpu-c") == 0
+
+
+def test_drain_first_is_opt_in_a_config_file_alone_drains_nothing(make_lab):
+    """``litellm.config_file`` also serves Rules 1/8's redirect; drain first restarts the proxy at each move,
+    which the drill through a real LiteLLM measured costlier than its cooldown: only ``heal.drain_first``."""
+    lab = make_lab([{"at": 30, "gpu": "gpu-a", "fault": "dead"}], drain_first=False)
+    original = lab.config.read_bytes()
+    lab.heal()
+    assert routed(lab, "qwen") == {"gpu-a", "gpu-b"} and moves(lab) == []
+    assert lab.config.read_bytes() == original and not lab.read("drain.json").get("drained")
 
 
 def test_the_last_healthy_deployment_of_a_group_is_never_drained(make_lab):

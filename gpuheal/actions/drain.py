@@ -7,8 +7,8 @@ hook); this module only reads, acts, reads back and keeps the books.
 ``config.yaml`` (``litellm.config_file``, ``litellm.restart_command``): the GPU's ``model_list`` entries
 leave the file, LiteLLM is restarted and ``/v1/model/info`` read back
 (:func:`gpuheal.actions.litellm_config.drain`); ``/model/update`` is refused there ("No DB Connected").
-Without ``config_file`` and ``restart_command`` nothing is drained and nothing is said: drain first is
-configured by them. Each move is audited as the contract's actions (``redirect-traffic`` out,
+Off unless ``heal.drain_first: true``; without ``config_file`` and ``restart_command`` nothing is drained
+and nothing is said either. Each move is audited as the contract's actions (``redirect-traffic`` out,
 ``restore-load`` back, ``drain`` naming which), an intent line before and an outcome line after, with the
 run id and the issue's evidence; it counts only when LiteLLM's routing read back shows it.
 
@@ -85,9 +85,12 @@ def _first(ledger: Ledger, effects: Effects, cfg: Config, result: Any, apply: bo
 
 
 def config_step(cfg: Config) -> RewriteLiteLLM | None:
-    """The config-file move, when ``litellm.config_file``, ``restart_command`` and ``url`` say how."""
+    """The config-file move, when ``heal.drain_first`` asks for it and ``litellm.config_file``,
+    ``restart_command`` and ``url`` say how. Opt-in: every move restarts the whole proxy, and through a
+    real LiteLLM 1.108.7 that cost more failed requests than LiteLLM's own cooldown (benchmarks/README.md,
+    the drill through LiteLLM: 67 of 101 failed per fault with drain first, 0–3 without)."""
     lite = cfg.litellm
-    if not (lite.config_file and lite.restart_command and lite.url):
+    if not (cfg.heal.drain_first and lite.config_file and lite.restart_command and lite.url):
         return None
     where = lite.host if lite.transport == "ssh" and lite.host else "local"
     return RewriteLiteLLM(OUT, lite.config_file, where, tuple(lite.restart_command), "",

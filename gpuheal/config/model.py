@@ -273,6 +273,7 @@ class HealConfig:
     stop_timeout_s: float = 90.0  # the llama-server unit's TimeoutStopSec (issue 20: a hung server ignores SIGTERM)
     confirm_budget_s: float = 30.0  # issue 28: re-probe a hard fault within the run for at most this long
     confirm_interval_s: float = 5.0  # issue 28: one re-probe of each such GPU every this many seconds
+    drain_first: bool = False  # issue 28: a hard fault's GPU leaves LiteLLM's config.yaml (a proxy restart each move)
     gpu_monitor_restart_command: str | list[str] | None = None
     gpu_monitor_host: str | None = None
     ssh_user: str | None = None

@@ -86,7 +86,7 @@ def test_a_refused_deployment_leaves_its_group_at_the_first_bad_poll_and_comes_b
     raw = fleet.config_dict(api_key="not-needed")
     raw["litellm"] = {"url": url, "timeout_s": 10, "config_file": str(config), "reload_wait_s": 150,
                       "restart_command": [sys.executable, str(LAUNCHER), str(state)]}
-    raw["heal"] = {"startup_grace_s": 0, "command_timeout_s": 60}
+    raw["heal"] = {"startup_grace_s": 0, "command_timeout_s": 60, "drain_first": True}
     cfg_path = tmp_path / "gpuheal.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
     env = {**os.environ, "LITELLM_MASTER_KEY": MASTER_KEY, "NO_COLOR": "1"}
