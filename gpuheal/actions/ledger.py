@@ -31,6 +31,20 @@ class Ledger:
     def save(self) -> None:
         self.store.write(files.HEAL, self.state.to_json())
 
+    def clear(self, target: str, example_alias: str) -> None:
+        """``heal --clear ALIAS/ISSUE``: an operator lifts an escalation so healing may try again."""
+        from gpuheal.core import verify
+        from gpuheal.errors import GpuhealError
+
+        gpu, _, issue = target.partition("/")
+        if not gpu or not issue:
+            example = f"{example_alias}/{next(iter(self.remedies))}"
+            raise GpuhealError(f"--clear {target!r}: expected ALIAS/ISSUE, e.g. {example}")
+        self.state, found = verify.clear(self.state, gpu, issue, self.now_s)
+        if not found:
+            raise GpuhealError(f"--clear {target!r}: nothing escalated for {gpu}/{issue}")
+        self.save()
+
     def save_alerts(self) -> None:
         self.store.write(files.ALERTS, self.rec.alerts.to_json())
 

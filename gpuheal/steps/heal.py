@@ -4,6 +4,8 @@ Dry-run by default: without ``--apply`` the plan is printed (what, where, why, t
 and the heal state, the audit trail and the alert queue are not touched. With ``--apply`` each
 run, in order (:meth:`Heal.run`):
 
+0. takes a GPU with a hard fault out of LiteLLM's routing, if ``heal.drain_first`` (:mod:`~gpuheal.actions.drain`),
+   and confirms the hard fault within the run instead of at cron's 3rd poll (:mod:`gpuheal.steps.confirm`);
 1. lets each remedy keep what its fix will need from its open issues (its ``track`` hook), then
    judges the open attempts of earlier runs from this run's fresh data (:mod:`gpuheal.actions.attempts`:
    resolved when the issue cleared and its remedy's proof holds, failed when its window passed or a
@@ -185,7 +187,7 @@ def command(rt: Any, store: StateDir, apply: bool = False, gpu: str | None = Non
 
     heal = Heal(rt.cfg, store, rt.now, apply)
     if clear:
-        _clear(heal, clear)
+        heal.ledger.clear(clear, rt.cfg.aliases[0] if rt.cfg.aliases else "gpu-dense")
     health = heal.run(gpu, issue)
 
     def render() -> None:
@@ -193,16 +195,3 @@ def command(rt: Any, store: StateDir, apply: bool = False, gpu: str | None = Non
 
     return CommandResult(health, exit_codes.BY_STATUS[health["status"]], render, warnings=heal.warnings)
 
-
-def _clear(heal: Heal, target: str) -> None:
-    """``--clear ALIAS/ISSUE``: an operator lifts an escalation so healing may try again."""
-    from gpuheal.errors import GpuhealError
-
-    gpu, _, issue = target.partition("/")
-    if not gpu or not issue:
-        example = f"{heal.cfg.aliases[0] if heal.cfg.aliases else 'gpu-dense'}/{next(iter(REMEDIES))}"
-        raise GpuhealError(f"--clear {target!r}: expected ALIAS/ISSUE, e.g. {example}")
-    heal.ledger.state, found = verify.clear(heal.ledger.state, gpu, issue, heal.now_s)
-    if not found:
-        raise GpuhealError(f"--clear {target!r}: nothing escalated for {gpu}/{issue}")
-    heal.ledger.save()
