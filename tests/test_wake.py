@@ -193,6 +193,49 @@ def test_a_held_state_lock_answers_at_once_and_runs_nothing(tmp_path):
     assert time.monotonic() - started < 2
 
 
+def test_a_run_confirming_between_its_probes_is_busy_and_a_dead_or_stale_mark_is_not(tmp_path):
+    """A heal run that let the lock go only while it confirms a fault (issue 28) marks the lock file; a wake
+    then starts no cycle, which would only make that run stand down (a burst of LiteLLM alerts: one cycle).
+    The mark of a dead process, or one past its time, is no run."""
+    from gpuheal.state.store import CONFIRMING, LOCK_FILE
+
+    (tmp_path / "state").mkdir()
+    lock = tmp_path / "state" / LOCK_FILE
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock.write_text(f"{other.pid} abc {CONFIRMING} {time.time() + 30:.3f}\n")
+        cycles = Cycles()
+        outcome, _ = exchange(tmp_path, post(), cycle=cycles)
+        assert (outcome.status, outcome.decision, cycles.runs) == (202, "busy", 0)
+        assert "confirming" in outcome.detail
+        lock.write_text(f"{other.pid} abc {CONFIRMING} {time.time() - 1:.3f}\n")  # past its time
+        assert exchange(tmp_path, post(), cycle=cycles)[0].decision == "cycle"
+    finally:
+        other.kill()
+        other.wait()
+    lock.write_text(f"{other.pid} abc {CONFIRMING} {time.time() + 30:.3f}\n")  # its process is gone
+    assert exchange(tmp_path, post(), cycle=Cycles(), now=T0 + timedelta(seconds=60))[0].decision == "cycle"
+
+
+@pytest.mark.parametrize("text", ["", "garbage", "12 tok", "x tok confirming-until 9e99", "1 t confirming-until nan",
+                                  "1 t confirming-until 1e400", "1 t other 9e99", "\x00" * 300])
+def test_a_lock_file_that_is_not_a_live_mark_is_no_confirming_run(text):
+    from gpuheal.state.store import confirming_mark
+
+    assert confirming_mark(text, time.time(), own_pid=-1) is False
+
+
+def test_release_with_a_mark_resumes_as_its_own(tmp_path):
+    """The mark replaces the stamp, and resume still knows it for this run's (nobody held it meanwhile)."""
+    store = StateDir(tmp_path / "state", 1)
+    store.open()
+    store.release(30)
+    assert store.confirming(time.time()) is False  # its own mark: not another run
+    assert StateDir(tmp_path / "state", 0).confirming(time.time()) is False  # the same process, still
+    assert store.resume(1) is True
+    store.close()
+
+
 def test_a_flood_of_100_in_a_second_runs_one_cycle_per_min_interval(tmp_path):
     """Jittered clocks: each process reads its own time, up to 1.5 s late, not in order."""
     rng = random.Random(22)

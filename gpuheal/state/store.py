@@ -32,6 +32,8 @@ from gpuheal.state import files
 
 SCHEMA_VERSION = 1
 LOCK_FILE = ".lock"
+CONFIRMING = "confirming-until"  # the lock file's mark of a run that let go only while it confirms
+MAX_CONFIRMING_S = 3600.0  # a mark further ahead than this is damaged (confirm_budget_s is at most 50 s)
 AUDIT_FIELDS = ("timestamp", "gpu", "issue", "action", "result", "run_id")  # contract "Audit trail"
 AUDIT_RESULTS = frozenset({"pending", "resolved", "failed", "escalated", "superseded", "started"})
 RUN_ID = re.compile(r"gpu-self-heal-(\d{8})-(\d{3,})")
@@ -147,10 +149,17 @@ class StateDir:
         self._remove_stale_temp_files()
         return before
 
-    def release(self) -> None:
+    def release(self, for_s: float = 0.0) -> None:
         """Let another run take the lock while this one only waits (issue 28: the in-run confirmation's
-        sleeps). Whatever this run must keep is written first, by the caller; :meth:`resume` takes it back."""
+        sleeps). Whatever this run must keep is written first, by the caller; :meth:`resume` takes it back.
+        ``for_s``: how long it means to wait, marked in the lock file (:func:`confirming`) so that a wake
+        does not start a cycle that would only make this one stand down."""
         if self._lock_fd is not None:
+            if for_s > 0:
+                pid, token = self._stamp.split()[:2]
+                self._stamp = f"{pid} {token} {CONFIRMING} {time.time() + for_s:.3f}\n"
+                os.ftruncate(self._lock_fd, 0)
+                os.pwrite(self._lock_fd, self._stamp.encode(), 0)
             self.close()
             self._released = True
 
@@ -163,6 +172,15 @@ class StateDir:
             return True
         self._released, mine = False, self._stamp
         return self._lock(wait_s) == mine
+
+    def confirming(self, now_s: float) -> bool:
+        """Whether another process let the lock go only to confirm a fault within its run and comes back
+        for it before its mark runs out (:meth:`release`). A dead process's mark is no run."""
+        try:
+            text = (self.path / LOCK_FILE).read_text("ascii", "replace")
+        except OSError:
+            return False
+        return confirming_mark(text, now_s, os.getpid())
 
     def _remove_stale_temp_files(self) -> None:
         """A run killed between creating its temp file and the rename leaves ``.NAME.PID.tmp``;
@@ -371,3 +389,23 @@ def _heal_torn_tail(fd: int) -> str | None:
         return None
     os.ftruncate(fd, cut)
     return f"removed a partial last line ({size - cut} bytes) left by an interrupted run"
+
+
+def confirming_mark(text: str, now_s: float, own_pid: int) -> bool:
+    """``pid token confirming-until EPOCH``, its process alive, not this one, and the time not past."""
+    parts = text.split()
+    if len(parts) != 4 or parts[2] != CONFIRMING or not parts[0].isdigit():
+        return False
+    try:
+        until_s, pid = float(parts[3]), int(parts[0])
+    except ValueError:
+        return False
+    if pid == own_pid or not now_s < until_s < now_s + MAX_CONFIRMING_S:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # alive, another user's
+    return True

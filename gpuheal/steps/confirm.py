@@ -109,7 +109,7 @@ def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, p
     loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe)
     if keep is not None:
         keep()
-    store.release()  # waiting and probing need no lock; another run may take it meanwhile
+    store.release(budget_s + cfg.state.lock_wait_s)  # waiting and probing need no lock; another run may take it
     watches = loop.watch(watches, budget_s, interval_s)
     if not store.resume(cfg.state.lock_wait_s):
         raise Overtaken(f"another gpuheal run held the state while this one confirmed {', '.join(sorted(watches))} "

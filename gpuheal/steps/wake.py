@@ -9,8 +9,9 @@ no daemon, one process per connection, the connection on fds 0 and 1. The order 
    token never costs a megabyte and a 10 MB body is never read;
 2. read the body (still within the 5 s), accept any JSON, summarise what woke us (of a LiteLLM
    alert only its type, model group, API base and the GPU that base is: never the user's prompt);
-3. take the state lock without waiting: held → a run is going, it will see the state (202, nothing
-   runs); ``wake.json`` says a cycle ran within ``wake.min_interval_s`` → 429;
+3. a run confirming a fault between its probes (the lock file's mark, issue 28), or the state lock
+   held → a run is going, it will see the state (202, nothing runs); ``wake.json`` says a cycle ran
+   within ``wake.min_interval_s`` → 429;
 4. book the cycle's time, audit what woke it (escaped, capped, redacted), answer 202 and hang up,
    then run the cycle under the same lock — a webhook sender never waits for a heal.
 
@@ -69,6 +70,8 @@ def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Cal
         return _answer(out_fd, Outcome(got.status, "refused", got.why))
     summary, ok = _redacted(got.summary, settings), got.ok_status
     store = StateDir(settings.state_dir, 0.0)
+    if store.confirming(time.time()):  # a run confirming a fault between its probes: it acts, a cycle now would not
+        return _answer(out_fd, Outcome(ok, "busy", f"a gpuheal run is confirming a fault; it will act ({summary})"))
     try:
         store.open()
     except StateLockedError:
