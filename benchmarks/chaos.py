@@ -4,10 +4,12 @@
     .venv/bin/python benchmarks/chaos.py --gpus 10 --days 1 --seed 3 --json out.json
     .venv/bin/python benchmarks/chaos.py --rates my-rates.yaml    # {kind: rate per unit-hour}
     .venv/bin/python benchmarks/chaos.py --only gpuheal,no-heal   # some of the systems
+    .venv/bin/python benchmarks/chaos.py --confirm-budget-s 0     # gpuheal without its in-run confirmation
 
 A simulated fleet (``gpuheal.sim``) lives through a week of injected faults and benign events
 (:mod:`chaos_inject`: the kinds, their rates and why), on the sim's virtual clock. The same week is
-lived once by each system: **gpuheal** through the code paths cron runs (:mod:`chaos_gpuheal`),
+lived once by each system: **gpuheal** through the code paths cron runs (:mod:`chaos_gpuheal`; with
+its in-run confirmation, ``heal.confirm_budget_s``, waiting on the simulated clock: ``--confirm-budget-s``),
 and four baselines (:mod:`chaos_baselines`): no healing, restart on crash only (systemd, llama-swap),
 a probe every 300 s with a restart after 3 failures (GPUStack), LiteLLM's cooldown only. Each is
 measured against the ground truth (:mod:`chaos_measure` defines every figure).
@@ -52,8 +54,10 @@ COLUMNS = (
 )
 
 
-def run_system(name: str, layout: Layout, incidents, days: float, seed: int, workdir: Path):
-    """One system's week on a fresh world: its :class:`chaos_week.Week` and its wall seconds."""
+def run_system(name: str, layout: Layout, incidents, days: float, seed: int, workdir: Path,
+               confirm_budget_s: float | None = None):
+    """One system's week on a fresh world: its :class:`chaos_week.Week` and its wall seconds. gpuheal runs
+    with its in-run confirmation's default budget unless ``confirm_budget_s`` is given (0: off)."""
     from gpuheal.sim import Scenario, SimFleet
 
     scn = Scenario.from_dict(scenario(layout, seed))
@@ -62,7 +66,7 @@ def run_system(name: str, layout: Layout, incidents, days: float, seed: int, wor
         if name == "gpuheal":
             from chaos_gpuheal import GpuhealSystem
 
-            system = GpuhealSystem(fleet, layout, workdir / "gpuheal")
+            system = GpuhealSystem(fleet, layout, workdir / "gpuheal", confirm_budget_s)
         else:
             system = next(b for b in BASELINES if b.name == name)(fleet.world)
         driver = Driver(fleet.world, system, incidents, days, seed, progress_bar(name))
@@ -72,7 +76,8 @@ def run_system(name: str, layout: Layout, incidents, days: float, seed: int, wor
 
 
 def run(gpus: int, days: float, seed: int, rates: dict[str, float], only: tuple[str, ...] = SYSTEMS,
-        workdir: Path | None = None, weeks: dict | None = None) -> tuple[dict, list, dict[str, float]]:
+        workdir: Path | None = None, weeks: dict | None = None,
+        confirm_budget_s: float | None = None) -> tuple[dict, list, dict[str, float]]:
     """The document, the incidents and each system's wall seconds; ``weeks`` (when given) gets each
     system's recorded :class:`chaos_week.Week`."""
     layout = Layout.of(gpus)
@@ -82,7 +87,7 @@ def run(gpus: int, days: float, seed: int, rates: dict[str, float], only: tuple[
     walls: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="chaos-", dir=_scratch()) as tmp:
         for name in only:
-            week = run_system(name, layout, incidents, days, seed, Path(workdir or tmp))
+            week = run_system(name, layout, incidents, days, seed, Path(workdir or tmp), confirm_budget_s)
             doc["systems"][name] = measure(week)
             walls[name] = week.wall_s
             if weeks is not None:
@@ -138,11 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", dest="json_out", help="write the figures here")
     ap.add_argument("--incidents", help="write the week's ground truth (every incident) here")
     ap.add_argument("--only", default=",".join(SYSTEMS), help=f"systems to run (of {', '.join(SYSTEMS)})")
+    ap.add_argument("--confirm-budget-s", type=float, default=None,
+                    help="gpuheal's heal.confirm_budget_s (default: the product's, 30 s; 0: cron's poll holds only)")
     ap.add_argument("--save-weeks", help="pickle every system's recorded week here (to measure again later)")
     args = ap.parse_args(argv)
     only = tuple(s for s in args.only.split(",") if s)
-    if args.gpus < 1 or args.days <= 0 or any(s not in SYSTEMS for s in only):
-        sys.stderr.write(f"chaos: --gpus must be >= 1, --days > 0, --only among {', '.join(SYSTEMS)}\n")
+    budget = args.confirm_budget_s
+    if args.gpus < 1 or args.days <= 0 or any(s not in SYSTEMS for s in only) or (budget is not None
+                                                                                    and not 0 <= budget <= 50):
+        sys.stderr.write(f"chaos: --gpus must be >= 1, --days > 0, --confirm-budget-s 0..50, --only among "
+                         f"{', '.join(SYSTEMS)}\n")
         return 3
     try:
         rates = load_rates(args.rates)
@@ -151,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     started = time.perf_counter()
     weeks: dict = {}
-    doc, incidents, walls = run(args.gpus, args.days, args.seed, rates, only, weeks=weeks)
+    doc, incidents, walls = run(args.gpus, args.days, args.seed, rates, only, weeks=weeks, confirm_budget_s=budget)
     if args.save_weeks:
         import pickle
 

@@ -18,7 +18,15 @@ What differs from a cron process, and why it does not change what gpuheal judges
 - commands go through ``gpuheal.transport.use_transports`` to the simulated hosts
   (:mod:`gpuheal.sim.hosts`) instead of SSH: the argv gpuheal builds, answered as the host's tools
   answer (a host that is off the network answers as SSH does: no connection within the timeout);
-- nothing is printed: the step's document is read instead (the ``--json`` document).
+- nothing is printed: the step's document is read instead (the ``--json`` document);
+- heal's in-run confirmation (issue 28 item 1, ``gpuheal.steps.confirm``) waits on the week's clock:
+  ``heal.command(..., clock=)`` gets a ``Clock`` whose ``now`` is the world's virtual seconds and whose
+  ``sleep`` moves the week on (:meth:`chaos_week.Driver.wait`: every incident change due meanwhile at
+  its own second), so a fault or a blip that starts or ends within the minute is seen by the re-probes
+  as it would be in real time. The cycle's later steps start when heal is done (escalate
+  ``ESCALATE_AFTER_S`` after it), and the driver judges the cycle at its end. The probes themselves
+  take no virtual time (a real ``/health`` timeout takes ``probe.timeout_s``): the evidence is at most
+  that much longer than on a real fleet.
 
 Alerts go to the Zulip look-alike (:mod:`gpuheal.sim.zulip`), served in process too; what it received
 are the week's messages. An exception out of a step is a crash of gpuheal: counted, and the week goes on.
@@ -63,10 +71,11 @@ def is_page(title: str, content: str) -> bool:
     return not severities or bool(severities - {"info"})
 
 
-def config(fleet, layout: Layout, zulip_url: str) -> dict[str, Any]:
+def config(fleet, layout: Layout, zulip_url: str, confirm_budget_s: float | None = None) -> dict[str, Any]:
     """The operators' config for this fleet: four GPUs a host over SSH, racks and sites as labels
     (alerts grouped by rack, Rule 1.3 judged per rack), LiteLLM with its admin key for load shedding
-    and its restart command, everything else gpuheal's defaults."""
+    and its restart command, everything else gpuheal's defaults — the in-run confirmation's budget too
+    (``heal.confirm_budget_s``, 30 s) unless ``confirm_budget_s`` is given (0: cron's poll holds only)."""
     endpoints = fleet.endpoints
     traffic = {a: float(fleet.scenario.gpu(a).values["requests_60s"]) for a in layout.gpus}
     gpus = []
@@ -88,9 +97,8 @@ def config(fleet, layout: Layout, zulip_url: str) -> dict[str, Any]:
                     "restart_command": ["docker", "restart", "litellm"]},
         "zulip": {"site": zulip_url, "stream": "gpu-fleet", "topic": "alerts"},
         "alerts": {"group_by": "rack"},
-        # confirm_budget_s 0: the in-run confirmation (issue 28) sleeps on a real clock while this world's
-        # clock stands still within a run — a 25 s blip would look refused throughout; cron's holds only
-        "heal": {"known_hosts": "/dev/null", "confirm_budget_s": 0},
+        "heal": {"known_hosts": "/dev/null",
+                 **({} if confirm_budget_s is None else {"confirm_budget_s": confirm_budget_s})},
         "rules": {"cooling-infrastructure": {"group_by": "rack", "cooling_fraction": 0.5}},
         "gpus": gpus,
     }
@@ -127,7 +135,7 @@ class SimHostTransport:
 class GpuhealSystem:
     name = "gpuheal"
 
-    def __init__(self, fleet, layout: Layout, workdir: Path) -> None:
+    def __init__(self, fleet, layout: Layout, workdir: Path, confirm_budget_s: float | None = None) -> None:
         from gpuheal.config import load_config
 
         self.fleet, self.world, self.layout = fleet, fleet.world, layout
@@ -136,7 +144,7 @@ class GpuhealSystem:
         self.network.add("127.0.0.1", self.zulip.port, Site(self.zulip.handler_class, self.zulip))
         workdir.mkdir(parents=True, exist_ok=True)
         path = workdir / "gpuheal.yaml"
-        path.write_text(yaml.safe_dump(config(fleet, layout, self.zulip.url), sort_keys=False))
+        path.write_text(yaml.safe_dump(config(fleet, layout, self.zulip.url, confirm_budget_s), sort_keys=False))
         self.cfg = load_config(path)
         self.state_dir = workdir / "state"
         self.env = {"ZULIP_EMAIL": DEFAULT_EMAIL, "ZULIP_API_KEY": DEFAULT_KEY,
@@ -147,6 +155,7 @@ class GpuhealSystem:
         self.last_bench: int | None = None
         self.stderr = io.StringIO()
         self.log = logging.getLogger("gpuheal")
+        self.driver = None  # set by the driver (chaos_week.Driver): what moves the week on while heal waits
 
     # ------------------------------------------------------------------ the seams
     def transport(self, target) -> SimHostTransport:
@@ -160,7 +169,7 @@ class GpuhealSystem:
             return
         unit = argv[-1] if argv else ""
         target = unit.partition("@")[2] or (self.layout.gpus_of_host(host)[0] if host else unit)
-        self.attempts.append(Action(self.now_t, "restart" if program != "kill" else "kill", target, False))
+        self.attempts.append(Action(self.world.t, "restart" if program != "kill" else "kill", target, False))
 
     @contextlib.contextmanager
     def _running(self):
@@ -183,6 +192,18 @@ class GpuhealSystem:
                 else:
                     os.environ[k] = v
 
+    def clock(self):
+        """heal's in-run confirmation on the week's clock (``gpuheal.steps.confirm.Clock``)."""
+        from gpuheal.steps.confirm import Clock
+
+        return Clock(now=lambda: self.world.t, sleep=self._wait)
+
+    def _wait(self, seconds: float) -> None:
+        if self.driver is not None:
+            self.driver.wait(seconds)
+        else:
+            self.world.advance(max(0.0, seconds))
+
     def _step(self, t: float, offset_s: float, step, **options):
         """One command under the state lock, as ``command.run_step`` runs it (without printing)."""
         from gpuheal.runtime import Runtime
@@ -202,8 +223,8 @@ class GpuhealSystem:
         with self._running():
             try:
                 self._maybe_bench(t, clock_offset_s, bench)
-                health = self._step(t, clock_offset_s, heal.command, apply=True).document
-                self._step(t + ESCALATE_AFTER_S, clock_offset_s, escalate.command)
+                health = self._step(t, clock_offset_s, heal.command, apply=True, clock=self.clock()).document
+                self._step(max(t, self.world.t) + ESCALATE_AFTER_S, clock_offset_s, escalate.command)
             except Exception as exc:  # noqa: BLE001 - a crash of gpuheal: counted, reported, never hidden
                 report.crash = f"{type(exc).__name__}: {str(exc)[:200]}"
                 health = {}

@@ -173,7 +173,7 @@ class Driver:
             self._until(t)
             report = self.system.cycle(t, self.offset_s)
             self.week.cycles += 1
-            self._after(t, report)
+            self._after(max(t, self.world.t), report)  # when the cycle ended (a system may wait within it)
             self._capacity(t)
             if self.progress is not None and (m % 30 == 0 or m == minutes - 1):
                 self.progress(m + 1, minutes)
@@ -183,6 +183,11 @@ class Driver:
         self.week.wall_s = time.perf_counter() - started
         self.system.close()
         return self.week
+
+    def wait(self, seconds: float) -> None:
+        """A system's own wait within its cycle (gpuheal's in-run confirmation): the week moves on as
+        real time would, every incident change due meanwhile applied at its own second."""
+        self._until(self.world.t + max(0.0, seconds))
 
     def _until(self, t: float) -> None:
         """Apply every change due by ``t`` at its own second, then move the clock to ``t``."""

@@ -179,13 +179,13 @@ class Heal:
 
 
 def command(rt: Any, store: StateDir, apply: bool = False, gpu: str | None = None, issue: str | None = None,
-            clear: str | None = None) -> Any:  # fmt: skip
+            clear: str | None = None, clock: confirm.Clock | None = None) -> Any:  # fmt: skip
     from gpuheal import exit_codes
     from gpuheal.render.human import render_heal
     from gpuheal.runtime import CommandResult
     from gpuheal.steps.check import config_rows
 
-    heal = Heal(rt.cfg, store, rt.now, apply)
+    heal = Heal(rt.cfg, store, rt.now, apply, clock=clock)  # clock: the in-run confirmation's (a simulated week's)
     if clear:
         heal.ledger.clear(clear, rt.cfg.aliases[0] if rt.cfg.aliases else "gpu-dense")
     health = heal.run(gpu, issue)
