@@ -169,6 +169,7 @@ def _plain_samples(lines: list[str]) -> dict[str, list[float]] | None:
             number = float(value)
         seen.setdefault(name[len(PREFIX):], []).append(number)
     return seen
+_HELP_OF_OURS = "# HELP " + PREFIX
 _PRIVATE_PACKAGE = "_gpuheal_prometheus_client"
 
 
@@ -218,6 +219,8 @@ def _wanted_lines(text: str) -> tuple[list[str], bool]:
         if not line.strip():
             continue
         if line.startswith("#"):
+            if line.startswith(_HELP_OF_OURS):  # documentation of a llamacpp: series: never kept, not foreign
+                continue
             parts = line.split(None, 3)
             name = parts[2] if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") else ""
             if name in _WANTED_NAMES and parts[1] == "HELP":
