@@ -255,3 +255,114 @@ def test_the_private_parser_is_exactly_prometheus_clients_and_parses_as_its_publ
         return [(f.name, f.type, [(s.name, s.labels, s.value) for s in f.samples]) for f in families]
 
     assert shape(_text_parser()(body)) == shape(public(body)) != []
+
+
+# --------------------------------------------------------------------------- the fast path (issue 29)
+# parse_metrics reads a llama-server's plain lines without the Prometheus parser; whatever the body,
+# the result (or the InvalidMetrics message) must be exactly the parser's.
+
+_NAMES = st.sampled_from(
+    [f"llamacpp:{key}" for key in ("n_decode_total", "tokens_predicted_total", "prompt_tokens_total",
+                                   "requests_processing", "requests_deferred", "predicted_tokens_seconds",
+                                   "n_busy_slots_per_decode", "prompt_tokens_seconds", "n_decode")]
+    + ["process_cpu_seconds_total", "llamacpp:", "x"]
+)
+_TYPES = st.sampled_from(["gauge", "counter", "untyped", "summary", "histogram", "garbage", "gauge x", ""])
+_NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.integers(-10**20, 10**20).map(str),
+    st.sampled_from(["NaN", "+Inf", "-Inf", "1e309", "0", "-0", "+5", "5.", ".5", "1.23457e+06", "1E3", "1_0",
+                     "0x10", "\u0663", "five", "", " 5", "5 ", "5 1700000000000", "5 x", "1e", "."]),
+)
+_SEP = st.sampled_from([" ", "  ", "\t", ""])
+
+
+@st.composite
+def _metric_line(draw):
+    kind = draw(st.sampled_from(["sample", "sample", "sample", "type", "type", "help", "comment", "labels", "blank",
+                                 "junk"]))
+    name, sep = draw(_NAMES), draw(_SEP)
+    if kind == "sample":
+        return f"{name}{sep}{draw(_NUMBERS)}"
+    if kind == "type":
+        return f"# TYPE{sep}{name} {draw(_TYPES)}"
+    if kind == "help":
+        return f"# HELP {name} {draw(st.text(max_size=20))}"
+    if kind == "comment":
+        return f"# {draw(st.text(max_size=20))}"
+    if kind == "labels":
+        return f'{name}{{a="{draw(st.text(max_size=5))}"}}{sep}{draw(_NUMBERS)}'
+    if kind == "blank":
+        return draw(st.sampled_from(["", " ", "\t"]))
+    return draw(st.text(max_size=30))
+
+
+def _outcome(text, fast_path):
+    try:
+        return parse_metrics(text, fast_path=fast_path)
+    except InvalidMetrics as exc:
+        return f"InvalidMetrics: {exc}"
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_metric_line(), max_size=12), st.sampled_from(["\n", "\r\n"]), st.booleans())
+def test_fast_path_equals_the_prometheus_parser_on_random_bodies(lines, newline, last_newline):
+    text = newline.join(lines) + (newline if last_newline else "")
+    assert _outcome(text, True) == _outcome(text, False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_fast_path_equals_the_prometheus_parser_on_any_text(text):
+    assert _outcome(text, True) == _outcome(text, False)
+
+
+@pytest.mark.parametrize("name", ["metrics-busy-deferred.txt", "metrics-after.txt", "metrics-sleeping.txt"])
+def test_fast_path_equals_the_prometheus_parser_on_real_bodies(name):
+    body = real(name)
+    assert parse_metrics(body) == parse_metrics(body, fast_path=False) != ServerMetrics()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_fast_path_equals_the_prometheus_parser_on_edited_real_bodies(data):
+    """A real body with lines dropped, repeated, reordered or edited: plain or not, the same result."""
+    lines = real("metrics-busy-deferred.txt").splitlines()
+    lines = data.draw(st.lists(st.sampled_from(lines), max_size=40))
+    if lines and data.draw(st.booleans()):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        lines[i] = data.draw(_metric_line())
+    text = "\n".join(lines) + "\n"
+    assert _outcome(text, True) == _outcome(text, False)
+
+
+def test_fast_path_reads_a_real_body_without_the_parser(monkeypatch):
+    """The point of it: a real llama-server's answer never reaches the pure-Python parser."""
+    import gpuheal.parse.llama_metrics as lm
+
+    def refuse():
+        raise AssertionError("the Prometheus parser was used")
+
+    monkeypatch.setattr(lm, "_text_parser", refuse)
+    assert parse_metrics(real("metrics-busy-deferred.txt")).requests_deferred == 1
+    with pytest.raises(AssertionError):
+        parse_metrics("llamacpp:n_decode_total NaN\n")
+
+
+_SERIES_READ = st.sampled_from([f"llamacpp:{key}" for key in ServerMetrics.__dataclass_fields__ if key != "problems"])
+
+
+@st.composite
+def _plain_line(draw):
+    """Lines as a llama-server writes them, of the series read: the fast path's own ground."""
+    name = draw(_SERIES_READ)
+    if draw(st.integers(0, 3)) == 0:
+        return f"# TYPE {name} {draw(st.sampled_from(['gauge', 'counter']))}"
+    return f"{name} {draw(st.one_of(st.integers(-5, 10**7).map(str), st.floats(-1e6, 1e16).map(repr), _NUMBERS))}"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_plain_line(), max_size=10))
+def test_fast_path_equals_the_prometheus_parser_on_plain_bodies(lines):
+    text = "".join(f"{line}\n" for line in lines)
+    assert _outcome(text, True) == _outcome(text, False)

@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from servers import (
     Hang,
     LoopbackServer,
@@ -28,7 +30,8 @@ from servers import (
 )
 
 from gpuheal.errors import GpuhealError, StateLockedError
-from gpuheal.state.store import LOCK_FILE, SCHEMA_VERSION, StateDir
+from gpuheal.state.history import METRICS, History
+from gpuheal.state.store import LOCK_FILE, SCHEMA_VERSION, STREAM_LEVELS, StateDir, encoded_pieces
 
 NOW = "2026-07-18T08:00:00Z"
 
@@ -420,3 +423,46 @@ def test_two_gpuheal_processes_race_for_the_lock(tmp_path):
     assert first.returncode == 2, err  # nothing answered: down
     assert json.loads(out)["status"] == "down"
     assert "Traceback" not in err + second.stderr
+
+
+# ---------------------------------------------------------------- the streamed encoding (issue 29)
+
+_KEYS = st.one_of(st.text(max_size=6), st.integers(-3, 3), st.booleans(), st.none(), st.floats(allow_nan=False))
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4)
+    | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=25,
+)
+
+
+def _one_shot(value):
+    try:
+        return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return ValueError
+
+
+def _pieces(value, depth):
+    try:
+        return "".join(encoded_pieces(value, depth))
+    except ValueError:
+        return ValueError
+
+
+@settings(max_examples=600, deadline=None)
+@given(_JSONISH, st.integers(0, 5))
+def test_streamed_pieces_are_the_one_shot_text(value, depth):
+    """Whatever the document and the depth streamed, the file's text is json.dumps's, byte for byte (NaN
+    and infinities refused as there)."""
+    assert _pieces(value, depth) == _one_shot(value)
+
+
+def test_a_streamed_history_is_the_one_shot_text(tmp_path):
+    columns = {"t": [1.0 * j for j in range(50)], "endpoint": ["ok"] * 50, **{c: [0.5] * 50 for c in METRICS}}
+    history = History(raw={f"g{i}": dict(columns) for i in range(3)})
+    doc = {"schema_version": 1, "data": history.to_dict()}
+    with StateDir(tmp_path) as store:
+        store.write("history.json", history.to_dict(), stream=True)
+    assert (tmp_path / "history.json").read_text() == json.dumps(doc, separators=(",", ":")) + "\n"
+    assert len(list(encoded_pieces(doc, STREAM_LEVELS))) > 10  # a GPU's block a piece, not one string

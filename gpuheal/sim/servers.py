@@ -9,6 +9,7 @@ tracked sockets are shut down. Request logs are off unless ``verbose``.
 from __future__ import annotations
 
 import email.utils
+import functools
 import json
 import math
 import socket
@@ -156,6 +157,13 @@ class Listener:
 # --------------------------------------------------------------------------- handler base
 
 
+@functools.lru_cache(maxsize=64)
+def _http_date(timestamp: float) -> str:
+    """An HTTP ``Date`` for a virtual instant, remembered: a poll asks it of every server at one instant
+    (issue 29: the chaos week formatted it 9 times a GPU a minute)."""
+    return email.utils.formatdate(timestamp, usegmt=True)
+
+
 class _Base(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # an idle keep-alive connection gives its thread back after this
@@ -181,7 +189,7 @@ class _Base(BaseHTTPRequestHandler):
 
     def date_time_string(self, timestamp: float | None = None) -> str:
         # The Date header follows the virtual clock too: nothing the sim sends is wall time.
-        return email.utils.formatdate(self.world.now().timestamp(), usegmt=True)
+        return _http_date(self.world.now().timestamp())
 
     def _run(self) -> None:
         try:

@@ -39,6 +39,7 @@ AUDIT_RESULTS = frozenset({"pending", "resolved", "failed", "escalated", "supers
 RUN_ID = re.compile(r"gpu-self-heal-(\d{8})-(\d{3,})")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")  # ISO 8601 with its zone
 MAX_RUNS_A_DAY = 10**6  # a stored counter beyond this is damage, not a day's runs
+STREAM_LEVELS = 3  # objects written key by key by write_raw(stream=True): the document, "data", "raw"/"coarse"
 
 
 class AuditLineError(ValueError):
@@ -75,6 +76,22 @@ def _run_seq(doc: object) -> tuple[str, int] | None:
     if not (isinstance(day, str) and re.fullmatch(r"\d{8}", day)) or type(n) is not int or not 0 <= n < MAX_RUNS_A_DAY:
         return None
     return day, n
+
+
+def encoded_pieces(value: Any, depth: int) -> Iterator[str]:
+    """``json.dumps(value, separators=(",", ":"), allow_nan=False)`` in pieces, for :meth:`StateDir.write_raw`'s
+    ``stream``: the outer ``depth`` levels of objects key by key, everything below in one call of the C
+    encoder each. ``JSONEncoder.iterencode`` gave the same text from the pure-Python encoder, a call per
+    token: the chaos week's history save (issue 29). Objects with a key that is not a string go whole."""
+    if depth <= 0 or not isinstance(value, dict) or not value or not all(isinstance(k, str) for k in value):
+        yield json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return
+    sep = "{"
+    for key, item in value.items():
+        yield sep + json.dumps(key) + ":"
+        yield from encoded_pieces(item, depth - 1)
+        sep = ","
+    yield "}"
 
 
 def _buffered(chunks: Iterable[str]) -> Iterator[str]:
@@ -228,9 +245,8 @@ class StateDir:
         a few large strings (the packed history of a big fleet) it saves a whole copy at peak;
         for one of many small numbers the one-shot C encoder is faster.
         """
-        if stream:
-            encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-            self._atomic_write(self.path / name, _buffered(encoder.iterencode(doc)), ["\n"])
+        if stream:  # {"schema_version", "data": {"raw"/"coarse": {alias: one GPU's block}}}: a block a piece
+            self._atomic_write(self.path / name, _buffered(encoded_pieces(doc, STREAM_LEVELS)), ["\n"])
             return
         payload = json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)
         self._atomic_write(self.path / name, [payload, "\n"])
