@@ -88,7 +88,9 @@ def serve(in_fd: int, out_fd: int, settings: Settings, now: datetime, cycle: Cal
         _book(store, now, summary, got.litellm)
         _answer(out_fd, Outcome(ok, "cycle", f"heal cycle started ({summary})"))
         _hang_up(in_fd, out_fd)
+        began = time.monotonic()
         result = cycle(store)
+        _ended(store, now.timestamp() + time.monotonic() - began)  # a burst outlasting the cycle: still one
         sys.stderr.write(f"gpuheal wake: heal cycle done: {core.shown(result)}\n")
         return Outcome(ok, "cycle", summary)
     finally:
@@ -253,3 +255,10 @@ def _heal_cycle(rt: Runtime, store: StateDir) -> str:
     delivered = len(sent.document.get("sent", []))
     queued = len(sent.document.get("queued", []))
     return f"fleet {result.document.get('status')}, exit {result.exit_code}; alerts sent {delivered}, queued {queued}"
+
+
+def _ended(store: StateDir, end_s: float) -> None:
+    """``wake.min_interval_s`` counts from the cycle's end too: alerts of the same fault that go on while a
+    cycle confirms and restarts (20 s and more) start no second cycle right after it."""
+    last = store.read(WAKE_FILE, {})
+    store.write(WAKE_FILE, {**(last if isinstance(last, dict) else {}), "last_cycle_s": end_s})
