@@ -80,7 +80,7 @@ from drill_report import (  # noqa: E402,F401  (re-exported for tests/test_drill
     summary_table,
     table,
 )
-from drill_supervisor import Service, Supervisor  # noqa: E402
+from drill_supervisor import Service, Supervisor, wait_ok  # noqa: E402
 
 API_KEY = "drill-key"
 BUSY_CLIENTS = 4  # -np 2: two generating, two deferred
@@ -108,19 +108,7 @@ def post_completion(port: int, n_predict: int, timeout_s: float) -> tuple[bool, 
 
 
 def wait_health(port: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            conn.request("GET", "/health")
-            if conn.getresponse().status == 200:
-                return True
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            conn.close()
-        time.sleep(0.2)
-    return False
+    return wait_ok(port, "/health", timeout_s, 0.2)
 
 
 def free_port() -> int:

@@ -25,7 +25,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from drill_report import group_of  # noqa: E402
+from drill_supervisor import wait_ok  # noqa: E402
 
 # LiteLLM's own defaults for routing around a failing deployment, but a per-deployment timeout under
 # the prober's 10 s, so a hung deployment's request fails over instead of hanging the client out:
@@ -115,20 +115,7 @@ def start(workdir: Path, ports: dict[str, int], api_key: str, router_settings: d
 
 def wait_alive(url: str, within_s: float) -> bool:
     """``GET /health/liveliness`` answers 200 within ``within_s``."""
-    port = int(url.rsplit(":", 1)[1])
-    end = time.monotonic() + within_s
-    while time.monotonic() < end:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        try:
-            conn.request("GET", "/health/liveliness")
-            if conn.getresponse().status == 200:
-                return True
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            conn.close()
-        time.sleep(0.5)
-    return False
+    return wait_ok(int(url.rsplit(":", 1)[1]), "/health/liveliness", within_s, 0.5)
 
 
 def gpuheal_litellm(proxy: Proxy, drain: bool = True) -> dict[str, Any]:

@@ -20,6 +20,7 @@ once the service was started again, 1 with one line on stderr otherwise.
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -194,3 +195,21 @@ def client(argv: list[str]) -> int:
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     raise SystemExit(client(sys.argv[1:]))
+
+
+def wait_ok(port: int, path: str, within_s: float, every_s: float) -> bool:
+    """``GET path`` on 127.0.0.1:``port`` answers 200 within ``within_s`` (a server's ``/health``, the
+    proxy's ``/health/liveliness``): the drill's one wait for a started service."""
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        try:
+            conn.request("GET", path)
+            if conn.getresponse().status == 200:
+                return True
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
+        time.sleep(every_s)
+    return False
