@@ -236,6 +236,16 @@ def test_release_with_a_mark_resumes_as_its_own(tmp_path):
     store.close()
 
 
+def test_the_interval_counts_from_the_cycles_end_too(tmp_path):
+    """A burst of alerts that outlasts a long cycle (an in-run confirmation and a restart) starts no second
+    cycle right after it: 15 s after the booked start but 13 s after the end is still within 15 s."""
+    cycles = Cycles(hold_s=2.0)
+    assert exchange(tmp_path, post(), cycle=cycles)[0].decision == "cycle"
+    later = exchange(tmp_path, post(), cycle=cycles, now=T0 + timedelta(seconds=15.5))[0]
+    assert (later.status, later.decision, cycles.runs) == (429, "rate-limited", 1)
+    assert exchange(tmp_path, post(), cycle=cycles, now=T0 + timedelta(seconds=17.5))[0].decision == "cycle"
+
+
 def test_a_flood_of_100_in_a_second_runs_one_cycle_per_min_interval(tmp_path):
     """Jittered clocks: each process reads its own time, up to 1.5 s late, not in order."""
     rng = random.Random(22)
