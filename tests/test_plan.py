@@ -9,7 +9,8 @@ import pytest
 from gpuheal.config import load_config_dict
 from gpuheal.core import plan as planner
 from gpuheal.core.actions import CapPower, LiteLLMUpdate
-from gpuheal.core.plan import empty_state, normalise_state
+from gpuheal.core.heal_state import HealState
+from gpuheal.core.plan import empty_state
 from gpuheal.rules import REMEDIES
 
 NOW = 1_800_000_000.0
@@ -186,7 +187,7 @@ def test_fleet_data_source_restarts_gpu_monitor_locally():
 
 @pytest.mark.parametrize("junk", [None, [], "x", {"attempts": [1, 2]}, {"restarts": {"a": ["x", 5]}}, {"paused": {"fleet": "yes"}}])
 def test_damaged_heal_state_is_normalised_not_fatal(junk):
-    state = normalise_state(junk)
+    state = HealState.from_json(junk)
     assert plan([issue()], state, cfg(), NOW)[0].decision in ("act", "blocked")
 
 
@@ -234,7 +235,7 @@ def test_shared_services_have_a_restart_budget_too(issue_id, gpu, service):
 
 
 def test_damaged_attempt_fields_are_coerced():
-    state = normalise_state(
+    state = HealState.from_json(
         {
             "attempts": {
                 "k": {"gpu": "gpu-0", "issue": "model-stuck", "status": "running", "verify_by": "soon", "started_at": "x", "n": "2", "actions": "restart-llama-server"},
@@ -245,7 +246,7 @@ def test_damaged_attempt_fields_are_coerced():
             "active": {"gpu-0": ["shed-load"]},
             "restarts": {"gpu-0": [True, NOW - 10]},
         }
-    )
+    ).to_json()
     assert list(state["attempts"]) == ["k"]
     a = state["attempts"]["k"]
     assert "verify_by" not in a and "started_at" not in a and a["n"] == 0 and a["actions"] == []

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpuheal.core import verify
 from gpuheal.core.actions import RunCommand
-from gpuheal.core.heal_state import Attempt, HealState, Mitigation, normalise_state
+from gpuheal.core.heal_state import Attempt, HealState, Mitigation
 from gpuheal.core.remedy import PlanItem
 from gpuheal.core.verify import (
     TRANSITIONS,
@@ -219,7 +219,7 @@ def test_todays_format_round_trips():
         "litellm_restarts": [NOW - 5],
         "service_restarts": {"litellm": [NOW - 5]},
     }
-    assert normalise_state(written) == written
+    assert HealState.from_json(written).to_json() == written
 
 
 @settings(max_examples=300, deadline=None)

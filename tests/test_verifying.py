@@ -15,6 +15,7 @@ import time
 import pytest
 
 from gpuheal.core.engine import FIRING, evaluate, new_book
+from gpuheal.core.heal_state import HealState
 from gpuheal.core.health import derive_status
 from gpuheal.core.issue import VERIFYING, Finding, verifying_issue
 from gpuheal.core.view import FleetView, Restarts, Verifying
@@ -199,13 +200,13 @@ def test_damaged_heal_state_gives_no_verifying_and_no_crash():
     for attempts in (None, [], {"x": 1}, {"x": {"status": "pending", "gpu": 1}},
                      {"x": {"status": "pending", "gpu": "g", "issue": "i", "since": "s", "started_at": 10 ** 400}},
                      {"x": {"status": "pending", "gpu": "g", "issue": "i", "since": "s", "started_at": "soon"}}):
-        assert Restarts.from_heal_state({"attempts": attempts, "restarts": {"g": [10 ** 400]}}, 120).verifying == {}
+        assert Restarts.from_heal_state(HealState.from_json({"attempts": attempts, "restarts": {"g": [10 ** 400]}}), 120).verifying == {}
     shed = {"status": "pending", "gpu": "g", "issue": "i", "since": "s", "started_at": 100.0, "verify_by": 400.0,
             "actions": ["shed-load"]}
-    ok = Restarts.from_heal_state({"attempts": {"k": shed}}, 120)
+    ok = Restarts.from_heal_state(HealState.from_json({"attempts": {"k": shed}}), 120)
     assert ok.verifying[("g", "i")].judge_from_s == 400.0  # no GPU restart: judged at verify_by
-    ok = Restarts.from_heal_state({"restarts": {"g": [100.0]}, "attempts": {"k": {
-        "status": "pending", "gpu": "g", "issue": "i", "since": "s", "started_at": 100.0, "verify_by": 400.0}}}, 120)
+    ok = Restarts.from_heal_state(HealState.from_json({"restarts": {"g": [100.0]}, "attempts": {"k": {
+        "status": "pending", "gpu": "g", "issue": "i", "since": "s", "started_at": 100.0, "verify_by": 400.0}}}), 120)
     assert ok.verifying[("g", "i")].judge_from_s == 220.0  # a GPU restart: judged past the grace
 
 

@@ -15,6 +15,8 @@ The file keeps the format earlier releases wrote (``schema_version`` unchanged):
                "started_at", "verify_by", "run_id", "verification": {...}, "finished_at",
                "outcome": {"detected", "steps", "evidence"}}  # only while the attempt awaits its verdict
 
+:meth:`HealState.from_json` is the one reader of the file: every command reads it there and gets the
+typed record (``tests/test_heal_state_reader.py`` scans that no module reads the file's dict by key).
 Reading is field by field (contract: a corrupt state file is survived): a damaged value — a wrong
 type, NaN, a 400-digit integer — loses that value only, never the run and never the rest of the
 file. Changes are new records (:func:`dataclasses.replace`); nothing here is mutated in place.
@@ -23,6 +25,7 @@ file. Changes are new records (:func:`dataclasses.replace`); nothing here is mut
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -241,6 +244,9 @@ class HealState:
     service_restarts: dict[str, tuple[float, ...]] = field(default_factory=dict)
     run_day: str | None = None  # run_seq, as read (the state directory numbers runs now, state/store.py)
     run_n: int = 0
+    # run_seq exactly as the old counter wrote it ("YYYYMMDD", an int under MAX_COUNT): only then does
+    # the state directory carry on from it (a damaged counter starts the day over); not written back
+    run_seq_exact: bool = field(default=False, compare=False)
 
     @classmethod
     def from_json(cls, data: Any) -> HealState:
@@ -270,6 +276,7 @@ class HealState:
             service_restarts={s: _times(ts) for s, ts in section("service_restarts").items() if isinstance(ts, list)},
             run_day=seq["day"] if isinstance(seq.get("day"), str) else None,
             run_n=count(seq.get("n")) if isinstance(seq.get("day"), str) else 0,
+            run_seq_exact=_run_seq_exact(seq),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -277,10 +284,7 @@ class HealState:
             "restarts": {a: list(ts) for a, ts in self.restarts.items()},
             "attempts": {k: a.to_json() for k, a in self.attempts.items()},
             "escalated": {k: e.to_json() for k, e in self.escalated.items()},
-            "paused": {
-                "fleet": self.paused_fleet.to_json() if self.paused_fleet else None,
-                "gpus": {a: p.to_json() for a, p in self.paused_gpus.items()},
-            },
+            "paused": self.paused_to_json(),
             "active": {a: m.to_json() for a, m in self.active.items()},
             "run_seq": {"day": self.run_day, "n": self.run_n} if self.run_day is not None else {},
             "litellm_restarts": list(self.litellm_restarts),
@@ -288,6 +292,18 @@ class HealState:
         }
 
     # ------------------------------------------------------------------ queries
+    def paused_to_json(self) -> dict[str, Any]:
+        """``paused`` as stored (and as ``gpuheal pause --json`` shows it)."""
+        return {
+            "fleet": self.paused_fleet.to_json() if self.paused_fleet else None,
+            "gpus": {a: p.to_json() for a, p in self.paused_gpus.items()},
+        }
+
+    @property
+    def run_counter(self) -> tuple[str, int] | None:
+        """The old run counter (day, n) when it was stored exactly; ``None`` starts the day over."""
+        return (self.run_day, self.run_n) if self.run_day is not None and self.run_seq_exact else None
+
     def restarts_in_window(
         self, alias: str, now_s: float, window_s: float = HOUR_S, tol: float = timing.TOLERANCE_S
     ) -> int:
@@ -325,6 +341,17 @@ class HealState:
             escalated[key] = escalation
         return replace(self, escalated=escalated)
 
+    def with_pause(self, gpu: str | None, pause: Pause | None) -> HealState:
+        """``gpuheal pause``: ``gpu`` ``None`` is the whole fleet; ``pause`` ``None`` resumes."""
+        if gpu is None:
+            return replace(self, paused_fleet=pause)
+        gpus = dict(self.paused_gpus)
+        if pause is None:
+            gpus.pop(gpu, None)
+        else:
+            gpus[gpu] = pause
+        return replace(self, paused_gpus=gpus)
+
     def with_litellm_restart(self, at_s: float) -> HealState:
         """One more LiteLLM restart; only the last :data:`LITELLM_RESTARTS_KEPT` are kept."""
         return replace(self, litellm_restarts=(*self.litellm_restarts[-(LITELLM_RESTARTS_KEPT - 1) :], at_s))
@@ -356,10 +383,11 @@ class HealState:
         )
 
 
+def _run_seq_exact(seq: dict[str, Any]) -> bool:
+    day, n = seq.get("day"), seq.get("n")
+    return isinstance(day, str) and re.fullmatch(r"\d{8}", day) is not None and type(n) is int and 0 <= n < MAX_COUNT
+
+
 def empty_state() -> dict[str, Any]:
+    """A new heal state in its stored format (what a first run writes)."""
     return HealState().to_json()
-
-
-def normalise_state(data: Any) -> dict[str, Any]:
-    """``heal-state.json`` as read, its damage coerced away (the stored format)."""
-    return HealState.from_json(data).to_json()

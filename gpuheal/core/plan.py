@@ -53,12 +53,12 @@ from gpuheal.core.catalog import (
     default_smi_argv,
     on_gpu,
 )
-from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, normalise_state, num
+from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, num
 from gpuheal.core.remedy import NO_REMEDY, Guard, Incident, PlanItem, Planning, Remedy
 from gpuheal.core.verify import FAILURES, OPEN
 from gpuheal.source_kinds import configured
 
-__all__ = ["CONFIG_PAUSE", "PlanItem", "empty_state", "normalise_state", "paused_in", "paused_reason", "plan",
+__all__ = ["CONFIG_PAUSE", "PlanItem", "empty_state", "paused_in", "paused_reason", "plan",
            "resolve_action"]
 
 Actions = Mapping[str, ActionSpec]

@@ -14,7 +14,7 @@ from gpuheal.clock import format_epoch, format_iso
 from gpuheal.config.model import Config, GpuConfig
 from gpuheal.core import timing
 from gpuheal.core.alerts import AlertQueue
-from gpuheal.core.heal_state import HOUR_S
+from gpuheal.core.heal_state import HOUR_S, HealState
 
 STALE_AFTER_S = 600.0
 SENSED_STATUSES = ("healthy", "degraded", "down")
@@ -24,16 +24,15 @@ def summary(
     cfg: Config,
     health: dict[str, Any],
     health_at: datetime | None,
-    hs: dict[str, Any],
+    hs: HealState,
     bench: dict[str, Any],
     alerts: Any,
     now: datetime,
 ) -> dict[str, Any]:
     """The current health summary from ``gpu-health.json`` (``health``, its ``generated_at`` parsed
-    as ``health_at``), the heal state as :func:`gpuheal.steps.report.heal_state` reads it, the
+    as ``health_at``), the heal state (:meth:`HealState.from_json`, its one reader), the
     normalised bench results and ``alerts.json`` as stored."""
     now_s = now.timestamp()
-    fleet_paused = hs["paused"]["fleet"]
     sensed = _object(health.get("gpus"))
     gpus = {
         g.alias: _gpu_summary(cfg, g, _object(sensed.get(g.alias)), bench, hs, now_s)
@@ -44,8 +43,8 @@ def summary(
         if not isinstance(issue, dict) or "gpu" not in issue or "issue" not in issue:
             continue
         key = (issue["gpu"], issue["issue"], issue.get("since"))
-        attempts = [a for a in hs["attempts"] if (a.get("gpu"), a.get("issue"), a.get("since")) == key]
-        escalated = f"{issue['gpu']}/{issue['issue']}" in hs["escalated"]
+        attempts = [a for a in hs.attempts.values() if (a.gpu, a.issue, a.since) == key]
+        escalated = f"{issue['gpu']}/{issue['issue']}" in hs.escalated
         issues.append({**issue, "attempts": len(attempts), "escalated": escalated})
     return {
         "kind": "summary",
@@ -55,7 +54,7 @@ def summary(
         "stale": health_at is None or now_s - health_at.timestamp() > STALE_AFTER_S,
         "gpus": gpus,
         "issues": issues,
-        "fleet_paused": f"{fleet_paused.get('reason', 'maintenance')}" if fleet_paused else None,
+        "fleet_paused": hs.paused_fleet.reason if hs.paused_fleet else None,
         "alerts": _alerts_summary(alerts, now_s),
     }
 
@@ -70,19 +69,19 @@ def _num(value: Any) -> float | None:
 
 
 def _gpu_summary(
-    cfg: Config, g: GpuConfig, row: dict[str, Any], bench: dict[str, Any], hs: dict[str, Any], now_s: float
+    cfg: Config, g: GpuConfig, row: dict[str, Any], bench: dict[str, Any], hs: HealState, now_s: float
 ) -> dict[str, Any]:
     """One GPU's line of the summary: its last readings, speed against baseline, restart budget."""
     ok = [r for r in benchdata.ok_results(bench, g.alias) if r["at"] <= now_s]
     baseline, source = benchdata.baseline(bench, g.alias, g.baseline_tok_s)
     max_restarts = cfg.heal.max_restarts_per_hour
-    restarts = sum(1 for t in hs["restarts"].get(g.alias, []) if timing.within_last(now_s, t, HOUR_S))
-    fleet_paused, own = hs["paused"]["fleet"], hs["paused"]["gpus"].get(g.alias)
+    restarts = sum(1 for t in hs.restarts.get(g.alias, ()) if timing.within_last(now_s, t, HOUR_S))
+    own = hs.paused_gpus.get(g.alias)
     paused = None
-    if fleet_paused:
-        paused = f"fleet: {fleet_paused.get('reason', 'maintenance')}"
+    if hs.paused_fleet:
+        paused = f"fleet: {hs.paused_fleet.reason}"
     elif own:
-        paused = str(own.get("reason", "maintenance"))
+        paused = own.reason
     elif g.paused:
         paused = "config (paused: true)"
     return {

@@ -299,7 +299,7 @@ def present_verifying(
     from gpuheal.core.issue import verifying_issue
     from gpuheal.core.view import Restarts
 
-    marks = Restarts.from_heal_state(state.to_json(), cfg.heal.startup_grace_s).verifying
+    marks = Restarts.from_heal_state(state, cfg.heal.startup_grace_s).verifying
     issues = []
     for issue in health["issues"]:
         v = marks.get((issue["gpu"], issue["issue"]))

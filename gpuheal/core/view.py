@@ -20,7 +20,7 @@ from gpuheal import benchdata
 from gpuheal.config import Config, GpuConfig
 from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
-from gpuheal.core.heal_state import num
+from gpuheal.core.heal_state import HealState, num
 from gpuheal.core.memory import Memory
 from gpuheal.core.trend import Fit, fit_window
 from gpuheal.model import UNREACHABLE_STATES, GpuSample, Observation, SourceTrend
@@ -72,42 +72,25 @@ class Restarts:
     verifying: dict[tuple[str, str], Verifying] = field(default_factory=dict)
 
     @classmethod
-    def from_heal_state(cls, heal_state: Any, grace_s: float) -> Restarts:
-        last: dict[str, float] = {}
-        all_times: dict[str, set[float]] = {}
-        restarts = heal_state.get("restarts") if isinstance(heal_state, dict) else None
-        if isinstance(restarts, dict):
-            for alias, times in restarts.items():
-                if isinstance(times, list):
-                    known = [t for t in map(epoch_or_none, times) if t is not None]
-                    if known:
-                        last[str(alias)] = max(known)
-                        all_times[str(alias)] = set(known)
-        attempts = heal_state.get("attempts") if isinstance(heal_state, dict) else None
-        verifying = _verifying(attempts, all_times, float(grace_s))
-        return cls(last=last, grace_s=float(grace_s), verifying=verifying)
+    def from_heal_state(cls, state: HealState, grace_s: float) -> Restarts:
+        last = {alias: max(times) for alias, times in state.restarts.items() if times}
+        all_times = {alias: set(times) for alias, times in state.restarts.items() if times}
+        return cls(last=last, grace_s=float(grace_s), verifying=_verifying(state, all_times, float(grace_s)))
 
 
-def _verifying(attempts: Any, restarts: dict[str, set[float]], grace_s: float) -> dict[tuple[str, str], Verifying]:
-    """The ``pending`` attempts (executed, their own verification passed) of ``heal-state.json``;
-    anything malformed is skipped (a damaged state never crashes a run)."""
+def _verifying(state: HealState, restarts: dict[str, set[float]], grace_s: float) -> dict[tuple[str, str], Verifying]:
+    """The ``pending`` attempts (executed, their own verification passed) of the heal state; one
+    without its occurrence (``since``) or its start time is skipped (a damaged state never crashes a run)."""
     out: dict[tuple[str, str], Verifying] = {}
-    if not isinstance(attempts, dict):
-        return out
-    for a in attempts.values():
-        if not isinstance(a, dict) or a.get("status") != "pending":
+    for a in state.attempts.values():
+        if a.status != "pending" or a.since is None or a.started_at is None:
             continue
-        gpu, issue, since = a.get("gpu"), a.get("issue"), a.get("since")
-        acted, verify_by = epoch_or_none(a.get("started_at")), epoch_or_none(a.get("verify_by"))
-        actions = a.get("actions")
-        if not (isinstance(gpu, str) and isinstance(issue, str) and isinstance(since, str)) or acted is None:
-            continue
-        restarted = acted in restarts.get(gpu, ())
+        acted, verify_by = a.started_at, a.verify_by
+        restarted = acted in restarts.get(a.gpu, ())
         judge_from = acted + grace_s if restarted else (verify_by if verify_by is not None else acted)
-        names = tuple(str(x) for x in actions) if isinstance(actions, list) else ()
-        known = out.get((gpu, issue))
+        known = out.get((a.gpu, a.issue))
         if known is None or known.acted_s < acted:
-            out[(gpu, issue)] = Verifying(since=since, acted_s=acted, judge_from_s=judge_from, actions=names)
+            out[(a.gpu, a.issue)] = Verifying(since=a.since, acted_s=acted, judge_from_s=judge_from, actions=a.actions)
     return out
 
 

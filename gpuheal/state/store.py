@@ -296,8 +296,9 @@ class StateDir:
         day = now.astimezone(UTC).strftime("%Y%m%d")
         seq = _run_seq(self.read(files.RUN_IDS, None))
         if seq is None:
-            heal = self.read(files.HEAL, None)
-            seq = _run_seq(heal.get("run_seq") if isinstance(heal, dict) else None)
+            from gpuheal.core.heal_state import HealState
+
+            seq = HealState.from_json(self.read(files.HEAL, None)).run_counter
         n = (seq[1] if seq is not None and seq[0] == day else 0) + 1
         self.write(files.RUN_IDS, {"day": day, "n": n})
         return f"gpu-self-heal-{day}-{n:03d}"

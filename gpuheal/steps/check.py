@@ -58,9 +58,10 @@ def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
     """Where a restarted GPU's trend window starts (its last restart plus the startup grace), as
     Rule 2's history path restarts its fit there; a source computing trends runs that GPU's own window
     then (``Window.restarts``)."""
+    from gpuheal.core.heal_state import HealState
     from gpuheal.core.view import Restarts
 
-    restarts = Restarts.from_heal_state(store.read(files.HEAL, {}) or {}, cfg.heal.startup_grace_s)
+    restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
     return {alias: t + restarts.grace_s for alias, t in restarts.last.items()}
 
 

@@ -100,12 +100,12 @@ def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, p
     watches = suspects(result, only) if only else {}
     if not watches or not gpu_source(cfg).probes_endpoints:
         return result  # nothing suspicious (or no direct probe to repeat): no wait, no re-probe
-    from gpuheal.core.heal_state import normalise_state
+    from gpuheal.core.heal_state import HealState
     from gpuheal.core.view import Restarts
 
     clock = clock or Clock()
     book = load_book(store.read(files.ISSUES, None))
-    restarts = Restarts.from_heal_state(normalise_state(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
+    restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
     loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe)
     if keep is not None:
         keep()

@@ -32,7 +32,7 @@ from gpuheal import benchdata
 from gpuheal.config import Config
 from gpuheal.core import engine, timing
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
-from gpuheal.core.heal_state import normalise_state
+from gpuheal.core.heal_state import HealState
 from gpuheal.core.memory import Memory
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.model import Observation
@@ -138,16 +138,12 @@ def ingest_monitor_bench(
     return changed
 
 
-def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
+def breaker_status(view: FleetView, heal_state: HealState) -> dict[str, Any]:
     """The spec's ``circuit-breaker-status`` object per GPU. ``open`` is ``None`` when the breakers are
     not known this poll (the monitor not usable, or a source without them: Prometheus, smi). There
     is no per-GPU auto-reset (Design Decision 5): a reset is a LiteLLM restart by ``heal``, read from
     ``heal-state.json`` ``"litellm_restarts": [epoch_s, ...]``."""
-    resets = heal_state.get("litellm_restarts") if isinstance(heal_state, dict) else None
-    last_reset = None
-    if isinstance(resets, list):
-        known = [t for t in resets if isinstance(t, int | float) and not isinstance(t, bool)]
-        last_reset = max(known) if known else None
+    last_reset = max(heal_state.litellm_restarts, default=None)
     out: dict[str, Any] = {}
     breakers_known = view.obs is not None and view.obs.breakers_known
     for alias in view.aliases:
@@ -169,10 +165,10 @@ def breaker_status(view: FleetView, heal_state: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- state directory
 
 
-def _load(cfg: Config, store: StateDir) -> tuple[IssueBook, dict[str, Any], Any, Restarts]:
+def _load(cfg: Config, store: StateDir) -> tuple[IssueBook, dict[str, Any], HealState, Restarts]:
     book = load_book(store.read(files.ISSUES, None))
     bench = benchdata.normalise(store.read(files.BENCH, {}))
-    heal_state = normalise_state(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
+    heal_state = HealState.from_json(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
     restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     return book, bench, heal_state, restarts
 

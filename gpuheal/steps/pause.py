@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpuheal.clock import format_iso
-from gpuheal.core.plan import normalise_state
+from gpuheal.core.heal_state import HealState, Pause
 from gpuheal.errors import GpuhealError
 from gpuheal.state import files
 
@@ -28,22 +28,14 @@ def command(
 
     if gpu is not None and gpu not in rt.cfg.aliases:
         raise GpuhealError(f"--gpu {gpu!r}: no such alias (known: {', '.join(rt.cfg.aliases)})")
-    state = normalise_state(store.read(files.HEAL, {}))
-    paused = state["paused"]
+    state = HealState.from_json(store.read(files.HEAL, {}))
     scope = gpu or "fleet"
     if resume:
-        if gpu is None:
-            paused["fleet"] = None
-        else:
-            paused["gpus"].pop(gpu, None)
+        state = state.with_pause(gpu, None)
         message = f"healing resumed for {scope}"
     else:
-        entry = {"reason": reason[:200], "at": format_iso(rt.now)}
-        if gpu is None:
-            paused["fleet"] = entry
-        else:
-            paused["gpus"][gpu] = entry
+        state = state.with_pause(gpu, Pause(reason[:200], format_iso(rt.now)))
         message = f"healing paused for {scope}: {reason[:200]}"
-    store.write(files.HEAL, state)
-    doc = {"paused": {"fleet": paused["fleet"], "gpus": paused["gpus"]}, "message": message}
+    store.write(files.HEAL, state.to_json())
+    doc = {"paused": state.paused_to_json(), "message": message}
     return CommandResult(doc, exit_codes.OK, lambda: print_line(clean(message, 300)))

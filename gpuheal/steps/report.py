@@ -45,7 +45,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from gpuheal.core import report
-from gpuheal.core.heal_state import normalise_state
+from gpuheal.core.heal_state import HealState
 from gpuheal.state import files
 
 if TYPE_CHECKING:
@@ -108,29 +108,9 @@ def audit_records(
     return out
 
 
-def heal_state(store: StateDir) -> dict[str, Any]:
-    """The parts of ``heal-state.json`` (shape: :mod:`gpuheal.core.plan`) a report reads."""
-    data = normalise_state(store.read(files.HEAL, None))
-    out: dict[str, Any] = {"restarts": {}, "attempts": [], "escalated": {}, "paused": {"fleet": None, "gpus": {}}}
-    if not isinstance(data, dict):
-        return out
-    if isinstance(data.get("restarts"), dict):
-        out["restarts"] = {
-            a: [float(t) for t in ts if isinstance(t, int | float) and not isinstance(t, bool)]
-            for a, ts in data["restarts"].items()
-            if isinstance(ts, list)
-        }
-    if isinstance(data.get("attempts"), dict):
-        out["attempts"] = [a for a in data["attempts"].values() if isinstance(a, dict) and "gpu" in a and "issue" in a]
-    if isinstance(data.get("escalated"), dict):
-        out["escalated"] = {k: v for k, v in data["escalated"].items() if isinstance(v, dict)}
-    paused = data.get("paused")
-    if isinstance(paused, dict):
-        if isinstance(paused.get("fleet"), dict):
-            out["paused"]["fleet"] = paused["fleet"]
-        if isinstance(paused.get("gpus"), dict):
-            out["paused"]["gpus"] = {a: p for a, p in paused["gpus"].items() if isinstance(p, dict)}
-    return out
+def heal_state(store: StateDir) -> HealState:
+    """``heal-state.json`` as a report reads it: through its one reader (a damaged value loses that value only)."""
+    return HealState.from_json(store.read(files.HEAL, None))
 
 
 def _health(store: StateDir) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuheal.config import Config
 from gpuheal.core.engine import iso
-from gpuheal.core.heal_state import normalise_state
+from gpuheal.core.heal_state import HealState
 from gpuheal.core.issue import Finding
 from gpuheal.core.view import FleetView, Restarts, last_known
 from gpuheal.errors import GpuhealError
@@ -109,8 +109,7 @@ def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResu
         raise GpuhealError(f"unknown GPU alias {gpu!r} (known: {', '.join(cfg.aliases)})", key_path="--gpu")
     aliases = (gpu,) if gpu else cfg.aliases
     history = load_history(store)
-    heal_state = normalise_state(store.read(files.HEAL, {}))
-    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
+    restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
     now_s = rt.now.timestamp()
     doc = build(cfg, history, now_s, restarts, aliases, source_poll(cfg, store, rt.now))
     if gpu is None:
