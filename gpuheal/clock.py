@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from datetime import UTC, datetime
+from typing import Any
 
 
 def parse_iso(text: str) -> datetime:
@@ -46,3 +47,23 @@ def now() -> datetime:
 
             raise GpuhealError(f"GPUHEAL_NOW: not an ISO 8601 time: {pinned!r}") from exc
     return datetime.now(UTC)
+
+
+def to_datetime(value: Any) -> datetime | None:
+    """A stored time (ISO 8601, epoch seconds, a datetime) as an aware datetime; ``None`` for anything
+    else (``True``, a number out of range, a malformed string): state files may be damaged."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, int | float):
+        try:
+            return datetime.fromtimestamp(float(value), UTC)
+        except (OverflowError, OSError, ValueError):
+            return None
+    if isinstance(value, str):
+        try:
+            return parse_iso(value)
+        except ValueError:
+            return None
+    return None

@@ -150,7 +150,7 @@ def render(rt: Runtime, store: StateDir) -> str:
 def _add_mttr(ex: Exposition, store: StateDir) -> None:
     """``gpuheal_time_to_resolve_seconds`` per issue, from the resolved records of the audit trail."""
     from gpuheal.core.mttr import histogram, resolve_times
-    from gpuheal.steps.report import audit_records
+    from gpuheal.state.audit import audit_records
 
     for issue, values in sorted(resolve_times(audit_records(store)).items()):
         ex.add_histogram("gpuheal_time_to_resolve_seconds",
@@ -159,7 +159,7 @@ def _add_mttr(ex: Exposition, store: StateDir) -> None:
 
 
 def _add_run(ex: Exposition, now_s: float, health: dict[str, Any]) -> None:
-    from gpuheal.render.report import to_datetime
+    from gpuheal.clock import to_datetime
 
     ex.add(
         "gpuheal_up", "Whether gpuheal wrote this file (always 1; use node_textfile_mtime_seconds for staleness).", 1

@@ -17,9 +17,10 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from gpuheal.clock import to_datetime
 from gpuheal.parse.values import sub_object
 from gpuheal.render.human import clean
 
@@ -47,26 +48,6 @@ def fmt_time(epoch_or_iso: Any) -> str:
     """``2026-07-18 08:00 UTC``; ``?`` when unknown or unparsable."""
     dt = to_datetime(epoch_or_iso)
     return dt.strftime("%Y-%m-%d %H:%M UTC") if dt else "?"
-
-
-def to_datetime(value: Any) -> datetime | None:
-    from gpuheal.clock import parse_iso
-
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if isinstance(value, int | float):
-        try:
-            return datetime.fromtimestamp(float(value), UTC)
-        except (OverflowError, OSError, ValueError):
-            return None
-    if isinstance(value, str):
-        try:
-            return parse_iso(value)
-        except ValueError:
-            return None
-    return None
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -22,10 +22,10 @@ import statistics
 from datetime import datetime, timedelta
 from typing import Any
 
-from gpuheal.clock import format_epoch, format_iso
+from gpuheal.clock import format_epoch, format_iso, to_datetime
 from gpuheal.core.mttr import quantile
 from gpuheal.parse.values import sub_object
-from gpuheal.render.report import fmt_duration, fmt_time, md, to_datetime
+from gpuheal.render.report import fmt_duration, fmt_time, md
 
 DAY_S = 86400.0
 WEEK_DAYS = 7

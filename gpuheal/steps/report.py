@@ -39,7 +39,6 @@ The summary itself is built by the pure :func:`gpuheal.core.report.summary`; thi
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from gpuheal.core import report
 from gpuheal.core.heal_state import HealState
 from gpuheal.state import files
+from gpuheal.state.audit import audit_records
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -60,52 +60,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gpuheal")
 
-AUDIT_TAIL_BYTES = 16 << 20  # the report reads at most this much of the audit trail's end
 WEEKLY_FINGERPRINT = "fleet/weekly-report"
 
 
 # --------------------------------------------------------------------------- readers (tolerant)
-
-
-def audit_records(
-    store: StateDir, since_s: float | None = None, max_bytes: int = AUDIT_TAIL_BYTES
-) -> list[dict[str, Any]]:
-    """Audit records at or after ``since_s`` from the trail's last ``max_bytes``; junk skipped."""
-    from gpuheal.render.report import to_datetime
-
-    path = store.path / files.AUDIT_LOG
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            size = fh.tell()
-            start = max(0, size - max_bytes)
-            fh.seek(start)
-            raw = fh.read()
-    except OSError:
-        return []
-    lines = raw.split(b"\n")
-    if start > 0:
-        lines = lines[1:]  # the first line is cut
-    out, junk = [], 0
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            junk += 1
-            continue
-        if not isinstance(rec, dict):
-            junk += 1
-            continue
-        if since_s is not None:
-            dt = to_datetime(rec.get("timestamp"))
-            if dt is None or dt.timestamp() < since_s:
-                continue
-        out.append(rec)
-    if junk:
-        store.warnings.append(f"{files.AUDIT_LOG}: skipped {junk} unreadable line(s)")
-    return out
 
 
 def heal_state(store: StateDir) -> HealState:
@@ -124,7 +82,7 @@ def _health(store: StateDir) -> dict[str, Any]:
 def build_summary(cfg: Config, store: StateDir, now: datetime) -> dict[str, Any]:
     """Read what earlier runs left (any of it may be absent or damaged) and summarise it."""
     from gpuheal import benchdata
-    from gpuheal.render.report import to_datetime
+    from gpuheal.clock import to_datetime
 
     health = _health(store)
     return report.summary(
