@@ -45,6 +45,65 @@ class Finding:
     started_at: float | None = None
 
 
+@dataclass(frozen=True)
+class Reported:
+    """One issue as reported — ``gpu-health.json`` ``issues`` (contract: Files), the ``issues`` of
+    ``check``'s, ``heal``'s and ``bench``'s documents — typed for the renderers (issue 26, item 3).
+    :meth:`to_json` is the contract's shape and its one writer (:meth:`IssueRecord.public`);
+    :meth:`from_json` reads an issue of such a document back, tolerantly (a damaged field reads as
+    its default, a non-object is no issue). ``state``: ``pending``, ``firing`` or ``verifying``."""
+
+    gpu: str | None
+    issue: str | None
+    severity: str | None
+    state: str = "firing"  # as the renderers always read a missing one
+    since: str | None = None
+    fired_at: str | None = None
+    detected: dict[str, Any] = field(default_factory=dict)
+    summary: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "issue": self.issue,
+            "severity": self.severity,
+            "state": self.state,
+            "since": self.since,
+            "fired_at": self.fired_at,
+            "detected": self.detected,
+            "summary": self.summary,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Reported | None:
+        if not isinstance(value, dict):
+            return None
+        detected = value.get("detected")
+        return cls(
+            gpu=_text(value.get("gpu")),
+            issue=_text(value.get("issue")),
+            severity=_text(value.get("severity")),
+            state=_text(value.get("state", "firing")) or "firing",
+            since=_text(value.get("since")),
+            fired_at=_text(value.get("fired_at")),
+            detected=detected if isinstance(detected, dict) else {},
+            summary=_text(value.get("summary")),
+        )
+
+    @classmethod
+    def all_of(cls, values: Any) -> list[Reported]:
+        """The issues of a document's ``issues`` list (anything else: none)."""
+        found = (cls.from_json(v) for v in (values if isinstance(values, list) else ()))
+        return [r for r in found if r is not None]
+
+
+def _text(value: Any) -> str | None:
+    """A document's text field; a number is its text (as it renders), anything else missing."""
+    if value is None or isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 @dataclass(slots=True)
 class IssueRecord:
     """One open issue in the book. Mutable: one poll's pass advances it in place (``hits``,
@@ -74,16 +133,11 @@ class IssueRecord:
 
     def public(self) -> dict[str, Any]:
         """The issue as reported (gpu-health ``issues``; contract)."""
-        return {
-            "gpu": self.gpu,
-            "issue": self.issue,
-            "severity": self.severity,
-            "state": str(self.state),
-            "since": self.since,
-            "fired_at": self.fired_at,
-            "detected": self.detected,
-            "summary": self.summary,
-        }
+        return self.as_reported().to_json()
+
+    def as_reported(self) -> Reported:
+        return Reported(self.gpu, self.issue, self.severity, str(self.state), self.since, self.fired_at,
+                        self.detected, self.summary)
 
     def to_json(self) -> dict[str, Any]:
         return {**self.public(), "since_s": self.since_s, "hits": self.hits, "clear_hits": self.clear_hits,

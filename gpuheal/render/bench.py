@@ -8,7 +8,7 @@ cells, never markup (see :mod:`gpuheal.render.human`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuheal.model import BenchOutcome
@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from rich import progress as rp
     from rich.progress import TaskID
 
+    from gpuheal.core.issue import Reported
+
 TREND_STYLE = {"stable": "green", "improving": "green", "regressing": "bold red", "unknown": "dim"}
 SEVERITY_STYLE = {"critical": "red", "warning": "yellow"}
 
@@ -25,7 +27,8 @@ SEVERITY_STYLE = {"critical": "red", "warning": "yellow"}
 Progress = Callable[[str, int, int, BenchOutcome | None], None]
 
 
-def render_bench(doc: dict[str, Any]) -> None:
+def render_bench(doc: dict[str, Any], issues: Sequence[Reported]) -> None:
+    """``gpuheal bench`` for people: ``doc`` is what ``bench --json`` prints, ``issues`` its issues typed."""
     regressions = doc.get("regressions", {})
     rows = []
     for r in doc.get("results", []):
@@ -72,13 +75,11 @@ def render_bench(doc: dict[str, Any]) -> None:
             f"{fmt_num(v.get('ratio_pct'), digits=1)} % of target {fmt_num(v.get('target_tok_s'), digits=1)}",
             style,
         )
-    for issue in doc.get("issues", []):
-        state = issue.get("state", "firing")
-        severity = str(issue.get("severity", "?")).upper()
-        text = f"{severity:8} {clean(issue.get('gpu'))} {clean(issue.get('issue'))} ({state})"
-        if issue.get("summary"):
-            text += f": {clean(issue['summary'], 200)}"
-        print_line(text, SEVERITY_STYLE.get(issue.get("severity")) if state == "firing" else "dim")
+    for issue in issues:
+        text = f"{(issue.severity or '?').upper():8} {clean(issue.gpu)} {clean(issue.issue)} ({issue.state})"
+        if issue.summary:
+            text += f": {clean(issue.summary, 200)}"
+        print_line(text, SEVERITY_STYLE.get(issue.severity or "") if issue.state == "firing" else "dim")
 
 
 class ProgressBar:

@@ -14,7 +14,11 @@ from typing import TYPE_CHECKING, Any, TextIO
 from gpuheal.parse.values import printable
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
+
+    from gpuheal.core.issue import Reported
 
 STATUS_STYLE = {"healthy": "green", "degraded": "yellow", "down": "bold red"}
 ENDPOINT_STYLE = {"ok": "green", "loading": "yellow"}
@@ -50,6 +54,7 @@ def use_rich(stream: TextIO | None = None) -> bool:
 
 def console(stderr: bool = False) -> Console:
     from rich.console import Console
+
 
     # rich honours NO_COLOR itself; highlight=False keeps it from colouring numbers in our text.
     return Console(stderr=stderr, highlight=False, soft_wrap=False)
@@ -88,7 +93,7 @@ def print_line(text: str, style: str | None = None) -> None:
         sys.stdout.write(text + "\n")
 
 
-def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> None:
+def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]], issues: Sequence[Reported]) -> None:
     """The fleet table, then issues, actions and faults (``check``/``heal``)."""
     rows = []
     for gpu in config_gpus:
@@ -115,15 +120,7 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
         ["alias", "host", "gpu", "temp", "vram", "util", "power", "endpoint", "requests", "slots"],
         rows,
     )
-    for issue in doc.get("issues", []):
-        state = issue.get("state", "firing")
-        since = issue.get("since", "?")
-        text = f"{issue['severity'].upper():8} {clean(issue['gpu'])} {issue['issue']} ({state}, since {since})"
-        summary = issue.get("summary")
-        if summary:
-            text += f": {clean(summary, 200)}"
-        style = {"critical": "red", "warning": "yellow"}.get(issue["severity"])
-        print_line(text, style if state == "firing" else "dim")
+    render_issues(issues)
     for action in doc.get("actions", []):
         result = f"{action['result']}, blocked" if action.get("blocked") else action["result"]
         line = f"ACTION   {clean(action['gpu'])} {action['issue']} → {action['action']} [{result}]"
@@ -145,9 +142,23 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> Non
     print_line(f"status: {status}", STATUS_STYLE.get(status))
 
 
+def render_issues(issues: Sequence[Reported]) -> None:
+    """One line per open issue (``check``, ``heal``), worst first as the engine ordered them."""
+    for issue in issues:
+        since = "?" if issue.since is None else issue.since
+        text = f"{(issue.severity or '?').upper():8} {clean(issue.gpu)} {issue.issue} ({issue.state}, since {since})"
+        if issue.summary:
+            text += f": {clean(issue.summary, 200)}"
+        style = {"critical": "red", "warning": "yellow"}.get(issue.severity or "")
+        print_line(text, style if issue.state == "firing" else "dim")
+
+
 def render_heal(health: dict[str, Any], config_gpus: list[dict[str, Any]], apply: bool) -> None:
-    """``gpuheal heal`` for people: the health table and actions, then what dry-run and pauses mean."""
-    render_health(health, config_gpus)
+    """``gpuheal heal`` for people: the health table and actions, then what dry-run and pauses mean.
+    ``health`` is the document ``heal --json`` prints; its issues are read back as typed records."""
+    from gpuheal.core.issue import Reported
+
+    render_health(health, config_gpus, Reported.all_of(health.get("issues")))
     if not apply and any(a["result"] == "planned" for a in health["actions"]):
         print_line("dry-run: nothing was changed; run `gpuheal heal --apply` to act", "dim")
     p = health.get("paused") or {}

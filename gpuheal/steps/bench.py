@@ -178,9 +178,10 @@ def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResu
     document = result.document()
 
     def render() -> None:
+        from gpuheal.core.issue import Reported
         from gpuheal.render.bench import render_bench
 
-        render_bench(document)
+        render_bench(document, Reported.all_of(document["issues"]))
 
     return CommandResult(
         document=document,
