@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,20 +73,32 @@ def kg_file(cfg: Config, state_dir: Path) -> Path:
     return path if path.is_absolute() else state_dir / path
 
 
-def _normalise_state(data: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"offset": 0, "ino": None, "pending": []}
-    if isinstance(data, dict):
-        if isinstance(data.get("offset"), int) and data["offset"] >= 0:
-            out["offset"] = data["offset"]
-        if isinstance(data.get("ino"), int):
-            out["ino"] = data["ino"]
-        if isinstance(data.get("pending"), list):
-            out["pending"] = [n for n in data["pending"] if isinstance(n, dict)]
-    return out
+@dataclass(frozen=True)
+class KgState:
+    """``kg-state.json``: how far into the audit trail the graph is (``offset`` in the file whose inode
+    is ``ino``) and the nodes the endpoint has not taken yet. A damaged value reads as its default."""
+
+    offset: int = 0
+    ino: int | None = None
+    pending: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_json(cls, data: Any) -> KgState:
+        if not isinstance(data, dict):
+            return cls()
+        offset, ino, pending = data.get("offset"), data.get("ino"), data.get("pending")
+        return cls(
+            offset if isinstance(offset, int) and offset >= 0 else 0,
+            ino if isinstance(ino, int) else None,
+            tuple(n for n in pending if isinstance(n, dict)) if isinstance(pending, list) else (),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "ino": self.ino, "pending": list(self.pending)}
 
 
-def read_new_records(path: Path, state: dict[str, Any]) -> tuple[list[dict[str, Any]], int, int | None, int]:
-    """New complete lines after ``state['offset']``: (records, new offset, inode, junk lines).
+def read_new_records(path: Path, state: KgState) -> tuple[list[dict[str, Any]], int, int | None, int]:
+    """New complete lines after ``state.offset``: (records, new offset, inode, junk lines).
 
     A replaced (different inode) or truncated file is read from its start.
     """
@@ -95,8 +108,8 @@ def read_new_records(path: Path, state: dict[str, Any]) -> tuple[list[dict[str, 
         return [], 0, None, 0
     with fh:
         st = os.fstat(fh.fileno())
-        offset = state["offset"]
-        if state["ino"] is not None and state["ino"] != st.st_ino:
+        offset = state.offset
+        if state.ino is not None and state.ino != st.st_ino:
             offset = 0
         if st.st_size < offset:
             offset = 0
@@ -167,8 +180,8 @@ def sync(
         from gpuheal.credentials import secrets_for
 
         secrets = secrets_for(cfg)
-    state = _normalise_state(store.read(STATE_FILE, None))
-    summary: dict[str, Any] = {"written": 0, "posted": 0, "pending": len(state["pending"]), "warnings": []}
+    state = KgState.from_json(store.read(STATE_FILE, None))
+    summary: dict[str, Any] = {"written": 0, "posted": 0, "pending": len(state.pending), "warnings": []}
     records, offset, ino, junk = read_new_records(store.path / files.AUDIT_LOG, state)
     if junk:
         summary["warnings"].append(f"{files.AUDIT_LOG}: skipped {junk} unreadable line(s) for the knowledge graph")
@@ -185,7 +198,7 @@ def sync(
     if torn:
         summary["warnings"].append(f"knowledge graph file {target}: {torn}")
     url = (cfg.knowledge_graph or {}).get("url")
-    pending = state["pending"] + nodes if url else []  # no endpoint (any more): nothing waits
+    pending = [*state.pending, *nodes] if url else []  # no endpoint (any more): nothing waits
     if url and pending:
         timeout = float(cfg.knowledge_graph["timeout_s"])
         posted, error = post_nodes(str(url), pending, timeout)
@@ -203,7 +216,7 @@ def sync(
             " (they are in the file)"
         )
     summary["pending"] = len(pending)
-    new_state = {"offset": offset, "ino": ino, "pending": pending}
+    new_state = KgState(offset, ino, tuple(pending))
     if new_state != state:
-        store.write(STATE_FILE, new_state)
+        store.write(STATE_FILE, new_state.to_json())
     return summary

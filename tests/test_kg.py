@@ -121,6 +121,31 @@ def test_corrupt_offset_file_is_set_aside(tmp_path):
     assert out["written"] == 1
 
 
+@pytest.mark.parametrize(("data", "want"), [
+    (None, (0, None, ())), ([1], (0, None, ())), ("x", (0, None, ())),
+    ({"offset": -5, "ino": "7", "pending": "x"}, (0, None, ())),
+    ({"offset": 3.5, "ino": 7, "pending": [{"id": 1}, 2, None, {"id": 3}]}, (0, 7, ({"id": 1}, {"id": 3}))),
+    ({"offset": 40, "ino": None, "pending": []}, (40, None, ())),
+])
+def test_a_damaged_offset_file_reads_as_its_defaults_field_by_field(data, want):
+    got = kg.KgState.from_json(data)
+    assert (got.offset, got.ino, got.pending) == want
+    assert kg.KgState.from_json(got.to_json()) == got
+
+
+def test_an_unchanged_offset_file_is_not_rewritten(tmp_path):
+    state = tmp_path / "state"
+    append(state, record(1))
+    rt = runtime(config_dict(None), state, NOW)
+    with StateDir(state) as store:
+        kg.sync(rt.cfg, store, NOW, secrets=())
+    stamp = (state / kg.STATE_FILE).stat().st_mtime_ns
+    time.sleep(0.01)
+    with StateDir(state) as store:
+        assert kg.sync(rt.cfg, store, NOW, secrets=())["written"] == 0
+    assert (state / kg.STATE_FILE).stat().st_mtime_ns == stamp
+
+
 def test_configured_file_relative_to_the_state_dir_or_absolute(tmp_path):
     state = tmp_path / "state"
     append(state, record(1))
