@@ -245,7 +245,7 @@ def test_bench_table_says_each_verdict_in_one_line_with_markup_escaped(capsys):
          "ratio_pct": 81.6, "target_tok_s": 74.8},
         {"gpu": "g[bold]x", "from_n_ctx": 1, "to_n_ctx": 2, "state": "no-target", "gen_tok_s": 1.0,
          "ratio_pct": None, "target_tok_s": None},
-    ]}, [])
+    ]})
     out = capsys.readouterr()
     text = out.out + out.err
     assert "CONTEXT  gpu-dense n_ctx 131072 -> 98304: perf-loss, 61.0 tok/s = 81.6 % of target 74.8" in text

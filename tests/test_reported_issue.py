@@ -63,9 +63,9 @@ def test_check_and_heal_issue_lines(monkeypatch, capsys):
 
 def test_bench_issue_lines(monkeypatch, capsys):
     monkeypatch.setattr(human, "use_rich", lambda stream=None: False)
-    doc = {"generated_at": "2026-07-18T08:05:00Z", "results": [], "regressions": {}}
-    render_bench.render_bench(doc, [Reported("gpu-a\x1b[31m", "benchmark-regression", "warning", "firing",
-                                             summary="slow")])
+    issue = Reported("gpu-a\x1b[31m", "benchmark-regression", "warning", "firing", summary="slow")
+    doc = {"generated_at": "2026-07-18T08:05:00Z", "results": [], "regressions": {}, "issues": [issue.to_json()]}
+    render_bench.render_bench(doc)
     assert lines(capsys)[-1] == "WARNING  gpu-a [31m benchmark-regression (firing): slow"
 
 

@@ -8,7 +8,7 @@ cells, never markup (see :mod:`gpuheal.render.human`).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gpuheal.model import BenchOutcome
@@ -18,8 +18,6 @@ if TYPE_CHECKING:
     from rich import progress as rp
     from rich.progress import TaskID
 
-    from gpuheal.core.issue import Reported
-
 TREND_STYLE = {"stable": "green", "improving": "green", "regressing": "bold red", "unknown": "dim"}
 SEVERITY_STYLE = {"critical": "red", "warning": "yellow"}
 
@@ -27,8 +25,11 @@ SEVERITY_STYLE = {"critical": "red", "warning": "yellow"}
 Progress = Callable[[str, int, int, BenchOutcome | None], None]
 
 
-def render_bench(doc: dict[str, Any], issues: Sequence[Reported]) -> None:
-    """``gpuheal bench`` for people: ``doc`` is what ``bench --json`` prints, ``issues`` its issues typed."""
+def render_bench(doc: dict[str, Any]) -> None:
+    """``gpuheal bench`` for people: ``doc`` is what ``bench --json`` prints; its issues are read back
+    once, as typed records (:class:`~gpuheal.core.issue.Reported`)."""
+    from gpuheal.core.issue import Reported
+
     regressions = doc.get("regressions", {})
     rows = []
     for r in doc.get("results", []):
@@ -75,7 +76,7 @@ def render_bench(doc: dict[str, Any], issues: Sequence[Reported]) -> None:
             f"{fmt_num(v.get('ratio_pct'), digits=1)} % of target {fmt_num(v.get('target_tok_s'), digits=1)}",
             style,
         )
-    for issue in issues:
+    for issue in Reported.all_of(doc.get("issues")):
         text = f"{(issue.severity or '?').upper():8} {clean(issue.gpu)} {clean(issue.issue)} ({issue.state})"
         if issue.summary:
             text += f": {clean(issue.summary, 200)}"

@@ -93,7 +93,11 @@ def print_line(text: str, style: str | None = None) -> None:
         sys.stdout.write(text + "\n")
 
 
-def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]], issues: Sequence[Reported]) -> None:
+def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]]) -> None:
+    """``gpuheal check`` for people (and ``heal``'s table): ``doc`` is what ``--json`` prints; its
+    issues are read back once, as typed records (:class:`~gpuheal.core.issue.Reported`)."""
+    from gpuheal.core.issue import Reported
+
     """The fleet table, then issues, actions and faults (``check``/``heal``)."""
     rows = []
     for gpu in config_gpus:
@@ -120,7 +124,7 @@ def render_health(doc: dict[str, Any], config_gpus: list[dict[str, Any]], issues
         ["alias", "host", "gpu", "temp", "vram", "util", "power", "endpoint", "requests", "slots"],
         rows,
     )
-    render_issues(issues)
+    render_issues(Reported.all_of(doc.get("issues")))
     for action in doc.get("actions", []):
         result = f"{action['result']}, blocked" if action.get("blocked") else action["result"]
         line = f"ACTION   {clean(action['gpu'])} {action['issue']} → {action['action']} [{result}]"
@@ -154,11 +158,8 @@ def render_issues(issues: Sequence[Reported]) -> None:
 
 
 def render_heal(health: dict[str, Any], config_gpus: list[dict[str, Any]], apply: bool) -> None:
-    """``gpuheal heal`` for people: the health table and actions, then what dry-run and pauses mean.
-    ``health`` is the document ``heal --json`` prints; its issues are read back as typed records."""
-    from gpuheal.core.issue import Reported
-
-    render_health(health, config_gpus, Reported.all_of(health.get("issues")))
+    """``gpuheal heal`` for people: the health table and actions, then what dry-run and pauses mean."""
+    render_health(health, config_gpus)
     if not apply and any(a["result"] == "planned" for a in health["actions"]):
         print_line("dry-run: nothing was changed; run `gpuheal heal --apply` to act", "dim")
     p = health.get("paused") or {}

@@ -178,10 +178,9 @@ def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResu
     document = result.document()
 
     def render() -> None:
-        from gpuheal.core.issue import Reported
         from gpuheal.render.bench import render_bench
 
-        render_bench(document, Reported.all_of(document["issues"]))
+        render_bench(document)
 
     return CommandResult(
         document=document,

@@ -207,10 +207,9 @@ def command(rt: Runtime, store: StateDir, record: Path | None = None) -> Command
     save_health(store, result.health)
 
     def render() -> None:
-        from gpuheal.core.issue import Reported
         from gpuheal.render.human import render_health
 
-        render_health(result.health, config_rows(rt.cfg), Reported.all_of(result.health["issues"]))
+        render_health(result.health, config_rows(rt.cfg))
 
     return CommandResult(
         document=result.health,
