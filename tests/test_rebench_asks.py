@@ -180,3 +180,9 @@ def test_the_store_reads_its_own_shape_back_and_a_newer_ask_replaces_the_older()
     merged, new = asks.merged([newer, newer])
     assert merged.asks == (newer,) and new == (newer,)
     assert asks.merged([first]) == (asks, ())  # the same ask again: kept as stored
+
+
+@pytest.mark.parametrize("doc", [{"asks": {"gpu": "gpu-a"}}, {"due": [1]}, {"failed": "x"}, [1, 2], "junk"])
+def test_a_damaged_store_shape_is_counted_so_it_is_set_aside_before_it_is_rewritten(doc):
+    assert rebench.Asks.load(doc).dropped >= 1 and rebench.Asks.load(doc).asks == ()
+    assert rebench.Asks.load({}).dropped == 0 and rebench.Asks.load(None).dropped == 0

@@ -163,7 +163,9 @@ class Asks:
                 else:
                     bad_failed += 1
         bad = sum(a is None for a in got) + bad_failed
-        bad += sum(1 for k in ("asks", "due") if k in doc and not isinstance(doc[k], list | Mapping))
+        bad += int("asks" in doc and not isinstance(raw_asks, list))
+        bad += int("due" in doc and not isinstance(raw_due, Mapping))
+        bad += int("failed" in doc and not isinstance(raw_failed, Mapping))
         return cls(store.asks, failed, bad)
 
     def to_json(self) -> dict[str, object]:
