@@ -148,10 +148,7 @@ def probe_servers(cfg: Config, aliases: Collection[str], canary: Collection[str]
     spec = cfg.probe.canary or {}
     ask = [g for g in gpus if g.alias in canary and g.alias in servers and servers[g.alias].state == ENDPOINT_OK]
     if spec.get("enabled") and ask:
-        with ThreadPoolExecutor(max_workers=min(len(ask), cfg.probe.max_workers)) as pool:
-            states = dict(zip((g.alias for g in ask), pool.map(lambda g: _canary(cfg, g.endpoint, spec), ask),
-                              strict=True))
-        servers = {a: replace(p, canary=states[a]) if a in states else p for a, p in servers.items()}
+        servers = _canaries(cfg, spec, servers, ask)
     return {alias: GpuSample(endpoint=p.state, endpoint_latency_s=p.latency_s, **p.values())
             for alias, p in servers.items()}
 
@@ -172,11 +169,17 @@ def _with_canaries(
 
     every = int(canary["every_polls"])
     due = [g for g in cfg.gpus if g.alias in servers and canary_due(sample(g.alias), now.timestamp(), every)]
-    if not due:
-        return servers
-    with ThreadPoolExecutor(max_workers=min(len(due), cfg.probe.max_workers)) as pool:
-        answers = pool.map(lambda g: _canary(cfg, g.endpoint, canary), due)
-        states = {g.alias: state for g, state in zip(due, answers, strict=True)}
+    return _canaries(cfg, canary, servers, due) if due else servers
+
+
+def _canaries(
+    cfg: Config, canary: Mapping[str, Any], servers: dict[str, lt.ServerProbe], ask: list[Any]
+) -> dict[str, lt.ServerProbe]:
+    """The canary completion to each server of ``ask``, all at once, each under the canary's own deadline;
+    its state goes on that server's probe."""
+    with ThreadPoolExecutor(max_workers=min(len(ask), cfg.probe.max_workers)) as pool:
+        states = dict(zip((g.alias for g in ask), pool.map(lambda g: _canary(cfg, g.endpoint, canary), ask),
+                          strict=True))
     return {a: replace(p, canary=states[a]) if a in states else p for a, p in servers.items()}
 
 
