@@ -33,7 +33,7 @@ CANARY = "llama-server POST /completion (canary)"
 LITELLM = "litellm GET /metrics"  # litellm.url
 SPEND_LOGS = "litellm GET /spend/logs/v2"  # Rule 10's window of spend logs, tallied per GPU
 
-# ServerTelemetry.values()'s fields by the request each comes from
+# llama_telemetry.ServerProbe.values()'s fields by the request each comes from
 SERVER_FIELDS: dict[str, str] = {
     "metrics": METRICS, "n_decode_total": METRICS, "tokens_predicted_total": METRICS,
     "requests_processing": METRICS, "requests_deferred": METRICS,

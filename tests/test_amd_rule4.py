@@ -220,7 +220,7 @@ def test_sim_amd_throttled_cap_is_reset_and_rebenchmarked(tmp_path, monkeypatch)
         attempt = next(iter(lab.read(files.HEAL)["attempts"].values()))
         assert attempt["outcome"]["detected"]["power_throttled"] == "yes"
         assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 120
-        assert set(rebench.due(lab.read(files.REBENCH))) == {"gpu-a"}
+        assert {a.gpu for a in rebench.Asks.load(lab.read(files.REBENCH)).asks} == {"gpu-a"}
     finally:
         lab.close()
 

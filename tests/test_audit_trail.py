@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuheal.core import rebench
 from gpuheal.state import files
 from gpuheal.state.store import AuditLineError, StateDir, audit_problem
 from tests.lab import GPUHEAL, Lab, scenario
@@ -118,8 +117,9 @@ def test_every_command_that_writes_the_trail_writes_run_ids_and_the_kg_has_no_un
             lab.fleet.advance(60)
             run("heal", "--apply") if minute % 2 == 0 else run("check")
         with StateDir(lab.state_dir) as store:  # a re-benchmark mark of an older release: no run id of its own
-            store.write(files.REBENCH, rebench.marked({}, "gpu-d", "benchmark-regression", "power limit restored",
-                                                      lab.fleet.now().timestamp(), "", "restore-power-limit"))
+            store.write(files.REBENCH, {"due": {"gpu-d": {  # the shape an older release wrote
+                "issue": "benchmark-regression", "reason": "power limit restored",
+                "requested_at": lab.fleet.now().timestamp(), "attempt": "", "action": "restore-power-limit"}}})
         lab.fleet.advance(60)
         run("bench")  # the context change's verdict, and the re-benchmark's proof
         lab.fleet.advance(60)

@@ -13,12 +13,12 @@ import pytest
 from gpuheal import benchdata
 from gpuheal.clock import format_epoch
 from gpuheal.config import load_config_dict
-from gpuheal.core import engine
+from gpuheal.core import engine, rebench
 from gpuheal.core.memory import Memory
 from gpuheal.core.view import FleetView
 from gpuheal.model import GpuSample, Observation
 from gpuheal.parse.llama_metrics import known_n_ctx
-from gpuheal.rules import ALL
+from gpuheal.rules import ALL, context_window
 from gpuheal.rules.context_window import change as cc
 from gpuheal.state.history import History
 
@@ -133,8 +133,19 @@ def result(at_s: float, tok_s, ok: bool = True, n_ctx=98304) -> dict:
     return {"at": at_s, "gen_tok_s": tok_s, "ok": ok, "n_ctx": n_ctx}
 
 
-def settle(memory: Memory, results: list[dict], floor: float = 0.9) -> list[cc.Verdict]:
-    return cc.settle(memory, lambda alias: results if alias == "gpu-dense" else [], lambda alias: floor, ALIASES)
+def settle(memory: Memory, results: list[dict], floor: float = 0.9, aliases=ALIASES) -> list[cc.Verdict]:
+    """Each change's re-benchmark through the one mechanism, pure (``steps/rebench.answer`` without the
+    state directory): the ask Rule 9's memory raises, answered by the latest result after it and judged
+    (core/rebench), its verdict kept in Rule 9's row. gpu-dense has ``results``; a GPU not in ``aliases``
+    is no longer configured."""
+    verdicts = []
+    for raised in context_window.REMEDY.asks(memory, 0.0):
+        ask, recorded = raised.ask, results if raised.ask.gpu == "gpu-dense" else []
+        answer = rebench.answering(ask, recorded, None) if ask.gpu in aliases else None
+        verdict = None if answer is None else cc.verdict_on(
+            memory, ask, answer, rebench.measured(ask, answer, None, floor), recorded)
+        verdicts += [] if verdict is None else [verdict]
+    return verdicts
 
 
 def test_pending_until_a_successful_result_after_the_change():
@@ -191,7 +202,7 @@ def test_no_target_is_said_never_guessed():
 
 def test_a_gpu_no_longer_configured_is_not_judged():
     memory, change = changed()
-    assert cc.settle(memory, lambda a: [result(change.at_s + 300, 60.0)], lambda a: 0.9, ("gpu-light",)) == []
+    assert settle(memory, [result(change.at_s + 300, 60.0)], aliases=("gpu-light",)) == []
 
 
 def test_audit_lines_say_from_to_when_and_what_proved_it():

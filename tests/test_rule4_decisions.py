@@ -235,20 +235,21 @@ def test_one_message_for_a_hot_gpus_regression_and_its_thermal_critical():
 
 
 def test_rebench_marks_are_tolerant():
-    assert rebench.due(None) == {} and rebench.due({"due": {"a": 3, "b": {"issue": 1}}}) == {}
-    doc = rebench.marked({}, "gpu-a", "benchmark-regression", "why", 5.0, "run-1", "restore-power-limit")
-    rest, took = rebench.taken(doc, ["gpu-b"])
-    assert took == {} and rebench.due(rest) == rebench.due(doc)
+    assert rebench.Asks.load(None).asks == () and rebench.Asks.load({"due": {"a": 3, "b": {"issue": 1}}}).asks == ()
+    ask = rebench.RebenchAsk("gpu-a", "benchmark-regression", "why", 5.0, attempt="run-1", action="restore-power-limit")
+    doc = rebench.Asks().with_ask(ask)
+    assert rebench.answering(ask, [], None) is None  # another GPU benchmarked: not this one's answer
+    assert rebench.Asks.load(doc.to_json()) == doc
 
 
 @pytest.mark.parametrize(("gen", "verdict"), [(72.0, "resolved"), (50.0, "failed")])
 def test_next_bench_takes_the_mark_and_audits_what_proved_it(tmp_path, fakes, gen, verdict):  # noqa: F811
     srv = fakes(speed_routes(gen))
     c = bench_config({"gpu-dense": srv.url})
-    mark = rebench.marked({}, "gpu-dense", "benchmark-regression", "power limit 250 W is below the default 350 W",
-                          0.0, "gpu-self-heal-20260718-004", "restore-power-limit")  # fmt: skip
+    mark = rebench.RebenchAsk("gpu-dense", "benchmark-regression", "power limit 250 W is below the default 350 W",
+                              0.0, attempt="gpu-self-heal-20260718-004", action="restore-power-limit")  # fmt: skip
     with StateDir(tmp_path) as store:
-        store.write(files.REBENCH, mark)
+        store.write(files.REBENCH, rebench.Asks().with_ask(mark).to_json())
     res = run_bench(c, tmp_path, now=datetime(2026, 7, 18, 9, 0, 3, tzinfo=UTC))
     proof = res.document["rebench"]["gpu-dense"]
     assert proof["recovered_tok_s"] == pytest.approx(74.8 * 0.9) and proof["within_threshold"] is (verdict == "resolved")
@@ -256,7 +257,7 @@ def test_next_bench_takes_the_mark_and_audits_what_proved_it(tmp_path, fakes, ge
     assert [(x["phase"], x["result"], x["run_id"], x["action"]) for x in lines] == [
         ("rebench", verdict, "gpu-self-heal-20260718-004", "restore-power-limit")]
     with StateDir(tmp_path) as store:
-        assert rebench.due(store.read(files.REBENCH, {})) == {}
+        assert rebench.Asks.load(store.read(files.REBENCH, {})).asks == ()
     again = run_bench(c, tmp_path, now=datetime(2026, 7, 18, 9, 7, 1, tzinfo=UTC))  # taken once, never twice
     assert "rebench" not in again.document
 
@@ -306,7 +307,7 @@ def test_sim_throttled_board_restored_rebench_proves_it_and_heal_resolves(sim_la
     assert lab.fleet.state()["gpus"]["gpu-a"]["power_limit_w"] == 350
     intent = [x for x in lab.audit() if x["issue"] == "benchmark-regression" and x["phase"] == "intent"]
     assert intent and lab.read(files.HEAL)["attempts"]  # awaiting its re-benchmark: one outcome line later
-    assert set(rebench.due(lab.read(files.REBENCH))) == {"gpu-a"}
+    assert {a.gpu for a in rebench.Asks.load(lab.read(files.REBENCH)).asks} == {"gpu-a"}
 
     doc = _bench(lab)
     assert doc["rebench"]["gpu-a"]["within_threshold"] is True and doc["results"][0]["gen_tok_s"] > 70

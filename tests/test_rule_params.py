@@ -170,7 +170,7 @@ def test_code_outside_a_rule_reads_its_parameters_typed_the_same_values_the_engi
     parameters as a typed record (``Config.params_as``), never by name from the merged mapping. A rule
     whose defaults do not list ``verify_within_s`` has the engine's 300 s there too (the string read
     it replaces raised KeyError), and a GPU's own values win over the fleet's."""
-    from gpuheal.steps.bench import rebench_floor_ratio
+    from gpuheal.steps.rebench import rebench_floor_ratio
 
     cfg = fleet_config(rules={"model-stuck": {"escalate_after_failures": 2}},
                        gpus=[{"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:18001",

@@ -9,6 +9,7 @@ No product module names it."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from pathlib import Path
 
@@ -92,3 +93,48 @@ def test_a_toy_rule_runs_end_to_end_through_heal_and_escalate(tmp_path, register
 
 def test_no_product_module_names_the_toy():
     assert not [p for p in PKG.rglob("*.py") if "toy" in p.read_text()]
+
+
+def toy_asks(memory, now_s):
+    """The toy's ``Remedy.asks``: a GPU whose hot run peaked at 450 W or more asks for a re-benchmark."""
+    from gpuheal.core.rebench import Raised, RebenchAsk
+    from tests.toy_fault.memory import PEAK
+
+    rows = memory.rows(PEAK.key, PEAK.load)
+    return tuple(Raised(RebenchAsk(alias, toy_fault.ID, f"toy: peaked at {row.peak_w:g} W", row.at_s or now_s),
+                        line=None)
+                 for alias, row in rows.items() if row.peak_w is not None and row.peak_w >= 450)
+
+
+def test_the_toy_rule_raises_a_re_benchmark_through_the_same_hook_and_bench_answers_it(tmp_path, registered,
+                                                                                      monkeypatch):
+    """Issue 26 item 2: a rule's memory asks for a re-benchmark through ``Remedy.asks`` (as Rule 9 does);
+    ``check`` files it in the one store and ``bench`` answers it once — with no hook of its own for the
+    verdict, the default proof of a fix (core/rebench.prove_fix)."""
+    from datetime import UTC, datetime
+
+    from gpuheal.config import load_config_dict
+    from gpuheal.core import rebench
+    from gpuheal.core.engine import load_book
+    from gpuheal.state import files
+    from gpuheal.steps import rebench as answerer
+
+    monkeypatch.setattr(toy_fault, "REMEDY", dataclasses.replace(toy_fault.REMEDY, asks=toy_asks))
+    registry = rules.build_registry((*[r for r in rules.ALL if r.ID != toy_fault.ID], rule(toy_fault)))
+    monkeypatch.setattr(rules, "ALL", registry)
+    monkeypatch.setitem(rules.BY_ID, toy_fault.ID, toy_fault)
+    cfg = with_toy_params(load_config_dict({"monitor": {"url": "http://127.0.0.1:9/gpu-data"},
+                                            "gpus": [{"alias": "gpu-a", "host": "ct1", "endpoint": "http://127.0.0.1:9"}]}))
+    now = datetime(2026, 7, 18, 9, 0, 3, tzinfo=UTC)
+    with StateDir(tmp_path) as store:
+        store.write(files.ISSUES, {"memory": {"toy_peak": {"gpu-a": {"at_s": now.timestamp() - 60, "peak_w": 470}}}})
+        answerer.file_raised(store, load_book(store.read(files.ISSUES, None)).memory, now)
+        [ask] = rebench.Asks.load(store.read(files.REBENCH, {})).asks
+        assert (ask.gpu, ask.issue, ask.why) == ("gpu-a", toy_fault.ID, "toy: peaked at 470 W")
+        store.write(files.ISSUES, {"memory": {}})  # the hot run is over: the ask stays until answered
+        bench = [{"gpu": "gpu-a", "ok": True, "gen_tok_s": 72.0, "error": None}]
+        got = answerer.answer(cfg, store, now, bench, {"gpu-a": 74.8})
+        assert got.sections["rebench"]["gpu-a"]["rebench_tok_s"] == 72.0
+        assert answerer.answer(cfg, store, now, bench, {"gpu-a": 74.8}).sections == {}  # answered once
+    [line] = [json.loads(x) for x in (tmp_path / files.AUDIT_LOG).read_text().splitlines()]
+    assert (line["issue"], line["phase"], line["action"]) == (toy_fault.ID, "rebench", "re-benchmark")

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from gpuheal.actions import asks
 from gpuheal.actions.context import Context, Records
 from gpuheal.actions.effects import Effects
 from gpuheal.actions.ledger import Ledger
@@ -30,7 +31,6 @@ from gpuheal.core.heal_state import Attempt
 from gpuheal.core.memory import Memory
 from gpuheal.core.remedy import Execution, PlanItem, Proving, Rechecking, Result, completion_proof
 from gpuheal.model import Observation
-from gpuheal.state import files
 
 FAILED_VERIFICATION = {
     verify.WINDOW_PASSED: "verification window passed, issue still open",
@@ -79,12 +79,14 @@ def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: 
 
 
 def _ask_rebench(ledger: Ledger, subject: Subject, ex: Execution, run_id: str) -> None:
-    """A fix only a benchmark can prove: the GPU is marked for its verifying re-benchmark (core/rebench)."""
+    """A fix only a benchmark can prove asks for its verifying re-benchmark (core/rebench): answered by the
+    GPU's next ``gpuheal bench``, against the baseline then, under this heal run's id."""
     if ex.rebench is None:
         return
-    doc = rebench.marked(ledger.store.read(files.REBENCH, {}), subject.gpu, subject.issue, ex.rebench.reason,
-                         ledger.now_s, run_id, ex.rebench.action)  # fmt: skip
-    ledger.store.write(files.REBENCH, doc)
+    read = asks.load(ledger.store)
+    ask = rebench.RebenchAsk(subject.gpu, subject.issue, ex.rebench.reason, ledger.now_s, attempt=run_id,
+                             action=ex.rebench.action)  # fmt: skip
+    asks.save(ledger.store, read.with_ask(ask), read)
 
 
 def judge(
@@ -97,12 +99,12 @@ def judge(
     disproved it), superseded — or, when its window passed and its remedy's ``recheck`` says the fix is
     still working, judged again one window later. ``obs``: this run's poll; ``readings``: its per-GPU
     document; ``memory``: the rules' memory after this run's poll, which ``recheck`` reads."""
-    book = ledger.store.read(files.REBENCH, {})
+    book = asks.load(ledger.store)
     for attempt in list(ledger.state.attempts.values()):
         issue = still_open.get((attempt.gpu, attempt.issue))
         event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, ledger.now_s, tol)
         if event is None and attempt.status == verify.VERIFYING:  # a re-benchmark disproved the fix (core/rebench)
-            event = verify.STILL_BROKEN if rebench.disproved(book, attempt.gpu, attempt.issue, attempt.run_id) else None
+            event = verify.STILL_BROKEN if book.disproved(attempt.gpu, attempt.issue, attempt.run_id) else None
         if event is None:
             continue
         if event in FAILED_VERIFICATION and _rechecked(ledger, cfg, attempt, issue, memory or Memory(), tol):

@@ -47,10 +47,15 @@ sidecars reachable".
 What a fix found on the way joins what was detected through :attr:`Execution.found` (the audit line
 and the alert carry it); a fix only a benchmark can prove asks for one through
 :attr:`Execution.rebench` (:mod:`gpuheal.core.rebench`); a verdict of that re-benchmark fails the
-attempt whatever its issue. Declarations read by the generic loops: ``recommend`` (advice only:
-reported, never acted on nor escalated), ``cannot_serve`` (the fleet guard counts it), ``remind``
-(reminders while escalated), ``incident`` (which alerts of one GPU are one message: Alertmanager's
-``inhibit_rules`` as data) and ``state_file`` (where the remedy keeps its own record between runs).
+attempt whatever its issue. A rule whose memory sees something only a benchmark can judge raises the
+ask itself: ``asks(memory, now_s)`` → :class:`~gpuheal.core.rebench.Raised` — pure, after each poll's
+fold (Rule 9: a change of the running context). Each verdict reaches ``rebenched(rebenched)`` →
+:class:`~gpuheal.core.rebench.Told` — pure, in ``bench``: what the verdict means (Rule 9: its escalation,
+told once per change); without one, :func:`~gpuheal.core.rebench.prove_fix`. Declarations read by the
+generic loops: ``recommend`` (advice only: reported, never acted on nor escalated), ``cannot_serve``
+(the fleet guard counts it), ``remind`` (reminders while escalated), ``incident`` (which alerts of one
+GPU are one message: Alertmanager's ``inhibit_rules`` as data) and ``state_file`` (where the remedy
+keeps its own record between runs).
 """
 
 from __future__ import annotations
@@ -61,7 +66,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuheal.core.actions import Action, CommandOutcome, StepResult
-from gpuheal.core.rebench import Ask
+from gpuheal.core.rebench import Ask, Raised, Rebenched, Told
 
 if TYPE_CHECKING:
     from gpuheal.config.model import Config
@@ -319,6 +324,8 @@ class Remedy:
     verify: Callable[[Proving, RemedyContext], Mapping[str, Any]] | None = None
     recheck: Callable[[Rechecking], str | None] | None = None
     drain: Callable[[Mapping[str, Any]], str | None] | None = None  # drain first: the hard fault ``detected`` shows
+    asks: Callable[[Memory, float], tuple[Raised, ...]] | None = None  # re-benchmarks its memory holds (Rule 9)
+    rebenched: Callable[[Rebenched], Told] | None = None  # a re-benchmark's verdict (default: rebench.prove_fix)
 
 
 def completion_proof(ctx: RemedyContext) -> dict[str, Any]:

@@ -19,8 +19,19 @@ ever unloading the model.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from gpuheal import provenance as prov
+from gpuheal.model import (
+    ENDPOINT_LOADING,
+    ENDPOINT_OK,
+    ENDPOINT_REFUSED,
+    ENDPOINT_TIMEOUT,
+    ENDPOINT_UNAUTHORIZED,
+    DataFault,
+)
 from gpuheal.parse.llama_metrics import (
     HOW_TO_ENABLE,
     InvalidMetrics,
@@ -31,7 +42,7 @@ from gpuheal.parse.llama_metrics import (
     parse_metrics,
     parse_slots,
 )
-from gpuheal.sources.http import HttpFault, HttpResult, request
+from gpuheal.sources.http import Ask, Exchange, HttpFault, HttpResult, printable, request
 from gpuheal.sources.llama_server import auth_headers
 
 PROBE_MAX_BYTES = 1 << 20  # one cap for /health, /metrics, /slots, /props (a /props carries the chat template)
@@ -155,3 +166,143 @@ def answer(path: str, result: HttpResult | HttpFault) -> HttpResult | Answer:
 
 def _reason(exc: Exception) -> str:
     return "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else str(exc)[:160]
+
+
+# --------------------------------------------------------------------------- one server's poll
+
+
+def health_state(result: HttpResult | HttpFault) -> tuple[str, float | None, str, str | None]:
+    """One ``/health`` reply → (state, latency_s, detail, fault kind or ``None``).
+
+    state is ok | loading | refused | timeout | unauthorized | http-NNN (contract). 503 is a
+    model still loading (formats.md §1.1), not a failure; an answer that is not HTTP at all is
+    reported as refused (nothing there can serve). A reply larger than :data:`PROBE_MAX_BYTES` is an
+    ``oversized`` fault (issue 9, point 8: it was labelled by its status, ``http-200``, as if the status
+    were the problem); its endpoint state stays the HTTP status it answered with."""
+    if isinstance(result, HttpFault):
+        if result.kind == "timeout":
+            return ENDPOINT_TIMEOUT, None, result.detail, ENDPOINT_TIMEOUT
+        if result.kind == "refused":
+            return ENDPOINT_REFUSED, None, result.detail, ENDPOINT_REFUSED
+        if result.kind == "oversized":
+            return f"http-{result.status or 0:03d}", None, result.detail, "oversized"
+        return ENDPOINT_REFUSED, None, f"not an HTTP answer: {result.detail}", ENDPOINT_REFUSED
+    if result.status == 200:
+        return ENDPOINT_OK, result.elapsed_s, "", None
+    if result.status == 503:
+        return ENDPOINT_LOADING, result.elapsed_s, "503 loading model", None
+    if result.status == 401:
+        return ENDPOINT_UNAUTHORIZED, result.elapsed_s, "401 on a public path", "http-401"
+    state = f"http-{result.status:03d}"
+    return state, result.elapsed_s, snippet(result.body), state
+
+
+def snippet(body: bytes, limit: int = 120) -> str:
+    """The start of an unexpected answer's body, printable, for one line of detail."""
+    return printable(body[:limit].decode("utf-8", "replace"), limit)
+
+
+@dataclass(frozen=True)
+class ServerTelemetry:
+    """One llama-server's ``/metrics``, ``/slots`` and ``/props`` answers of this poll."""
+
+    metrics: Answer
+    slots: Answer
+    props: Answer
+
+
+UNASKED = Answer(NOT_ASKED)
+NO_TELEMETRY = ServerTelemetry(UNASKED, UNASKED, UNASKED)  # /health did not answer 200: nothing else asked
+
+
+@dataclass(frozen=True)
+class ServerProbe:
+    """One llama-server's poll (issue 12): its ``/health`` answer — the contract's endpoint state, latency,
+    detail and data-fault kind (``None``: no fault) — its telemetry, and the canary's completion when one
+    ran (issue 20). The same fields as :class:`~gpuheal.model.Liveness`, a server the source reports."""
+
+    state: str
+    latency_s: float | None
+    detail: str
+    fault: str | None
+    telemetry: ServerTelemetry
+    canary: str | None = None
+    request: ClassVar[str] = prov.HEALTH  # provenance of the endpoint state
+
+    def values(self) -> dict[str, Any]:
+        """The :class:`~gpuheal.model.GpuSample` fields; nothing is known from a server whose /health failed."""
+        t = self.telemetry
+        if t.metrics is UNASKED:
+            return {}
+        m, sl = t.metrics.metrics, t.slots.slots
+        out: dict[str, Any] = {"metrics": t.metrics.state, "slots": t.slots.state,
+                               "is_sleeping": t.props.is_sleeping, "canary": self.canary, "n_ctx": t.props.n_ctx}
+        if m is not None:
+            out.update(n_decode_total=m.n_decode_total, tokens_predicted_total=m.tokens_predicted_total,
+                       requests_processing=m.requests_processing, requests_deferred=m.requests_deferred)
+        if sl is not None:
+            out.update(slots_total=sl.total, slots_busy=sl.busy)
+        elif t.slots.state == IDLE:
+            out["slots_busy"] = 0
+        return out
+
+    def faults(self, alias: str) -> list[DataFault]:
+        """A wrong key, garbage or a hang on /metrics or /slots is this poll's data fault; a 501
+        (not enabled) is not — ``check`` lists it once among the rules that are off. When /health
+        itself failed its fault says it all."""
+        t = self.telemetry
+        if self.state != ENDPOINT_OK or t.metrics is UNASKED:
+            return []
+        out = []
+        for answer in (t.metrics, t.slots):
+            if answer.state not in QUIET_STATES:
+                kind = "http-401" if answer.state == UNAUTHORIZED else answer.state
+                out.append(DataFault(alias, kind, answer.detail))
+            elif answer.state == OK and answer.detail:  # parsed, but some series were garbage
+                out.append(DataFault(alias, "invalid", answer.detail))
+        return out
+
+
+def server_exchange(api_key: str | None, deadline_s: float) -> Exchange:
+    """One llama-server's poll as an exchange (:mod:`~gpuheal.sources.http_loop`: one kept-alive
+    connection, one deadline): ``/health``; then, when it answered 200, its telemetry
+    (:func:`telemetry_exchange`). A dead or stopped server costs one request and one deadline.
+    Returns its :class:`ServerProbe`."""
+    started = time.monotonic()
+    state, latency_s, detail, fault = health_state((yield Ask("/health", max_bytes=PROBE_MAX_BYTES)))
+    telemetry = NO_TELEMETRY
+    if state == ENDPOINT_OK:
+        telemetry = yield from telemetry_exchange(api_key, deadline_s, started)
+    return ServerProbe(state, latency_s, detail, fault, telemetry)
+
+
+def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -> Exchange:
+    """``/metrics``; then ``/props`` — every poll: its ``n_ctx`` is the running context Rule 9 watches
+    for a change (``rules/context_window/change``), and it says whether the server sleeps without waking it;
+    then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a sleeping one
+    (llama-server.md §5). A server with requests processing is awake; an idle one
+    (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
+    All within what is left of the deadline that started at ``started`` (the /health probe); a busy
+    server costs four requests."""
+    auth = tuple(auth_headers(api_key).items())
+    metrics = metrics_answer((yield from _ask("/metrics", auth, deadline_s, started)))
+    busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
+    if metrics.state == UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
+        return ServerTelemetry(metrics, Answer(UNAUTHORIZED, metrics.detail), UNASKED)
+    props = sleeping_answer((yield from _ask("/props", auth, deadline_s, started)))
+    if busy == 0:
+        slots = Answer(IDLE, "GET /slots not asked: nothing in flight")
+    elif busy is None and props.is_sleeping:
+        slots = Answer(SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
+    elif busy is None and props.state in (UNAUTHORIZED, LOADING, "refused", "timeout"):
+        slots = Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
+    else:
+        slots = slots_answer((yield from _ask("/slots", auth, deadline_s, started)))
+    return ServerTelemetry(metrics=metrics, slots=slots, props=props)
+
+
+def _ask(path: str, auth: tuple[tuple[str, str], ...], deadline_s: float, started: float) -> Exchange:
+    """One keyed request of the telemetry → the 200 reply, or the :class:`Answer` it means."""
+    if deadline_s - (time.monotonic() - started) < 0.05:
+        return Answer("timeout", f"GET {path}: no time left in the probe deadline")
+    return answer(path, (yield Ask(path, auth, PROBE_MAX_BYTES)))

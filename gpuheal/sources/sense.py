@@ -7,7 +7,6 @@ Every failure is a :class:`DataFault`; this function does not raise for anything
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -17,11 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gpuheal import provenance as prov
 from gpuheal.config import Config
 from gpuheal.model import (
-    ENDPOINT_LOADING,
     ENDPOINT_OK,
-    ENDPOINT_REFUSED,
-    ENDPOINT_TIMEOUT,
-    ENDPOINT_UNAUTHORIZED,
     NO_VALUES,
     DataFault,
     GpuSample,
@@ -31,10 +26,8 @@ from gpuheal.model import (
     SourcePoll,
 )
 from gpuheal.sources import llama_telemetry as lt
-from gpuheal.sources.http import HttpFault, HttpResult, printable, request
-from gpuheal.sources.http_loop import Ask, Exchange, run_exchanges
+from gpuheal.sources.http import HttpFault, request, run_exchanges
 from gpuheal.sources.litellm_spend import NO_DATABASE
-from gpuheal.sources.llama_server import auth_headers
 from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
 
 if TYPE_CHECKING:
@@ -56,31 +49,7 @@ def probe_health(endpoint: str, deadline_s: float) -> tuple[str, float | None, s
 
 def _probe(endpoint: str, deadline_s: float) -> tuple[str, float | None, str, str | None]:
     """:func:`probe_health` plus the contract's fault kind for this poll (``None``: no fault)."""
-    return health_state(request("GET", endpoint + "/health", deadline_s=deadline_s, max_bytes=HEALTH_MAX_BYTES))
-
-
-def health_state(result: HttpResult | HttpFault) -> tuple[str, float | None, str, str | None]:
-    """One ``/health`` reply → (state, latency_s, detail, fault kind or ``None``).
-
-    A reply larger than :data:`HEALTH_MAX_BYTES` is an ``oversized`` fault (issue 9, point 8: it was
-    labelled by its status, ``http-200``, as if the status were the problem); its endpoint state
-    stays the HTTP status it answered with."""
-    if isinstance(result, HttpFault):
-        if result.kind == "timeout":
-            return ENDPOINT_TIMEOUT, None, result.detail, ENDPOINT_TIMEOUT
-        if result.kind == "refused":
-            return ENDPOINT_REFUSED, None, result.detail, ENDPOINT_REFUSED
-        if result.kind == "oversized":
-            return f"http-{result.status or 0:03d}", None, result.detail, "oversized"
-        return ENDPOINT_REFUSED, None, f"not an HTTP answer: {result.detail}", ENDPOINT_REFUSED
-    if result.status == 200:
-        return ENDPOINT_OK, result.elapsed_s, "", None
-    if result.status == 503:
-        return ENDPOINT_LOADING, result.elapsed_s, "503 loading model", None
-    if result.status == 401:
-        return ENDPOINT_UNAUTHORIZED, result.elapsed_s, "401 on a public path", "http-401"
-    state = f"http-{result.status:03d}"
-    return state, result.elapsed_s, _snippet(result.body), state
+    return lt.health_state(request("GET", endpoint + "/health", deadline_s=deadline_s, max_bytes=HEALTH_MAX_BYTES))
 
 
 def fetch_litellm(cfg: Config) -> DataFault | None:
@@ -91,7 +60,7 @@ def fetch_litellm(cfg: Config) -> DataFault | None:
     if isinstance(result, HttpFault):
         return DataFault("litellm", result.kind, result.detail)
     if result.status != 200:
-        return DataFault("litellm", f"http-{result.status:03d}", _snippet(result.body))
+        return DataFault("litellm", f"http-{result.status:03d}", lt.snippet(result.body))
     return None
 
 
@@ -134,7 +103,7 @@ class _Polled:
 
     poll: SourcePoll
     litellm_fault: DataFault | None
-    servers: dict[str, Server]  # {} when not probed
+    servers: dict[str, lt.ServerProbe]  # {} when not probed
     litellm_requests: LiteLLMRequests | DataFault | None = None  # litellm.read_metrics, issue 20
     spend: dict[str, RoleTally] | DataFault | None = None  # litellm.read_spend_logs, issue 22
 
@@ -154,7 +123,7 @@ def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
         spend_f = pool.submit(_spend, cfg, url, now.timestamp()) if url and cfg.litellm.read_spend_logs else None
         key = cfg.litellm.api_key or None
         servers = run_exchanges(
-            ((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in cfg.gpus),
+            ((g.alias, g.endpoint, lambda: lt.server_exchange(key, deadline)) for g in cfg.gpus),
             deadline_s=deadline, max_open=cfg.probe.max_workers,
         ) if source.probes_endpoints else {}
         poll = source_f.result()
@@ -174,22 +143,19 @@ def probe_servers(cfg: Config, aliases: Collection[str], canary: Collection[str]
     deadline = cfg.probe.timeout_s
     key = cfg.litellm.api_key or None
     gpus = [g for g in cfg.gpus if g.alias in aliases]
-    servers = run_exchanges(((g.alias, g.endpoint, lambda: server_exchange(key, deadline)) for g in gpus),
+    servers = run_exchanges(((g.alias, g.endpoint, lambda: lt.server_exchange(key, deadline)) for g in gpus),
                             deadline_s=deadline, max_open=cfg.probe.max_workers)
     spec = cfg.probe.canary or {}
-    ask = [g for g in gpus if g.alias in canary and g.alias in servers and servers[g.alias][0][0] == ENDPOINT_OK]
+    ask = [g for g in gpus if g.alias in canary and g.alias in servers and servers[g.alias].state == ENDPOINT_OK]
     if spec.get("enabled") and ask:
-        with ThreadPoolExecutor(max_workers=min(len(ask), cfg.probe.max_workers)) as pool:
-            states = dict(zip((g.alias for g in ask), pool.map(lambda g: _canary(cfg, g.endpoint, spec), ask),
-                              strict=True))
-        servers = {a: (h, replace(t, canary=states[a]) if a in states else t) for a, (h, t) in servers.items()}
-    out = {}
-    for alias, ((state, latency, _detail, _kind), telemetry) in servers.items():
-        out[alias] = GpuSample(endpoint=state, endpoint_latency_s=latency, **telemetry.values(state))
-    return out
+        servers = _canaries(cfg, spec, servers, ask)
+    return {alias: GpuSample(endpoint=p.state, endpoint_latency_s=p.latency_s, **p.values())
+            for alias, p in servers.items()}
 
 
-def _with_canaries(cfg: Config, now: datetime, servers: dict[str, Server]) -> dict[str, Server]:
+def _with_canaries(
+    cfg: Config, now: datetime, servers: dict[str, lt.ServerProbe]
+) -> dict[str, lt.ServerProbe]:
     """``probe.canary`` (issue 20): a real 1-token completion to each server whose task loop this poll
     says nothing about, all at once, each under the canary's own deadline."""
     canary = cfg.probe.canary or {}
@@ -198,17 +164,23 @@ def _with_canaries(cfg: Config, now: datetime, servers: dict[str, Server]) -> di
     from gpuheal.core.taskloop import canary_due
 
     def sample(alias: str) -> GpuSample:
-        (state, *_rest), telemetry = servers[alias]
-        return GpuSample(endpoint=state, **telemetry.values(state))
+        probe = servers[alias]
+        return GpuSample(endpoint=probe.state, **probe.values())
 
     every = int(canary["every_polls"])
     due = [g for g in cfg.gpus if g.alias in servers and canary_due(sample(g.alias), now.timestamp(), every)]
-    if not due:
-        return servers
-    with ThreadPoolExecutor(max_workers=min(len(due), cfg.probe.max_workers)) as pool:
-        answers = pool.map(lambda g: _canary(cfg, g.endpoint, canary), due)
-        states = {g.alias: state for g, state in zip(due, answers, strict=True)}
-    return {a: (h, replace(t, canary=states[a]) if a in states else t) for a, (h, t) in servers.items()}
+    return _canaries(cfg, canary, servers, due) if due else servers
+
+
+def _canaries(
+    cfg: Config, canary: Mapping[str, Any], servers: dict[str, lt.ServerProbe], ask: list[Any]
+) -> dict[str, lt.ServerProbe]:
+    """The canary completion to each server of ``ask``, all at once, each under the canary's own deadline;
+    its state goes on that server's probe."""
+    with ThreadPoolExecutor(max_workers=min(len(ask), cfg.probe.max_workers)) as pool:
+        states = dict(zip((g.alias for g in ask), pool.map(lambda g: _canary(cfg, g.endpoint, canary), ask),
+                          strict=True))
+    return {a: replace(p, canary=states[a]) if a in states else p for a, p in servers.items()}
 
 
 def _canary(cfg: Config, endpoint: str, canary: Mapping[str, Any]) -> str:
@@ -249,22 +221,20 @@ def _sample(gpu: Any, polled: _Polled, faults: list[DataFault]) -> GpuSample:
     gave it (:mod:`gpuheal.provenance`); its data faults go to ``faults``. The GPU source's part is its
     typed poll's (:class:`~gpuheal.model.GpuValues`), whichever source answered."""
     reading = polled.poll.gpus.get(gpu.alias, NO_VALUES)
-    state: str | None  # None: the source does not say (not probed, no liveness reported)
-    if gpu.alias in polled.servers:
-        (state, latency, detail, kind), server = polled.servers[gpu.alias]
-        probed_by = prov.HEALTH
-    else:  # not probed: the llama-server's liveness as the source reports it (Prometheus's ``up``), if at all
-        live, server = reading.liveness or NOT_TOLD, None
-        state, latency, detail, kind, probed_by = live.state, live.latency_s, live.detail, live.fault, live.request
-    if kind is not None:
-        faults.append(DataFault(gpu.alias, kind, detail))
+    # the server's own answers when it was probed; else its liveness as the source reports it (Prometheus's
+    # ``up``), if at all — a state None: the source does not say
+    probe = polled.servers.get(gpu.alias)
+    heard: lt.ServerProbe | Liveness = probe if probe is not None else reading.liveness or NOT_TOLD
+    if heard.fault is not None:
+        faults.append(DataFault(gpu.alias, heard.fault, heard.detail))
+    faults.extend(reading.faults)
+    if probe is not None:
+        faults.extend(probe.faults(gpu.alias))
     got = prov.Origins()
     for asked, values in reading.parts:
         got.put(asked, values)
-    faults.extend(reading.faults)
-    if server is not None:
-        got.put_each(server.values(state), prov.SERVER_FIELDS, prov.METRICS)
-        faults.extend(server.faults(gpu.alias, state))
+    if probe is not None:
+        got.put_each(probe.values(), prov.SERVER_FIELDS, prov.METRICS)
     if polled.litellm_requests is not None and not isinstance(polled.litellm_requests, DataFault):
         counts = polled.litellm_requests.for_gpu(gpu.alias, gpu.endpoint)
         if counts is not None:
@@ -272,105 +242,10 @@ def _sample(gpu: Any, polled: _Polled, faults: list[DataFault]) -> GpuSample:
                                    "litellm_model_group": counts.model_group})
     if isinstance(polled.spend, dict) and gpu.alias in polled.spend:
         got.put(prov.SPEND_LOGS, {"routing": polled.spend[gpu.alias]})
-    got.put(probed_by, {"endpoint": state, "endpoint_latency_s": latency})
+    got.put(heard.request, {"endpoint": heard.state, "endpoint_latency_s": heard.latency_s})
     return GpuSample(**got.values, provenance=got.provenance(got.values))
 
 
 NOT_TOLD = Liveness(None, prov.HEALTH)  # neither probed nor reported by the source: not known
 
 
-@dataclass(frozen=True)
-class ServerTelemetry:
-    """One llama-server's ``/metrics``, ``/slots`` and ``/props`` answers of this poll."""
-
-    metrics: lt.Answer
-    slots: lt.Answer
-    props: lt.Answer
-    canary: str | None = None  # probe.canary's completion (issue 20), when one ran
-
-    def values(self, endpoint_state: str | None) -> dict[str, Any]:
-        """The :class:`GpuSample` fields; nothing is known from a server whose /health failed."""
-        if self.metrics is NOT_ASKED:
-            return {}
-        m, sl = self.metrics.metrics, self.slots.slots
-        out: dict[str, Any] = {"metrics": self.metrics.state, "slots": self.slots.state,
-                     "is_sleeping": self.props.is_sleeping, "canary": self.canary, "n_ctx": self.props.n_ctx}
-        if m is not None:
-            out.update(n_decode_total=m.n_decode_total, tokens_predicted_total=m.tokens_predicted_total,
-                       requests_processing=m.requests_processing, requests_deferred=m.requests_deferred)
-        if sl is not None:
-            out.update(slots_total=sl.total, slots_busy=sl.busy)
-        elif self.slots.state == lt.IDLE:
-            out["slots_busy"] = 0
-        return out
-
-    def faults(self, alias: str, endpoint_state: str | None) -> list[DataFault]:
-        """A wrong key, garbage or a hang on /metrics or /slots is this poll's data fault; a 501
-        (not enabled) is not — ``check`` lists it once among the rules that are off. When /health
-        itself failed its fault says it all."""
-        if endpoint_state != ENDPOINT_OK or self.metrics is NOT_ASKED:
-            return []
-        out = []
-        for answer in (self.metrics, self.slots):
-            if answer.state not in lt.QUIET_STATES:
-                kind = "http-401" if answer.state == lt.UNAUTHORIZED else answer.state
-                out.append(DataFault(alias, kind, answer.detail))
-            elif answer.state == lt.OK and answer.detail:  # parsed, but some series were garbage
-                out.append(DataFault(alias, "invalid", answer.detail))
-        return out
-
-
-# one llama-server's /health answer: (state, latency_s, detail, data-fault kind or None), and its telemetry
-Health = tuple[str, float | None, str, str | None]
-Server = tuple[Health, ServerTelemetry]
-
-
-NOT_ASKED = lt.Answer("not-asked")
-
-
-def server_exchange(api_key: str | None, deadline_s: float) -> Exchange:
-    """One llama-server's poll as an exchange (:mod:`~gpuheal.sources.http_loop`: one kept-alive
-    connection, one deadline): ``/health``; then, when it answered 200, its telemetry
-    (:func:`telemetry_exchange`). A dead or stopped server costs one request and one deadline.
-    Returns ((state, latency_s, detail, fault kind), :class:`ServerTelemetry`)."""
-    started = time.monotonic()
-    health = health_state((yield Ask("/health", max_bytes=HEALTH_MAX_BYTES)))
-    if health[0] != ENDPOINT_OK:
-        return health, ServerTelemetry(NOT_ASKED, NOT_ASKED, NOT_ASKED)
-    return health, (yield from telemetry_exchange(api_key, deadline_s, started))
-
-
-def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -> Exchange:
-    """``/metrics``; then ``/props`` — every poll: its ``n_ctx`` is the running context Rule 9 watches
-    for a change (``rules/context_window/change``), and it says whether the server sleeps without waking it;
-    then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a sleeping one
-    (llama-server.md §5). A server with requests processing is awake; an idle one
-    (``requests_processing`` 0) is not asked further: its busy slots are 0 and it may sleep.
-    All within what is left of the deadline that started at ``started`` (the /health probe); a busy
-    server costs four requests."""
-    auth = tuple(auth_headers(api_key).items())
-    metrics = lt.metrics_answer((yield from _ask("/metrics", auth, deadline_s, started)))
-    busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
-    if metrics.state == lt.UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
-        return ServerTelemetry(metrics, lt.Answer(lt.UNAUTHORIZED, metrics.detail), NOT_ASKED)
-    props = lt.sleeping_answer((yield from _ask("/props", auth, deadline_s, started)))
-    if busy == 0:
-        slots = lt.Answer(lt.IDLE, "GET /slots not asked: nothing in flight")
-    elif busy is None and props.is_sleeping:
-        slots = lt.Answer(lt.SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
-    elif busy is None and props.state in (lt.UNAUTHORIZED, lt.LOADING, "refused", "timeout"):
-        slots = lt.Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
-    else:
-        slots = lt.slots_answer((yield from _ask("/slots", auth, deadline_s, started)))
-    return ServerTelemetry(metrics=metrics, slots=slots, props=props)
-
-
-def _ask(path: str, auth: tuple[tuple[str, str], ...], deadline_s: float, started: float) -> Exchange:
-    """One keyed request of the telemetry → the 200 reply, or the :class:`lt.Answer` it means."""
-    if deadline_s - (time.monotonic() - started) < 0.05:
-        return lt.Answer("timeout", f"GET {path}: no time left in the probe deadline")
-    return lt.answer(path, (yield Ask(path, auth, PROBE_MAX_BYTES)))
-
-
-def _snippet(body: bytes, limit: int = 120) -> str:
-    return printable(body[:limit].decode("utf-8", "replace"), limit)

@@ -8,7 +8,9 @@ when it was taken during an open incident of that GPU or inside the startup grac
 Then: history pruned to ``bench.keep_days`` and thinned as it ages, baselines recomputed (Design
 Decision 6: rolling 30-day average, weekly, seeded from the config), ``benchmark-regression.json``
 written (Rule 4 state per GPU), and the bench rules evaluated
-(:func:`gpuheal.steps.evaluate.evaluate_bench_full`: Rules 4 and 9 and the L1 api-key mismatch).
+(:func:`gpuheal.steps.evaluate.evaluate_bench_full`: Rules 4 and 9 and the L1 api-key mismatch), after
+the re-benchmarks asked for are answered (:func:`gpuheal.steps.rebench.answer`: a fix's, Rule 4; a
+context change's, Rule 9).
 
 Lessons L1/L2: a 401 is recorded as ``unauthorized``, reported as the ``api-key-mismatch`` issue of
 that GPU with the key that was sent described, never in full (``describe_key``), not retried, and
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from gpuheal import benchdata
 from gpuheal.clock import format_iso
@@ -36,7 +38,8 @@ from gpuheal.errors import GpuhealError
 from gpuheal.model import ERR_UNAUTHORIZED
 from gpuheal.sources.llama_server import benchmark_inference
 from gpuheal.state import files
-from gpuheal.state.store import StateDir, is_run_id
+from gpuheal.state.store import StateDir
+from gpuheal.steps import rebench
 
 if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
     from gpuheal.core.rule import Rule
@@ -51,8 +54,7 @@ class BenchRun:
     issues: list[dict[str, Any]]
     skipped: list[dict[str, str]] = field(default_factory=list)
     generated_at: str = ""
-    context_changes: list[dict[str, Any]] = field(default_factory=list)  # Rule 9 verdicts (rules/context_window/change)
-    rebench: dict[str, dict[str, Any]] = field(default_factory=dict)  # what a re-benchmark proved (Rule 4)
+    rebenched: dict[str, Any] = field(default_factory=dict)  # the re-benchmarks' verdicts, by section (steps/rebench)
 
     def document(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -63,10 +65,7 @@ class BenchRun:
         }
         if self.skipped:
             doc["skipped"] = self.skipped
-        if self.context_changes:
-            doc["context_changes"] = self.context_changes
-        if self.rebench:
-            doc["rebench"] = self.rebench
+        doc.update(self.rebenched)  # Rule 9's ``context_changes``, a fix's ``rebench`` proofs, ...
         return doc
 
     def needs_attention(self) -> bool:
@@ -149,12 +148,12 @@ def run(
 
     regressions = regression_document(cfg, data, now_s)
     store.write_raw(files.BENCHMARK_REGRESSION, {"schema_version": 1, **regressions})
-    proved = rebench_proofs(cfg, store, now, results, regressions)
+    baselines = {g: regressions.get(g, {}).get("baseline_tok_sec") for g in cfg.aliases}
+    answered = rebench.answer(cfg, store, now, results, baselines)  # the re-benchmarks asked for (Rules 4, 9)
 
     from gpuheal.steps.evaluate import evaluate_bench_full
 
-    verdicts: list[dict[str, Any]] = []  # Rule 9: context changes re-benchmarked by this run
-    issues = [dict(i) for i in evaluate_bench_full(cfg, store, now, verdicts).issues]
+    issues = [dict(i) for i in evaluate_bench_full(cfg, store, now).issues]
     issues = api_key_mismatch.complete_issues(issues, results, now)
     return BenchRun(
         results=results,
@@ -162,8 +161,7 @@ def run(
         issues=issues,
         skipped=skipped,
         generated_at=format_iso(now),
-        context_changes=verdicts,
-        rebench=proved,
+        rebenched=answered.sections,
     )
 
 
@@ -187,55 +185,6 @@ def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResu
         exit_code=exit_codes.ATTENTION if result.needs_attention() else exit_codes.OK,
         render=render,
     )
-
-
-def rebench_proofs(
-    cfg: Config, store: StateDir, now: datetime, results: list[dict[str, Any]], regressions: dict[str, dict[str, Any]]
-) -> dict[str, Any]:
-    """Take the re-benchmark marks of the GPUs benchmarked now (``rebench.json``, set by ``heal``
-    after a fix only a benchmark can prove) and write what each result proved to the audit trail,
-    under the run id of the heal run that applied the fix — this run's when the mark has none in the
-    contract's form (Rule 4: "Verify: benchmark returns to within 10% of baseline")."""
-    from gpuheal.core import rebench
-
-    doc, took = rebench.taken(store.read(files.REBENCH, {}), [r["gpu"] for r in results])
-    if not took:
-        return {}
-    store.write(files.REBENCH, doc)
-    out: dict[str, Any] = {}
-    for r in (r for r in results if r["gpu"] in took):
-        mark, gpu = took[r["gpu"]], r["gpu"]
-        floor = rebench_floor_ratio(cfg, mark["issue"], gpu)
-        out[gpu] = rebench.proof(mark, r, regressions.get(gpu, {}).get("baseline_tok_sec"), floor)
-        verdict = {True: "resolved", False: "failed"}.get(out[gpu]["within_threshold"], "pending")
-        run_id = mark.get("attempt") if is_run_id(mark.get("attempt")) else store.run_id(now)  # the fix's run
-        action = mark.get("action") if isinstance(mark.get("action"), str) and mark["action"] else "re-benchmark"
-        line = {"run_id": run_id, "timestamp": format_iso(now), "gpu": gpu,
-                "issue": mark["issue"] or "unknown", "detected": {}, "action": action, "result": verdict,
-                "verification": out[gpu], "escalated": False, "phase": "rebench"}  # fmt: skip
-        store.append_lines(files.AUDIT_LOG, [line])
-        if verdict == "failed":  # the next heal fails the attempt this was verifying
-            store.write(files.REBENCH, rebench.with_failure(store.read(files.REBENCH, {}), gpu, mark, now.timestamp()))
-    return out
-
-
-@runtime_checkable
-class RecoveredWithin(Protocol):
-    """A rule's parameters that say when a re-benchmark proves its fix: back within this share of the
-    baseline (Rule 4: "Benchmark returns to within 10% of baseline")."""
-
-    @property
-    def recovered_within_ratio(self) -> float: ...
-
-
-def rebench_floor_ratio(cfg: Config, issue: str, gpu: str) -> float | None:
-    """The share of the baseline a re-benchmark for ``issue`` must reach, from the rule's typed
-    parameters; ``None`` when the issue is no rule's or its rule has no such parameter."""
-    from gpuheal.rules import BY_ID
-
-    rule = BY_ID.get(issue)
-    params = None if rule is None else cfg.params_as(rule.Params, issue, gpu)
-    return 1 - params.recovered_within_ratio if isinstance(params, RecoveredWithin) else None
 
 
 # --------------------------------------------------------------------------- state readers

@@ -22,7 +22,6 @@ from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
 
 if TYPE_CHECKING:
-    from gpuheal.core.engine import Evaluation
     from gpuheal.core.memory import Memory
     from gpuheal.runtime import CommandResult, Runtime
     from gpuheal.transport import TransportPool
@@ -85,6 +84,7 @@ def run(
     # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
     # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
     from gpuheal.sources.gpu_source import gpu_source
+    from gpuheal.steps import evaluate
 
     keep_history = not gpu_source(cfg).spec.computes_trends
     if obs is None:
@@ -95,7 +95,7 @@ def run(
         record_observation(record, obs)
     if keep_history:
         history.add(obs, cfg.aliases)
-    evaluation = evaluate(cfg, store, obs, history, now)
+    evaluation = evaluate.run_full(cfg, store, obs, history, now)  # every rule over this poll and the history
     health = health_document(obs, evaluation.issues, actions=[])
     _add_decode_progress(health, evaluation.memory, now.timestamp())
     from gpuheal.core.coverage import from_litellm, rules_off
@@ -112,35 +112,25 @@ def run(
 def _sense_and_load(
     cfg: Config, store: StateDir, now: datetime, transports: TransportPool | None, keep_history: bool
 ) -> tuple[Observation, History]:
-    """The poll, and meanwhile the recorded history read on a thread: the poll mostly waits on
-    the network and a 1000-GPU history takes ~0.3 s to unpack (issue 12 benchmark)."""
+    """The poll, shaped by what the source's earlier runs left (:func:`source_memory`), and meanwhile the
+    recorded history read on a thread: the poll mostly waits on the network and a 1000-GPU history takes
+    ~0.3 s to unpack (issue 12 benchmark). A source that keeps a memory leaves what the next poll needs
+    (``SourceKind.memory``: its file, and the pure functions that read and write the document)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuheal.sources.sense import sense
-
-    if not keep_history:
-        return _sense_with_memory(cfg, store, now, transports), History()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
-        loading = pool.submit(load_history, store)
-        obs = sense(cfg, now, transports)
-        return obs, loading.result()
-
-
-def _sense_with_memory(cfg: Config, store: StateDir, now: datetime, transports: TransportPool | None) -> Observation:
-    """A source that computes trends where its data lives: the poll, shaped by what earlier runs left
-    and leaving what the next needs, as its declaration says (``SourceKind.memory``: its file, and the
-    pure functions that read and write the document)."""
+    from gpuheal.named import resolve
     from gpuheal.sources.sense import sense
 
     memory, kept = source_memory(cfg, store, now)
-    obs = sense(cfg, now, transports, memory)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
+        loading = pool.submit(load_history, store) if keep_history else None
+        obs = sense(cfg, now, transports, memory)
+        history = loading.result() if loading is not None else History()
     if kept is not None:
-        from gpuheal.named import resolve
-
         doc = resolve(kept.save)(cfg, memory, obs)
         if doc is not None:
             store.write(kept.file, doc)
-    return obs
+    return obs, history
 
 
 def source_memory(cfg: Config, store: StateDir, now: datetime) -> tuple[Any, Any]:
@@ -152,15 +142,9 @@ def source_memory(cfg: Config, store: StateDir, now: datetime) -> tuple[Any, Any
     kept = gpu_source(cfg).kind.memory
     if kept is None:
         return None, None
+    starts = window_starts(cfg, store)
     saved = store.read(kept.file, {})
-    return resolve(kept.load)(cfg, saved, window_starts(cfg, store), now.timestamp()), kept
-
-
-def evaluate(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> Evaluation:
-    """The rules engine (issue 3): every rule over this poll and the recorded history."""
-    from gpuheal.steps import evaluate as rules_step
-
-    return rules_step.run_full(cfg, store, obs, history, now)
+    return resolve(kept.load)(cfg, saved, starts, now.timestamp()), kept
 
 
 def _add_decode_progress(health: dict[str, Any], memory: Memory, now_s: float) -> None:

@@ -33,15 +33,14 @@ from gpuheal.config import Config
 from gpuheal.core import engine, timing
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import HealState
-from gpuheal.core.memory import Memory
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.model import Observation
-from gpuheal.rules import ALL, circuit_breaker_stuck, context_window
-from gpuheal.rules.context_window import change as context_change
+from gpuheal.rules import ALL, circuit_breaker_stuck
 from gpuheal.rules.vram_leak.trend import vram_trend
 from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
+from gpuheal.steps.rebench import file_raised
 
 __all__ = [
     "Evaluation",
@@ -179,7 +178,7 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
     store.write(files.ISSUES, book.to_json())
-    _audit_context_changes(store, book.memory, now)
+    file_raised(store, book.memory, now)  # re-benchmarks the rules' memory asks for (Rule 9: a context change)
     if bench_changed:
         store.write(files.BENCH, bench)
     store.write_raw(files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}})
@@ -187,64 +186,12 @@ def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, n
     return ev
 
 
-def evaluate_bench_full(
-    cfg: Config, store: StateDir, now: datetime, verdicts_out: list[dict[str, Any]] | None = None
-) -> Evaluation:
-    """Only the bench-driven rules, over the recorded results (``bench`` calls this after recording).
-    ``issues`` is every open issue of the book, as ``check`` would report it. First, Rule 9's context
-    changes are judged by the results recorded since (their audit lines written; their verdicts added
-    to ``verdicts_out``)."""
+def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluation:
+    """Only the bench-driven rules, over the recorded results (``bench`` calls this after recording,
+    and after answering the re-benchmarks asked for: :func:`gpuheal.steps.rebench.answer`).
+    ``issues`` is every open issue of the book, as ``check`` would report it."""
     book, bench, _, restarts = _load(cfg, store)
-    verdicts = settle_context_changes(cfg, book.memory, bench)
     judged = tuple(r.ID for r in ALL if r.JUDGED_FROM_BENCH)
     ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=judged)
     store.write(files.ISSUES, book.to_json())
-    news = [v for v in verdicts if v.is_news]  # a perf loss judged again the same is no new line
-    if news:
-        from gpuheal.clock import format_iso
-
-        run_id, at = store.run_id(now), format_iso(now)
-        lines = [context_change.verdict_audit(v, at, iso, run_id) for v in news]
-        for line, v in zip(lines, news, strict=True):
-            if v.state == context_change.PERF_LOSS:
-                line["reason"] = context_change.loss_message(v, iso)
-        store.append_lines(files.AUDIT_LOG, lines)
-        _tell_losses(store, [v for v in news if v.state == context_change.PERF_LOSS], now.timestamp())
-    if verdicts_out is not None:
-        verdicts_out.extend(context_change.verdict_fields(v, iso) for v in verdicts)
     return ev
-
-
-def _tell_losses(store: StateDir, losses: list[context_change.Verdict], now_s: float) -> None:
-    """Rule 9's escalation reaches the humans (issue 27 item 3): one queued message per context change
-    whose re-benchmark lost significant performance — its audit line says ``escalated``, so a message
-    says it too. Keyed by the change (its time): judged again, the same change is never told twice."""
-    if not losses:
-        return
-    from gpuheal.core.alerts import AlertQueue, issue_alert
-
-    queue = AlertQueue.from_json(store.read(files.ALERTS, {}))
-    for v in losses:
-        detected = {**context_change.verdict_fields(v, iso), "before_tok_s": v.before_tok_s,
-                    "ctx_size_back": context_change.ctx_size_back(v)[0]}
-        queue.enqueue(issue_alert(v.change.gpu, context_window.ID, "escalated", iso(v.change.at_s), now_s,
-                                  context_change.loss_message(v, iso), run_id=None, detected=detected, tried=[],
-                                  attempts=0))  # fmt: skip
-    store.write(files.ALERTS, queue.to_json())
-
-
-def settle_context_changes(cfg: Config, memory: Memory, bench: dict[str, Any]) -> list[context_change.Verdict]:
-    """Rule 9's "re-benchmark after context change": each recorded change judged by the results
-    recorded since (:func:`gpuheal.rules.context_window.change.settle`)."""
-    def floor_ratio(alias: str) -> float:
-        return cfg.params_as(context_window.Params, context_window.ID, alias).reduce_below_ratio
-
-    return context_change.settle(memory, lambda alias: benchdata.results(bench, alias), floor_ratio, cfg.aliases)
-
-
-def _audit_context_changes(store: StateDir, memory: Memory, now: datetime) -> None:
-    """The audit line of each context change this poll saw (from, to, when): a re-benchmark is due."""
-    seen = context_change.awaiting(memory, seen_at_s=now.timestamp())
-    if seen:
-        run_id = store.run_id(now)
-        store.append_lines(files.AUDIT_LOG, [context_change.detected_audit(c, iso, run_id) for c in seen.values()])

@@ -66,6 +66,6 @@ def test_a_real_restart_with_another_ctx_size_is_seen_and_re_benchmarked(real_ll
         run = bench.run(cfg, store, tick(4), gpu="real")
     [result] = run.results
     assert result["ok"] and result["n_ctx"] == 512, result
-    [verdict] = run.context_changes
+    [verdict] = run.document()["context_changes"]
     assert (verdict["state"], verdict["from_n_ctx"], verdict["to_n_ctx"]) == ("verified", 1024, 512)
     assert verdict["gen_tok_s"] == pytest.approx(result["gen_tok_s"], abs=0.01)

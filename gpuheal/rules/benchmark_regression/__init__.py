@@ -42,6 +42,11 @@ class Params(RemedyParams):
     recovered_within_ratio: float  # it ends with a result back within this share of the baseline
     max_age_h: float  # results older than this say nothing now
 
+    @property
+    def rebench_floor_ratio(self) -> float:
+        """A fix's re-benchmark proves it back at this share of the baseline ("within 10% of baseline")."""
+        return 1 - self.recovered_within_ratio
+
 
 def state(view: FleetView, alias: str, p: Params) -> tuple[float | None, str, dict[str, Any]]:
     baseline, source = view.baseline(alias)

@@ -20,7 +20,8 @@ rounded down to 256 tokens, times the result's ``slots`` (llama-server.md: "Slot
 
 Verify and Escalate ("Re-benchmark after context change, confirm within 10% of target"; "If context
 can't be adjusted without significant perf loss"): a change of the running context is seen between
-polls (``memory.py``) and re-benchmarked by ``bench`` (``change.py``); while its re-benchmark is
+polls (``memory.py``), asks for its re-benchmark and gets its verdict through the one re-benchmark
+mechanism (``remedy.py``, :mod:`gpuheal.core.rebench`; judged in ``change.py``); while its re-benchmark is
 below ``reduce_below_ratio`` of the target, this issue is that escalation (still ``info``; ``bench`` tells the
 humans once per change, :func:`~gpuheal.rules.context_window.change.loss_message`).
 """
@@ -37,6 +38,7 @@ from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.rules._util import num, show
 from gpuheal.rules.context_window import change as context_change
+from gpuheal.rules.context_window import remedy
 from gpuheal.rules.context_window.memory import REMEMBER
 from gpuheal.signals import Need, Signal, needs
 
@@ -58,6 +60,11 @@ class Params(EngineParams):
     samples: int  # the mean is over the last this many successful results ...
     max_age_h: float  # ... within this many hours
     settling: bool  # the GPU's model was just swapped: monitor, do not reduce yet
+
+    @property
+    def rebench_floor_ratio(self) -> float:
+        """A context change's re-benchmark must reach this share of its target ("within 10 %")."""
+        return self.reduce_below_ratio
 
 
 def detect(view: FleetView, alias: str, p: Params) -> Detection:
@@ -111,4 +118,5 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
 
 
 # advice; a context change's perf loss is told once per change by ``bench`` (``change.py``), never reminded
-REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True, remind=False)
+REMEDY: Final = Remedy(automatic=False, why_escalate="", recommend=True, remind=False,
+                       asks=remedy.asks, rebenched=remedy.rebenched)

@@ -12,11 +12,13 @@ it notices that the running context changed and then does the verify and escalat
   sequence. A value that differs from it is a context change. The first sighting is not a change; a
   poll that does not know ``n_ctx`` (server down, restarting, a fault, garbage) changes nothing, so
   a restart that keeps ``n_ctx`` is not a change either.
-- **Re-benchmark** (:mod:`gpuheal.core.rebench`, the mechanism Rule 4's fixes use too). A change
-  waits (``state: pending``, kept in the book, across runs) for the next
-  ``bench`` run that measures that GPU, or ``bench --gpu ALIAS`` at once. The latest successful
-  result taken after the change is compared with the target: the GPU's baseline (rolling or from the
-  config, as Rules 4 and 9 use it) when the change was seen.
+- **Re-benchmark**, through the one mechanism Rule 4's fixes use too (:mod:`gpuheal.core.rebench`). A
+  change waits (``state: pending``, kept in Rule 9's row across runs) and asks for its re-benchmark
+  (``remedy.py``: :func:`ask_for`, filed in ``rebench.json`` by ``check``); ``bench`` answers it with the
+  latest successful result taken after the change at its new context (the next ``bench`` run that
+  measures that GPU, ``bench --gpu ALIAS`` at once, or gpu-monitor's), compared with the target: the
+  GPU's baseline (rolling or from the config, as Rules 4 and 9 use it) when the change was seen
+  (:func:`verdict_on`).
 - **Verdict.** At least ``floor_ratio`` of the target (Rule 9's ``reduce_below_ratio``, 0.9: "within
   10 %"; faster than the target is headroom, not a loss) → ``verified``. Below it → ``perf-loss``:
   Rule 9 reports the spec's escalation as its ``info`` issue (a recommendation: told once, never
@@ -36,7 +38,7 @@ Entry shape::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +47,7 @@ from gpuheal.core.memory import Memory, number
 from gpuheal.parse.llama_metrics import known_n_ctx
 
 MEMORY_KEY = "context"
+ISSUE = "context-window"  # Rule 9's id (its rule module's ``ID``): the audit lines and asks name it
 
 PENDING = "pending"
 VERIFIED = "verified"
@@ -161,71 +164,54 @@ def awaiting(memory: Memory, seen_at_s: float | None = None) -> dict[str, Contex
     for alias, row in rows(memory).items():
         if row.change is None or row.change.state != PENDING:
             continue
-        change = _change(alias, row.change)
+        change = change_of(alias, row.change)
         if seen_at_s is None or change.at_s == seen_at_s:
             out[alias] = change
     return out
 
 
-def settle(
+def verdict_on(
     memory: Memory,
-    results: Callable[[str], Iterable[dict[str, Any]]],
-    floor_ratio: Callable[[str], float],
-    aliases: tuple[str, ...],
-) -> list[Verdict]:
-    """Judge each change of a configured GPU still pending or at a perf loss by the latest
-    successful benchmark taken after it (``results(alias)``: that GPU's recorded results;
-    ``floor_ratio(alias)``: its Rule 9 ``reduce_below_ratio``). Only a result newer than the last
-    one judged gives a verdict; a verified change is done (its re-bench cleared), a perf loss is
-    judged again by the next result, so a GPU whose speed comes back clears the escalation.
-    Mutates ``memory``."""
-    verdicts = []
+    ask: rebench.RebenchAsk,
+    result: Mapping[str, Any],
+    measure: rebench.Measure,
+    results: Iterable[Mapping[str, Any]],
+) -> Verdict | None:
+    """The re-benchmark of the GPU's change that ``ask`` was raised for, answered by ``result`` (the
+    latest successful result after it, :func:`gpuheal.core.rebench.answering`) and judged by ``measure``
+    (:func:`gpuheal.core.rebench.measured`: ``tok_s >= floor_ratio * target``); ``None`` when the GPU's
+    change is no longer that one (a newer change replaced it, or it was settled). Its row keeps the
+    verdict: a verified change is done, a perf loss is judged again by the next result, so a GPU whose
+    speed comes back clears the escalation. Mutates ``memory``."""
     book = rows(memory)
-    for alias, row in book.items():
-        record = row.change
-        if alias not in aliases or record is None or record.state not in (PENDING, PERF_LOSS):
-            continue
-        change = _change(alias, record)
-        after = record.checked_at_s or change.at_s
-        latest = _latest_ok(results(alias), after, change.to_n_ctx)
-        if latest is None:
-            continue
-        measured_s, tok_s, slots = latest
-        before = _before(results(alias), change)
-        verdict = replace(judge(change, tok_s, measured_s, floor_ratio(alias)), previous=record.state,
-                          before_tok_s=before, slots=slots)
-        book[alias] = replace(row, change=replace(record, state=verdict.state, gen_tok_s=round(tok_s, 2),
-                                                  ratio_pct=verdict.ratio_pct, checked_at_s=measured_s))
-        verdicts.append(verdict)
-    return verdicts
+    row = book.get(ask.gpu)
+    record = None if row is None else row.change
+    if row is None or record is None or record.at_s != ask.asked_at_s or record.state not in (PENDING, PERF_LOSS):
+        return None
+    change = change_of(ask.gpu, record)
+    measured_s, tok_s = _float(result.get("at")), _positive(result.get("gen_tok_s"))
+    if measured_s is None or tok_s is None:
+        return None
+    if change.target_tok_s is None or measure.met is None:
+        state, ratio_pct = NO_TARGET, None
+    else:
+        state, ratio_pct = (VERIFIED if measure.met else PERF_LOSS), measure.ratio_pct
+    verdict = Verdict(change, state, tok_s, ratio_pct, measured_s, previous=record.state,
+                      before_tok_s=before_tok_s(results, change), slots=_slots(result.get("slots")))
+    book[ask.gpu] = replace(row, change=replace(record, state=state, gen_tok_s=round(tok_s, 2),
+                                                ratio_pct=ratio_pct, checked_at_s=measured_s))
+    return verdict
 
 
-def judge(change: ContextChange, tok_s: float, measured_s: float, floor_ratio: float) -> Verdict:
-    """The spec's "confirm within 10 % of target": the re-benchmark's one measure
-    (:func:`gpuheal.core.rebench.judge`), ``tok_s >= floor_ratio * target``."""
-    if change.target_tok_s is None:
-        return Verdict(change, NO_TARGET, tok_s, None, measured_s)
-    measure = rebench.judge(tok_s, change.target_tok_s, floor_ratio)
-    return Verdict(change, VERIFIED if measure.met else PERF_LOSS, tok_s, measure.ratio_pct, measured_s)
+def ask_for(alias: str, record: ChangeRecord) -> rebench.RebenchAsk:
+    """The re-benchmark a change asks for: the latest successful result after it (after the last one that
+    judged it) at the context it went to, against the target kept when it was seen."""
+    return rebench.RebenchAsk(alias, ISSUE, f"context change n_ctx {record.from_n_ctx} -> {record.to_n_ctx}",
+                              record.at_s, rebench.NEW_RESULT, "asked", record.target_tok_s, record.to_n_ctx,
+                              checked_at_s=record.checked_at_s)  # fmt: skip
 
 
-def _latest_ok(
-    results: Iterable[dict[str, Any]], after_s: float, to_n_ctx: int
-) -> tuple[float, float, int | None] | None:
-    """(when, tok/s, slots) of the latest successful result after ``after_s`` at ``to_n_ctx``."""
-    best = None
-    for r in results:
-        at, tok_s = _float(r.get("at")), _positive(r.get("gen_tok_s"))
-        n_ctx = known_n_ctx(r.get("n_ctx"))
-        if n_ctx is not None and n_ctx != to_n_ctx:
-            continue  # measured at yet another context, one the polls have not seen yet
-        if r.get("ok") is True and at is not None and tok_s is not None and at > after_s:
-            if best is None or at > best[0]:
-                best = (at, tok_s, _slots(r.get("slots")))
-    return best
-
-
-def _before(results: Iterable[dict[str, Any]], change: ContextChange) -> float | None:
+def before_tok_s(results: Iterable[Mapping[str, Any]], change: ContextChange) -> float | None:
     """The tok/s of the last successful result before the change, at the old context (a result that
     names another context is not it); ``None`` when there is none."""
     best: tuple[float, float] | None = None
@@ -256,7 +242,7 @@ def escalation(memory: Memory, alias: str, iso: Callable[[float], str]) -> dict[
     record = None if row is None else row.change
     if record is None or record.state != PERF_LOSS:
         return None
-    change = _change(alias, record)
+    change = change_of(alias, record)
     return {"recommendation": "escalate", "escalation": ESCALATION, "from_n_ctx": change.from_n_ctx,
             "to_n_ctx": change.to_n_ctx, "changed_at": iso(change.at_s), "gen_tok_s": record.gen_tok_s,
             "target_tok_s": change.target_tok_s, "ratio_pct": record.ratio_pct}
@@ -332,14 +318,14 @@ def verdict_audit(verdict: Verdict, now_iso: str, iso: Callable[[float], str], r
 
 def _audit(run_id: str, gpu: str, at: str, detected: dict[str, Any], action: str, result: str,
            verification: dict[str, Any] | None, escalated: bool) -> dict[str, Any]:
-    return {"run_id": run_id, "timestamp": at, "gpu": gpu, "issue": "context-window", "detected": detected,
+    return {"run_id": run_id, "timestamp": at, "gpu": gpu, "issue": ISSUE, "detected": detected,
             "action": action, "result": result, "verification": verification, "escalated": escalated}
 
 
 # --------------------------------------------------------------------------- values, tolerant
 
 
-def _change(alias: str, record: ChangeRecord) -> ContextChange:
+def change_of(alias: str, record: ChangeRecord) -> ContextChange:
     return ContextChange(alias, record.from_n_ctx, record.to_n_ctx, record.at_s, record.target_tok_s)
 
 
