@@ -49,7 +49,8 @@ class Finding:
 class Reported:
     """One issue as reported — ``gpu-health.json`` ``issues`` (contract: Files), the ``issues`` of
     ``check``'s, ``heal``'s and ``bench``'s documents — typed for the renderers (issue 26, item 3).
-    :meth:`to_json` is the contract's shape and its one writer (:meth:`IssueRecord.public`);
+    :meth:`to_json` is the contract's shape (:meth:`IssueRecord.public` writes through it;
+    :func:`verifying_issue` rewrites three of its fields);
     :meth:`from_json` reads an issue of such a document back, tolerantly (a damaged field reads as
     its default, a non-object is no issue). ``state``: ``pending``, ``firing`` or ``verifying``."""
 
