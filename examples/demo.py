@@ -5,7 +5,8 @@
    llama-servers, LiteLLM) on the ports ``examples/lab.yaml`` names, and a Zulip look-alike.
 2. Runs what cron runs, once per simulated minute, as separate processes with the state carried
    in ``demo-state/``: ``gpuheal heal --apply`` then ``gpuheal escalate``. The virtual clock is
-   passed to gpuheal through ``GPUHEAL_NOW``; nothing waits for real minutes.
+   passed to gpuheal through ``GPUHEAL_NOW`` (and ``GPUHEAL_CONFIRM_WAIT=simulated`` for the seconds
+   between heal's in-run re-probes); nothing waits for real minutes.
 3. Benchmarks the fleet four times a day over a simulated week and prints the weekly report.
 
 Every address is 127.0.0.1. Run it again any time: it starts from an empty state directory.
@@ -38,6 +39,7 @@ def gpuheal(*args: str, now: str) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "GPUHEAL_NOW": now,
+        "GPUHEAL_CONFIRM_WAIT": "simulated",  # the in-run confirmation's re-probes 5 s apart, on the simulated clock
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # gpuheal-simctl for the lab's commands
         "ZULIP_EMAIL": "gpuheal-bot@zulip.example.org",
         "ZULIP_API_KEY": "demo-zulip-key-0123456789",
