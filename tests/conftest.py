@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import pytest
 
 try:
@@ -40,6 +46,35 @@ def pytest_xdist_make_scheduler(config, log):
             return xdist_unit_of(nodeid)
 
     return TierScheduling(config, log)
+
+
+def pytest_configure(config):
+    """Bytecode for the suite's hundreds of ``gpuheal`` processes. Where ``PYTHONDONTWRITEBYTECODE`` is set
+    (as on the team's machine), every ``gpuheal`` a test starts compiled the whole package from source
+    again: 1 to 2 s of each process on 2 shared cores, for a few hundred processes. The controller
+    compiles ``gpuheal/`` once into a cache of its own (``PYTHONPYCACHEPREFIX``, a temporary directory:
+    nothing is written into the tree) and the workers and the processes they start read it from there."""
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller did it
+        return
+    import compileall
+
+    prefix = tempfile.mkdtemp(prefix="gpuheal-pyc-")
+    config.stash[PYC_PREFIX] = prefix
+    os.environ.pop("PYTHONDONTWRITEBYTECODE")
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    sys.pycache_prefix = prefix
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "gpuheal"), quiet=2, workers=1)
+
+
+def pytest_unconfigure(config):
+    prefix = config.stash.get(PYC_PREFIX, None)
+    if prefix is not None:
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+PYC_PREFIX = pytest.StashKey[str]()
 
 
 def pytest_report_header(config):

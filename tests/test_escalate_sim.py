@@ -35,13 +35,18 @@ def test_simulated_incidents_reach_zulip(tmp_path):
     with SimFleet(scn, host="127.0.0.1", ports="ephemeral") as fleet, ZulipLookalike() as zulip:
         cfg = fleet.config_dict(api_key="not-needed")
         cfg["zulip"] = {"site": zulip.url, "timeout_s": 3}
+        # the simulator reloads in reload_s (1 s): a restart that heals is up well within 5 s, one that does
+        # not (this scenario's escalations) is judged failed after 5 s, not the production 15 (examples/lab.yaml)
+        cfg.setdefault("heal", {})["reload_wait_s"] = 5
         for g in cfg["gpus"]:
             g["transport"] = "local"
             g["restart_command"] = [sys.executable, "-m", "gpuheal.sim.control", fleet.control_url, "restart", "{alias}"]
         cfg_path = tmp_path / "gpuheal.yaml"
         cfg_path.write_text(yaml.safe_dump(cfg))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUHEAL_", "ZULIP_"))}
-        env.update(ZULIP_EMAIL=DEFAULT_EMAIL, ZULIP_API_KEY=DEFAULT_KEY)
+        # the in-run confirmation's waits on the simulated clock (steps/confirm.default_clock): the fleet
+        # changes only when advanced, so the re-probes see what they would 5 real seconds apart
+        env.update(ZULIP_EMAIL=DEFAULT_EMAIL, ZULIP_API_KEY=DEFAULT_KEY, GPUHEAL_CONFIRM_WAIT="simulated")
         for _ in range(6):
             env["GPUHEAL_NOW"] = format_iso(fleet.now())
             base = [gpuheal, "--config", str(cfg_path), "--state-dir", str(state)]

@@ -8,6 +8,7 @@ tests/realalertmanager); the CLI tests at the end run the real ``gpuheal wake`` 
 from __future__ import annotations
 
 import json
+import os
 import random
 import socket
 import subprocess
@@ -289,7 +290,10 @@ def run_cli(tmp_path, request_bytes: bytes, env_token: str | None = TOKEN, confi
         "monitor: {url: 'http://127.0.0.1:9', timeout_s: 1}\nlitellm: {url: 'http://127.0.0.1:9'}\n"
         "gpus:\n  - {alias: a, host: 127.0.0.1, endpoint: 'http://127.0.0.1:9', vram_total_mb: 24576}\n"
     ))
-    env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", **({"GPUHEAL_WAKE_TOKEN": env_token} if env_token else {})}
+    # the woken cycle's in-run confirmation of the refused server: its waits counted, not slept (steps/confirm)
+    env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "GPUHEAL_CONFIRM_WAIT": "simulated",
+           **({"GPUHEAL_WAKE_TOKEN": env_token} if env_token else {}),
+           **{k: v for k, v in os.environ.items() if k == "PYTHONPYCACHEPREFIX"}}  # the suite's bytecode (conftest)
     client, server = socket.socketpair()
     client.sendall(request_bytes)
     client.shutdown(socket.SHUT_WR)

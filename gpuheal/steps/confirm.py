@@ -13,6 +13,10 @@ returns at once: no wait, no re-probe.
 Time: the probes are stamped on the run's clock (the poll's ``at``) plus the seconds measured since
 the loop began (``Clock.now``, monotonic; injectable with ``Clock.sleep`` so tests run in no time).
 The check's own seconds before the loop are not counted: the evidence is never longer than it was.
+A process started with ``GPUHEAL_CONFIRM_WAIT=simulated`` (the demo and the tests that run ``gpuheal`` as
+cron does, one process per simulated minute under ``GPUHEAL_NOW``, against a simulated fleet whose state
+changes only when its clock is advanced) gets that seam too: its waits are counted, not slept
+(:func:`default_clock`).
 
 The state lock is not held while the loop only waits and probes (up to ``confirm_budget_s``): it is
 what a run must hold to read the state and act on it, and here there is nothing to write until the
@@ -28,6 +32,7 @@ nothing is done twice, and no run's writes are lost under another's.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
@@ -55,6 +60,20 @@ class Clock:
 
     now: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
+
+
+def default_clock() -> Clock:
+    """Real seconds; with ``GPUHEAL_CONFIRM_WAIT=simulated`` seconds counted on a counter that each wait
+    advances (as the chaos week's clock does, without its world): the same probes at the same stamps,
+    without sleeping them — for a simulated fleet on a pinned clock (``examples/demo.py``, the tests)."""
+    if os.environ.get("GPUHEAL_CONFIRM_WAIT") != "simulated":
+        return Clock()
+    elapsed_s = [0.0]
+
+    def sleep(seconds: float) -> None:
+        elapsed_s[0] += max(0.0, seconds)
+
+    return Clock(now=lambda: elapsed_s[0], sleep=sleep)
 
 
 def real_probe(cfg: Config, aliases: Collection[str], canary: Collection[str]) -> dict[str, GpuSample]:
@@ -103,7 +122,7 @@ def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, p
     from gpuheal.core.heal_state import HealState
     from gpuheal.core.view import Restarts
 
-    clock = clock or Clock()
+    clock = clock or default_clock()
     book = load_book(store.read(files.ISSUES, None))
     restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
     loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe)

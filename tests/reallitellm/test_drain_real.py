@@ -89,7 +89,8 @@ def test_a_refused_deployment_leaves_its_group_at_the_first_bad_poll_and_comes_b
     raw["heal"] = {"startup_grace_s": 0, "command_timeout_s": 60, "drain_first": True}
     cfg_path = tmp_path / "gpuheal.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
-    env = {**os.environ, "LITELLM_MASTER_KEY": MASTER_KEY, "NO_COLOR": "1"}
+    # the in-run confirmation of the simulated refusal: its waits counted, not slept (steps/confirm.default_clock)
+    env = {**os.environ, "LITELLM_MASTER_KEY": MASTER_KEY, "NO_COLOR": "1", "GPUHEAL_CONFIRM_WAIT": "simulated"}
     argv = [str(Path(sys.executable).with_name("gpuheal")), "--config", str(cfg_path), "--state-dir",
             str(tmp_path / "st")]
 
