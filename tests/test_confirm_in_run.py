@@ -239,6 +239,40 @@ def test_a_hung_task_loop_is_confirmed_in_the_run(tmp_path):
         lab.close()
 
 
+@pytest.mark.parametrize("jitter_s", [0.0, 1.1])
+def test_a_confirmed_gpu_is_restarted_without_waiting_for_a_slower_ones_hold(tmp_path, jitter_s):
+    """gpu-a refused (host-unreachable: 20 s of evidence) and gpu-b's task loop hung (model-stuck: its
+    grace): gpu-a is restarted as soon as its hold is met, while gpu-b is still being confirmed in the same
+    run (it waited for gpu-b's hold before: the drill's SIGKILL waited for the frozen task loop). Each is
+    restarted once, gpu-b on its own full evidence, all within the one budget."""
+    from gpuheal.steps.confirm import real_probe
+
+    faults = [{"at": 5, "gpu": "gpu-a", "fault": "dead"}, {"at": 5, "gpu": "gpu-b", "fault": "taskloop-hang"}]
+    gpus = [*GPUS, *({"alias": f"gpu-{c}", "host": f"ct{c}"} for c in "def")]  # 2 of 6 down: within the fleet guard
+    lab = Lab(tmp_path, scenario(gpus, faults), **ON)
+    clock, seen = FakeClock(jitter_s), []
+
+    def probe(cfg, aliases, canary):
+        seen.append((tuple(sorted(aliases)), lab.restarts("gpu-a"), lab.restarts("gpu-b")))
+        return real_probe(cfg, aliases, canary)
+
+    try:
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir, 10) as store:
+            Heal(lab.cfg, store, lab.fleet.now(), True, clock=clock.clock, probe=probe).run(None, None)
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1 and lab.restarts("gpu-c") == 0, seen
+        assert (("gpu-b",), 1, 0) in seen, seen  # gpu-a restarted while gpu-b was still re-probed
+        acted = restart_lines(lab)
+        assert [(r["gpu"], r["issue"]) for r in acted] == [("gpu-a", "host-unreachable"), ("gpu-b", "model-stuck")]
+        b_probes = acted[1]["detected"]["probes"]
+        assert core_s(b_probes[-1]["at"]) - core_s(b_probes[0]["at"]) >= 30 - 5 / 4, b_probes  # its own hold
+        assert sum(clock.sleeps) <= 30 + 5, clock.sleeps  # one budget for both
+        heal(lab, FakeClock(), advance_s=20)  # the next run: both attempts are being verified, none again
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1 and len(restart_lines(lab)) == 2
+    finally:
+        lab.close()
+
+
 def test_budget_spent_leaves_the_issue_pending_for_cron(tmp_path):
     lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]),
               heal={"confirm_budget_s": 10, "confirm_interval_s": 5})

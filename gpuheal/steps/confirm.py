@@ -4,11 +4,13 @@ When this run's poll saw a hard fault on a GPU's own llama-server (:func:`gpuhea
 refused, ``/health`` timing out, the task loop silent), the run does not wait for cron's 3rd poll: it
 re-probes that GPU every ``heal.confirm_interval_s`` for at most ``heal.confirm_budget_s`` and hands
 each probe to the rules that count evidence in seconds (``min_probes``;
-:func:`gpuheal.steps.evaluate.evaluate_probe`). It stops as soon as every watched GPU's issue fired
-(then ``heal`` plans and acts on it in this same run), answered (the confirmation is reset: the rule's
-own finding drops the pending issue, so a flapping server is never restarted on mixed evidence), or
-the budget is spent (cron's next polls go on counting). A run whose poll saw nothing suspicious
-returns at once: no wait, no re-probe.
+:func:`gpuheal.steps.evaluate.evaluate_probe`). Each watch ends when its GPU's issue fired, answered
+(the confirmation is reset: the rule's own finding drops the pending issue, so a flapping server is
+never restarted on mixed evidence), or the budget is spent (cron's next polls go on counting). As soon
+as one GPU's issue fired, the loop hands the run back (:func:`rounds`) and ``heal`` plans and acts on it
+in this same run, then the loop goes on confirming the others on the same schedule within what is left
+of the same budget: a confirmed GPU never waits for a slower one's hold. A run whose poll saw nothing
+suspicious returns at once: no wait, no re-probe.
 
 Time: the probes are stamped on the run's clock (the poll's ``at``) plus the seconds measured since
 the loop began (``Clock.now``, monotonic; injectable with ``Clock.sleep`` so tests run in no time).
@@ -29,7 +31,7 @@ nothing is done twice, and no run's writes are lost under another's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -89,17 +91,31 @@ def suspects(result: Any, only: tuple[str, ...]) -> dict[str, GpuWatch]:
 
 def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None,
         keep: Callable[[], None] | None = None) -> Any:  # fmt: skip
-    """``result`` (``check``'s) after confirming its hard faults within the run: the issues that fired
-    on the probes' evidence are firing in it (and in ``issues.json``), each with ``detected["probes"]``.
-    The loop runs without the state lock (``keep`` first writes what the caller must keep); raises
-    :class:`Overtaken` when another run held the lock meanwhile."""
+    """``result`` (``check``'s) after confirming all its hard faults within the run: the last of
+    :func:`rounds`, acting on nothing between them (what a caller that does not act sees)."""
+    return list(rounds(cfg, store, result, clock, probe, keep))[-1]
+
+
+def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None,
+           keep: Callable[[], None] | None = None) -> Iterator[Any]:  # fmt: skip
+    """``result`` (``check``'s) after confirming its hard faults within the run, one round at a time: each
+    round yields the result whose issues fired on the probes' evidence so far (firing in it and in
+    ``issues.json``, each with ``detected["probes"]``), with the state lock held, so the caller acts on
+    them before the next round goes on confirming the GPUs still watched. A GPU whose hold is met is never
+    kept waiting for a slower one's (issue 28: "acts as soon as the rule's confirmation holds") — a
+    SIGKILLed server's 20 s of evidence no longer waits for a frozen task loop's 30 s. The probes keep
+    their schedule and the one budget across rounds. The waits run without the lock (``keep`` first
+    writes what the caller must keep, before every release); raises :class:`Overtaken` when another run
+    held the lock meanwhile (what earlier rounds acted on was kept before the release: nothing is lost
+    and nothing done twice)."""
     from gpuheal.sources.gpu_source import gpu_source
 
     budget_s, interval_s = cfg.heal.confirm_budget_s, cfg.heal.confirm_interval_s
     only = confirmable(cfg) if budget_s > 0 else ()
     watches = suspects(result, only) if only else {}
     if not watches or not gpu_source(cfg).probes_endpoints:
-        return result  # nothing suspicious (or no direct probe to repeat): no wait, no re-probe
+        yield result  # nothing suspicious (or no direct probe to repeat): no wait, no re-probe
+        return
     from gpuheal.core.heal_state import normalise_state
     from gpuheal.core.view import Restarts
 
@@ -107,18 +123,23 @@ def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, p
     book = load_book(store.read(files.ISSUES, None))
     restarts = Restarts.from_heal_state(normalise_state(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
     loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe)
-    if keep is not None:
-        keep()
-    store.release(budget_s + cfg.state.lock_wait_s)  # waiting and probing need no lock; another run may take it
-    watches = loop.watch(watches, budget_s, interval_s)
-    if not store.resume(cfg.state.lock_wait_s):
-        raise Overtaken(f"another gpuheal run held the state while this one confirmed {', '.join(sorted(watches))} "
-                        "between probes: it saw the fault and acts on it; this run acts on nothing")
-    if not loop.evaluations:
-        return result
-    _annotate(book, watches, only)
-    store.write(files.ISSUES, book.to_json())
-    return loop.result(watches, only)
+    while True:
+        if keep is not None:
+            keep()
+        store.release(loop.left_s(budget_s) + cfg.state.lock_wait_s)  # waiting and probing need no lock
+        watches = loop.watch(watches, budget_s, interval_s)
+        if not store.resume(cfg.state.lock_wait_s):
+            raise Overtaken(f"another gpuheal run held the state while this one confirmed "
+                            f"{', '.join(sorted(watches))} between probes: it saw the fault and acts on it; "
+                            "this run acts on nothing more")  # fmt: skip
+        if not loop.evaluations:
+            yield result
+            return
+        _annotate(book, watches, only)
+        store.write(files.ISSUES, book.to_json())
+        yield loop.result(watches, only)
+        if not any(w.state == Watch.WATCHING for w in watches.values()):
+            return
 
 
 @dataclass
@@ -131,21 +152,33 @@ class _Loop:
     clock: Clock
     probe: Prober
     evaluations: list[Any] = field(default_factory=list)  # each probe's evaluation, in order
+    start_s: float | None = None  # clock.now() at the first call of watch: the schedule's start
+    n: int = 0  # re-probes started so far
+
+    def left_s(self, budget_s: float) -> float:
+        """Seconds of the budget not yet spent (all of it before the first probe)."""
+        return budget_s if self.start_s is None else max(0.0, budget_s - (self.clock.now() - self.start_s))
 
     def watch(self, watches: dict[str, GpuWatch], budget_s: float, interval_s: float) -> dict[str, GpuWatch]:
-        """Probe every watched GPU on the schedule until each is settled or the budget is spent."""
+        """Probe every watched GPU on the schedule until some GPU's issue fired (the caller acts on it,
+        then calls again for the rest), each is settled, or the budget is spent. The schedule and the
+        budget count from the first call: a later call goes on where the last one stopped."""
         first_s = self.first.obs.at.timestamp()
-        start = self.clock.now()
-        n = 0
+        if self.start_s is None:
+            self.start_s = self.clock.now()
+        start = self.start_s
         while any(w.state == Watch.WATCHING for w in watches.values()):
-            n += 1
-            if not core.within_budget(core.due_s(first_s, n, interval_s), first_s, budget_s):
+            self.n += 1
+            if not core.within_budget(core.due_s(first_s, self.n, interval_s), first_s, budget_s):
                 break
-            wait_s = core.due_s(start, n, interval_s) - self.clock.now()
+            wait_s = core.due_s(start, self.n, interval_s) - self.clock.now()
             if wait_s > 0:
                 self.clock.sleep(wait_s)
             at_s = first_s + max(0.0, self.clock.now() - start)
+            before = watches
             watches = self.once(watches, at_s, core.probe_tolerance_s(interval_s))
+            if any(w.state == Watch.CONFIRMED and before[a].state == Watch.WATCHING for a, w in watches.items()):
+                return watches  # confirmed: acted on now, never kept waiting for a slower GPU's hold
         return {a: w.after(Seen.BUDGET_SPENT) if w.state == Watch.WATCHING else w for a, w in watches.items()}
 
     def once(self, watches: dict[str, GpuWatch], at_s: float, tol: float) -> dict[str, GpuWatch]:
