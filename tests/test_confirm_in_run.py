@@ -234,22 +234,23 @@ def test_a_hung_task_loop_is_confirmed_in_the_run(tmp_path):
         assert lab.restarts("gpu-a") == 1 and acted[0]["issue"] == "model-stuck", acted
         probes = acted[0]["detected"]["probes"]
         assert all(p["answer"].startswith("task loop silent") for p in probes), probes
-        assert core_s(probes[-1]["at"]) - core_s(probes[0]["at"]) >= 30 - 5 / 4, probes  # grace_s of evidence
+        span_s = core_s(probes[-1]["at"]) - core_s(probes[0]["at"])
+        assert 20 - 5 / 4 <= span_s < 30 - 5 / 4, probes  # silent_hold_s of evidence, not the ratio's grace_s
     finally:
         lab.close()
 
 
 @pytest.mark.parametrize("jitter_s", [0.0, 1.1])
 def test_a_confirmed_gpu_is_restarted_without_waiting_for_a_slower_ones_hold(tmp_path, jitter_s):
-    """gpu-a refused (host-unreachable: 20 s of evidence) and gpu-b's task loop hung (model-stuck: its
-    grace): gpu-a is restarted as soon as its hold is met, while gpu-b is still being confirmed in the same
+    """gpu-a refused (host-unreachable: 20 s of evidence) and gpu-b's task loop hung (model-stuck, an
+    operator's 30 s ``silent_hold_s``): gpu-a is restarted as soon as its hold is met, while gpu-b is still being confirmed in the same
     run (it waited for gpu-b's hold before: the drill's SIGKILL waited for the frozen task loop). Each is
     restarted once, gpu-b on its own full evidence, all within the one budget."""
     from gpuheal.steps.confirm import real_probe
 
     faults = [{"at": 5, "gpu": "gpu-a", "fault": "dead"}, {"at": 5, "gpu": "gpu-b", "fault": "taskloop-hang"}]
     gpus = [*GPUS, *({"alias": f"gpu-{c}", "host": f"ct{c}"} for c in "def")]  # 2 of 6 down: within the fleet guard
-    lab = Lab(tmp_path, scenario(gpus, faults), **ON)
+    lab = Lab(tmp_path, scenario(gpus, faults), **ON, rules={"model-stuck": {"silent_hold_s": 30}})
     clock, seen = FakeClock(jitter_s), []
 
     def probe(cfg, aliases, canary):
