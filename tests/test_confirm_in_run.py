@@ -274,6 +274,63 @@ def test_a_confirmed_gpu_is_restarted_without_waiting_for_a_slower_ones_hold(tmp
         lab.close()
 
 
+@pytest.mark.parametrize("check_s", [6.0, 12.0])
+def test_the_poll_s_own_seconds_count_as_evidence(tmp_path, monkeypatch, check_s):
+    """The poll asked gpu-a when it began; its check took ``check_s`` more (a hung ``/health`` takes the
+    probe deadline). The evidence counts from the asking: the restart comes 20 s after the poll began, not
+    20 s after the check ended (one overdue re-probe at once, then the 5 s schedule from the poll)."""
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]), **ON)
+    clock, check = FakeClock(), Heal._check
+
+    def slow_check(self, gpu_filter):
+        out = check(self, gpu_filter)
+        clock.t += check_s
+        return out
+
+    monkeypatch.setattr(Heal, "_check", slow_check)
+    try:
+        heal(lab, clock)
+        assert lab.restarts("gpu-a") == 1
+        probes = restart_lines(lab)[0]["detected"]["probes"]
+        first, last = core_s(probes[0]["at"]), core_s(probes[-1]["at"])
+        assert core_s(probes[1]["at"]) - first == pytest.approx(check_s), probes  # the overdue one, at once
+        assert last - first == pytest.approx(20.0), probes
+        assert sum(clock.sleeps) == pytest.approx(20.0 - check_s), clock.sleeps  # 20 s from the poll, not after
+    finally:
+        lab.close()
+
+
+def test_a_silence_is_evidence_until_the_probe_gave_up_a_refusal_only_when_asked(tmp_path):
+    """gpu-a's ``/health`` times out (each probe takes the 5 s deadline), gpu-b refuses at once. The
+    silence is known when the probe gives up, so gpu-a's evidence runs to each probe's deadline: the
+    probe asked at 15 s ends 20 s of silence and gpu-a is restarted then, not after the probe asked at
+    20 s gives up at 25 s. gpu-b, probed beside it, is stamped when asked, never at gpu-a's deadline, and
+    fires on its own 20 s."""
+    gpus = [*GPUS, *({"alias": f"gpu-{c}", "host": f"ct{c}"} for c in "def")]
+    lab = Lab(tmp_path, scenario(gpus, [{"at": 5, "gpu": "gpu-a", "fault": "hang"},
+                                        {"at": 5, "gpu": "gpu-b", "fault": "dead"}]), **ON)  # fmt: skip
+    clock, seen = FakeClock(), []
+
+    def probe(cfg, aliases, canary):
+        seen.append((clock.t - 1000.0, tuple(sorted(aliases)), lab.restarts("gpu-a")))
+        if "gpu-a" in aliases:
+            clock.t += 5.0  # the hung one takes the probe deadline
+        return {a: GpuSample(endpoint="timeout" if a == "gpu-a" else "refused") for a in aliases}
+
+    try:
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir, 10) as store:
+            Heal(lab.cfg, store, lab.fleet.now(), True, clock=clock.clock, probe=probe).run(None, None)
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1, seen
+        assert (20.0, ("gpu-b",), 1) in seen, seen  # gpu-a restarted at 20 s, gpu-b still confirming
+        by_gpu = {r["gpu"]: r["detected"]["probes"] for r in restart_lines(lab)}
+        a, b = ([core_s(p["at"]) - core_s(ps[0]["at"]) for p in ps] for ps in (by_gpu["gpu-a"], by_gpu["gpu-b"]))
+        assert a == [0.0, 10.0, 15.0, 20.0], a  # asked at 5, 10, 15: known at 10, 15, 20
+        assert b == [0.0, 5.0, 10.0, 15.0, 20.0], b  # asked and known at once
+    finally:
+        lab.close()
+
+
 def test_budget_spent_leaves_the_issue_pending_for_cron(tmp_path):
     lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]),
               heal={"confirm_budget_s": 10, "confirm_interval_s": 5})

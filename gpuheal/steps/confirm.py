@@ -13,8 +13,13 @@ of the same budget: a confirmed GPU never waits for a slower one's hold. A run w
 suspicious returns at once: no wait, no re-probe.
 
 Time: the probes are stamped on the run's clock (the poll's ``at``) plus the seconds measured since
-the loop began (``Clock.now``, monotonic; injectable with ``Clock.sleep`` so tests run in no time).
-The check's own seconds before the loop are not counted: the evidence is never longer than it was.
+the poll began (``polled_s``, a reading of ``Clock.now`` — monotonic; injectable with ``Clock.sleep``
+so tests run in no time — taken just before the check, whose direct probes go out first thing), and
+the re-probes are due every ``confirm_interval_s`` from then: the poll's own answer is evidence from
+when it was asked, not from when the check finished with the slowest server (a ``/health`` that timed
+out took the probe deadline, 5 s, of the check). One probe already due when the loop starts runs at
+once, never a burst. The budget counts from the loop's start (a slow check of a large fleet does not
+eat it). The evidence is never longer than it was: the poll's probe went out after ``polled_s``.
 
 The state lock is not held while the loop only waits and probes (up to ``confirm_budget_s``): it is
 what a run must hold to read the state and act on it, and here there is nothing to write until the
@@ -97,7 +102,7 @@ def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, p
 
 
 def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None,
-           keep: Callable[[], None] | None = None) -> Iterator[Any]:  # fmt: skip
+           keep: Callable[[], None] | None = None, polled_s: float | None = None) -> Iterator[Any]:  # fmt: skip
     """``result`` (``check``'s) after confirming its hard faults within the run, one round at a time: each
     round yields the result whose issues fired on the probes' evidence so far (firing in it and in
     ``issues.json``, each with ``detected["probes"]``), with the state lock held, so the caller acts on
@@ -107,7 +112,7 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
     their schedule and the one budget across rounds. The waits run without the lock (``keep`` first
     writes what the caller must keep, before every release); raises :class:`Overtaken` when another run
     held the lock meanwhile (what earlier rounds acted on was kept before the release: nothing is lost
-    and nothing done twice)."""
+    and nothing done twice). ``polled_s``: ``clock.now()`` when the poll began (default: the loop's start)."""
     from gpuheal.sources.gpu_source import gpu_source
 
     budget_s, interval_s = cfg.heal.confirm_budget_s, cfg.heal.confirm_interval_s
@@ -122,7 +127,7 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
     clock = clock or Clock()
     book = load_book(store.read(files.ISSUES, None))
     restarts = Restarts.from_heal_state(normalise_state(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
-    loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe)
+    loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe, polled_s=polled_s)
     while True:
         if keep is not None:
             keep()
@@ -152,7 +157,8 @@ class _Loop:
     clock: Clock
     probe: Prober
     evaluations: list[Any] = field(default_factory=list)  # each probe's evaluation, in order
-    start_s: float | None = None  # clock.now() at the first call of watch: the schedule's start
+    polled_s: float | None = None  # clock.now() when the poll began: the evidence's and the schedule's start
+    start_s: float | None = None  # clock.now() at the first call of watch: the budget's start
     n: int = 0  # re-probes started so far
 
     def left_s(self, budget_s: float) -> float:
@@ -167,35 +173,48 @@ class _Loop:
         if self.start_s is None:
             self.start_s = self.clock.now()
         start = self.start_s
+        polled = start if self.polled_s is None else min(self.polled_s, start)
         while any(w.state == Watch.WATCHING for w in watches.values()):
-            self.n += 1
-            if not core.within_budget(core.due_s(first_s, self.n, interval_s), first_s, budget_s):
+            self.n = max(self.n + 1, int((self.clock.now() - polled) // interval_s))  # one overdue probe at once
+            due = core.due_s(polled, self.n, interval_s)
+            if not core.within_budget(due, start, budget_s):
                 break
-            wait_s = core.due_s(start, self.n, interval_s) - self.clock.now()
+            wait_s = due - self.clock.now()
             if wait_s > 0:
                 self.clock.sleep(wait_s)
-            at_s = first_s + max(0.0, self.clock.now() - start)
+            at_s = first_s + max(0.0, self.clock.now() - polled)
             before = watches
-            watches = self.once(watches, at_s, core.probe_tolerance_s(interval_s))
+            watches = self.once(watches, at_s, lambda: first_s + max(0.0, self.clock.now() - polled),
+                                core.probe_tolerance_s(interval_s))  # fmt: skip
             if any(w.state == Watch.CONFIRMED and before[a].state == Watch.WATCHING for a, w in watches.items()):
                 return watches  # confirmed: acted on now, never kept waiting for a slower GPU's hold
         return {a: w.after(Seen.BUDGET_SPENT) if w.state == Watch.WATCHING else w for a, w in watches.items()}
 
-    def once(self, watches: dict[str, GpuWatch], at_s: float, tol: float) -> dict[str, GpuWatch]:
+    def once(self, watches: dict[str, GpuWatch], at_s: float, now_s: Callable[[], float],
+             tol: float) -> dict[str, GpuWatch]:  # fmt: skip
+        """One re-probe of the watched GPUs, asked at ``at_s``; each answer is judged at the time it was known
+        (:func:`gpuheal.core.confirm.answered_at_s`: a silence at the probe's deadline, ``now_s()`` on its
+        return), the GPUs known at the same time in one evaluation, earliest first."""
         from gpuheal.steps.evaluate import evaluate_probe
 
         aliases = [a for a, w in watches.items() if w.state == Watch.WATCHING]
         canary = [a for a in aliases if getattr(self.first.obs.gpus.get(a), "canary", None) is not None]
         samples = self.probe(self.cfg, aliases, canary)
+        returned_s = now_s()
         got = {a: samples[a] for a in aliases if a in samples}
-        obs = Observation(at=datetime.fromtimestamp(at_s, tz=UTC), gpus=got, monitor_ok=False,
-                          source=self.first.obs.source)  # fmt: skip
-        ev = evaluate_probe(self.cfg, obs, self.book, self.restarts, self.only, tol)
-        self.evaluations.append(ev)
-        fired = {i["gpu"] for i in ev.fired}
+        answers = {a: core.answer(got.get(a)) for a in aliases}
+        known_s = {a: core.answered_at_s(answers[a], at_s, returned_s) for a in aliases}
+        fired: set[str] = set()
+        for when_s in sorted({known_s[a] for a in got}) or [at_s]:
+            obs = Observation(at=datetime.fromtimestamp(when_s, tz=UTC),
+                              gpus={a: s for a, s in got.items() if known_s[a] == when_s}, monitor_ok=False,
+                              source=self.first.obs.source)  # fmt: skip
+            ev = evaluate_probe(self.cfg, obs, self.book, self.restarts, self.only, tol)
+            self.evaluations.append(ev)
+            fired |= {i["gpu"] for i in ev.fired}
         out = dict(watches)
         for alias in aliases:
-            probe = Probe(at_s, core.answer(obs.gpus.get(alias)))
+            probe = Probe(known_s[alias], answers[alias])
             event = Seen.FIRED if alias in fired else Seen.BAD_PROBE if probe.bad else Seen.ANSWERED
             out[alias] = watches[alias].after(event, probe)
         return out

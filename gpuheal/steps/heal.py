@@ -64,12 +64,13 @@ class Heal:
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
 
+        polled_s = (self.clock or confirm.Clock()).now()  # the poll begins: in-run evidence counts from here
         result = self._check(gpu_filter)
         drain.first(self.ledger, self.effects, self.cfg, result, self.apply, gpu_filter)  # out of routing first
         health, acted = dict(result.health), False
         # --apply: a hard fault is re-probed and acted on in this run as each GPU's hold is met (issue 28)
-        rounds = confirm.rounds(self.cfg, self.store, result, self.clock, self.probe, self._keep) if self.apply \
-            else iter((result,))  # fmt: skip
+        rounds = confirm.rounds(self.cfg, self.store, result, self.clock, self.probe, self._keep, polled_s) \
+            if self.apply else iter((result,))  # fmt: skip
         try:
             for n, result in enumerate(rounds):
                 health = dict(result.health)
