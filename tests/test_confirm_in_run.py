@@ -300,6 +300,43 @@ def test_the_poll_s_own_seconds_count_as_evidence(tmp_path, monkeypatch, check_s
         lab.close()
 
 
+def test_a_run_that_takes_the_lock_between_rounds_makes_the_rest_stand_down_and_nothing_runs_twice(tmp_path):
+    """Run A restarts gpu-a (its hold met) and goes on confirming gpu-b without the lock; run B starts then,
+    sees gpu-a's attempt being verified (kept before A let go), confirms and restarts gpu-b itself. A takes
+    the lock back, finds B held it, and acts on nothing more: one restart each, gpu-a's attempt kept."""
+    faults = [{"at": 5, "gpu": "gpu-a", "fault": "dead"}, {"at": 5, "gpu": "gpu-b", "fault": "taskloop-hang"}]
+    gpus = [*GPUS, *({"alias": f"gpu-{c}", "host": f"ct{c}"} for c in "def")]
+    lab = Lab(tmp_path, scenario(gpus, faults), **ON, rules={"model-stuck": {"silent_hold_s": 30}})
+
+    def run_b():
+        lab.fleet.advance(3)
+        with StateDir(lab.state_dir, 0.3) as store:
+            return Heal(lab.cfg, store, lab.fleet.now(), True, clock=FakeClock(0.8, seed=3).clock).run(None, None)
+
+    class AfterRoundOne(FakeClock):
+        ran = None
+
+        def sleep(self, s: float) -> None:
+            if self.ran is None and lab.restarts("gpu-a") == 1:
+                self.ran = run_b()
+            super().sleep(s)
+
+    a_clock = AfterRoundOne(1.2)
+    try:
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir, 10) as store:
+            a = Heal(lab.cfg, store, lab.fleet.now(), True, clock=a_clock.clock)
+            a.run(None, None)
+        assert a_clock.ran is not None, "B never ran between A's rounds"
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1, restart_lines(lab)
+        assert sorted(r["gpu"] for r in restart_lines(lab)) == ["gpu-a", "gpu-b"]
+        assert any("acts on nothing" in w for w in a.warnings), a.warnings
+        heal(lab, FakeClock(), advance_s=20)  # the next run: both attempts are being verified, none again
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1 and len(restart_lines(lab)) == 2
+    finally:
+        lab.close()
+
+
 def test_a_silence_is_evidence_until_the_probe_gave_up_a_refusal_only_when_asked(tmp_path):
     """gpu-a's ``/health`` times out (each probe takes the 5 s deadline), gpu-b refuses at once. The
     silence is known when the probe gives up, so gpu-a's evidence runs to each probe's deadline: the
