@@ -234,7 +234,136 @@ def test_a_hung_task_loop_is_confirmed_in_the_run(tmp_path):
         assert lab.restarts("gpu-a") == 1 and acted[0]["issue"] == "model-stuck", acted
         probes = acted[0]["detected"]["probes"]
         assert all(p["answer"].startswith("task loop silent") for p in probes), probes
-        assert core_s(probes[-1]["at"]) - core_s(probes[0]["at"]) >= 30 - 5 / 4, probes  # grace_s of evidence
+        span_s = core_s(probes[-1]["at"]) - core_s(probes[0]["at"])
+        assert 20 - 5 / 4 <= span_s < 30 - 5 / 4, probes  # silent_hold_s of evidence, not the ratio's grace_s
+    finally:
+        lab.close()
+
+
+@pytest.mark.parametrize("jitter_s", [0.0, 1.1])
+def test_a_confirmed_gpu_is_restarted_without_waiting_for_a_slower_ones_hold(tmp_path, jitter_s):
+    """gpu-a refused (host-unreachable: 20 s of evidence) and gpu-b's task loop hung (model-stuck, an
+    operator's 30 s ``silent_hold_s``): gpu-a is restarted as soon as its hold is met, while gpu-b is still being confirmed in the same
+    run (it waited for gpu-b's hold before: the drill's SIGKILL waited for the frozen task loop). Each is
+    restarted once, gpu-b on its own full evidence, all within the one budget."""
+    from gpuheal.steps.confirm import real_probe
+
+    faults = [{"at": 5, "gpu": "gpu-a", "fault": "dead"}, {"at": 5, "gpu": "gpu-b", "fault": "taskloop-hang"}]
+    gpus = [*GPUS, *({"alias": f"gpu-{c}", "host": f"ct{c}"} for c in "def")]  # 2 of 6 down: within the fleet guard
+    lab = Lab(tmp_path, scenario(gpus, faults), **ON, rules={"model-stuck": {"silent_hold_s": 30}})
+    clock, seen = FakeClock(jitter_s), []
+
+    def probe(cfg, aliases, canary):
+        seen.append((tuple(sorted(aliases)), lab.restarts("gpu-a"), lab.restarts("gpu-b")))
+        return real_probe(cfg, aliases, canary)
+
+    try:
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir, 10) as store:
+            Heal(lab.cfg, store, lab.fleet.now(), True, clock=clock.clock, probe=probe).run(None, None)
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1 and lab.restarts("gpu-c") == 0, seen
+        assert (("gpu-b",), 1, 0) in seen, seen  # gpu-a restarted while gpu-b was still re-probed
+        acted = restart_lines(lab)
+        assert [(r["gpu"], r["issue"]) for r in acted] == [("gpu-a", "host-unreachable"), ("gpu-b", "model-stuck")]
+        b_probes = acted[1]["detected"]["probes"]
+        assert core_s(b_probes[-1]["at"]) - core_s(b_probes[0]["at"]) >= 30 - 5 / 4, b_probes  # its own hold
+        assert sum(clock.sleeps) <= 30 + 5, clock.sleeps  # one budget for both
+        heal(lab, FakeClock(), advance_s=20)  # the next run: both attempts are being verified, none again
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1 and len(restart_lines(lab)) == 2
+    finally:
+        lab.close()
+
+
+@pytest.mark.parametrize("check_s", [6.0, 12.0])
+def test_the_poll_s_own_seconds_count_as_evidence(tmp_path, monkeypatch, check_s):
+    """The poll asked gpu-a when it began; its check took ``check_s`` more (a hung ``/health`` takes the
+    probe deadline). The evidence counts from the asking: the restart comes 20 s after the poll began, not
+    20 s after the check ended (one overdue re-probe at once, then the 5 s schedule from the poll)."""
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]), **ON)
+    clock, check = FakeClock(), Heal._check
+
+    def slow_check(self, gpu_filter):
+        out = check(self, gpu_filter)
+        clock.t += check_s
+        return out
+
+    monkeypatch.setattr(Heal, "_check", slow_check)
+    try:
+        heal(lab, clock)
+        assert lab.restarts("gpu-a") == 1
+        probes = restart_lines(lab)[0]["detected"]["probes"]
+        first, last = core_s(probes[0]["at"]), core_s(probes[-1]["at"])
+        assert core_s(probes[1]["at"]) - first == pytest.approx(check_s), probes  # the overdue one, at once
+        assert last - first == pytest.approx(20.0), probes
+        assert sum(clock.sleeps) == pytest.approx(20.0 - check_s), clock.sleeps  # 20 s from the poll, not after
+    finally:
+        lab.close()
+
+
+def test_a_run_that_takes_the_lock_between_rounds_makes_the_rest_stand_down_and_nothing_runs_twice(tmp_path):
+    """Run A restarts gpu-a (its hold met) and goes on confirming gpu-b without the lock; run B starts then,
+    sees gpu-a's attempt being verified (kept before A let go), confirms and restarts gpu-b itself. A takes
+    the lock back, finds B held it, and acts on nothing more: one restart each, gpu-a's attempt kept."""
+    faults = [{"at": 5, "gpu": "gpu-a", "fault": "dead"}, {"at": 5, "gpu": "gpu-b", "fault": "taskloop-hang"}]
+    gpus = [*GPUS, *({"alias": f"gpu-{c}", "host": f"ct{c}"} for c in "def")]
+    lab = Lab(tmp_path, scenario(gpus, faults), **ON, rules={"model-stuck": {"silent_hold_s": 30}})
+
+    def run_b():
+        lab.fleet.advance(3)
+        with StateDir(lab.state_dir, 0.3) as store:
+            return Heal(lab.cfg, store, lab.fleet.now(), True, clock=FakeClock(0.8, seed=3).clock).run(None, None)
+
+    class AfterRoundOne(FakeClock):
+        ran = None
+
+        def sleep(self, s: float) -> None:
+            if self.ran is None and lab.restarts("gpu-a") == 1:
+                self.ran = run_b()
+            super().sleep(s)
+
+    a_clock = AfterRoundOne(1.2)
+    try:
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir, 10) as store:
+            a = Heal(lab.cfg, store, lab.fleet.now(), True, clock=a_clock.clock)
+            a.run(None, None)
+        assert a_clock.ran is not None, "B never ran between A's rounds"
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1, restart_lines(lab)
+        assert sorted(r["gpu"] for r in restart_lines(lab)) == ["gpu-a", "gpu-b"]
+        assert any("acts on nothing" in w for w in a.warnings), a.warnings
+        heal(lab, FakeClock(), advance_s=20)  # the next run: both attempts are being verified, none again
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1 and len(restart_lines(lab)) == 2
+    finally:
+        lab.close()
+
+
+def test_a_silence_is_evidence_until_the_probe_gave_up_a_refusal_only_when_asked(tmp_path):
+    """gpu-a's ``/health`` times out (each probe takes the 5 s deadline), gpu-b refuses at once. The
+    silence is known when the probe gives up, so gpu-a's evidence runs to each probe's deadline: the
+    probe asked at 15 s ends 20 s of silence and gpu-a is restarted then, not after the probe asked at
+    20 s gives up at 25 s. gpu-b, probed beside it, is stamped when asked, never at gpu-a's deadline, and
+    fires on its own 20 s."""
+    gpus = [*GPUS, *({"alias": f"gpu-{c}", "host": f"ct{c}"} for c in "def")]
+    lab = Lab(tmp_path, scenario(gpus, [{"at": 5, "gpu": "gpu-a", "fault": "hang"},
+                                        {"at": 5, "gpu": "gpu-b", "fault": "dead"}]), **ON)  # fmt: skip
+    clock, seen = FakeClock(), []
+
+    def probe(cfg, aliases, canary):
+        seen.append((clock.t - 1000.0, tuple(sorted(aliases)), lab.restarts("gpu-a")))
+        if "gpu-a" in aliases:
+            clock.t += 5.0  # the hung one takes the probe deadline
+        return {a: GpuSample(endpoint="timeout" if a == "gpu-a" else "refused") for a in aliases}
+
+    try:
+        lab.fleet.advance(60)
+        with StateDir(lab.state_dir, 10) as store:
+            Heal(lab.cfg, store, lab.fleet.now(), True, clock=clock.clock, probe=probe).run(None, None)
+        assert lab.restarts("gpu-a") == lab.restarts("gpu-b") == 1, seen
+        assert (20.0, ("gpu-b",), 1) in seen, seen  # gpu-a restarted at 20 s, gpu-b still confirming
+        by_gpu = {r["gpu"]: r["detected"]["probes"] for r in restart_lines(lab)}
+        a, b = ([core_s(p["at"]) - core_s(ps[0]["at"]) for p in ps] for ps in (by_gpu["gpu-a"], by_gpu["gpu-b"]))
+        assert a == [0.0, 10.0, 15.0, 20.0], a  # asked at 5, 10, 15: known at 10, 15, 20
+        assert b == [0.0, 5.0, 10.0, 15.0, 20.0], b  # asked and known at once
     finally:
         lab.close()
 

@@ -24,7 +24,7 @@ NOW = datetime(2026, 7, 18, 8, 0, 1, 300000, tzinfo=UTC)
 FAULTS = {
     "refused": (GpuSample(endpoint="refused"), "host-unreachable", 20),
     "timeout": (GpuSample(endpoint="timeout"), "host-unreachable", 20),
-    "taskloop": (GpuSample(endpoint="ok", metrics="timeout", slots="timeout"), "model-stuck", 30),
+    "taskloop": (GpuSample(endpoint="ok", metrics="timeout", slots="timeout"), "model-stuck", 20),  # silent_hold_s
 }
 HEALTHY = GpuSample(endpoint="ok", metrics="ok", slots="idle", n_decode_total=10, requests_processing=0,
                     temp_c=55, vram_used_mb=8000, vram_total_mb=24576)

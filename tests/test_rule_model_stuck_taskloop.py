@@ -133,3 +133,20 @@ def test_without_gpu_monitor_a_canary_is_what_lets_rule_3_judge_a_server_without
     fields = {"metrics": "disabled*4", "slots": "disabled*4", "canary": "_ timeout*3"}
     assert polls(smi_run({**fields, "canary": "_*4"}), G, "model-stuck", "pending") == []
     assert polls(smi_run(fields), G, "model-stuck") == [3]
+
+
+def test_a_silent_task_loop_looked_at_every_5_s_fires_after_silent_hold_s_not_the_ratio_s_grace():
+    """Issue 28: a task loop answering nothing is every request stuck, a hard fault held for
+    ``silent_hold_s`` (20 s) of evidence within a run — the finding starts at the 1st silent look (poll 1),
+    so the look 20 s later fires it (poll 5), not the one 30 s later (poll 7, ``grace_s``)."""
+    r = trace("ok timeout*9", "idle timeout*9", step_s=5.0, jitter=False)
+    assert polls(r, G, "model-stuck") == [5]
+
+
+def test_a_failure_ratio_looked_at_every_5_s_still_waits_for_its_grace():
+    """The shorter hold is the silent task loop's alone: gpu-monitor's "> 50 % failing" keeps the spec's
+    30 s grace whatever the cadence (it fires on neither more nor fewer seconds than before)."""
+    fields = {"requests_60s": "10*12", "failures_60s": "0 9*11", "metrics": "ok*12", "slots": "idle*12"}
+    r = run(CFG, fleet_trace(CFG, {G: fields}, step_s=5.0), jitter=False)
+    fired = polls(r, G, "model-stuck")
+    assert fired and (fired[0] - 1) * 5.0 >= 30, fired  # 30 s since the 1st failing look (poll 1), as before

@@ -29,7 +29,7 @@ from enum import StrEnum
 from typing import Any
 
 from gpuheal.core.taskloop import classify
-from gpuheal.model import UNREACHABLE_STATES
+from gpuheal.model import ENDPOINT_TIMEOUT, UNREACHABLE_STATES
 
 
 class Watch(StrEnum):
@@ -107,7 +107,7 @@ def signature(sample: Any) -> str | None:
         return str(endpoint)
     stalled, _answered, silent = classify(sample)
     if stalled:
-        return "task loop silent: " + ", ".join(silent)
+        return SILENT + ", ".join(silent)
     return None
 
 
@@ -120,6 +120,17 @@ def answer(sample: Any) -> str:
 
 
 NOT_PROBED = "not probed"
+SILENT = "task loop silent: "  # :func:`signature`'s prefix for a hung task loop
+
+
+def answered_at_s(answer_text: str, asked_s: float, returned_s: float) -> float:
+    """When a probe's answer was known, which is when its evidence ends: a silence (``/health`` timing
+    out, the task loop not answering) only when the probe gave up at its deadline (``returned_s``) — the
+    server stayed silent that whole time after being asked, so that much is evidence; a refusal, or any
+    answer, at once (``asked_s``). A probe of several GPUs returns with the slowest: a refused server
+    probed beside a hung one is never stamped at the hung one's deadline."""
+    silent = answer_text == ENDPOINT_TIMEOUT or answer_text.startswith(SILENT)
+    return max(asked_s, returned_s) if silent else asked_s
 
 
 def due_s(first_s: float, n: int, interval_s: float) -> float:

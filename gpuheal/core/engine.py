@@ -228,19 +228,23 @@ def rule_hold(rule: Rule[Any], params: EngineParams) -> tuple[int, float]:
     return params.hold_polls, params.hold_s
 
 
-def held(rule: Rule[Any], params: EngineParams, hits: int, span_s: float, tol: float) -> bool:
+def held(rule: Rule[Any], params: EngineParams, hits: int, span_s: float, tol: float,
+         evidence_hold_s: float | None = None) -> bool:  # fmt: skip
     """Whether a finding seen ``hits`` consecutive times over ``span_s`` seconds meets the rule's hold:
     its ``hold_polls`` polls (and more than ``hold_s`` since it started), or — where the rule sets
     ``min_probes`` (contract "Rule timing": holds in seconds of evidence) — ``hold_s`` seconds of
     evidence over at least ``min_probes`` probes, a ``heal`` run's in-run re-probes counting as probes
     (:mod:`gpuheal.core.confirm`). Never on fewer probes than the hold's polls: an operator who raised
     ``hold_polls`` past ``min_probes`` raised both, so at cron's cadence both say the same poll, and
-    within one run only the evidence in seconds can be met. ``tol``: the cadence's tolerance (core/timing)."""
+    within one run only the evidence in seconds can be met. ``tol``: the cadence's tolerance (core/timing).
+    ``evidence_hold_s`` (the finding's own, :class:`~gpuheal.core.issue.Finding`) replaces ``hold_s`` on
+    the seconds-of-evidence path only; the poll hold is the rule's whatever the finding."""
     polls, hold_s = rule_hold(rule, params)
     if hits >= polls and (hold_s <= 0 or timing.more_than(span_s, hold_s, tol)):
         return True
     probes = max(params.min_probes, polls)
-    return params.min_probes > 0 and probes <= hits and timing.at_least(span_s, hold_s, tol)
+    evidence_s = hold_s if evidence_hold_s is None else evidence_hold_s
+    return params.min_probes > 0 and probes <= hits and timing.at_least(span_s, evidence_s, tol)
 
 
 def severity_rank(severity: str) -> int:
@@ -431,7 +435,8 @@ class _Pass:
         detected.setdefault("duration_s", round(self.now_s - rec.since_s, 1))
         rec.detected = detected
         rec.summary = finding.summary
-        if rec.state == PENDING and held(rule, params, rec.hits, self.now_s - rec.since_s, self.view.tolerance_s):
+        if rec.state == PENDING and held(rule, params, rec.hits, self.now_s - rec.since_s, self.view.tolerance_s,
+                                         finding.evidence_hold_s):
             rec.fired_at = self.now_iso
             self.transition(rec, Event.FIRING)
             self.out.fired.append(rec.public())

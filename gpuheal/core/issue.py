@@ -38,11 +38,17 @@ class Finding:
 
     ``started_at`` (epoch s) when the rule knows better than "the first poll that saw it" when the
     condition began (Rule 5: the breaker's ``opened_at``); ``since`` then follows it.
+
+    ``evidence_hold_s``: the seconds of evidence this finding needs on the ``min_probes`` path
+    (:func:`gpuheal.core.engine.held`) when the rule knows this kind of finding is a hard fault that needs
+    less than the rule's own hold (Rule 3: a task loop answering nothing is every request stuck, not the
+    failure ratio its 30 s grace was written for). ``None``: the rule's hold.
     """
 
     detected: dict[str, Any]
     summary: str
     started_at: float | None = None
+    evidence_hold_s: float | None = None
 
 
 @dataclass(frozen=True)

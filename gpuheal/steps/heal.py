@@ -5,7 +5,8 @@ and the heal state, the audit trail and the alert queue are not touched. With ``
 run, in order (:meth:`Heal.run`):
 
 0. takes a GPU with a hard fault out of LiteLLM's routing, if ``heal.drain_first`` (:mod:`~gpuheal.actions.drain`),
-   and confirms the hard fault within the run instead of at cron's 3rd poll (:mod:`gpuheal.steps.confirm`);
+   and confirms the hard fault within the run instead of at cron's 3rd poll (:mod:`gpuheal.steps.confirm`),
+   steps 2-3 following each round that confirmed one (a confirmed GPU never waits for another's hold);
 1. lets each remedy keep what its fix will need from its open issues (its ``track`` hook), then
    judges the open attempts of earlier runs from this run's fresh data (:mod:`gpuheal.actions.attempts`:
    resolved when the issue cleared and its remedy's proof holds, failed when its window passed or a
@@ -14,8 +15,7 @@ run, in order (:meth:`Heal.run`):
 3. executes each ``act`` item (:mod:`gpuheal.actions.execute`), escalates the rest, and follows up the
    advice it never acts on (a remedy's ``follow_up``);
 4. undoes load-side mitigations of GPUs that stayed cool (:mod:`gpuheal.actions.restore`);
-5. (Rule 7.3's direct smi probes while gpu-monitor is down are part of the poll: sources/sense);
-6. counts the clean cycle (the All Clear on every Nth) and saves.
+5. counts the clean cycle (the All Clear on every Nth) and saves.
 
 Which rule an issue belongs to never matters here: its remedy (``gpuheal.rules.REMEDIES``) says what to
 do. The decisions are the pure core's; the books are :class:`~gpuheal.actions.ledger.Ledger`'s.
@@ -63,51 +63,55 @@ class Heal:
     def run(self, gpu_filter: str | None, issue_filter: str | None) -> dict[str, Any]:
         from gpuheal.steps import check
 
+        clock = self.clock or confirm.default_clock()  # one clock for the poll's start and the re-probes
+        polled_s = clock.now()  # the poll begins: in-run evidence counts from here
         result = self._check(gpu_filter)
         drain.first(self.ledger, self.effects, self.cfg, result, self.apply, gpu_filter)  # out of routing first
-        if self.apply:  # a hard fault seen: re-probe it and act in this run once its hold is met (issue 28)
-            try:  # without the state lock while it waits: the books this run keeps are written first
-                result = confirm.run(self.cfg, self.store, result, self.clock, self.probe, self._keep)
-            except confirm.Overtaken as exc:  # another run held the state meanwhile: it acts, this one not
-                self.effects.close()
-                self.warnings = [*result.obs.warnings, str(exc)]
-                return dict(result.health)
-            except BaseException:
-                self.effects.close()
-                raise
-        open_now = {(i["gpu"], i["issue"]): i for i in result.issues}
-        # An inhibited issue (model-stuck while gpu-monitor is down) is still open, only hidden:
-        # never judged resolved on the absence of data, and a hidden thermal issue keeps the load shed.
-        hidden = {(i["gpu"], i["issue"]): i for i in result.evaluation.inhibited}
-        still_open = {**hidden, **open_now}
         health, acted = dict(result.health), False
-        self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
+        # --apply: a hard fault is re-probed and acted on in this run as each GPU's hold is met (issue 28)
+        rounds = confirm.rounds(self.cfg, self.store, result, clock, self.probe, self._keep, polled_s) \
+            if self.apply else iter((result,))  # fmt: skip
         try:
-            if self.apply:  # 1. keep what the fixes need, judge earlier attempts from this run's data
-                self._track(still_open)
-                attempts.judge(self.ledger, self.effects, self.cfg, still_open, set(hidden), result.obs,
-                               health.get("gpus") or {}, self.tol, self.records, result.evaluation.memory)  # fmt: skip
-                attempts.settle_escalations(self.ledger, set(still_open))
-            for item in plan(result.issues, self.ledger.state, self.cfg, self.now_s, gpu_filter, issue_filter,
-                             remedies=REMEDIES, tol=self.tol, records=self.records.all()):  # fmt: skip
-                acted |= self._handle(item)  # 2-3. plan, then show (dry-run) or act
-            if self.apply:  # 4. give cooled GPUs their load back
-                acted |= restore.undo_mitigations(self.ledger, self.cfg, self.effects, set(still_open), gpu_filter,
-                                                  self.tol)  # fmt: skip
+            for n, result in enumerate(rounds):
+                health = dict(result.health)
+                acted |= self._act(result, health, gpu_filter, issue_filter, first=n == 0)
+        except confirm.Overtaken as exc:  # another run held the state meanwhile: it acts, this one not
+            self.warnings = [*result.obs.warnings, str(exc)]
+            return health
         finally:
             self.effects.close()
-        if self.apply:  # 6. count the clean cycle, save
-            actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]  # never an info advice
+        if self.apply:  # 6. count the clean cycle, save (an info advice never resets the All Clear count)
+            actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]
             self.ledger.rec.count_clean_cycle(not actionable and not acted, self.cfg.alerts.all_clear_every)
             self.ledger.state = self.ledger.state.pruned(self.now_s, verify.OPEN)
             self.ledger.save()
-            self.ledger.save_alerts()
-            # what this run fixed and proved reads "verifying" in this run's document already
+            self.ledger.save_alerts()  # what this run fixed and proved reads "verifying" in its document already
             health = verify.present_verifying(health, result.obs, self.ledger.state, self.cfg, self.now_s)
         doc = health_doc(health, self.ledger.state, self.ledger.rec, self.cfg, self.now_s, self.apply)
         check.save_health(self.store, doc)
         self.warnings = list(result.obs.warnings)
         return health
+
+    def _act(self, result: Any, health: dict[str, Any], gpu_filter: str | None, issue_filter: str | None,
+             first: bool) -> bool:  # fmt: skip
+        """Steps 1-4 on one round's result; True if anything was acted on. A later round only plans and acts."""
+        open_now = {(i["gpu"], i["issue"]): i for i in result.issues}
+        # an inhibited issue is open, only hidden: never resolved on no data; a hidden thermal one keeps load shed
+        hidden = {(i["gpu"], i["issue"]): i for i in result.evaluation.inhibited}
+        still_open, acted = {**hidden, **open_now}, False
+        self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
+        if self.apply and first:  # 1. keep what the fixes need, judge earlier attempts from this run's data
+            self._track(still_open)
+            attempts.judge(self.ledger, self.effects, self.cfg, still_open, set(hidden), result.obs,
+                           health.get("gpus") or {}, self.tol, self.records, result.evaluation.memory)  # fmt: skip
+            attempts.settle_escalations(self.ledger, set(still_open))
+        for item in plan(result.issues, self.ledger.state, self.cfg, self.now_s, gpu_filter, issue_filter,
+                         remedies=REMEDIES, tol=self.tol, records=self.records.all()):  # fmt: skip
+            acted |= self._handle(item)  # 2-3. plan, then show (dry-run) or act
+        if self.apply and first:  # 4. give cooled GPUs their load back
+            acted |= restore.undo_mitigations(self.ledger, self.cfg, self.effects, set(still_open), gpu_filter,
+                                              self.tol)  # fmt: skip
+        return acted
 
     def _keep(self) -> None:
         """What this run must keep before it lets another take the lock: its books (the drain just done)."""
@@ -194,4 +198,3 @@ def command(rt: Any, store: StateDir, apply: bool = False, gpu: str | None = Non
         render_heal(health, config_rows(rt.cfg), apply)
 
     return CommandResult(health, exit_codes.BY_STATUS[health["status"]], render, warnings=heal.warnings)
-
