@@ -29,8 +29,9 @@ Normalised, and only this (each must differ between two runs of one tree):
 - ``"ino": N`` (``kg-state.json``: the audit log's inode, a fact of the filesystem) -> ``<ino>``, and that
   file's ``"offset"`` (a byte offset into the audit trail: it moves with the durations below) -> ``<offset>``;
 - the wall-clock durations gpuheal measures (``completion_s``: a verification's completion, ``ready_after_s``:
-  how long a restarted server took to answer, ``elapsed_s``: a command's run time), wherever they appear
-  (state files, audit trail, Zulip messages) -> ``<wall-s>``;
+  how long a restarted server took to answer, ``elapsed_s``: a command's run time, and ``after_s`` where it
+  is a readiness wait that timed out, ``"after_s": 15.01, "error": "not ready within 15 s"``), wherever
+  they appear (state files, audit trail, Zulip messages) -> ``<wall-s>``;
 - the config caches in the state dir (``.config-parsed.json``, ``.config-validated``) are left out: they
   are keyed by a hash of the config file's text, which holds the temp paths and ports;
 - the loopback ports of the simulated fleet and Zulip (ephemeral, so two runs can overlap) ->
@@ -225,6 +226,10 @@ INODE = re.compile(r'^(\s*"ino": )\d+', re.MULTILINE)
 # Wall seconds gpuheal measures (not the pinned clock's): a completion's duration, how long a restarted
 # server took to answer, a command's run time; as JSON ("key": 0.01) and as a message renders them (key: 0.01).
 WALL_DURATIONS = re.compile(r'((?:\\?")?(?:completion_s|ready_after_s|elapsed_s)(?:\\?")?: )-?[0-9][0-9.e+-]*')
+# A restart's readiness wait that timed out records how long it waited ("after_s": 15.01, "error": "not ready
+# within 15 s"); elsewhere after_s is the configured verification delay, left as it is.
+Q = r'(?:\\?")'  # a quote, or an escaped one inside a JSON string
+READY_TIMEOUT = re.compile(rf'({Q}after_s{Q}: )[0-9][0-9.e+-]*(,\s*{Q}error{Q}: {Q}not ready within)')
 # kg-state.json's byte offset into the audit trail, which moves with the digits of those durations.
 KG_OFFSET = re.compile(r'^(\s*"offset": )\d+', re.MULTILINE)
 CONFIG_CACHES = (".config-parsed.json", ".config-validated")
@@ -241,6 +246,7 @@ def normaliser(side: Side, work: Path, ports: dict[str, str]) -> Callable[[str],
         for old, new in subs:
             text = text.replace(old, new)
         text = WALL_DURATIONS.sub(r"\1<wall-s>", INODE.sub(r"\1<ino>", text))
+        text = READY_TIMEOUT.sub(r"\1<wall-s>\2", text)
         return KG_OFFSET.sub(r"\1<offset>", text) if '"ino": <ino>' in text else text
     return apply
 
