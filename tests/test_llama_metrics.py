@@ -369,7 +369,7 @@ def test_fast_path_equals_the_prometheus_parser_on_plain_bodies(lines):
 
 
 # A llama-server's own lines are sorted by one look-up each (issue 29); the general sorting agrees.
-from gpuheal.parse.llama_metrics import _sorted_line, _wanted_lines  # noqa: E402
+from gpuheal.parse.llama_metrics import _UNREAD, _sorted_line, _wanted_lines  # noqa: E402
 
 
 def _sorted_one_by_one(text: str) -> tuple[list[str], bool]:
@@ -379,7 +379,7 @@ def _sorted_one_by_one(text: str) -> tuple[list[str], bool]:
 
 _ANY_LINE = st.one_of(
     _metric_line(), _plain_line(), st.sampled_from(real("metrics-busy-deferred.txt").splitlines()),
-    st.builds(lambda a, b: a + b, st.sampled_from([*ServerMetrics.__dataclass_fields__, "x"]).map(
+    st.builds(lambda a, b: a + b, st.sampled_from([*ServerMetrics.__dataclass_fields__, *_UNREAD, "x"]).map(
         lambda k: f"{'# HELP ' if k == 'x' else ''}llamacpp:{k}"), st.text(max_size=20)))
 
 
@@ -395,3 +395,13 @@ def test_a_real_body_is_sorted_as_the_general_rules_sort_it(name):
     body = real(name)
     assert _wanted_lines(body) == _sorted_one_by_one(body)
     assert len(_wanted_lines(body)[0]) >= 12
+
+
+def test_every_line_of_a_real_body_is_sorted_by_look_up(monkeypatch):
+    """Not one line of a real llama-server's answer goes through the general rules (the point of it)."""
+    import gpuheal.parse.llama_metrics as lm
+
+    body = real("metrics-busy-deferred.txt")
+    want = lm._wanted_lines(body)
+    monkeypatch.setattr(lm, "_sorted_line", lambda line: pytest.fail(f"sorted by the general rules: {line!r}"))
+    assert lm._wanted_lines(body) == want

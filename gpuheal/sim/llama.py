@@ -168,6 +168,12 @@ def props(*, model_path: str, n_ctx: int, parallel: int, metrics: bool) -> dict[
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def props_body(model_path: str, n_ctx: int, parallel: int, metrics: bool) -> bytes:
+    """:func:`props`' JSON, remembered per server shape (each poll asks every server for it)."""
+    return dumps(props(model_path=model_path, n_ctx=n_ctx, parallel=parallel, metrics=metrics))
+
+
 def slots(*, n_ctx: int, parallel: int, busy: int) -> list[dict[str, Any]]:
     """``GET /slots``: one entry per slot, the 4-field shape of slots that never ran."""
     per_slot = max(1, n_ctx // max(1, parallel))

@@ -349,13 +349,8 @@ class LlamaHandler(_Base):
             return self.send(200, llama.dumps(doc))
         if get and path == "/props":
             with world.lock:
-                doc = llama.props(
-                    model_path=g.model_path,
-                    n_ctx=int(g.values["n_ctx"]),
-                    parallel=g.spec.parallel,
-                    metrics=g.metrics,
-                )
-            return self.send(200, llama.dumps(doc))
+                body = llama.props_body(g.model_path, int(g.values["n_ctx"]), g.spec.parallel, g.metrics)
+            return self.send(200, body)
         if get and path == "/slots":
             if fault in ("stuck", "decode-hang", "taskloop-hang"):  # served by the (wedged) task loop: hangs too
                 return self.hang(changed)
