@@ -173,8 +173,8 @@ _HELP_OF_OURS = "# HELP " + PREFIX
 # The series a llama-server (build b11312, llama-server.md §7) writes that gpuheal does not read: their
 # TYPE lines and samples are passed over by one look-up each (see _wanted_lines)
 _UNREAD = ("prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_seconds_total", "n_tokens_max",
-           "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total", "spec_decode_num_drafts_total",
-           "prompt_tokens_seconds")
+           "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
+           "spec_decode_num_drafts_total", "prompt_tokens_seconds")
 _UNREAD_NAMES = frozenset(PREFIX + key for key in _UNREAD)
 _UNREAD_TYPES = frozenset(f"# TYPE {name} {kind}" for name in _UNREAD_NAMES for kind in ("gauge", "counter"))
 _PRIVATE_PACKAGE = "_gpuheal_prometheus_client"
