@@ -55,7 +55,7 @@ COLUMNS = (
 
 
 def run_system(name: str, layout: Layout, incidents, days: float, seed: int, workdir: Path,
-               confirm_budget_s: float | None = None):
+               confirm_budget_s: float | None = None, log_every_min: int = 0):
     """One system's week on a fresh world: its :class:`chaos_week.Week` and its wall seconds. gpuheal runs
     with its in-run confirmation's default budget unless ``confirm_budget_s`` is given (0: off)."""
     from gpuheal.sim import Scenario, SimFleet
@@ -69,7 +69,7 @@ def run_system(name: str, layout: Layout, incidents, days: float, seed: int, wor
             system = GpuhealSystem(fleet, layout, workdir / "gpuheal", confirm_budget_s)
         else:
             system = next(b for b in BASELINES if b.name == name)(fleet.world)
-        driver = Driver(fleet.world, system, incidents, days, seed, progress_bar(name))
+        driver = Driver(fleet.world, system, incidents, days, seed, progress_bar(name, log_every_min))
         return driver.run()
     finally:
         fleet.stop()
@@ -77,7 +77,7 @@ def run_system(name: str, layout: Layout, incidents, days: float, seed: int, wor
 
 def run(gpus: int, days: float, seed: int, rates: dict[str, float], only: tuple[str, ...] = SYSTEMS,
         workdir: Path | None = None, weeks: dict | None = None,
-        confirm_budget_s: float | None = None) -> tuple[dict, list, dict[str, float]]:
+        confirm_budget_s: float | None = None, log_every_min: int = 0) -> tuple[dict, list, dict[str, float]]:
     """The document, the incidents and each system's wall seconds; ``weeks`` (when given) gets each
     system's recorded :class:`chaos_week.Week`."""
     layout = Layout.of(gpus)
@@ -87,7 +87,8 @@ def run(gpus: int, days: float, seed: int, rates: dict[str, float], only: tuple[
     walls: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="chaos-", dir=_scratch()) as tmp:
         for name in only:
-            week = run_system(name, layout, incidents, days, seed, Path(workdir or tmp), confirm_budget_s)
+            week = run_system(name, layout, incidents, days, seed, Path(workdir or tmp), confirm_budget_s,
+                              log_every_min)
             doc["systems"][name] = measure(week)
             walls[name] = week.wall_s
             if weeks is not None:
@@ -145,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(SYSTEMS), help=f"systems to run (of {', '.join(SYSTEMS)})")
     ap.add_argument("--confirm-budget-s", type=float, default=None,
                     help="gpuheal's heal.confirm_budget_s (default: the product's, 30 s; 0: cron's poll holds only)")
+    ap.add_argument("--log-every-min", type=int, default=0,
+                    help="without a terminal: a progress line on stderr every this many simulated minutes")
     ap.add_argument("--save-weeks", help="pickle every system's recorded week here (to measure again later)")
     args = ap.parse_args(argv)
     only = tuple(s for s in args.only.split(",") if s)
@@ -161,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     started = time.perf_counter()
     weeks: dict = {}
-    doc, incidents, walls = run(args.gpus, args.days, args.seed, rates, only, weeks=weeks, confirm_budget_s=budget)
+    doc, incidents, walls = run(args.gpus, args.days, args.seed, rates, only, weeks=weeks, confirm_budget_s=budget,
+                                log_every_min=args.log_every_min)
     if args.save_weeks:
         import pickle
 

@@ -300,10 +300,12 @@ def _service_of(inc: Incident) -> set[str]:
     return set()
 
 
-def progress_bar(label: str) -> Callable[[int, int], None] | None:
-    """A one-line bar on stderr when it is a terminal; None otherwise (no bar in logs or CI)."""
+def progress_bar(label: str, log_every_min: int = 0) -> Callable[[int, int], None] | None:
+    """A one-line bar on stderr when it is a terminal; otherwise None (no bar in logs or CI), or with
+    ``log_every_min`` a line per that many simulated minutes (minutes done, wall and CPU seconds so far:
+    how a long run in the background is followed and its end projected)."""
     if not sys.stderr.isatty():
-        return None
+        return _progress_lines(label, log_every_min) if log_every_min > 0 else None
     started = time.monotonic()
 
     def draw(done: int, total: int) -> None:
@@ -318,3 +320,18 @@ def progress_bar(label: str) -> Callable[[int, int], None] | None:
         sys.stderr.flush()
 
     return draw
+
+
+def _progress_lines(label: str, every_min: int) -> Callable[[int, int], None]:
+    started, cpu0 = time.monotonic(), time.process_time()
+    last = [0]
+
+    def line(done: int, total: int) -> None:
+        if done - last[0] < every_min and done < total:
+            return
+        last[0] = done
+        sys.stderr.write(f"{label} {done}/{total} min: {time.monotonic() - started:.0f} s wall, "
+                         f"{time.process_time() - cpu0:.0f} s CPU\n")
+        sys.stderr.flush()
+
+    return line

@@ -366,3 +366,42 @@ def _plain_line(draw):
 def test_fast_path_equals_the_prometheus_parser_on_plain_bodies(lines):
     text = "".join(f"{line}\n" for line in lines)
     assert _outcome(text, True) == _outcome(text, False)
+
+
+# A llama-server's own lines are sorted by one look-up each (issue 29); the general sorting agrees.
+from gpuheal.parse.llama_metrics import _UNREAD, _sorted_line, _wanted_lines  # noqa: E402
+
+
+def _sorted_one_by_one(text: str) -> tuple[list[str], bool]:
+    verdicts = [(line, _sorted_line(line)) for line in text.splitlines()]
+    return [line for line, v in verdicts if v == "keep"], any(v == "foreign" for _, v in verdicts)
+
+
+_ANY_LINE = st.one_of(
+    _metric_line(), _plain_line(), st.sampled_from(real("metrics-busy-deferred.txt").splitlines()),
+    st.builds(lambda a, b: a + b, st.sampled_from([*ServerMetrics.__dataclass_fields__, *_UNREAD, "x"]).map(
+        lambda k: f"{'# HELP ' if k == 'x' else ''}llamacpp:{k}"), st.text(max_size=20)))
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.lists(_ANY_LINE, max_size=12), st.sampled_from(["\n", "\r\n"]))
+def test_the_looked_up_lines_are_sorted_as_the_general_rules_sort_them(lines, newline):
+    text = newline.join(lines) + newline
+    assert _wanted_lines(text) == _sorted_one_by_one(text)
+
+
+@pytest.mark.parametrize("name", ["metrics-busy-deferred.txt", "metrics-after.txt", "metrics-sleeping.txt"])
+def test_a_real_body_is_sorted_as_the_general_rules_sort_it(name):
+    body = real(name)
+    assert _wanted_lines(body) == _sorted_one_by_one(body)
+    assert len(_wanted_lines(body)[0]) >= 12
+
+
+def test_every_line_of_a_real_body_is_sorted_by_look_up(monkeypatch):
+    """Not one line of a real llama-server's answer goes through the general rules (the point of it)."""
+    import gpuheal.parse.llama_metrics as lm
+
+    body = real("metrics-busy-deferred.txt")
+    want = lm._wanted_lines(body)
+    monkeypatch.setattr(lm, "_sorted_line", lambda line: pytest.fail(f"sorted by the general rules: {line!r}"))
+    assert lm._wanted_lines(body) == want

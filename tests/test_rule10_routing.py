@@ -344,3 +344,28 @@ def test_rule10_through_the_engine_names_the_group_and_its_gpu():
     issue = next(i for i in run(cfg, trace).open_at_end if i["issue"] == ISSUE and i["gpu"] == "gpu-light")
     assert "model group 'heavy' (" in issue["summary"] and "requests) -> gpu-dense" in issue["summary"]
     assert issue["detected"]["route"][0]["to"] == ["gpu-dense"]
+
+
+def test_the_fleet_is_summed_once_a_poll_not_once_a_gpu(monkeypatch):
+    """Issue 29: each GPU's share was measured by summing the whole fleet again (a 1,000-GPU poll summed it
+    a thousand times); the sums are now made once per poll and shared by every GPU's judgement."""
+    cfg = load_config_dict(copy.deepcopy(FLEET_YAML))  # three weighted GPUs
+    trace = fleet_trace(cfg, {a: {"litellm_requests_total": "0+12x30"}
+                              for a in ("gpu-dense", "gpu-light", "strix-moe")})
+    sums = []
+    counted = routing.totals
+    monkeypatch.setattr(routing, "totals",
+                        lambda readings, weights: sums.append(len(weights)) or counted(readings, weights))
+    run(cfg, trace, jitter=False)
+    judged = sum(1 for n in sums if n)
+    assert 0 < judged <= len(trace)  # once per poll at most, however many GPUs are judged
+
+
+def test_shares_judged_with_the_fleet_s_sums_given_or_counted_are_the_same():
+    over = {"gpu-dense": Reading(800, routing.COUNTERS), "gpu-light": Reading(150, routing.COUNTERS),
+            "strix-moe": Reading(50, routing.COUNTERS)}
+    args = {"tolerance_ratio": 0.2, "role_tolerance_ratio": 0.1, "min_requests": 20, "roles": ROLES}
+    for alias in over:
+        given = judge(alias, over, WEIGHTS, None, fleet=routing.totals(over, WEIGHTS), **args)
+        assert given == judge(alias, over, WEIGHTS, None, **args)
+    assert routing.totals({"gpu-dense": over["gpu-dense"]}, WEIGHTS) is None  # a weighted GPU without a reading

@@ -253,14 +253,19 @@ class Verdict:
 def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], role_name: str | None,
           *, tolerance_ratio: float, role_tolerance_ratio: float, min_requests: float,
           window_s: float | None = None,
-          roles: Mapping[str, Role | None] | None = None) -> Verdict | Literal[False] | None:
+          roles: Mapping[str, Role | None] | None = None,
+          fleet: FleetTotals | None | Literal["count"] = "count") -> Verdict | Literal[False] | None:
     """Misrouted (a :class:`Verdict`), quiet (``False``) or not known (``None``). ``readings``: every
     GPU of the fleet that has one this poll; ``weights``: the weighted GPUs (shares need all of them);
-    ``roles``: every GPU's role, for naming where its outside traffic belongs."""
+    ``roles``: every GPU's role, for naming where its outside traffic belongs; ``fleet``: what
+    :func:`totals` says of these readings and weights, when the caller has it (once a poll, not once a
+    GPU: summing the fleet for each GPU made a poll's Rule 10 quadratic in the fleet, issue 29)."""
     mine = readings.get(alias)
     if mine is None:
         return None
-    share = _share(alias, readings, weights, tolerance_ratio, min_requests)
+    if isinstance(fleet, str):  # not given: counted here
+        fleet = totals(readings, weights)
+    share = _share(alias, readings, weights, tolerance_ratio, min_requests, fleet)
     role = _role_check(mine, role_tolerance_ratio, min_requests)
     if share is None and role is None:
         return None
@@ -274,7 +279,7 @@ def judge(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, flo
         if share["off"]:
             lines.append(f"gets {_pct(share['share_pct'])} % of requests, target {_pct(share['target_pct'])} %: "
                          f"{share['direction']}-used")
-            peers = _peers(alias, readings, weights, share["direction"], tolerance_ratio, min_requests)
+            peers = _peers(alias, readings, weights, share["direction"], tolerance_ratio, min_requests, fleet)
             if peers:
                 detected["move_" + ("to" if share["direction"] == "over" else "from")] = peers
                 moves.append(f"move requests {'to' if share['direction'] == 'over' else 'here from'} "
@@ -311,24 +316,40 @@ def _route_text(r: Mapping[str, Any]) -> str:
 
 
 def _peers(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], direction: str,
-           tolerance_ratio: float, min_requests: float) -> list[str]:
+           tolerance_ratio: float, min_requests: float, fleet: FleetTotals | None) -> list[str]:
     """The weighted GPUs on the other side of their target (under it when ``alias`` is over-used), the
     farthest first: where to move requests to, or from."""
     found = []
     for other in weights:
         if other == alias:
             continue
-        s = _share(other, readings, weights, tolerance_ratio, min_requests)
+        s = _share(other, readings, weights, tolerance_ratio, min_requests, fleet)
         if s is not None and s["direction"] != direction and s["share_pct"] != s["target_pct"]:
             found.append((-abs(s["share_pct"] - s["target_pct"]), other))
     return [a for _, a in sorted(found)[:PEERS_SHOWN]]
 
 
-def _share(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], tolerance_ratio: float,
-           min_requests: float) -> dict[str, Any] | None:
-    if alias not in weights or len(weights) < 2 or any(a not in readings for a in weights):
+@dataclass(frozen=True)
+class FleetTotals:
+    """The weighted GPUs' requests and weights, summed: what every GPU's share is measured against."""
+
+    requests: float
+    weight: float
+
+
+def totals(readings: Mapping[str, Reading], weights: Mapping[str, float]) -> FleetTotals | None:
+    """The fleet's sums for :func:`judge`; ``None`` when no share can be judged: fewer than two weighted
+    GPUs, or a weighted GPU without a reading (shares need all of them)."""
+    if len(weights) < 2 or any(a not in readings for a in weights):
         return None
-    total, weight_sum = sum(readings[a].requests for a in weights), sum(weights.values())
+    return FleetTotals(sum(readings[a].requests for a in weights), sum(weights.values()))
+
+
+def _share(alias: str, readings: Mapping[str, Reading], weights: Mapping[str, float], tolerance_ratio: float,
+           min_requests: float, fleet: FleetTotals | None) -> dict[str, Any] | None:
+    if alias not in weights or fleet is None:
+        return None
+    total, weight_sum = fleet.requests, fleet.weight
     if total < min_requests or weight_sum <= 0:
         return None
     share, target = readings[alias].requests / total, weights[alias] / weight_sum

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from gpuheal.parse.values import printable
 
@@ -170,6 +170,13 @@ def _plain_samples(lines: list[str]) -> dict[str, list[float]] | None:
         seen.setdefault(name[len(PREFIX):], []).append(number)
     return seen
 _HELP_OF_OURS = "# HELP " + PREFIX
+# The series a llama-server (build b11312, llama-server.md §7) writes that gpuheal does not read: their
+# TYPE lines and samples are passed over by one look-up each (see _wanted_lines)
+_UNREAD = ("prompt_tokens_cached_total", "prompt_seconds_total", "tokens_predicted_seconds_total", "n_tokens_max",
+           "spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
+           "spec_decode_num_drafts_total", "prompt_tokens_seconds")
+_UNREAD_NAMES = frozenset(PREFIX + key for key in _UNREAD)
+_UNREAD_TYPES = frozenset(f"# TYPE {name} {kind}" for name in _UNREAD_NAMES for kind in ("gauge", "counter"))
 _PRIVATE_PACKAGE = "_gpuheal_prometheus_client"
 
 
@@ -212,26 +219,46 @@ def _wanted_lines(text: str) -> tuple[list[str], bool]:
     else that is not a ``llamacpp:`` line. Only those go through the (pure-Python, ~10 µs a line)
     Prometheus parser: a 1000-GPU poll parses 1000 bodies (issue 12 benchmark). HELP lines are
     documentation, never read, and the parser's costliest (it scans them a character at a time):
-    without them a body parses in ~0.16 ms instead of ~0.24."""
+    without them a body parses in ~0.16 ms instead of ~0.24.
+
+    A llama-server's own lines are sorted first by one look-up each (issue 29: ~45 lines a body,
+    1.4 million bodies a 100-GPU chaos week): a TYPE line or a sample of a series read is kept; a HELP
+    line of a ``llamacpp:`` series, and the TYPE line or a sample of a series it writes but gpuheal
+    does not read, are not; :func:`_sorted_line` says the same of each of them
+    (``tests/test_llama_metrics.py``) and sorts every other line."""
     keep: list[str] = []
     foreign = False
     for line in text.splitlines():
-        if not line.strip():
-            continue
-        if line.startswith("#"):
-            if line.startswith(_HELP_OF_OURS):  # documentation of a llamacpp: series: never kept, not foreign
-                continue
-            parts = line.split(None, 3)
-            name = parts[2] if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") else ""
-            if name in _WANTED_NAMES and parts[1] == "HELP":
-                continue
-        else:
-            name = line.split(None, 1)[0].split("{", 1)[0]
-        if name in _WANTED_NAMES:
+        head = line.partition(" ")[0]
+        if head in _WANTED_NAMES or line in _PLAIN_TYPES:
             keep.append(line)
-        elif not name.startswith(PREFIX):
-            foreign = True
+        elif not (head in _UNREAD_NAMES or line.startswith(_HELP_OF_OURS) or line in _UNREAD_TYPES):
+            verdict = _sorted_line(line)
+            if verdict == "keep":
+                keep.append(line)
+            elif verdict == "foreign":
+                foreign = True
     return keep, foreign
+
+
+def _sorted_line(line: str) -> Literal["keep", "skip", "foreign"]:
+    """One line of a ``/metrics`` body: a TYPE line or a sample of a series read (``keep``), a blank
+    line, a HELP line of a series read or any other ``llamacpp:`` line (``skip``), or not a
+    ``llamacpp:`` line at all (``foreign``)."""
+    if not line.strip():
+        return "skip"
+    if line.startswith("#"):
+        if line.startswith(_HELP_OF_OURS):  # documentation of a llamacpp: series: never kept, not foreign
+            return "skip"
+        parts = line.split(None, 3)
+        name = parts[2] if len(parts) >= 3 and parts[1] in ("HELP", "TYPE") else ""
+        if name in _WANTED_NAMES and parts[1] == "HELP":
+            return "skip"
+    else:
+        name = line.split(None, 1)[0].split("{", 1)[0]
+    if name in _WANTED_NAMES:
+        return "keep"
+    return "skip" if name.startswith(PREFIX) else "foreign"
 
 
 def parse_slots(doc: Any) -> Slots:

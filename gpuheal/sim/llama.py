@@ -7,6 +7,7 @@ Pure functions: no sockets, no clock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
@@ -167,6 +168,12 @@ def props(*, model_path: str, n_ctx: int, parallel: int, metrics: bool) -> dict[
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def props_body(model_path: str, n_ctx: int, parallel: int, metrics: bool) -> bytes:
+    """:func:`props`' JSON, remembered per server shape (each poll asks every server for it)."""
+    return dumps(props(model_path=model_path, n_ctx=n_ctx, parallel=parallel, metrics=metrics))
+
+
 def slots(*, n_ctx: int, parallel: int, busy: int) -> list[dict[str, Any]]:
     """``GET /slots``: one entry per slot, the 4-field shape of slots that never ran."""
     per_slot = max(1, n_ctx // max(1, parallel))
@@ -174,6 +181,12 @@ def slots(*, n_ctx: int, parallel: int, busy: int) -> list[dict[str, Any]]:
         {"id": i, "n_ctx": per_slot, "speculative": False, "is_processing": i < busy}
         for i in range(parallel)
     ]
+
+
+@functools.lru_cache(maxsize=1024)
+def slots_body(n_ctx: int, parallel: int, busy: int) -> bytes:
+    """:func:`slots`'s JSON, remembered: a fleet's servers answer a few shapes, poll after poll."""
+    return dumps(slots(n_ctx=n_ctx, parallel=parallel, busy=busy))
 
 
 def models(*, model_path: str, n_ctx: int, parallel: int, created: int) -> dict[str, Any]:
@@ -269,14 +282,17 @@ _METRICS = (
 )
 
 
+# Each series' HELP and TYPE lines and its sample's name, written once (issue 29: a 100-GPU week
+# formats 1.4 million bodies): only the values are formatted per answer.
+_METRICS_HEADS = tuple(
+    (name, f"# HELP llamacpp:{name} {help_}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} ")
+    for name, kind, help_ in _METRICS
+)
+
+
 def metrics_text(values: dict[str, float]) -> bytes:
     """``GET /metrics``: the 15 series of the captured build, HELP/TYPE/value triplets."""
-    lines = []
-    for name, kind, help_ in _METRICS:
-        lines.append(f"# HELP llamacpp:{name} {help_}")
-        lines.append(f"# TYPE llamacpp:{name} {kind}")
-        lines.append(f"llamacpp:{name} {_g6(values.get(name, 0))}")
-    return ("\n".join(lines) + "\n").encode("ascii")
+    return "".join(f"{head}{_g6(values.get(name, 0))}\n" for name, head in _METRICS_HEADS).encode("ascii")
 
 
 def jitter(seq: int) -> float:

@@ -54,6 +54,7 @@ import errno
 import heapq
 import itertools
 import queue
+import re
 import selectors
 import socket
 import threading
@@ -309,6 +310,10 @@ class _Job:
         return self.resp
 
 
+_BAD_TARGET = re.compile(r"[\x00-\x20\x7f]")  # a space or a control character in a request target
+_BAD_HEADER = re.compile(r"[\r\n\x00]")  # what would end a header line early: header injection
+
+
 def _request_bytes(job: _Job, ask: Ask) -> bytes:
     """The request's bytes. Raises ValueError for a target or header that would break the framing
     (a control character or space in the target, CR/LF/NUL in a header: header injection) or that
@@ -323,9 +328,9 @@ def _request_bytes(job: _Job, ask: Ask) -> bytes:
     lines += [f"{name}: {value}" for name, value in ask.headers]
     if ask.body is not None:
         lines.append(f"Content-Length: {len(ask.body)}")
-    if any(ord(ch) <= 0x20 or ch == "\x7f" for ch in target):
+    if _BAD_TARGET.search(target):
         raise ValueError("the request target holds a space or a control character")
-    if any(ch in text for pair in ask.headers for text in pair for ch in "\r\n\0"):
+    if any(_BAD_HEADER.search(text) for pair in ask.headers for text in pair):
         raise ValueError("a request header holds CR, LF or NUL")
     try:
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

@@ -48,13 +48,27 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     if gpu.weight is None and not (gpu.role_kinds and gpu.role_kinds.judged):
         return None
     fleet = view.rule_params(ID, Params, "fleet")
-    weights = {a: g.weight for a, g in view.gpus.items() if g.weight is not None}
+    readings, weights, totals = _fleet(view, fleet.window_s)
     verdict = routing.judge(
-        alias, fleet_readings(view, fleet.window_s), weights, gpu.role,
+        alias, readings, weights, gpu.role,
         tolerance_ratio=p.tolerance_ratio, role_tolerance_ratio=p.role_tolerance_ratio,
-        min_requests=float(fleet.min_requests), window_s=fleet.window_s, roles=_roles(view),
+        min_requests=float(fleet.min_requests), window_s=fleet.window_s, roles=_roles(view), fleet=totals,
     )
     return Finding(verdict.detected, verdict.summary) if isinstance(verdict, routing.Verdict) else verdict
+
+
+def _fleet(
+    view: FleetView, window_s: float
+) -> tuple[dict[str, routing.Reading], dict[str, float], routing.FleetTotals | None]:
+    """The fleet's readings, weights and their sums, once per poll (each GPU's share is measured
+    against them: once per GPU, a 1,000-GPU poll summed the fleet a thousand times)."""
+    key = ("shares", ID, window_s)
+    if key not in view.cache:
+        readings = fleet_readings(view, window_s)
+        weights = {a: g.weight for a, g in view.gpus.items() if g.weight is not None}
+        view.cache[key] = (readings, weights, routing.totals(readings, weights))
+    cached: tuple[dict[str, routing.Reading], dict[str, float], routing.FleetTotals | None] = view.cache[key]
+    return cached
 
 
 def _roles(view: FleetView) -> dict[str, Role | None]:
