@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuheal.core.alerts import FILE, Alert, AlertQueue, fingerprint, normalise
+from gpuheal.core.alert import Alert
+from gpuheal.core.alerts import FILE, AlertQueue, fingerprint, normalise
 
 __all__ = ["FILE", "empty", "enqueue", "fingerprint", "normalise"]
 

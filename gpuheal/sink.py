@@ -24,7 +24,7 @@ from typing import Protocol
 
 class SendStatus(StrEnum):
     """What one send came to (the values are those written to ``alerts.json`` and ``--json``). Not the
-    queued alert's bookkeeping of its tries: that is :class:`gpuheal.core.alerts.Tries`."""
+    queued alert's bookkeeping of its tries: that is :class:`gpuheal.core.alert.Tries`."""
 
     SENT = "sent"  # delivered; ``message_id`` names it
     RATE_LIMITED = "rate-limited"  # try again after ``retry_after_s``

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpuheal.core import alerts
+from gpuheal.core.alert import Tries
 from gpuheal.rules import ALL
 
 NOW = 1_800_000_000.437  # real time is not whole seconds
@@ -91,7 +92,7 @@ def test_the_file_format_round_trips_unchanged():
     }  # fmt: skip
     data = alerts.AlertQueue.from_json(doc)
     assert [a.kind for a in data.queue] == ["escalated", "escalated", "report"]
-    assert data.queue[1].delivery == alerts.Tries(1, NOW, "HTTP 500", NOW + 30) and data.queue[1].reminder == 2
+    assert data.queue[1].delivery == Tries(1, NOW, "HTTP 500", NOW + 30) and data.queue[1].reminder == 2
     assert data.to_json() == doc
     assert alerts.normalise({"queue": ["junk", {"no": "fingerprint"}], "clean_cycles": "x"}) == alerts.AlertQueue().to_json()
 

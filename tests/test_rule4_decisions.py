@@ -23,7 +23,8 @@ from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
 from gpuheal.core import plan as planner
 from gpuheal.core import rebench
-from gpuheal.core.alerts import Alert, AlertPolicy, Message, group
+from gpuheal.core.alert import Alert
+from gpuheal.core.alerts import AlertPolicy, Message, group
 from gpuheal.core.plan import empty_state
 from gpuheal.parse.smi import GpuProcess, parse_rocm_pids
 from gpuheal.rules import ALL, REMEDIES

@@ -16,7 +16,8 @@ from typing import Any
 
 from gpuheal.config.model import Config
 from gpuheal.core import alerts as core
-from gpuheal.core.alerts import Alert, AlertPolicy, AlertQueue, Message
+from gpuheal.core.alert import Alert
+from gpuheal.core.alerts import AlertPolicy, AlertQueue, Message
 from gpuheal.render.escalate import epoch_text, message_entry
 from gpuheal.sink import AlertSink, SendOutcome, SendStatus
 from gpuheal.state import files

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from gpuheal.parse.llama_metrics import known_n_ctx
 
 if TYPE_CHECKING:
-    from gpuheal.core.alerts import Alert
+    from gpuheal.core.alert import Alert
     from gpuheal.core.memory import Memory
 
 NEXT_BENCH: Literal["next-bench"] = "next-bench"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuheal.clock import format_epoch
-from gpuheal.core.alerts import AlertQueue, Message, Tries
+from gpuheal.core.alert import Tries
+from gpuheal.core.alerts import AlertQueue, Message
 from gpuheal.render.human import clean, print_line
 
 

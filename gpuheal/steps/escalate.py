@@ -52,7 +52,8 @@ from typing import Any
 from gpuheal.actions import deliver
 from gpuheal.actions.deliver import Outbox
 from gpuheal.core import alerts as core
-from gpuheal.core.alerts import Alert, AlertPolicy, AlertQueue, Message
+from gpuheal.core.alert import Alert
+from gpuheal.core.alerts import AlertPolicy, AlertQueue, Message
 from gpuheal.render.escalate import epoch_text, message_entry, queued_entries
 from gpuheal.rules import ALL
 from gpuheal.state import files

@@ -34,7 +34,7 @@ from gpuheal.state import files
 from gpuheal.state.store import StateDir, is_run_id
 
 if TYPE_CHECKING:
-    from gpuheal.core.alerts import Alert
+    from gpuheal.core.alert import Alert
 
 
 def raised(memory: Memory, now_s: float) -> list[rebench.Raised]:

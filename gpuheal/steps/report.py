@@ -206,12 +206,12 @@ def _deliver(cfg: Config, parts: list[str], post: Post | None) -> tuple[list[dic
 
 
 def _queue_weekly(store: StateDir, doc: dict[str, Any], text: str, now: datetime) -> None:
-    from gpuheal.core import alerts as alertq
+    from gpuheal.core.alert import Alert
     from gpuheal.steps.escalate import load_alerts
 
     data = load_alerts(store)
     data.enqueue(
-        alertq.Alert(
+        Alert(
             WEEKLY_FINGERPRINT,
             "fleet",
             None,
