@@ -540,6 +540,7 @@ def test_breakers_are_not_known_without_gpu_monitor(source, shown):
     is known of LiteLLM's breakers; and such a poll reset a breaker gpu-monitor had seen open."""
     from gpuheal import benchdata
     from gpuheal.core import engine
+    from gpuheal.core.heal_state import HealState
     from gpuheal.core.memory import Memory
     from gpuheal.core.view import FleetView
     from gpuheal.model import GpuSample
@@ -555,7 +556,7 @@ def test_breakers_are_not_known_without_gpu_monitor(source, shown):
     memory = Memory.from_json({"breaker_open_since": {"a": at.timestamp() - 600}})
     view = FleetView(cfg, at.timestamp(), obs, History(), benchdata.empty(), memory)
     engine.remember(ALL, view, memory)
-    assert breaker_status(view, {})["a"]["open"] is shown
+    assert breaker_status(view, HealState.from_json({}))["a"]["open"] is shown
     # still open since then after a poll that does not know the breakers; reset by one that saw it closed
     assert open_since(memory, "a") == (at.timestamp() - 600 if shown is None else None)
 
