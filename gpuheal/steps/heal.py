@@ -80,7 +80,7 @@ class Heal:
             return health
         finally:
             self.effects.close()
-        if self.apply:  # 6. count the clean cycle, save (an info advice never resets the All Clear count)
+        if self.apply:  # 5. count the clean cycle, save (an info advice never resets the All Clear count)
             actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]
             self.ledger.rec.count_clean_cycle(not actionable and not acted, self.cfg.alerts.all_clear_every)
             self.ledger.state = self.ledger.state.pruned(self.now_s, verify.OPEN)
