@@ -186,3 +186,12 @@ def test_the_store_reads_its_own_shape_back_and_a_newer_ask_replaces_the_older()
 def test_a_damaged_store_shape_is_counted_so_it_is_set_aside_before_it_is_rewritten(doc):
     assert rebench.Asks.load(doc).dropped >= 1 and rebench.Asks.load(doc).asks == ()
     assert rebench.Asks.load({}).dropped == 0 and rebench.Asks.load(None).dropped == 0
+
+
+@pytest.mark.parametrize("huge", [10**400, -(10**400), float("nan"), float("inf"), True, "5"])
+def test_an_ask_with_a_huge_or_junk_number_reads_as_not_known_and_never_raises(huge):
+    """A hand-edited rebench.json: an int too large for a float raised OverflowError in the ask's reader."""
+    doc = {"asks": [{"gpu": "gpu-a", "issue": "context-window", "asked_at_s": huge, "checked_at_s": huge,
+                     "target_tok_s": huge}]}
+    (ask,) = rebench.Asks.load(doc).asks
+    assert (ask.asked_at_s, ask.checked_at_s, ask.target_tok_s) == (0.0, None, None)

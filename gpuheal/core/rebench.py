@@ -37,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from gpuheal.core.heal_state import num  # a finite number as stored; None for junk (huge ints too)
 from gpuheal.parse.llama_metrics import known_n_ctx
 
 if TYPE_CHECKING:
@@ -102,11 +103,11 @@ class RebenchAsk:
             return None
         by = data.get("answered_by")
         against = data.get("against")
-        return cls(gpu, issue, _text(data.get("why")), _number(data.get("asked_at_s")) or 0.0,
+        return cls(gpu, issue, _text(data.get("why")), num(data.get("asked_at_s")) or 0.0,
                    NEW_RESULT if by == NEW_RESULT else NEXT_BENCH, "asked" if against == "asked" else "baseline",
                    _positive(data.get("target_tok_s")),
                    known_n_ctx(data.get("at_n_ctx")),
-                   _text(data.get("attempt")), _text(data.get("action")), _number(data.get("checked_at_s")))
+                   _text(data.get("attempt")), _text(data.get("action")), num(data.get("checked_at_s")))
 
     @classmethod
     def from_mark(cls, gpu: str, mark: object) -> RebenchAsk | None:
@@ -114,7 +115,7 @@ class RebenchAsk:
         "action"}``): a fix's ask, answered by the next bench, against the baseline then."""
         if not isinstance(mark, Mapping) or not isinstance(mark.get("issue"), str):
             return None
-        return cls(gpu, mark["issue"], _text(mark.get("reason")), _number(mark.get("requested_at")) or 0.0,
+        return cls(gpu, mark["issue"], _text(mark.get("reason")), num(mark.get("requested_at")) or 0.0,
                    attempt=_text(mark.get("attempt")), action=_text(mark.get("action")))
 
 
@@ -159,7 +160,7 @@ class Asks:
             for gpu, entry in raw_failed.items():
                 if isinstance(entry, Mapping) and isinstance(entry.get("issue"), str):
                     failed[str(gpu)] = Disproved(entry["issue"], _text(entry.get("attempt")),
-                                                 _number(entry.get("at")) or 0.0)
+                                                 num(entry.get("at")) or 0.0)
                 else:
                     bad_failed += 1
         bad = sum(a is None for a in got) + bad_failed
@@ -237,7 +238,7 @@ class Measure:
 
 def judge(tok_s: Any, target_tok_s: Any, floor_ratio: Any) -> Measure:
     """The one measure of a re-benchmark; a figure that is not a number is not known."""
-    return Measure(_number(tok_s), _number(target_tok_s), _number(floor_ratio))
+    return Measure(num(tok_s), num(target_tok_s), num(floor_ratio))
 
 
 @runtime_checkable
@@ -260,7 +261,7 @@ def answering(
     after_s = ask.checked_at_s or ask.asked_at_s
     best: tuple[float, Mapping[str, Any]] | None = None
     for r in recorded:
-        at, n_ctx = _number(r.get("at")), known_n_ctx(r.get("n_ctx"))
+        at, n_ctx = num(r.get("at")), known_n_ctx(r.get("n_ctx"))
         if ask.at_n_ctx is not None and n_ctx is not None and n_ctx != ask.at_n_ctx:
             continue  # measured at yet another context, one the polls have not seen yet
         if r.get("ok") is True and at is not None and _positive(r.get("gen_tok_s")) is not None and at > after_s:
@@ -278,7 +279,7 @@ def measured(ask: RebenchAsk, result: Mapping[str, Any], baseline_tok_s: Any, fl
 
 def measured_at(result: Mapping[str, Any], otherwise: float | None) -> float | None:
     """When the answering result was measured (``otherwise`` when it does not say)."""
-    at = _number(result.get("at"))
+    at = num(result.get("at"))
     return otherwise if at is None else at
 
 
@@ -343,14 +344,8 @@ def prove_fix(r: Rebenched) -> Told:
 # --------------------------------------------------------------------------- values, tolerant
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        return None
-    return float(value) if abs(value) != float("inf") else None
-
-
 def _positive(value: Any) -> float | None:
-    got = _number(value)
+    got = num(value)
     return got if got is not None and got > 0 else None
 
 
