@@ -46,6 +46,7 @@ from typing import Any
 import yaml
 from chaos_inject import Layout
 from chaos_week import Action, Message, Report
+from chaos_world import ssh_silence
 
 from gpuheal.sim.hosts import run_on_host
 from gpuheal.sim.inprocess import Site
@@ -116,6 +117,12 @@ class SimHostTransport:
         from gpuheal.transport import CommandOutcome
 
         argv = list(argv)
+        blip = ssh_silence(self.owner.world, self.host)  # a network blip: SSH refused or silent too
+        if blip is not None:
+            self.owner.note_command(self.host, argv, False)
+            wait_s = 0.01 if blip == "refused" else self.owner.cfg.heal.ssh_connect_timeout_s
+            return CommandOutcome(argv, None, elapsed_s=wait_s, error=blip, host=self.host,
+                                  detail=f"{self.host}:22: {blip} (a network blip)")
         answer = run_on_host(self.owner.world, self.host, argv)
         self.owner.note_command(self.host, argv, answer is not None)
         if answer is None:

@@ -280,9 +280,32 @@ def _traffic(world, a: str, p: dict) -> dict[str, Any]:
 
 
 def _blip_begin(world, lv: Live, t: float):
-    _apply(world, lv.incident.gpus[0], fault="dead" if lv.incident.params["how"] == "refused" else "hang",
-           heals_on_restart=True)
+    """A one-poll network blip: the path to the GPU's host drops for a few seconds — its ``/health``
+    refused (a firewall's reject, a port forward reloading) or timing out (packets dropped), and the
+    host's SSH the same way (:func:`ssh_silence`); the server itself runs on untouched."""
+    a = lv.incident.gpus[0]
+    _apply(world, a, fault="dead" if lv.incident.params["how"] == "refused" else "hang", heals_on_restart=True)
+    host = _gpu(world, a).spec.host
+    silent_ssh(world)[host] = lv.incident.params["how"]
+    lv.state["host"] = host
     return []
+
+
+def _blip_end(world, lv: Live) -> None:
+    _fault("dead", True).end(world, lv)
+    silent_ssh(world).pop(lv.state.get("host"), None)
+
+
+def silent_ssh(world) -> dict[str, str]:
+    """{host: refused | timeout}: the hosts whose SSH a network blip silences now."""
+    if not hasattr(world, "chaos_silent_ssh"):
+        world.chaos_silent_ssh = {}
+    return world.chaos_silent_ssh
+
+
+def ssh_silence(world, host: str | None) -> str | None:
+    """How SSH to ``host`` fails now (``refused`` | ``timeout``), or ``None`` when it answers."""
+    return silent_ssh(world).get(host) if host is not None else None
 
 
 def _slow_begin(world, lv: Live, t: float):
@@ -332,7 +355,7 @@ SCRIPTS: dict[str, Script] = {
                         _never),
     "traffic-spike": Script(_setter(_traffic, lambda w, a: False).begin, _setter(_traffic, lambda w, a: False).end,
                             _never),
-    "blip": Script(_blip_begin, _fault("dead", True).end, _never),
+    "blip": Script(_blip_begin, _blip_end, _never),
     "slow": Script(_slow_begin, _slow_end, _never),
     "clock-step": Script(_nothing_begin, _nothing, _never),
 }

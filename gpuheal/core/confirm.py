@@ -18,6 +18,8 @@ attempt's)::
 
     watching ─bad-probe─► watching
         ├─answered──► cleared       (a probe answered: the in-run confirmation is reset)
+        ├─host-silent─► unconfirmed (its host's SSH is silent too: a network blip or a host down, not a
+        │                            crash — cron's polls judge it, Rule 6's "host itself unreachable")
         ├─fired─────► confirmed     (a rule's hold in seconds of evidence was met)
         └─budget-spent─► unconfirmed (cron's next polls go on counting)
 """
@@ -46,6 +48,7 @@ class Seen(StrEnum):
     ANSWERED = "answered"
     FIRED = "fired"
     BUDGET_SPENT = "budget-spent"
+    HOST_SILENT = "host-silent"
 
 
 TRANSITIONS: dict[tuple[Watch, Seen], Watch] = {
@@ -53,6 +56,7 @@ TRANSITIONS: dict[tuple[Watch, Seen], Watch] = {
     (Watch.WATCHING, Seen.ANSWERED): Watch.CLEARED,
     (Watch.WATCHING, Seen.FIRED): Watch.CONFIRMED,
     (Watch.WATCHING, Seen.BUDGET_SPENT): Watch.UNCONFIRMED,
+    (Watch.WATCHING, Seen.HOST_SILENT): Watch.UNCONFIRMED,
 }
 
 
@@ -109,6 +113,31 @@ def signature(sample: Any) -> str | None:
     if stalled:
         return SILENT + ", ".join(silent)
     return None
+
+
+def asks_host(sample: Any) -> bool:
+    """Whether this hard fault needs its host asked before the run may confirm it: the direct ``/health``
+    refused or timed out (the server, or the network to its host?). A silent task loop behind an ok
+    ``/health`` needs no asking: the host answered the probe."""
+    return getattr(sample, "endpoint", None) in UNREACHABLE_STATES
+
+
+# gpuheal.transport's words for a connection that got no answer at all (its ``unreachable`` lumps a reset
+# after an answer with no route: not counted, so such a host is confirmed in-run as before)
+HOST_SILENT_ERRORS = frozenset({"refused", "timeout"})
+
+
+def host_silent(error: str | None, timed_out: bool) -> bool:
+    """Rule 6 ("SSH to the host → check llama-server process"; "if the host itself is unreachable →
+    infrastructure alert"), asked before the run confirms a refused or silent ``/health`` in-run: the
+    check's transport ``error`` says the host did not answer at all (connection refused, no answer
+    within the connect timeout). Then the GPU's silence is the host's — a one-poll network
+    blip (issue 29: a benign event, acting on it is a false action) or a host down — and no restart
+    over SSH could arrive: the in-run confirmation stops (cron's poll holds judge it, and Rule 6's
+    restart attempt escalates a host still silent). A crashed or frozen server sits on a host that
+    answers; a host that answered with a bad key or a refused login answered, and so did one that ran the
+    check but not within its deadline (``timed_out``: connected, the command was slow)."""
+    return error in HOST_SILENT_ERRORS and not timed_out
 
 
 def answer(sample: Any) -> str:
