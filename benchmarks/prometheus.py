@@ -129,6 +129,12 @@ def dir_size_mb(path: Path) -> float:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
 
 
+def file_sizes(path: Path) -> dict[str, int]:
+    """Bytes of each file under ``path``, largest first."""
+    sizes = {str(p.relative_to(path)): p.stat().st_size for p in path.rglob("*") if p.is_file()}
+    return dict(sorted(sizes.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def health_server():
     def health(req):
         return HEALTH_OK if req.path.endswith("/health") else Reply(404, "")
@@ -264,6 +270,8 @@ def bench_prometheus(
                 run_with_rss(base, clean_env(GPUHEAL_NOW=stamp(minute)))
             out["state_dir_mb_after_6_5h"] = round(dir_size_mb(state), 2)
             out["state_files"] = sorted(p.name for p in state.iterdir())
+            # per file, largest first: which file grew when the total moves (issue 13's <= 5 MB)
+            out["state_file_bytes_after_6_5h"] = file_sizes(state)
             out["series"] = n * len(METRICS) + (0 if probe else n)
             out["scrape_interval_s"] = scrape_s
             out["prometheus_warmup_s"] = round(warm_s, 1)

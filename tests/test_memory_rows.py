@@ -254,3 +254,45 @@ def test_a_breaker_first_seen_open_counts_the_same_under_a_cron_like_clock(tmp_p
     late, since = fired_at(jittered, tmp_path / "late")
     assert whole == late == [12]  # open from poll 1; more than 10 minutes at poll 12 (not reset at poll 4)
     assert since == jittered[1].at.timestamp()
+
+
+# --------------------------------------------------------------------------- what the book costs per GPU
+
+
+def _issues_bytes(tmp_path: Path, n_gpus: int, loading: int = 0) -> int:
+    """``issues.json`` after three cron polls of a quiet fleet of ``n_gpus`` as Prometheus sees it (a
+    temperature, VRAM, ``/health``; no counters), the first ``loading`` of them loading their model."""
+    gpus = [{"alias": f"gpu-{i:05d}", "host": f"h{i}", "endpoint": "http://127.0.0.1:9", "transport": "local"}
+            for i in range(n_gpus)]
+    cfg = load_config_dict({"prometheus": {"url": "http://127.0.0.1:9"}, "gpus": gpus})
+    state = tmp_path / f"state-{n_gpus}-{loading}"
+    for minute in range(3):
+        at = AT + timedelta(minutes=minute)
+        obs = Observation(at, {g["alias"]: GpuSample(temp_c=55.0 + i % 3, vram_used_mb=1000.0, vram_total_mb=2000.0,
+                                                     endpoint="loading" if i < loading else "ok")
+                               for i, g in enumerate(gpus)}, True, source="prometheus")
+        with StateDir(state, 1.0) as store:
+            check.run(cfg, store, at, obs=obs)
+    return (state / "issues.json").stat().st_size
+
+
+def test_a_quiet_fleet_costs_the_issue_book_no_row_per_gpu(tmp_path):
+    """Issue 13's 5 MB state directory at 10,000 GPUs leaves the issue book ~50 bytes a GPU beside the
+    contract's files: a row that says nothing a later run reads (a server not loading, a rise not yet
+    known) is not written — one such row per GPU in ``loading`` and ``rise`` took the 10,000-GPU state
+    directory from 4.50 to 5.69 MB. A server that is loading keeps its row (its load's start)."""
+    small, large = _issues_bytes(tmp_path, 10), _issues_bytes(tmp_path, 210)
+    assert (large - small) / 200 <= 8
+    stored = json.loads((tmp_path / "state-210-0" / "issues.json").read_text())["data"]["memory"]
+    assert stored["loading"] == {} and stored["rise"] == {}
+    assert _issues_bytes(tmp_path, 10, loading=2) > small  # the loading servers' rows are kept
+
+
+def test_an_old_book_with_empty_rows_is_read_and_written_without_them():
+    """The rows written before (a server not loading, a rise not known) still load, and read as no row."""
+    memory = Memory.from_json({"loading": {"gpu-a": {"first_s": None, "at_s": 1.0}},
+                               "rise": {"gpu-a": {"at_s": 1.0, "temp_c": 55.0, "rise_c_per_min": None}}})
+    declared = {m.key: m for rule in ALL for m in rule.remember or ()}
+    assert memory.get(declared["loading"], "gpu-a") == LoadingRow(first_s=None, at_s=1.0)
+    assert memory.get(declared["rise"], "gpu-a") is not None
+    assert memory.to_json()["loading"] == {} and memory.to_json()["rise"] == {}

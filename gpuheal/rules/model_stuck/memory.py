@@ -241,8 +241,9 @@ class LoadingRow:
     first_s: float | None
     at_s: float
 
-    def to_json(self) -> dict[str, object]:
-        return {"first_s": self.first_s, "at_s": self.at_s}
+    def to_json(self) -> dict[str, object] | None:
+        """Kept only while loading: a server not loading is no row (``fold_loading`` reads both alike)."""
+        return None if self.first_s is None else {"first_s": self.first_s, "at_s": self.at_s}
 
     @classmethod
     def load(cls, data: object) -> LoadingRow | None:

@@ -31,7 +31,11 @@ class RiseRow:
     temp_c: float
     rise_c_per_min: float | None
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, object] | None:
+        """Kept only with a rise: ``remedy.recheck`` reads a rise not known as no row, and ``fold`` never
+        reads the last row."""
+        if self.rise_c_per_min is None:
+            return None
         return {"at_s": self.at_s, "temp_c": self.temp_c, "rise_c_per_min": self.rise_c_per_min}
 
     @classmethod
