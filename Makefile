@@ -4,8 +4,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-test
 # pytest-xdist workers: the suite is sized for a 2-CPU machine (issue 26: `make test` < 12 min there).
-# A test file is one unit of work, the real-LiteLLM tier one unit (tests/conftest.py, xdist_unit_of).
-WORKERS ?= 2
+# It waits more than it computes (real servers, proxies, clocks: ~430 s of CPU in a 1,000 s run on 2
+# workers), so 4 workers on 2 CPUs overlap the waits. A test file is one unit of work, the files sharing
+# the real LiteLLM proxy one unit, the longest handed out first (tests/conftest.py, xdist_unit_of).
+WORKERS ?= 4
 PYTEST_PAR := -n $(WORKERS) --dist loadfile
 
 .PHONY: demo test test-fast lint bench chaos realserver reallitellm clean

@@ -17,35 +17,65 @@ except ImportError:  # tests/ itself on sys.path (pytest's rootdir conftest inse
 
 
 # `make test` runs the suite on pytest-xdist workers with `--dist loadfile`: a test file is one unit of
-# work, so a module-scoped fixture (tests/test_chaos_smoke.py's one chaos run) is built once. A tier whose
-# files share a costly session-scoped fixture is one unit too, so the fixture is built once, not once per
-# worker: the real LiteLLM proxy in front of a simulated fleet (tests/reallitellm/conftest.py).
+# work, so a module-scoped fixture (tests/test_chaos_smoke.py's one chaos run) is built once. Files that
+# share a costly session-scoped fixture are one unit too, so the fixture is built once, not once per
+# worker: the real-LiteLLM files that use the session's one proxy (``real_litellm``, ``sim_backends`` in
+# tests/reallitellm/conftest.py). The tier's files that start proxies of their own (a restart launcher, the
+# prometheus callback, Slack alerting) are units of their own and run beside the others.
 # (xdist's `--dist loadgroup` with xdist_group marks does not group under pytest 9.2: it renames items by
 # a private attribute pytest no longer reads.)
-SHARED_UNITS: tuple[tuple[str, str], ...] = (("tests/reallitellm/", "tests/reallitellm"),)
+SHARED_PROXY_UNIT = "tests/reallitellm[shared proxy]"
+SHARED_UNITS: dict[str, str] = {
+    f"tests/reallitellm/{name}.py": SHARED_PROXY_UNIT
+    for name in ("test_doctor_real", "test_heal_real", "test_init_real", "test_lookalike_matches",
+                 "test_real_litellm", "test_rule6_litellm_real")
+}
+
+# The longest units first (longest-processing-time order), so that no long unit starts near the end and
+# leaves one worker running it alone: seconds each took in a full `make test` (2 workers, 2 shared CPUs,
+# `--durations` and junit times summed per unit). Only the order is read from them; a unit not named
+# here comes after them, the units with most tests first (xdist's own order). Re-measure with
+# `pytest -n 2 --dist loadfile --junitxml=x.xml` when a unit grows past the last one named.
+UNIT_SECONDS: dict[str, float] = {
+    "tests/realprom/test_prometheus_real.py": 141, "tests/test_chaos_smoke.py": 120,
+    "tests/test_prometheus_source.py": 104, "tests/realserver/test_hung_task_loop_real.py": 92,
+    "tests/test_demo.py": 89, "tests/realserver/test_real_telemetry.py": 69, "tests/test_confirm_in_run.py": 68,
+    "tests/reallitellm/test_wake_real.py": 63, "tests/test_heal.py": 62, "tests/realprom/test_equivalence.py": 58,
+    "tests/reallitellm/test_drain_real.py": 55, "tests/realserver/test_confirm_real.py": 45,
+    "tests/test_alert_storm.py": 44, "tests/reallitellm/test_config_redirect_real.py": 42,
+    "tests/test_heal_process.py": 39, SHARED_PROXY_UNIT: 37, "tests/test_heal_timing.py": 35,
+    "tests/realserver/test_bench_real.py": 31, "tests/test_rules_vram.py": 28,
+    "tests/reallitellm/test_spend_logs_real.py": 28, "tests/test_audit_trail.py": 23,
+    "tests/test_heal_taskloop.py": 22, "tests/test_fuzz_check.py": 22, "tests/test_entry.py": 22,
+    "tests/test_cli.py": 21, "tests/test_escalate_sim.py": 20, "tests/test_rule8_still_rising.py": 20,
+}
 
 
 def xdist_unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: its tier (above) or its file."""
+    """The unit of work a test belongs to: its shared-fixture unit (above) or its file."""
     path = nodeid.split("::", 1)[0]
-    for prefix, unit in SHARED_UNITS:
-        if path.startswith(prefix):
-            return unit
-    return path
+    return SHARED_UNITS.get(path, path)
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest without xdist (plain `pytest tests/x.py`) still runs
 def pytest_xdist_make_scheduler(config, log):
-    """`--dist loadfile`, with the tiers above as one unit each (pytest-xdist's scheduler hook)."""
+    """`--dist loadfile`, with the units above, the longest first (pytest-xdist's scheduler hook)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    class TierScheduling(LoadFileScheduling):
+    class UnitScheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return xdist_unit_of(nodeid)
 
-    return TierScheduling(config, log)
+        def _assign_work_unit(self, node) -> None:
+            # the next unit a worker takes is the longest left, whatever order xdist queued them in
+            if self.workqueue:
+                longest = max(self.workqueue, key=lambda unit: (UNIT_SECONDS.get(unit, 0.0), len(self.workqueue[unit])))
+                self.workqueue.move_to_end(longest, last=False)
+            super()._assign_work_unit(node)
+
+    return UnitScheduling(config, log)
 
 
 def pytest_configure(config):
