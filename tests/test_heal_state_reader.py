@@ -127,13 +127,13 @@ def callers(state: Path) -> dict[str, Any]:
     rt = Runtime(cfg=CFG, state_dir=state, now=NOW)
     with StateDir(state, 1.0) as store:
         out["report"] = report.build_summary(CFG, store, NOW)
-        out["check.window_starts"] = check.window_starts(CFG, store)
+        out["check.window_starts"] = check.plan_check(CFG, store).restarts.window_starts()
         out["bench.recent_restarts"] = bench.recent_restarts(store)
         out["trend"] = trend.command(rt, store).document
         obs = fleet_trace(CFG, n=1, start=NOW)[0]
         history = History()
         history.add(obs, CFG.aliases)
-        out["evaluate.issues"] = evaluate.run_full(CFG, store, obs, history, NOW).issues
+        out["evaluate.issues"] = evaluate.run_full(CFG, store, obs, history, NOW, check.plan_check(CFG, store).restarts).issues
         out["evaluate.breakers"] = json.loads((state / files.CIRCUIT_BREAKER_STATUS).read_text())
         out["ledger"] = Ledger(store, NOW, (), REMEDIES).state.to_json()
         out["store.next_run_id"] = store.next_run_id(NOW)
