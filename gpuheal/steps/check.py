@@ -44,12 +44,6 @@ def load_history(store: StateDir) -> History:
     return History.from_dict(store.read(HISTORY_FILE, {}))
 
 
-def save_history(store: StateDir, cfg: Config, history: History, now: datetime) -> None:
-    kept = cfg.history
-    history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
-    store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
-
-
 @dataclass(frozen=True)
 class CheckPlan:
     """What one check needs of the config and of ``heal``'s record, resolved once before the poll, so each
@@ -59,6 +53,7 @@ class CheckPlan:
     source: GpuSource
     keep_history: bool
     restarts: Restarts
+    window_starts: dict[str, float]  # where a restarted GPU's trend window starts again (Restarts.window_starts)
 
 
 def plan_check(cfg: Config, store: StateDir) -> CheckPlan:
@@ -69,7 +64,7 @@ def plan_check(cfg: Config, store: StateDir) -> CheckPlan:
 
     source = gpu_source(cfg)
     restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
-    return CheckPlan(source, not source.spec.computes_trends, restarts)
+    return CheckPlan(source, not source.spec.computes_trends, restarts, restarts.window_starts())
 
 
 def run(
@@ -101,7 +96,9 @@ def run(
             fh.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
     evaluation = evaluate.run_full(cfg, store, obs, history, now, plan.restarts)  # every rule, this poll
     if plan.keep_history:
-        save_history(store, cfg, history, now)
+        kept = cfg.history
+        history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
+        store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
     columns = progress_columns(evaluation.memory, obs.gpus, now.timestamp())
     lite = cfg.litellm
     litellm_reads = from_litellm(lite.url, lite.read_metrics, lite.read_spend_logs)
@@ -145,8 +142,7 @@ def source_memory(cfg: Config, plan: CheckPlan, store: StateDir, now: datetime) 
     if kept is None:
         return None
     saved = store.read(kept.file, {})
-    starts = plan.restarts.window_starts()
-    return resolve(kept.load)(cfg, saved, starts, now.timestamp())
+    return resolve(kept.load)(cfg, saved, plan.window_starts, now.timestamp())
 
 
 # the contract's "gpus" readings: always in the file, null = not known
