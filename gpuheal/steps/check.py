@@ -56,14 +56,14 @@ class CheckPlan:
     window_starts: dict[str, float]  # where a restarted GPU's trend window starts again (Restarts.window_starts)
 
 
-def plan_check(cfg: Config, store: StateDir) -> CheckPlan:
+def plan_check(cfg: Config, heal_state: HealState) -> CheckPlan:
     # a source that computes trends where its data lives (Prometheus: PromQL) needs no per-poll
     # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
     # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
     from gpuheal.sources.gpu_source import gpu_source
 
     source = gpu_source(cfg)
-    restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     return CheckPlan(source, not source.spec.computes_trends, restarts, restarts.window_starts())
 
 
@@ -84,7 +84,8 @@ def run(
     from gpuheal.rules.model_stuck.memory import progress_columns
     from gpuheal.steps import evaluate
 
-    plan = plan_check(cfg, store)
+    heal_state = HealState.from_json(store.read(files.HEAL, {}))  # read once: for the plan and the rules
+    plan = plan_check(cfg, heal_state)
     if obs is None:
         obs, history = _sense_and_load(cfg, plan, store, now, transports)
     else:
@@ -94,7 +95,7 @@ def run(
     if record is not None:  # ``check --record FILE``: one JSON line per poll, the trace ``replay`` reads
         with open(record, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
-    evaluation = evaluate.run_full(cfg, store, obs, history, now, plan.restarts)  # every rule, this poll
+    evaluation = evaluate.run_full(cfg, store, obs, history, now, heal_state, plan.restarts)  # every rule
     if plan.keep_history:
         kept = cfg.history
         history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
