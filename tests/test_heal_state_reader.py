@@ -119,6 +119,7 @@ def _plain(value: Any) -> Any:
 def callers(state: Path) -> dict[str, Any]:
     """What each former reader's caller makes of the heal state in ``state``."""
     from gpuheal.actions.ledger import Ledger
+    from gpuheal.core.heal_state import HealState
     from gpuheal.rules import REMEDIES
     from gpuheal.runtime import Runtime
     from gpuheal.steps import bench, check, evaluate, pause, report, trend
@@ -127,13 +128,15 @@ def callers(state: Path) -> dict[str, Any]:
     rt = Runtime(cfg=CFG, state_dir=state, now=NOW)
     with StateDir(state, 1.0) as store:
         out["report"] = report.build_summary(CFG, store, NOW)
-        out["check.window_starts"] = check.window_starts(CFG, store)
+        heal_state = HealState.from_json(store.read(files.HEAL, {}))
+        plan = check.plan_check(CFG, heal_state)
+        out["check.window_starts"] = plan.window_starts
         out["bench.recent_restarts"] = bench.recent_restarts(store)
         out["trend"] = trend.command(rt, store).document
         obs = fleet_trace(CFG, n=1, start=NOW)[0]
         history = History()
         history.add(obs, CFG.aliases)
-        out["evaluate.issues"] = evaluate.run_full(CFG, store, obs, history, NOW).issues
+        out["evaluate.issues"] = evaluate.run_full(CFG, store, obs, history, NOW, heal_state, plan.restarts).issues
         out["evaluate.breakers"] = json.loads((state / files.CIRCUIT_BREAKER_STATUS).read_text())
         out["ledger"] = Ledger(store, NOW, (), REMEDIES).state.to_json()
         out["store.next_run_id"] = store.next_run_id(NOW)

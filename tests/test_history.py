@@ -10,9 +10,10 @@ import pytest
 
 from gpuheal.config import load_config_dict
 from gpuheal.model import GpuSample, Observation
+from gpuheal.state.files import HISTORY
 from gpuheal.state.history import COLUMNS, History
 from gpuheal.state.store import StateDir
-from gpuheal.steps.check import load_history, save_history
+from gpuheal.steps.check import load_history
 
 T0 = datetime(2026, 7, 18, 0, 0, tzinfo=UTC)
 ALIASES = ("gpu-dense", "gpu-light", "strix-moe")
@@ -164,8 +165,10 @@ def test_round_trip_through_the_state_directory(tmp_path):
     history = History()
     feed(history, range(8 * 60))
     now = T0 + timedelta(minutes=8 * 60)
-    with StateDir(tmp_path) as store:
-        save_history(store, CFG, history, now)
+    with StateDir(tmp_path) as store:  # as ``check`` saves it
+        kept = CFG.history
+        history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
+        store.write(HISTORY, history.to_dict(), stream=True)
     with StateDir(tmp_path) as store:
         back = load_history(store)
         assert store.warnings == []

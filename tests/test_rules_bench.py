@@ -4,13 +4,16 @@ through replay (monitor measurements) and through ``evaluate_bench_full`` on a r
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from gpuheal import benchdata
+from gpuheal.core.heal_state import HealState
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 from gpuheal.steps import evaluate
+from gpuheal.steps.check import plan_check
 
 try:
     from tests.series import START, fleet_config, fleet_trace, polls, run
@@ -19,6 +22,12 @@ except ImportError:
 
 CFG = fleet_config()
 DENSE, LIGHT, STRIX = "gpu-dense", "gpu-light", "strix-moe"
+
+
+def plan_heal(store: StateDir) -> tuple[HealState, Any]:
+    """heal's record and its restarts, as ``check`` reads them before its poll."""
+    heal_state = HealState.from_json(store.read(files.HEAL, {}))
+    return heal_state, plan_check(CFG, heal_state).restarts
 
 
 def result(at_min: float, tok_s: float | None, ok: bool = True, error: str | None = None,
@@ -199,7 +208,7 @@ def test_l1_bench_401_fires_and_stays_until_a_benchmark_succeeds(store):
     obs = fleet_trace(CFG, n=1, start=START + timedelta(minutes=61))[0]
     hist = History()
     hist.add(obs, CFG.aliases)
-    issues = evaluate.run_full(CFG, store, obs, hist, obs.at).issues
+    issues = evaluate.run_full(CFG, store, obs, hist, obs.at, *plan_heal(store)).issues
     assert [(i["gpu"], i["issue"]) for i in issues] == [(LIGHT, "api-key-mismatch")]
     # a successful benchmark clears it
     ev = bench_eval(store, {LIGHT: [result(10, None, ok=False, error="unauthorized"), result(70, 168.0)]}, at_min=71)
@@ -220,7 +229,7 @@ def test_evaluate_bench_leaves_other_rules_alone(store):
     hist = History()
     for obs in trace:
         hist.add(obs, CFG.aliases)
-        evaluate.run_full(CFG, store, obs, hist, obs.at)
+        evaluate.run_full(CFG, store, obs, hist, obs.at, *plan_heal(store))
     ev = bench_eval(store, {DENSE: [result(10, 58.0), result(20, 57.5), result(30, 55.0)]})
     assert {(i["issue"], i["state"]) for i in ev.issues} == {
         ("thermal-critical", "firing"), ("benchmark-regression", "firing"), ("context-window", "firing")}

@@ -18,7 +18,7 @@ from typing import Any
 from gpuheal.core.rule import Rule
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
-from gpuheal.signals import ALWAYS, Signal, per_gpu, serves_task_loop, unmet
+from gpuheal.signals import ALWAYS, Signal, SourceSpec, per_gpu, serves_task_loop, unmet
 from gpuheal.source_kinds import home, kind_of, spec
 
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
@@ -41,6 +41,9 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
     the GPU source (:func:`from_litellm`); a recorded poll that carries LiteLLM's counts or spend
     tallies adds the request counts too."""
     mode = spec(home(source))
+    name = mode.label or home(source)  # the source, as the user knows it
+    kind = kind_of(source)
+    stand_in = kind.fallback if kind is not None else None  # the source's stand-in (the Rule 7.3 fallback)
     monitor_configured = Signal.FAILURE_RATIO in mode.provides  # gpu-monitor counts failures
     off: list[dict[str, Any]] = []
     counted = any(s.litellm_requests_total is not None or s.routing is not None for s in obs.gpus.values())
@@ -63,8 +66,8 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
         if gpus:
             off.append({"rule": rule.ID, "gpus": gpus, "why": _gpu_why(rule, monitor_configured),
                         "fix": HOW_TO_ENABLE["metrics"]})
-    if obs.lacking and not obs.monitor_ok:
-        _lacking(off, obs, rules, litellm | (provides - mode.provides), source)
+    if obs.lacking and not obs.monitor_ok and stand_in is not None:
+        _lacking(off, obs, rules, litellm | (provides - mode.provides), name, stand_in)
     _partial_metrics(off, obs, rules, monitor_configured)
     no_slots = sorted(a for a, s in obs.gpus.items() if s.slots == "disabled")
     if no_slots:
@@ -74,18 +77,13 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
 
 
 def _lacking(off: list[dict[str, Any]], obs: Observation, rules: tuple[Rule[Any], ...],
-             extra: frozenset[Signal], source: str) -> None:
+             extra: frozenset[Signal], name: str, stand_in: SourceSpec) -> None:
     """An answer of the source that listed none of the fleet's GPUs (the spec's "returns no GPUs", issue
     27 defect 1: an exporter that restarted and lost its devices) leaves them to the source's stand-in
     (the Rule 7.3 fallback): the rules it cannot feed are off for those GPUs until the source lists them
     again — said here, once, with the GPUs concerned. (A source that does not answer at all is an
-    outage: its rules are "not known" that poll, not listed.)"""
-    kind = kind_of(source)
-    stand_in = kind.fallback if kind is not None and kind.fallback is not None else None
-    if stand_in is None:
-        return
+    outage: its rules are "not known" that poll, not listed.) ``name``: the source's, as the user knows it."""
     listed = {o["rule"] for o in off}
-    name = spec(home(source)).label or home(source)
     for rule in rules:
         missing = unmet(rule.NEEDS, stand_in.provides | extra | ALWAYS)
         if missing and rule.ID not in listed:

@@ -10,6 +10,7 @@ and to ``down`` when no source at all answered.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gpuheal.clock import format_iso
@@ -42,8 +43,9 @@ def nothing_answered(obs: Observation) -> bool:
     return not any(s.endpoint in (ENDPOINT_OK, "loading") for s in obs.gpus.values())
 
 
-def gpu_rows(obs: Observation) -> dict[str, dict[str, Any]]:
-    """What was sensed, per alias (contract: gpu-health "gpus"); ``None`` = not known."""
+def gpu_rows(obs: Observation, columns: Mapping[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """What was sensed, per alias (contract: gpu-health "gpus"); ``None`` = not known. ``columns``: what a
+    rule's memory adds to a GPU's row after the readings (Rule 3's decode progress)."""
     rows: dict[str, dict[str, Any]] = {}
     for alias, s in obs.gpus.items():
         rows[alias] = {
@@ -69,6 +71,8 @@ def gpu_rows(obs: Observation) -> dict[str, dict[str, Any]]:
             "is_sleeping": s.is_sleeping,
             "n_ctx": s.n_ctx,  # Rule 9: the running per-slot context (/props)
         }
+        if columns is not None:
+            rows[alias].update(columns[alias])
     return rows
 
 
@@ -77,13 +81,14 @@ def health_document(
     issues: list[dict[str, Any]],
     actions: list[dict[str, Any]],
     extra: dict[str, Any] | None = None,
+    columns: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "status": derive_status(obs, issues),
         "issues": issues,
         "actions": actions,
         "generated_at": format_iso(obs.at),
-        "gpus": gpu_rows(obs),
+        "gpus": gpu_rows(obs, columns),
         "faults": [f.to_dict() for f in obs.faults],
         "warnings": list(obs.warnings),
     }

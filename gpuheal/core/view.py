@@ -77,6 +77,12 @@ class Restarts:
         all_times = {alias: set(times) for alias, times in state.restarts.items() if times}
         return cls(last=last, grace_s=float(grace_s), verifying=_verifying(state, all_times, float(grace_s)))
 
+    def window_starts(self) -> dict[str, float]:
+        """Where a restarted GPU's trend window starts (its last restart plus the startup grace), as
+        Rule 2's history path restarts its fit there; a source computing trends runs that GPU's own window
+        then (``Window.restarts``)."""
+        return {alias: t + self.grace_s for alias, t in self.last.items()}
+
 
 def _verifying(state: HealState, restarts: dict[str, set[float]], grace_s: float) -> dict[tuple[str, str], Verifying]:
     """The ``pending`` attempts (executed, their own verification passed) of the heal state; one

@@ -246,10 +246,10 @@ class StateDir:
         for one of many small numbers the one-shot C encoder is faster.
         """
         if stream:  # {"schema_version", "data": {"raw"/"coarse": {alias: one GPU's block}}}: a block a piece
-            self._atomic_write(self.path / name, _buffered(encoded_pieces(doc, STREAM_LEVELS)), ["\n"])
-            return
-        payload = json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)
-        self._atomic_write(self.path / name, [payload, "\n"])
+            pieces: Iterable[str | bytes] = _buffered(encoded_pieces(doc, STREAM_LEVELS))
+        else:
+            pieces = [json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)]
+        self._atomic_write(self.path / name, pieces, ["\n"])
 
     def read_raw(self, name: str) -> dict[str, Any] | None:
         path = self.path / name

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuheal.config import Config
+from gpuheal.core.heal_state import HealState
 from gpuheal.core.health import health_document
+from gpuheal.core.view import Restarts
 from gpuheal.model import Observation
 from gpuheal.state import files
 from gpuheal.state.files import GPU_HEALTH as HEALTH_FILE  # noqa: E402
@@ -22,8 +24,8 @@ from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
 
 if TYPE_CHECKING:
-    from gpuheal.core.memory import Memory
     from gpuheal.runtime import CommandResult, Runtime
+    from gpuheal.sources.gpu_source import GpuSource
     from gpuheal.transport import TransportPool
 
 
@@ -42,32 +44,27 @@ def load_history(store: StateDir) -> History:
     return History.from_dict(store.read(HISTORY_FILE, {}))
 
 
-def save_history(store: StateDir, cfg: Config, history: History, now: datetime) -> None:
-    hist_cfg = cfg.history
-    history.compact(
-        now.timestamp(),
-        hist_cfg.raw_hours,
-        hist_cfg.coarse_bucket_s,
-        hist_cfg.coarse_days,
-    )
-    store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
+@dataclass(frozen=True)
+class CheckPlan:
+    """What one check needs of the config and of ``heal``'s record, resolved once before the poll, so each
+    step below receives exactly its part: the configured GPU source, whether this run keeps the per-poll
+    history, and the GPUs' restarts (a trend window and the rules' startup grace start there)."""
+
+    source: GpuSource
+    keep_history: bool
+    restarts: Restarts
+    window_starts: dict[str, float]  # where a restarted GPU's trend window starts again (Restarts.window_starts)
 
 
-def window_starts(cfg: Config, store: StateDir) -> dict[str, float]:
-    """Where a restarted GPU's trend window starts (its last restart plus the startup grace), as
-    Rule 2's history path restarts its fit there; a source computing trends runs that GPU's own window
-    then (``Window.restarts``)."""
-    from gpuheal.core.heal_state import HealState
-    from gpuheal.core.view import Restarts
+def plan_check(cfg: Config, heal_state: HealState) -> CheckPlan:
+    # a source that computes trends where its data lives (Prometheus: PromQL) needs no per-poll
+    # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
+    # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
+    from gpuheal.sources.gpu_source import gpu_source
 
-    restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
-    return {alias: t + restarts.grace_s for alias, t in restarts.last.items()}
-
-
-def record_observation(path: Path, obs: Observation) -> None:
-    """``check --record FILE``: one JSON line per poll, the trace ``replay`` reads."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
+    source = gpu_source(cfg)
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
+    return CheckPlan(source, not source.spec.computes_trends, restarts, restarts.window_starts())
 
 
 def run(
@@ -78,39 +75,41 @@ def run(
     obs: Observation | None = None,
     transports: TransportPool | None = None,
 ) -> CheckResult:
-    """``transports``: the run's transport pool (``heal`` shares its SSH connections with the smi
-    sensing of a config without gpu-monitor: one connection per host per run)."""
-    # a source that computes trends where its data lives (Prometheus: PromQL) needs no per-poll
-    # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
-    # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
-    from gpuheal.sources.gpu_source import gpu_source
-    from gpuheal.steps import evaluate
-
-    keep_history = not gpu_source(cfg).spec.computes_trends
-    if obs is None:
-        obs, history = _sense_and_load(cfg, store, now, transports, keep_history)
-    else:
-        history = load_history(store) if keep_history else History()
-    if record is not None:
-        record_observation(record, obs)
-    if keep_history:
-        history.add(obs, cfg.aliases)
-    evaluation = evaluate.run_full(cfg, store, obs, history, now)  # every rule over this poll and the history
-    health = health_document(obs, evaluation.issues, actions=[])
-    _add_decode_progress(health, evaluation.memory, now.timestamp())
+    """One straight line: the plan, the poll (sensed, or ``obs`` given), its record, the rules' judgement
+    (:func:`gpuheal.steps.evaluate.run_full`), the health document. ``transports``: the run's transport
+    pool (``heal`` shares its SSH connections with the smi sensing of a config without gpu-monitor: one
+    connection per host per run)."""
     from gpuheal.core.coverage import from_litellm, rules_off
     from gpuheal.rules import ALL
+    from gpuheal.rules.model_stuck.memory import progress_columns
+    from gpuheal.steps import evaluate
 
+    heal_state = HealState.from_json(store.read(files.HEAL, {}))  # read once: for the plan and the rules
+    plan = plan_check(cfg, heal_state)
+    if obs is None:
+        obs, history = _sense_and_load(cfg, plan, store, now, transports)
+    else:
+        history = load_history(store) if plan.keep_history else History()
+    if plan.keep_history:
+        history.add(obs, cfg.aliases)
+    if record is not None:  # ``check --record FILE``: one JSON line per poll, the trace ``replay`` reads
+        with open(record, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
+    evaluation = evaluate.run_full(cfg, store, obs, history, now, heal_state, plan.restarts)  # every rule
+    if plan.keep_history:
+        kept = cfg.history
+        history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
+        store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
+    columns = progress_columns(evaluation.memory, obs.gpus, now.timestamp())
     lite = cfg.litellm
     litellm_reads = from_litellm(lite.url, lite.read_metrics, lite.read_spend_logs)
-    health["rules_off"] = rules_off(obs.source, obs, ALL, litellm_reads)
-    if keep_history:
-        save_history(store, cfg, history, now)
+    off = rules_off(obs.source, obs, ALL, litellm_reads)
+    health = health_document(obs, evaluation.issues, actions=[], columns=columns, extra={"rules_off": off})
     return CheckResult(obs=obs, history=history, issues=evaluation.issues, health=health, evaluation=evaluation)
 
 
 def _sense_and_load(
-    cfg: Config, store: StateDir, now: datetime, transports: TransportPool | None, keep_history: bool
+    cfg: Config, plan: CheckPlan, store: StateDir, now: datetime, transports: TransportPool | None
 ) -> tuple[Observation, History]:
     """The poll, shaped by what the source's earlier runs left (:func:`source_memory`), and meanwhile the
     recorded history read on a thread: the poll mostly waits on the network and a 1000-GPU history takes
@@ -121,11 +120,12 @@ def _sense_and_load(
     from gpuheal.named import resolve
     from gpuheal.sources.sense import sense
 
-    memory, kept = source_memory(cfg, store, now)
+    memory = source_memory(cfg, plan, store, now)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
-        loading = pool.submit(load_history, store) if keep_history else None
+        loading = pool.submit(load_history, store) if plan.keep_history else None
         obs = sense(cfg, now, transports, memory)
         history = loading.result() if loading is not None else History()
+    kept = plan.source.kind.memory
     if kept is not None:
         doc = resolve(kept.save)(cfg, memory, obs)
         if doc is not None:
@@ -133,30 +133,17 @@ def _sense_and_load(
     return obs, history
 
 
-def source_memory(cfg: Config, store: StateDir, now: datetime) -> tuple[Any, Any]:
-    """(the configured source's memory for this poll, its declaration ``SourceMemory``); ``(None, None)``
-    for a source that keeps none. Read-only on the state directory (``trend`` uses it too)."""
+def source_memory(cfg: Config, plan: CheckPlan, store: StateDir, now: datetime) -> Any:
+    """What the configured source's earlier runs left that shapes this poll's queries (``SourceKind.memory``:
+    Prometheus's trend cache, its restarted GPUs' windows); ``None`` for a source that keeps none.
+    Read-only on the state directory (``trend`` uses it too)."""
     from gpuheal.named import resolve
-    from gpuheal.sources.gpu_source import gpu_source
 
-    kept = gpu_source(cfg).kind.memory
+    kept = plan.source.kind.memory
     if kept is None:
-        return None, None
-    starts = window_starts(cfg, store)
+        return None
     saved = store.read(kept.file, {})
-    return resolve(kept.load)(cfg, saved, starts, now.timestamp()), kept
-
-
-def _add_decode_progress(health: dict[str, Any], memory: Memory, now_s: float) -> None:
-    """Per GPU, from llama-server's ``/metrics`` poll over poll (issue 12): ``polls_without_decode``
-    (requests in flight, ``n_decode_total`` unchanged) and ``deferred_growing_polls`` (waiting
-    requests growing while none finished) — shown in ``check``'s table, not an issue by itself."""
-    from gpuheal.rules.model_stuck.memory import decode_state
-
-    for alias, row in health["gpus"].items():
-        state = decode_state(memory, alias, now_s)
-        row["polls_without_decode"] = None if state is None else state.polls
-        row["deferred_growing_polls"] = None if state is None else state.deferred_growing
+    return resolve(kept.load)(cfg, saved, plan.window_starts, now.timestamp())
 
 
 # the contract's "gpus" readings: always in the file, null = not known

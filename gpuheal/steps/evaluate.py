@@ -99,8 +99,6 @@ def ingest_monitor_bench(
     changed = False
     for alias in cfg.aliases:
         sample = obs.gpus.get(alias)
-        if sample is not None and benchdata.note_monitor_baseline(bench, alias, sample.bench_baseline_tok_s, now_s):
-            changed = True  # gpu-monitor's baseline: Rule 4's seed when the config has none (issue 27 item 14)
         if sample is None or sample.bench_tok_s is None or sample.bench_measured_at is None:
             continue
         at = sample.bench_measured_at.timestamp()
@@ -134,6 +132,10 @@ def ingest_monitor_bench(
         }
         insort(items, result, key=lambda r: r["at"])
         changed = True
+    for alias in cfg.aliases:  # gpu-monitor's baseline: Rule 4's seed when the config has none (issue 27 item 14)
+        sample = obs.gpus.get(alias)
+        if sample is not None and benchdata.note_monitor_baseline(bench, alias, sample.bench_baseline_tok_s, now_s):
+            changed = True
     return changed
 
 
@@ -164,17 +166,20 @@ def breaker_status(view: FleetView, heal_state: HealState) -> dict[str, Any]:
 # --------------------------------------------------------------------------- state directory
 
 
-def _load(cfg: Config, store: StateDir) -> tuple[IssueBook, dict[str, Any], HealState, Restarts]:
+def _load(store: StateDir) -> tuple[IssueBook, dict[str, Any]]:
     book = load_book(store.read(files.ISSUES, None))
     bench = benchdata.normalise(store.read(files.BENCH, {}))
-    heal_state = HealState.from_json(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
-    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
-    return book, bench, heal_state, restarts
+    return book, bench
 
 
-def run_full(cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime) -> Evaluation:
-    """``check``'s evaluation: every rule, one poll, state carried in the directory."""
-    book, bench, heal_state, restarts = _load(cfg, store)
+def run_full(
+    cfg: Config, store: StateDir, obs: Observation, history: History, now: datetime,
+    heal_state: HealState, restarts: Restarts,
+) -> Evaluation:
+    """``check``'s evaluation: every rule, one poll, state carried in the directory. ``heal``'s record and
+    its ``restarts`` are read by ``check`` before its poll (:class:`gpuheal.steps.check.CheckPlan`), as its
+    source's trend windows start there too."""
+    book, bench = _load(store)
     bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
     ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
     store.write(files.ISSUES, book.to_json())
@@ -190,7 +195,9 @@ def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluati
     """Only the bench-driven rules, over the recorded results (``bench`` calls this after recording,
     and after answering the re-benchmarks asked for: :func:`gpuheal.steps.rebench.answer`).
     ``issues`` is every open issue of the book, as ``check`` would report it."""
-    book, bench, _, restarts = _load(cfg, store)
+    book, bench = _load(store)
+    heal_state = HealState.from_json(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     judged = tuple(r.ID for r in ALL if r.JUDGED_FROM_BENCH)
     ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=judged)
     store.write(files.ISSUES, book.to_json())

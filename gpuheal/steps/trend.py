@@ -92,11 +92,13 @@ def source_poll(cfg: Config, store: StateDir, now: datetime) -> Observation | No
 
     if not gpu_source(cfg).spec.computes_trends:
         return None
+    from gpuheal.core.heal_state import HealState
     from gpuheal.sources.sense import sense
-    from gpuheal.steps.check import source_memory
+    from gpuheal.state import files
+    from gpuheal.steps.check import plan_check, source_memory
 
-    memory, _ = source_memory(cfg, store, now)
-    return sense(cfg, now, None, memory)
+    plan = plan_check(cfg, HealState.from_json(store.read(files.HEAL, {})))
+    return sense(cfg, now, None, source_memory(cfg, plan, store, now))
 
 
 def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResult:

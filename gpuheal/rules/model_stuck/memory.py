@@ -31,6 +31,7 @@ the poll it is of: a poll that could not say leaves the row as it was, and the r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -280,6 +281,19 @@ def decode_state(memory: Memory, alias: str, now_s: float) -> DecodeRow | None:
     """This poll's decode progress of ``alias``; ``None`` when this poll did not know the counters."""
     row = memory.get(DECODE, alias)
     return row if row is not None and row.at_s == now_s else None
+
+
+def progress_columns(memory: Memory, aliases: Iterable[str], now_s: float) -> dict[str, dict[str, int | None]]:
+    """Per GPU, ``check``'s columns from llama-server's ``/metrics`` poll over poll (issue 12):
+    ``polls_without_decode`` (requests in flight, ``n_decode_total`` unchanged) and
+    ``deferred_growing_polls`` (waiting requests growing while none finished) — shown in ``check``'s
+    table, not an issue by itself; ``None`` when this poll did not know the counters."""
+    out: dict[str, dict[str, int | None]] = {}
+    for alias in aliases:
+        state = decode_state(memory, alias, now_s)
+        out[alias] = {"polls_without_decode": None if state is None else state.polls,
+                      "deferred_growing_polls": None if state is None else state.deferred_growing}
+    return out
 
 
 def taskloop_state(memory: Memory, alias: str, now_s: float) -> TaskloopRow | None:
