@@ -3,6 +3,12 @@ unusable (refused, timeout, oversized per L5, invalid, HTTP error) for more than
 (fires on the 3rd; one bad poll is a fault, not an issue). gpu ``fleet``. An answer that lists no GPUs,
 or lacks a configured GPU, is unusable for the GPUs it lacks (the spec's "returns no GPUs"; contract
 "Rule timing"): the same rule, naming them (``obs.lacking``), while they are read through the fallback.
+A lacking GPU whose own sidecar does not answer its direct probe either is not gpu-monitor's fault
+but its host's, off the network: gpu-monitor cannot reach that host's agent any more than gpuheal can
+reach its llama-server. That GPU is Rule 6's (``host-unreachable``, Rule 7's sidecar half, which
+escalates "infrastructure alert"), not a reason to restart a monitor that answers for the rest of the
+fleet: three such restarts (false actions) and a second page ("networking issue") per lost host was
+what the 1,000-GPU chaos day showed (issue 29 item 5; tests/test_chaos_findings.py).
 
 The sidecar half of Rule 7 is ``host-unreachable`` (one issue per GPU). While firing it inhibits
 the monitor-fed rules: their issues are frozen and hidden — not known, neither healthy nor hot.
@@ -45,8 +51,10 @@ def detect(view: FleetView, subject: str, p: Params) -> Detection:
     if Signal.SOURCE_HEALTH not in spec(view.obs.source).provides:
         return None  # no gpu-monitor configured (smi): nothing to restart; smi faults are per GPU
     lacking = view.obs.lacking  # its answer listed no GPU for these (the spec's "returns no GPUs")
-    if view.obs.monitor_ok and not lacking:
-        return False
+    if view.obs.monitor_ok:
+        lacking = tuple(a for a in lacking if view.reachable(a) is not False)
+        if not lacking:
+            return False
     # the configured source: "monitor" (gpu-monitor; "smi-fallback" stands in for it while it is
     # down, Rule 7.3) or "prometheus" (issue 13): the same rule
     source = home(view.obs.source)
