@@ -5,10 +5,8 @@
   running"): before the restart, look whether llama-server runs (:mod:`~gpuheal.rules.host_unreachable.look`).
   Not running (down): it is *started* (``gpus[].start_command``; by default ``systemctl start`` of the
   restart's unit) in the restart's place. Running but not answering (hung), or not known: it is
-  restarted (a hung server is only cured by a restart). A look that never reached the host (no SSH
-  connection) is Rule 6's "host itself unreachable → infrastructure alert" at once, with no restart sent
-  down the same dead connection (``ran``: none). ``detected.process`` and the evidence say which
-  case it was and which command ran (``ran``: start | restart | none); the step's note says it too;
+  restarted (a hung server is only cured by a restart). ``detected.process`` and the evidence say which
+  case it was and which command ran (``ran``: start | restart); the step's note says it too;
 - ``conclude``: Rule 6's verify, second half — after a start or restart that proved itself with a real
   completion, "LiteLLM reports model healthy": an unhealthy verdict fails the attempt. LiteLLM not
   configured or not answering is "not known", never "passed": the attempt says so, and it is judged on the
@@ -28,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuheal.core.actions import Action, CommandOutcome, RunCommand
+from gpuheal.core.actions import Action, RunCommand
 from gpuheal.core.catalog import ACTIONS
 from gpuheal.core.remedy import Execution, Proving, RemedyContext, Result, completion_proof
 from gpuheal.model import ENDPOINT_REFUSED, ENDPOINT_TIMEOUT
@@ -42,20 +40,12 @@ NOT_KNOWN_MEANS = ("LiteLLM's health of this deployment is not known, which is n
 
 def before_step(ex: Execution, step: Action, ctx: RemedyContext) -> bool:
     """Rule 6.1's look, once, before the restart; a llama-server that is not running is started instead.
-    Ends the attempt only when the look could not reach the host at all (no connection: refused, timed
-    out, host key, auth): Rule 6's "if host .15 itself is unreachable → infrastructure alert", now, with
-    no restart sent after it down the same dead connection (the 1,000-GPU chaos day: one restart per GPU
-    of every lost host, 4 per host and 12 per partitioned rack, each another SSH timeout; issue 29 item 5)."""
+    Never ends the attempt."""
     if not (isinstance(step, RunCommand) and ACTIONS[step.action].restarts) or "process" in ex.evidence:
         return False
     ran = ctx.run(look.check_argv(step.argv), step.target)
     check = look.judge(list(ran.argv), ran.outcome, ctx.llama_port)
     record = check.record()
-    if host_not_reached(ran.outcome):
-        record["ran"] = "none"
-        ex.evidence["process"], ex.found["process"] = record, f"{check.case()} → not restarted"
-        ex.ends(Result.ESCALATED, f"cannot reach host over SSH ({ran.outcome.error}) — infrastructure alert (Rule 6)")
-        return True
     if check.state == look.NOT_RUNNING:
         argv, source = look.start_argv(ctx.cfg.gpu(ctx.gpu).command("start_command"), step.argv)
         ex.instead = replace(step, argv=argv, note=f"start: llama-server is not running ({source})")
@@ -64,13 +54,6 @@ def before_step(ex: Execution, step: Action, ctx: RemedyContext) -> bool:
         record["ran"], ex.found["process"] = "restart", f"{check.case()} → restarted"
     ex.evidence["process"] = record
     return False
-
-
-def host_not_reached(outcome: CommandOutcome) -> bool:
-    """The command never ran because the host was not reached: no exit status, not a command that ran
-    too long (``timed_out``), and a transport error of :data:`UNREACHABLE`'s words."""
-    error = outcome.error or ""
-    return outcome.rc is None and not outcome.timed_out and any(w in error for w in UNREACHABLE)
 
 
 def litellm_seen(ctx: RemedyContext) -> dict[str, Any]:
