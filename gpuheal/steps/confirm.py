@@ -39,7 +39,6 @@ nothing is done twice, and no run's writes are lost under another's.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -52,12 +51,11 @@ from gpuheal.core import confirm as core
 from gpuheal.core.confirm import GpuWatch, Probe, Seen, Watch
 from gpuheal.core.engine import IssueBook, iso, load_book
 from gpuheal.model import GpuSample, Observation
+from gpuheal.rules.host_unreachable.reach import Reacher, ask_hosts
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
-log = logging.getLogger("gpuheal")
 Prober = Callable[[Config, Collection[str], Collection[str]], dict[str, GpuSample]]
-Reacher = Callable[[Config, Collection[str]], set[str]]  # the GPUs (of those given) whose host is silent
 
 
 class Overtaken(Exception):
@@ -93,36 +91,9 @@ def real_probe(cfg: Config, aliases: Collection[str], canary: Collection[str]) -
 
 
 def real_reach(cfg: Config, aliases: Collection[str]) -> set[str]:
-    """The GPUs of ``aliases`` whose host does not answer over SSH (:func:`gpuheal.core.confirm.host_silent`),
-    asked with Rule 6.1's own process check (``systemctl is-active UNIT`` or ``pgrep``), once per host, the
-    hosts at once (one connect timeout, ``heal.ssh_connect_timeout_s``, at most). A GPU on this machine
-    (``transport: local``) is never asked: its host is here."""
-    from concurrent.futures import ThreadPoolExecutor
+    from gpuheal.actions.reach import silent_hosts
 
-    from gpuheal.rules.host_unreachable import look
-    from gpuheal.transport import Target, TransportPool, expand
-
-    by_host: dict[Target, list[str]] = {}
-    for alias in aliases:
-        g = cfg.gpu(alias)
-        if g.transport == "ssh":
-            by_host.setdefault(Target.for_gpu(g, cfg.heal), []).append(alias)
-    if not by_host:
-        return set()
-
-    def silent(target: Target, alias: str) -> bool:
-        g = cfg.gpu(alias)
-        try:
-            argv = expand(look.check_argv(g.command("restart_command")), alias=alias, host=g.host,
-                          endpoint=g.endpoint)  # fmt: skip
-            outcome = pool.get(target).run(argv, cfg.heal.ssh_connect_timeout_s)
-        except Exception:  # noqa: BLE001 — a check that trips is "not known": the confirmation goes on
-            return False
-        return core.host_silent(outcome.error, outcome.timed_out)
-
-    with TransportPool.from_config(cfg.heal) as pool, ThreadPoolExecutor(min(8, len(by_host))) as threads:
-        said = dict(zip(by_host, threads.map(lambda t: silent(t, by_host[t][0]), by_host), strict=True))
-    return {a for target, aliases_of in by_host.items() if said[target] for a in aliases_of}
+    return silent_hosts(cfg, aliases)
 
 
 def confirmable(cfg: Config) -> tuple[str, ...]:
@@ -170,12 +141,9 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
     held the lock meanwhile (what earlier rounds acted on was kept before the release: nothing is lost
     and nothing done twice). ``polled_s``: ``clock.now()`` when the poll began (default: the loop's start).
 
-    Before the first re-probe, the host of each GPU whose ``/health`` refused or timed out is asked over
-    SSH (``reach``; :func:`real_reach`, Rule 6.1's process check): a host that does not answer either is
-    silent as a whole — a network blip, or the host down — not a crashed or frozen server, and that GPU
-    is not confirmed in-run (:data:`gpuheal.core.confirm.Seen.HOST_SILENT`); cron's poll holds judge it.
-    ``reach`` defaults to :func:`real_reach` with the real probes; a caller's own ``probe`` (a fake fleet)
-    comes with its own ``reach`` or none (every host answers)."""
+    First the hosts of the GPUs whose ``/health`` refused or timed out are asked over SSH (``reach``, by
+    default :func:`real_reach` with the real probes, none with a caller's ``probe``): a silent host's GPU is
+    not confirmed in-run (:func:`gpuheal.rules.host_unreachable.reach.ask_hosts`)."""
     from gpuheal.sources.gpu_source import gpu_source
 
     budget_s, interval_s = cfg.heal.confirm_budget_s, cfg.heal.confirm_interval_s
@@ -185,7 +153,7 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
         yield result  # nothing suspicious (or no direct probe to repeat): no wait, no re-probe
         return
     reach = reach or (real_reach if probe is None else None)
-    watches = _ask_hosts(cfg, result, watches, reach)
+    watches = ask_hosts(cfg, result, watches, reach)
     if not any(w.state == Watch.WATCHING for w in watches.values()):
         yield result  # every suspect's host is silent too: nothing to confirm in-run
         return
@@ -213,18 +181,6 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
         yield loop.result(watches, only)
         if not any(w.state == Watch.WATCHING for w in watches.values()):
             return
-
-
-def _ask_hosts(cfg: Config, result: Any, watches: dict[str, GpuWatch], reach: Reacher | None) -> dict[str, GpuWatch]:
-    """The watches after asking the hosts of those whose ``/health`` refused or timed out
-    (:func:`gpuheal.core.confirm.asks_host`): a silent host's GPU is not confirmed in-run."""
-    ask = [a for a in watches if core.asks_host(result.obs.gpus.get(a))]
-    silent = reach(cfg, ask) if reach is not None and ask else set()
-    for alias in sorted(silent & set(ask)):
-        log.info("%s: /health %s and its host %s does not answer over SSH either: not confirmed in this run "
-                 "(a network blip or the host down; cron's polls judge it)", alias, watches[alias].probes[0].answer,
-                 cfg.gpu(alias).host)  # fmt: skip
-    return {a: w.after(Seen.HOST_SILENT) if a in silent else w for a, w in watches.items()}
 
 
 @dataclass
