@@ -110,11 +110,6 @@ class RequestsRow:
             at_s, data = data.get("at_s"), data.get("buckets")
         if not isinstance(data, list) or (at_s is not None and number(at_s) is None):
             return None
-        if all(type(b) is list and len(b) == 2 and type(b[1]) is int
-               and (type(b[0]) is int or (type(b[0]) is float and b[0] - b[0] == 0.0)) for b in data):
-            # what json.load gives for a row this version wrote, checked without a call per bucket (every
-            # weighted GPU's row is loaded every cron run); anything else takes the loop below, same result
-            return cls(number(at_s), tuple((b[0], b[1]) for b in data))
         buckets = []
         for b in data:
             start = number(b[0]) if isinstance(b, list) and len(b) == 2 else None
