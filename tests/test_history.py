@@ -301,3 +301,99 @@ def test_gpus_sharing_their_times_get_their_own_lists_after_loading():
     loaded.add(late)
     assert len(loaded.raw[ALIASES[0]]["t"]) == 31 and len(loaded.raw[ALIASES[1]]["t"]) == 30
     assert loaded.raw[ALIASES[1]] == history.raw[ALIASES[1]]
+
+
+# --------------------------------------------------------------------------- the coarse tier, held as read (issue 29)
+
+
+def _stored(history: History) -> dict:
+    return json.loads(json.dumps(history.to_dict()))
+
+
+def _fed(minutes: range, raw_h: float = RAW_H, coarse_days: float = COARSE_DAYS) -> History:
+    history = History()
+    for m in minutes:
+        history.add(obs_at(m, endpoint="ok" if m % 97 else "timeout"), ALIASES)
+        history.compact((T0 + timedelta(minutes=m)).timestamp(), raw_h, BUCKET_S, coarse_days)
+    return history
+
+
+def test_a_run_that_folds_no_bucket_decodes_no_coarse_column(monkeypatch):
+    """A cron run appends one poll to the raw tier; the coarse tier (up to a week of buckets for every
+    GPU) changes only when a bucket is folded in or ages out, once every ``coarse_bucket_s``. Such a
+    run neither unpacks nor repacks it (a 100-GPU week's end: ~80 ms a run, issue 29)."""
+    import gpuheal.state.history as module
+
+    stored = _stored(_fed(range(8 * 60 + 3)))  # 8 h 3 min: coarse buckets for every GPU, mid-bucket now
+    coarse_texts = {block[c] for block in stored["coarse"].values() for c in ("t", "temp_c", "power_w")}
+    decoded: list[str] = []
+    real_unpack, real_pack = module._unpack, module._pack
+    monkeypatch.setattr(module, "_unpack", lambda text, n: decoded.append(text) or real_unpack(text, n))
+    packed: list[str] = []
+    monkeypatch.setattr(module, "_pack", lambda values: packed.append(out := real_pack(values)) or out)
+    history = History.from_dict(stored)
+    history.add(obs_at(8 * 60 + 4), ALIASES)
+    history.compact((T0 + timedelta(minutes=8 * 60 + 4)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)
+    out = _stored(history)
+    assert not coarse_texts & set(decoded) and not coarse_texts & set(packed)
+    assert out["coarse"] == stored["coarse"]
+    assert decoded and packed  # the raw tier was (the check above is not vacuous)
+
+
+@pytest.mark.parametrize("coarse_days", [COARSE_DAYS, 0.25])
+def test_the_coarse_tier_held_as_read_writes_what_decoding_it_writes(coarse_days):
+    """Run after run (a bucket folded in every 10 minutes, buckets ageing out with ``coarse_days`` 0.25),
+    a history loaded with its coarse tier held as read writes the same file as one whose coarse tier
+    is decoded at load (what every run did before)."""
+    history = _fed(range(60), raw_h=1.0, coarse_days=coarse_days)
+    for m in range(60, 60 + 14 * 60, 7):
+        stored = _stored(history)
+        lazy, eager = History.from_dict(stored), History.from_dict(stored)
+        assert eager.coarse is not None  # decoded now
+        for h in (lazy, eager):
+            for step in range(7):
+                temp = None if (m + step) % 50 == 0 else 40.0 + (m * step) % 37 / 3
+                h.add(obs_at(m + step, endpoint="ok" if (m + step) % 41 else "refused", temp=temp), ALIASES)
+                h.compact((T0 + timedelta(minutes=m + step)).timestamp(), 1.0, BUCKET_S, coarse_days)
+        assert json.dumps(lazy.to_dict()) == json.dumps(eager.to_dict())
+        assert lazy == eager and lazy.sample_count() == eager.sample_count()
+        history = lazy
+    assert history.coarse[ALIASES[0]]["t"]
+
+
+def test_a_coarse_block_damaged_past_its_first_time_is_dropped_when_decoded():
+    """The coarse tier is checked in shape at load (as the damaged blocks above) and its values when
+    decoded: a block whose base64 is damaged further on is dropped then, never raised, and never shown."""
+    stored = _stored(_fed(range(8 * 60)))
+    text = stored["coarse"]["gpu-dense"]["temp_c"]
+    stored["coarse"]["gpu-dense"]["temp_c"] = text[:20] + "!" + text[21:]
+    history = History.from_dict(stored)
+    assert "gpu-dense" not in history.coarse and "gpu-light" in history.coarse
+    assert History.from_dict(stored).series("gpu-dense", "temp_c", coarse=True) == _fed(range(8 * 60)).series(
+        "gpu-dense", "temp_c")  # the raw tier alone
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b.update(n=4),
+        lambda b: b.update(n=True),
+        lambda b: b.update(temp_c=b["temp_c"][:-8]),
+        lambda b: b.update(t="!" + b["t"][1:]),
+        lambda b: b.update(endpoint=[["ok", 3], ["ok", b["n"] - 3]]),
+        lambda b: b.update(endpoint=[["ok", b["n"] + 1]]),
+        lambda b: b.update(extra=1),
+    ],
+)
+def test_a_coarse_block_in_another_shape_is_decoded_at_load_as_before(damage):
+    """What :func:`_pack_columns` would not write back as it is (two runs of one state, a key more) is
+    decoded at load and written as packing writes it; a damaged one is dropped at load."""
+    stored = _stored(_fed(range(8 * 60)))
+    block = stored["coarse"]["gpu-dense"]
+    damage(block)
+    history = History.from_dict(stored)
+    assert type(history._coarse.get("gpu-dense")).__name__ != "_Packed"  # decoded (or dropped) at load
+    assert type(history._coarse["gpu-light"]).__name__ == "_Packed"  # the others held as read
+    out = _stored(history)["coarse"].get("gpu-dense")
+    assert out is None or (list(out) == ["n", "t", "temp_c", "vram_used_mb", "util_pct", "power_w", "endpoint"]
+                           and all(a[0] != b[0] for a, b in zip(out["endpoint"], out["endpoint"][1:], strict=False)))

@@ -17,9 +17,10 @@ from __future__ import annotations
 import base64
 import binascii
 import math
+import struct
 import sys
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
 
@@ -33,10 +34,56 @@ def _empty() -> dict[str, list[Any]]:
     return {c: [] for c in COLUMNS}
 
 
-@dataclass
 class History:
-    raw: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
-    coarse: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    """``raw`` and ``coarse``: per alias, the columns (plain lists).
+
+    The coarse tier is decoded only when something asks for it (:attr:`coarse`, :meth:`series` with
+    ``coarse``, or :meth:`compact` when a bucket is folded in or ages out: once every
+    ``coarse_bucket_s``). A coarse block read exactly as :func:`_pack_columns` writes it is held as
+    read (:class:`_Packed`) and written back as it was; nothing a rule judges reads it. A cron run
+    thus no longer unpacks and repacks the whole week's buckets of every GPU to append one poll to the
+    raw tier (a 100-GPU week: ~7.5 MB, ~80 ms a run at the week's end, issue 29)."""
+
+    __slots__ = ("raw", "_coarse", "_times")
+
+    def __init__(
+        self,
+        raw: dict[str, dict[str, list[Any]]] | None = None,
+        coarse: dict[str, dict[str, list[Any]]] | None = None,
+    ) -> None:
+        self.raw: dict[str, dict[str, list[Any]]] = {} if raw is None else raw
+        # alias -> its columns, or its block as read (decoded in place, in order, when asked for)
+        self._coarse: dict[str, dict[str, list[Any]] | _Packed] = {} if coarse is None else dict(coarse)
+        self._times: dict[str, tuple[float, ...]] = {}  # the coarse t columns decoded so far, by their text
+
+    @property
+    def coarse(self) -> dict[str, dict[str, list[Any]]]:
+        """Every GPU's coarse columns (decoded now, if not yet)."""
+        for alias in list(self._coarse):
+            self._coarse_of(alias)
+        return self._coarse  # type: ignore[return-value]  # all decoded above
+
+    def _coarse_of(self, alias: str) -> dict[str, list[Any]] | None:
+        """``alias``'s coarse columns, decoded now if held as read; ``None``: none (a damaged block is
+        dropped, as :meth:`from_dict` drops it)."""
+        block = self._coarse.get(alias)
+        if isinstance(block, _Packed):
+            cols = block.columns(self._times)
+            if cols is None:
+                del self._coarse[alias]
+                return None
+            block = self._coarse[alias] = cols
+        return block
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, History):
+            return NotImplemented
+        return self.raw == other.raw and self.coarse == other.coarse
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"History(raw={self.raw!r}, coarse={self.coarse!r})"
 
     # ------------------------------------------------------------------ (de)serialise
     @classmethod
@@ -49,11 +96,12 @@ class History:
             block = data.get(attr)
             if not isinstance(block, dict):
                 continue
-            target = getattr(hist, attr)
+            target: dict[str, Any] = hist.raw if attr == "raw" else hist._coarse
             times: dict[str, list[float]] = {}  # GPUs polled by the same runs share one t column
             for alias, cols in block.items():
                 if isinstance(cols, dict) and "n" in cols:
-                    unpacked = _unpack_columns(cols, times)
+                    held = _Packed.of(cols) if attr == "coarse" else None
+                    unpacked = held if held is not None else _unpack_columns(cols, times)
                     if unpacked is not None:
                         target[str(alias)] = unpacked
                 elif _valid_columns(cols):  # plain lists (tests, hand-made states)
@@ -66,7 +114,8 @@ class History:
     def to_dict(self) -> dict[str, Any]:
         return {
             "raw": {alias: _pack_columns(cols) for alias, cols in self.raw.items()},
-            "coarse": {alias: _pack_columns(cols) for alias, cols in self.coarse.items()},
+            "coarse": {alias: cols.block if isinstance(cols, _Packed) else _pack_columns(cols)
+                       for alias, cols in self._coarse.items()},
         }
 
     # ------------------------------------------------------------------ update
@@ -86,7 +135,7 @@ class History:
                 cols[metric].append(getattr(sample, metric))
             cols["endpoint"].append(sample.endpoint)
         if aliases is not None:  # a GPU removed from the config: forget it
-            for block in (self.raw, self.coarse):
+            for block in (self.raw, self._coarse):
                 for alias in list(block):
                     if alias not in aliases:
                         del block[alias]
@@ -108,20 +157,29 @@ class History:
                 for c in COLUMNS:
                     del cols[c][:n_old]
                 self._fold(alias, old, bucket_s)
-        for cols in self.coarse.values():
-            ts = cols["t"]
+        for alias, held in list(self._coarse.items()):
+            if isinstance(held, _Packed) and held.first_t >= coarse_cut:
+                continue  # nothing to drop: left as read
+            kept = self._coarse_of(alias)
+            if kept is None:
+                continue
+            ts = kept["t"]
             n_old = 0
             while n_old < len(ts) and ts[n_old] < coarse_cut:
                 n_old += 1
             if n_old:
                 for c in COLUMNS:
-                    del cols[c][:n_old]
-        for block in (self.raw, self.coarse):
-            for alias in [a for a, cols in block.items() if not cols["t"]]:
-                del block[alias]
+                    del kept[c][:n_old]
+        for alias in [a for a, cols in self.raw.items() if not cols["t"]]:
+            del self.raw[alias]
+        for alias in [a for a, c in self._coarse.items() if (c.n if isinstance(c, _Packed) else len(c["t"])) == 0]:
+            del self._coarse[alias]
 
     def _fold(self, alias: str, old: dict[str, list[Any]], bucket_s: int) -> None:
-        target = self.coarse.setdefault(alias, _empty())
+        target = self._coarse_of(alias)
+        if target is None:
+            target = _empty()
+            self._coarse[alias] = target
         buckets: dict[float, list[int]] = {}
         for i, t in enumerate(old["t"]):
             buckets.setdefault(t - t % bucket_s, []).append(i)
@@ -144,7 +202,7 @@ class History:
     ) -> list[tuple[float, float]]:
         """(t, value) pairs with known values, oldest first; ``coarse`` prepends the old buckets."""
         out: list[tuple[float, float]] = []
-        blocks = [self.coarse.get(alias), self.raw.get(alias)] if coarse else [self.raw.get(alias)]
+        blocks = [self._coarse_of(alias), self.raw.get(alias)] if coarse else [self.raw.get(alias)]
         for cols in blocks:
             if not cols:
                 continue
@@ -154,7 +212,8 @@ class History:
         return out
 
     def sample_count(self) -> int:
-        return sum(len(c["t"]) for c in self.raw.values()) + sum(len(c["t"]) for c in self.coarse.values())
+        return sum(len(c["t"]) for c in self.raw.values()) + sum(
+            c.n if isinstance(c, _Packed) else len(c["t"]) for c in self._coarse.values())
 
 
 def _valid_columns(cols: Any) -> bool:
@@ -225,6 +284,62 @@ def _pack_columns(cols: dict[str, list[Any]]) -> dict[str, Any]:
         out[c] = _pack(cols[c])
     out["endpoint"] = runs
     return out
+
+
+_BLOCK_KEYS = ("n", "t", *METRICS, "endpoint")  # what _pack_columns writes, in its order
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Packed:
+    """A coarse block held as read, in the shape :func:`_pack_columns` writes (:meth:`of`), written back
+    as it was while nothing decodes it."""
+
+    block: dict[str, Any]
+    n: int
+    first_t: float  # the oldest bucket's start (what :meth:`History.compact` drops by)
+
+    @classmethod
+    def of(cls, block: dict[str, Any]) -> _Packed | None:
+        """``block`` held as read, or ``None``: decode it now, as before (another writer's shape, a
+        length that does not match ``n``, an endpoint column :func:`_pack_columns` would not write, an
+        oldest time that is not one). Reads no value but the first time: no base64 decoded, no Python
+        object per value. A block whose base64 is damaged past its first time is found when it is
+        decoded (:meth:`columns`), and dropped then, as a damaged block is at load."""
+        if tuple(block) != _BLOCK_KEYS:
+            return None
+        n = block["n"]
+        if type(n) is not int or n < 1:
+            return None
+        size = 4 * -(-8 * n // 3)
+        if any(type(block[c]) is not str or len(block[c]) != size for c in _BLOCK_KEYS[1:-1]):
+            return None
+        try:
+            head = base64.b64decode(block["t"][:12], validate=True)
+        except (binascii.Error, ValueError):
+            return None
+        first_t: float = struct.unpack("<d", head[:8])[0]
+        if not math.isfinite(first_t):
+            return None
+        runs = block["endpoint"]
+        if type(runs) is not list:
+            return None
+        total, last = 0, None
+        for i, run in enumerate(runs):
+            if (type(run) is not list or len(run) != 2 or not (run[0] is None or type(run[0]) is str)
+                    or type(run[1]) is not int or run[1] < 1 or (i and run[0] == last)):
+                return None  # adjacent runs of one state are one run when packed
+            total, last = total + run[1], run[0]
+        return cls(block, n, first_t) if total == n else None
+
+    def columns(self, times: dict[str, tuple[float, ...]]) -> dict[str, list[Any]] | None:
+        """The columns, or ``None`` for a damaged block (``times``: the t columns decoded before, by
+        their text, shared as :func:`_unpack_columns` shares them; tuples, as a decoded column changes)."""
+        text = self.block["t"]
+        known = times.get(text)
+        cols = _unpack_columns(self.block, {} if known is None else {text: known})  # type: ignore[dict-item]
+        if cols is not None and known is None:
+            times[text] = tuple(cols["t"])
+        return cols
 
 
 def _unpack_columns(block: dict[str, Any], times: dict[str, list[float]]) -> dict[str, list[Any]] | None:
