@@ -78,7 +78,7 @@ class Issue:
     issue: str
     severity: str
     state: str
-    since: str
+    since: str | None  # ISO text (always, from the engine)
     fired_at: str | None
     evidence: dict[str, Any]
     summary: str
@@ -114,6 +114,25 @@ class Issue:
         if self.resolved_at is not None:
             out["resolved_at"] = self.resolved_at
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Issue:
+        """An issue in the contract's shape back as a record (:meth:`to_json`'s inverse; a document's
+        ``detected`` keeps its probes as evidence). A missing field reads as the consumers read it
+        before they were typed: ``firing``, a ``warning``, no ``since``, nothing detected."""
+        detected = data.get("detected")
+        return cls(
+            gpu=str(data.get("gpu", "")),
+            issue=str(data.get("issue", "")),
+            severity=str(data.get("severity", "warning")),
+            state=str(data.get("state", FIRING)),
+            since=data.get("since"),
+            fired_at=data.get("fired_at"),
+            evidence=detected if isinstance(detected, dict) else {},
+            summary=str(data.get("summary") or ""),
+            inhibited_by=data.get("inhibited_by"),
+            resolved_at=data.get("resolved_at"),
+        )
 
 
 @dataclass(frozen=True)
