@@ -38,8 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuheal.core.engine import FIRING
-from gpuheal.core.issue import VERIFYING
+from gpuheal.core.issue import FIRED_STATES, FIRING
 from gpuheal.ids import ISSUE_IDS
 
 if TYPE_CHECKING:
@@ -51,9 +50,9 @@ log = logging.getLogger("gpuheal")
 
 STATUS_CODE = {"healthy": 0, "degraded": 1, "down": 2}
 
-# An issue is open from firing until resolved; being verified after a remediation it stays open
-# (contract "Issue state after a remediation"); ``pending`` (its hold not yet run) is not open yet.
-OPEN_STATES = frozenset({FIRING, VERIFYING})
+# ``gpuheal_issues_open`` counts an issue from firing until resolved (core/issue.FIRED_STATES); being
+# verified after a remediation it still counts (contract "Issue state after a remediation"); ``pending``
+# (its hold not yet run) does not count yet.
 
 MB = 1024 * 1024
 
@@ -208,7 +207,7 @@ def _add_issues(ex: Exposition, issues: list[dict[str, Any]]) -> None:
     per open or pending issue."""
     counts = Counter(dict.fromkeys(ISSUE_IDS, 0))
     for issue in issues:
-        if issue.get("state", FIRING) in OPEN_STATES:
+        if issue.get("state", FIRING) in FIRED_STATES:
             counts[str(issue["issue"])] += 1
     ex.declare("gpuheal_issues_open", "Open (firing or verifying) issues per issue id.")
     for issue_id, n in counts.items():

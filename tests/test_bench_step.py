@@ -20,6 +20,7 @@ from test_bench_fakes import (
 from gpuheal import benchdata
 from gpuheal.config import load_config_dict
 from gpuheal.core.engine import Evaluation
+from gpuheal.core.issue import Issue
 from gpuheal.errors import GpuhealError
 from gpuheal.runtime import Runtime
 from gpuheal.state import files
@@ -189,7 +190,7 @@ def test_rules_engine_issue_wins_and_gets_the_key(tmp_path, fakes, evaluate, mon
         "since": "2026-07-18T07:00:00Z",
         "detected": {"status": 401},
     }
-    monkeypatch.setattr(evaluate, "evaluate_bench_full", lambda cfg, store, now, *verdicts: Evaluation(issues=[dict(engine_issue)]))
+    monkeypatch.setattr(evaluate, "evaluate_bench_full", lambda cfg, store, now, *verdicts: Evaluation(issues=[Issue.from_json(engine_issue)]))
     doc = run_bench(cfg, tmp_path).document
     (issue,) = doc["issues"]
     assert issue["since"] == "2026-07-18T07:00:00Z"

@@ -3,12 +3,14 @@ a safety bug found in wave 5: the plan guard read only the state ``gpuheal pause
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 from gpuheal.config import load_config_dict
 from gpuheal.core import plan as planner
 from gpuheal.core import verify
 from gpuheal.core.heal_state import HealState, Mitigation
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import empty_state
 from gpuheal.rules import REMEDIES
 from tests.lab import Lab, scenario
@@ -27,8 +29,8 @@ def cfg(paused_b: bool = True):
 
 
 def stuck(gpu: str) -> dict:
-    return {"gpu": gpu, "issue": "model-stuck", "state": "firing", "since": "2026-07-18T08:00:00Z",
-            "severity": "critical", "detected": {"failure_ratio": 0.9}}  # fmt: skip
+    return Issue.from_json({"gpu": gpu, "issue": "model-stuck", "state": "firing", "since": "2026-07-18T08:00:00Z",
+            "severity": "critical", "detected": {"failure_ratio": 0.9}})  # fmt: skip
 
 
 def test_a_gpu_paused_in_the_config_is_blocked_like_a_paused_one():
@@ -43,7 +45,7 @@ def test_a_gpu_paused_in_the_config_is_blocked_like_a_paused_one():
 
 
 def test_a_paused_gpu_in_the_config_escalates_nothing():
-    escalating = {**stuck("gpu-b"), "issue": "api-key-mismatch"}  # automatic=False: escalated at once when not paused
+    escalating = replace(stuck("gpu-b"), issue="api-key-mismatch")  # automatic=False: escalated at once when not paused
     assert [i.decision for i in plan([escalating], empty_state(), cfg(paused_b=False), NOW)] == ["escalate"]
     assert [i.decision for i in plan([escalating], empty_state(), cfg(), NOW)] == ["blocked"]
 

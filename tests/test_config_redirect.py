@@ -18,6 +18,7 @@ from gpuheal.config import load_config_dict
 from gpuheal.core import litellm_config as lc
 from gpuheal.core.actions import LiteLLMUpdate, RewriteLiteLLM
 from gpuheal.core.heal_state import HealState, Mitigation, Pause
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import NoRestore, empty_state, plan, restore_actions
 from gpuheal.rules import REMEDIES
 
@@ -84,7 +85,7 @@ def fleet(**litellm):
 
 
 def hot(gpu, issue="thermal-critical"):
-    return {"gpu": gpu, "issue": issue, "state": "firing", "since": "S", "severity": "critical", "detected": {}}
+    return Issue.from_json({"gpu": gpu, "issue": issue, "state": "firing", "since": "S", "severity": "critical", "detected": {}})
 
 
 def redirect_of(items, gpu="gpu-dense"):

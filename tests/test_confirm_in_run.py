@@ -114,7 +114,7 @@ def test_a_flapping_server_is_never_restarted_on_mixed_evidence(tmp_path):
             with StateDir(lab.state_dir, 10) as store:
                 result = check.run(lab.cfg, store, lab.fleet.now())
                 after = confirm.run(lab.cfg, store, result, clock.clock, flapping)
-            states = [i["state"] for i in after.issues if i["issue"] == "host-unreachable"]
+            states = [i.state for i in after.issues if i.issue == "host-unreachable"]
             assert "firing" not in states, after.issues
         assert lab.restarts("gpu-a") == 0
     finally:

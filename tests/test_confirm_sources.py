@@ -58,9 +58,9 @@ def test_every_source_confirms_a_hard_fault_at_the_same_evidence(tmp_path, sourc
         result = check.run(cfg, store, NOW, obs=observation(source, sample))
         after = confirm.run(cfg, store, result, clock.clock, prober)
     assert set(map(tuple, asked)) == {("gpu-a",)}  # only the faulty GPU is re-probed
-    fired = [i for i in after.issues if i["issue"] == issue and i["state"] == "firing"]
-    assert [i["gpu"] for i in fired] == ["gpu-a"], after.issues
-    probes = fired[0]["detected"]["probes"]
+    fired = [i for i in after.issues if i.issue == issue and i.state == "firing"]
+    assert [i.gpu for i in fired] == ["gpu-a"], after.issues
+    probes = fired[0].detected["probes"]
     span_s = parse_iso(probes[-1]["at"]).timestamp() - parse_iso(probes[0]["at"]).timestamp()
     assert hold_s - 5 / 4 <= span_s <= hold_s + 5 + 1.1, probes
     assert sum(clock.sleeps) <= 30

@@ -77,8 +77,8 @@ def drive(rules, n, cfg=CFG, restarts=None, obs_list=None, book=None):
 def test_fires_after_hold_polls_consecutive_findings():
     tl, _, ev = drive([scripted_rule("FFF", polls=2)], 3)
     assert tl == [(0, "gpu-dense", "thermal-critical", "pending"), (1, "gpu-dense", "thermal-critical", "firing")]
-    assert ev.issues[0]["state"] == "firing" and ev.issues[0]["since"] == "2026-07-18T08:00:00Z"
-    assert ev.issues[0]["fired_at"] == "2026-07-18T08:01:00Z"
+    assert ev.issues[0].state == "firing" and ev.issues[0].since == "2026-07-18T08:00:00Z"
+    assert ev.issues[0].fired_at == "2026-07-18T08:01:00Z"
 
 
 def test_one_finding_then_quiet_is_dropped_never_fired():
@@ -95,15 +95,15 @@ def test_missing_data_neither_advances_nor_resets_the_hold():
 def test_missing_data_never_clears_a_firing_issue():
     tl, _, ev = drive([scripted_rule("F____")], 5)
     assert [e[3] for e in tl] == ["firing"]
-    assert ev.issues[0]["state"] == "firing"
+    assert ev.issues[0].state == "firing"
 
 
 def test_hysteresis_recovered_decides_not_detect():
     # quiet at polls 1-2 but not recovered (e.g. 82 °C), recovered at 3
     tl, _, ev = drive([scripted_rule("F...", "_nnR")], 4)
     assert [(e[0], e[3]) for e in tl] == [(0, "firing"), (3, "resolved")]
-    assert ev.resolved[0]["resolved_at"] == "2026-07-18T08:03:00Z"
-    assert ev.resolved[0]["since"] == "2026-07-18T08:00:00Z"
+    assert ev.resolved[0].resolved_at == "2026-07-18T08:03:00Z"
+    assert ev.resolved[0].since == "2026-07-18T08:00:00Z"
 
 
 def test_clear_polls_needs_consecutive_recoveries():
@@ -128,7 +128,7 @@ def test_started_at_moves_since_back():
     started = START.timestamp() - 590
     tl, _, ev = drive([scripted_rule("FF", hold_s=600, started_at=started)], 2)
     assert [(e[0], e[3]) for e in tl] == [(0, "pending"), (1, "firing")]
-    assert ev.issues[0]["since"] == "2026-07-18T07:50:10Z"
+    assert ev.issues[0].since == "2026-07-18T07:50:10Z"
 
 
 def test_muted_gpu_is_not_evaluated_at_all():
@@ -141,15 +141,15 @@ def test_muted_gpu_is_not_evaluated_at_all():
 def test_muted_gpu_keeps_its_open_issues():
     restarts = Restarts(last={"gpu-dense": START.timestamp() + 60}, grace_s=120)
     _, _, ev = drive([scripted_rule("F")], 2, restarts=restarts)
-    assert [i["state"] for i in ev.issues] == ["firing"] and ev.muted == ["gpu-dense"]
+    assert [i.state for i in ev.issues] == ["firing"] and ev.muted == ["gpu-dense"]
 
 
 def test_host_inhibitor_freezes_and_hides_the_gpus_other_issues():
     host = scripted_rule(".F.", rule_id="host-unreachable", inhibits="host")
     other = scripted_rule("F.", rule_id="model-stuck")  # frozen at poll 1: its script does not advance
     tl, book, ev = drive([host, other], 2)
-    assert [i["issue"] for i in ev.issues] == ["host-unreachable"]
-    assert [(i["issue"], i["inhibited_by"]) for i in ev.inhibited] == [("model-stuck", "host-unreachable")]
+    assert [i.issue for i in ev.issues] == ["host-unreachable"]
+    assert [(i.issue, i.inhibited_by) for i in ev.inhibited] == [("model-stuck", "host-unreachable")]
     assert book.issues["gpu-dense|model-stuck"].state == "firing"
     # the host comes back: the other rule is evaluated again (its script advances to ".")
     tl, _, ev = drive([host, other], 1, book=book)
@@ -165,8 +165,8 @@ def test_monitor_inhibitor_hides_monitor_fed_issues_only():
         fired_at="x", hits=2, last_s=0.0)
     other = scripted_rule("F", rule_id="benchmark-regression")
     _, _, ev = drive([ds, fed, other], 1, book=book)
-    assert {i["issue"] for i in ev.issues} == {"data-source-unreachable", "benchmark-regression"}
-    assert [i["issue"] for i in ev.inhibited] == ["thermal-critical"]
+    assert {i.issue for i in ev.issues} == {"data-source-unreachable", "benchmark-regression"}
+    assert [i.issue for i in ev.inhibited] == ["thermal-critical"]
 
 
 def test_issues_of_removed_gpus_or_rules_are_forgotten():
@@ -203,7 +203,7 @@ def test_open_issues_sorted_worst_first_then_fleet_order():
         from series import run
 
     result = run(CFG, trace)
-    assert [(i["gpu"], i["issue"], i["state"]) for i in result.open_at_end] == [
+    assert [(i.gpu, i.issue, i.state) for i in result.open_at_end] == [
         ("gpu-dense", "host-unreachable", "firing"),
         ("strix-moe", "thermal-critical", "firing"),
     ]

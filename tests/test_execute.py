@@ -9,6 +9,7 @@ from functools import partial
 from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
 from gpuheal.core import plan as planner
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import empty_state
 from gpuheal.rules import REMEDIES
 from gpuheal.rules.vram_leak import attribution as va
@@ -60,7 +61,7 @@ def cfg(**heal):
 
 
 def item_for(issue_id, c):
-    return plan([{"gpu": "gpu-a", "issue": issue_id, "state": "firing", "since": "2026-07-18T08:00:00Z", "severity": "warning", "detected": {}}], empty_state(), c, 1e9)[0]
+    return plan([Issue.from_json({"gpu": "gpu-a", "issue": issue_id, "state": "firing", "since": "2026-07-18T08:00:00Z", "severity": "warning", "detected": {}})], empty_state(), c, 1e9)[0]
 
 
 def ok_verify(alias):
@@ -297,7 +298,7 @@ def test_litellm_update_is_an_http_call_not_a_command():
         "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "litellm_model_id": "dep-a",
                   "litellm_rpm": 60}],
     })
-    item = plan([{"gpu": "gpu-a", "issue": "thermal-warning", "state": "firing", "since": "S", "detected": {}}],
+    item = plan([Issue.from_json({"gpu": "gpu-a", "issue": "thermal-warning", "state": "firing", "since": "S", "detected": {}})],
                 empty_state(), c, 1e9)[0]
     # weight or rpm, and the value, are read from LiteLLM when it runs (issue 11)
     assert item.steps == (LiteLLMUpdate("shed-load", "dep-a", "auto", None, item.steps[0].note,
@@ -325,7 +326,7 @@ def test_a_shed_that_litellm_cannot_store_escalates_in_the_same_item():
         "litellm": {"url": "http://127.0.0.1:9/litellm"},
         "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "litellm_model_id": "dep-a"}],
     })
-    item = plan([{"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "S", "detected": {}}],
+    item = plan([Issue.from_json({"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "S", "detected": {}})],
                 empty_state(), c, 1e9)[0]
     line = "LiteLLM keeps dep-a in config.yaml (db_model false): load shedding needs STORE_MODEL_IN_DB"
 
@@ -347,7 +348,7 @@ def test_a_shed_that_litellm_cannot_store_escalates_in_the_same_item():
         "gpus": [{"alias": "gpu-a", "host": "ct8", "endpoint": "http://127.0.0.1:9", "litellm_model_id": "dep-a",
                   "redirect_command": "my-redirect {alias}", "transport": "local"}],
     })
-    item2 = plan([{"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "S", "detected": {}}],
+    item2 = plan([Issue.from_json({"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "S", "detected": {}})],
                  empty_state(), c2, 1e9)[0]
     assert isinstance(item2.steps[0], LiteLLMUpdate)  # shed-load stays built in
     # (issue 27 item 7: the shed that cannot happen is said, and the operator's redirect still runs; the attempt
@@ -370,8 +371,8 @@ def _two_gpu_host(**heal):
 
 
 def _item(issue_id, c, gpu):
-    issue = {"gpu": gpu, "issue": issue_id, "state": "firing", "since": "2026-07-18T08:00:00Z",
-             "severity": "warning", "detected": {}}
+    issue = Issue.from_json({"gpu": gpu, "issue": issue_id, "state": "firing", "since": "2026-07-18T08:00:00Z",
+             "severity": "warning", "detected": {}})
     return plan([issue], empty_state(), c, 1e9)[0]
 
 

@@ -22,6 +22,7 @@ from gpuheal.core import plan as planner
 from gpuheal.core.bench import exclusion_reason
 from gpuheal.core.engine import new_book
 from gpuheal.core.heal_state import HealState, Mitigation
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import empty_state
 from gpuheal.core.view import Restarts
 from gpuheal.rules import ALL, REMEDIES
@@ -55,7 +56,7 @@ def changes(decisions: list) -> list[tuple[int, object]]:
 
 def _judged(offsets):
     a = replace(attempt(status="pending"), started_at=poll(0, offsets), verify_by=poll(0, offsets) + 180)
-    open_issue = {"since": a.since, "state": "verifying"}
+    open_issue = Issue.from_json({"since": a.since, "state": "verifying"})
     return [verify.judge(a, open_issue, False, poll(i, offsets)) for i in range(1, 8)]
 
 

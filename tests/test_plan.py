@@ -10,6 +10,7 @@ from gpuheal.config import load_config_dict
 from gpuheal.core import plan as planner
 from gpuheal.core.actions import CapPower, LiteLLMUpdate
 from gpuheal.core.heal_state import HealState
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import empty_state
 from gpuheal.rules import REMEDIES
 
@@ -48,7 +49,7 @@ def cfg(n_gpus: int = 3, monitor: bool = True, **heal):
 
 
 def issue(gpu="gpu-0", issue_id="model-stuck", state="firing", since="2026-07-18T08:00:00Z", severity="critical"):
-    return {"gpu": gpu, "issue": issue_id, "state": state, "since": since, "severity": severity, "detected": {"failure_ratio": 0.9}}
+    return Issue.from_json({"gpu": gpu, "issue": issue_id, "state": state, "since": since, "severity": severity, "detected": {"failure_ratio": 0.9}})
 
 
 def only(items):

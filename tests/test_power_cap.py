@@ -24,6 +24,7 @@ from gpuheal.config import load_config_dict
 from gpuheal.core import power
 from gpuheal.core.actions import CapPower
 from gpuheal.core.heal_state import HealState, Mitigation
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import NoRestore, empty_state, plan, restore_actions
 from gpuheal.parse.power import PowerLimits, parse_power_limits, parse_rocm_power_cap
 from gpuheal.rules import REMEDIES
@@ -190,7 +191,7 @@ def spec_like(**heal):
 
 
 def hot(gpu, issue="thermal-critical"):
-    return {"gpu": gpu, "issue": issue, "state": "firing", "since": "S", "severity": "critical", "detected": {}}
+    return Issue.from_json({"gpu": gpu, "issue": issue, "state": "firing", "since": "S", "severity": "critical", "detected": {}})
 
 
 def test_the_undo_puts_the_power_back_first_and_says_when_nothing_is_left():

@@ -33,7 +33,7 @@ ALL_TRACES = sorted(p.stem for p in TRACES.glob("*.jsonl"))
 def compact(result) -> dict:
     return {
         "timeline": [[t["poll"], t["at"], t["gpu"], t["issue"], t["event"]] for t in result.timeline],
-        "open_at_end": [[i["gpu"], i["issue"], i["state"]] for i in result.open_at_end],
+        "open_at_end": [[i.gpu, i.issue, i.state] for i in result.open_at_end],
         "fired": len(result.fired),
     }
 
@@ -162,7 +162,7 @@ def test_check_writes_the_public_trend_and_breaker_files(tmp_path):
     assert breakers["gpu-light"] == {"gpu": "gpu-light", "open": True, "auto_reset_attempted": False,
                                      "last_reset": None, "opened_at": "2026-07-18T07:57:00Z"}
     assert breakers["gpu-dense"]["open"] is False
-    assert [(i["issue"], i["state"]) for i in result.issues] == [("circuit-breaker-stuck", "firing")]
+    assert [(i.issue, i.state) for i in result.issues] == [("circuit-breaker-stuck", "firing")]
     assert result.health["status"] == "degraded"
 
 

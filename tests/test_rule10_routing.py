@@ -17,6 +17,7 @@ except ImportError:
 from gpuheal.config import load_config_dict
 from gpuheal.config.model import Role
 from gpuheal.core import routing
+from gpuheal.core.issue import Issue
 from gpuheal.core.routing import Deployment, Reading, counter_increase, judge, tally
 from gpuheal.errors import ConfigError
 from gpuheal.parse.litellm_spend import SpendRow
@@ -122,8 +123,8 @@ def test_rule10_fires_from_litellms_counters_when_a_gpu_serves_another_model_gro
     assert polls(r, "gpu-light", ISSUE, "pending") == [4]  # 6 requests a minute: 24 > min_requests at poll 4
     assert polls(r, "gpu-light", ISSUE) == [65]  # then hold_s 3600, "more than"
     assert polls(r, "gpu-dense", ISSUE) == []  # no role of its own, at its weight
-    issue = next(i for i in r.open_at_end if i["issue"] == ISSUE and i["gpu"] == "gpu-light")
-    assert issue["detected"]["source"] == "litellm-counters" and issue["detected"]["outside_role_pct"] == 100
+    issue = next(i for i in r.open_at_end if i.issue == ISSUE and i.gpu == "gpu-light")
+    assert issue.detected["source"] == "litellm-counters" and issue.detected["outside_role_pct"] == 100
 
 
 def test_a_role_object_is_checked_by_the_schema():
@@ -188,9 +189,9 @@ def test_heal_alerts_once_then_asks_for_an_alias_audit_past_48h_then_says_resolv
     cfg = role_config({"name": "vision, light tasks", "model_groups": ["light"]})
     since_s = 1_784_361_600.0
     since = "2026-07-18T08:00:00Z"
-    misrouted = [{"gpu": "gpu-light", "issue": ISSUE, "severity": "info", "state": "firing", "since": since,
+    misrouted = [Issue.from_json({"gpu": "gpu-light", "issue": ISSUE, "severity": "info", "state": "firing", "since": since,
                   "summary": "gpu-light (vision, light tasks) 100 % of its requests are outside its role",
-                  "detected": {"source": "litellm-counters", "outside_role_pct": 100.0}}]
+                  "detected": {"source": "litellm-counters", "outside_role_pct": 100.0}})]
     late = random.Random(7)
     runs = {}
     for hours in (0, 0.02, 2, 25, 47.99, 48, 49):
@@ -219,7 +220,7 @@ def test_rule10_from_spend_tallies_judges_tags_and_names_its_source():
              for o in fleet_trace(cfg, n=70)]
     r = run(cfg, trace)
     assert polls(r, "gpu-light", ISSUE, "pending") == [0] and polls(r, "gpu-light", ISSUE) == [61]
-    d = next(i for i in r.open_at_end if i["gpu"] == "gpu-light")["detected"]
+    d = next(i for i in r.open_at_end if i.gpu == "gpu-light").detected
     assert (d["source"], d["outside_role_pct"], d["outside_by"], d["role_unknown"]) == (
         "spend-logs", 42.9, {"request tags": 60}, 10)  # 60 of the 140 judgeable
     assert "not_judged" not in d and polls(r, "gpu-dense", ISSUE, "pending") == []
@@ -341,9 +342,9 @@ def test_rule10_through_the_engine_names_the_group_and_its_gpu():
     groups = {"gpu-dense": "heavy*81", "gpu-light": "heavy*81", "strix-moe": "moe*81"}
     trace = fleet_trace(cfg, {a: {"litellm_requests_total": counters[a], "litellm_model_group": groups[a]}
                               for a in counters})
-    issue = next(i for i in run(cfg, trace).open_at_end if i["issue"] == ISSUE and i["gpu"] == "gpu-light")
-    assert "model group 'heavy' (" in issue["summary"] and "requests) -> gpu-dense" in issue["summary"]
-    assert issue["detected"]["route"][0]["to"] == ["gpu-dense"]
+    issue = next(i for i in run(cfg, trace).open_at_end if i.issue == ISSUE and i.gpu == "gpu-light")
+    assert "model group 'heavy' (" in issue.summary and "requests) -> gpu-dense" in issue.summary
+    assert issue.detected["route"][0]["to"] == ["gpu-dense"]
 
 
 def test_the_fleet_is_summed_once_a_poll_not_once_a_gpu(monkeypatch):

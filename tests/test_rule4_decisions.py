@@ -25,6 +25,7 @@ from gpuheal.core import plan as planner
 from gpuheal.core import rebench
 from gpuheal.core.alert import Alert
 from gpuheal.core.alerts import AlertPolicy, Message, group
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import empty_state
 from gpuheal.parse.smi import GpuProcess, parse_rocm_pids
 from gpuheal.rules import ALL, REMEDIES
@@ -133,8 +134,8 @@ def _cfg(**heal):
 
 
 def _item(c, util=97.0, temp=60.0, firing=()):
-    issue = {"gpu": "gpu-a", "issue": "benchmark-regression", "state": "firing", "since": "2026-07-18T08:00:00Z",
-             "severity": "warning", "detected": {"util_pct": util, "temp_c": temp}}
+    issue = Issue.from_json({"gpu": "gpu-a", "issue": "benchmark-regression", "state": "firing", "since": "2026-07-18T08:00:00Z",
+             "severity": "warning", "detected": {"util_pct": util, "temp_c": temp}})
     return plan([issue, *firing], empty_state(), c, 1e9)
 
 
@@ -212,8 +213,8 @@ def test_nothing_found_escalates_at_once_and_unknown_says_so():
 
 def test_hot_gpu_regression_joins_the_thermal_incident():
     c = _cfg()
-    hot = {"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "2026-07-18T08:00:00Z",
-           "severity": "critical", "detected": {"temp_c": 88}}
+    hot = Issue.from_json({"gpu": "gpu-a", "issue": "thermal-critical", "state": "firing", "since": "2026-07-18T08:00:00Z",
+           "severity": "critical", "detected": {"temp_c": 88}})
     items = {i.issue: i for i in _item(c, temp=88.0, firing=(hot,))}
     assert items["thermal-critical"].decision in ("act", "escalate")  # Rule 1's own fix (or its escalation)
     reg = items["benchmark-regression"]

@@ -14,6 +14,7 @@ import pytest
 from gpuheal.actions.execute import run_item
 from gpuheal.config import load_config_dict
 from gpuheal.core import plan as planner
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import empty_state
 from gpuheal.rules import REMEDIES
 from gpuheal.rules.host_unreachable import look as pc
@@ -32,8 +33,8 @@ def cfg(restart="systemctl restart llama-server", endpoint="http://127.0.0.1:808
 
 
 def unreachable(c):
-    issue = {"gpu": "gpu-a", "issue": "host-unreachable", "state": "firing", "since": "2026-07-18T08:00:00Z",
-             "severity": "critical", "detected": {}}  # fmt: skip
+    issue = Issue.from_json({"gpu": "gpu-a", "issue": "host-unreachable", "state": "firing", "since": "2026-07-18T08:00:00Z",
+             "severity": "critical", "detected": {}})  # fmt: skip
     return plan([issue], empty_state(), c, 1e9)[0]
 
 
@@ -219,8 +220,8 @@ def test_a_litellm_that_is_too_slow_is_not_known(monkeypatch):
 def test_model_stuck_restart_does_not_ask_litellm():
     c = cfg()
     asked = []
-    item = plan([{"gpu": "gpu-a", "issue": "model-stuck", "state": "firing", "since": "2026-07-18T08:00:00Z",
-                  "severity": "warning", "detected": {}}], empty_state(), c, 1e9)[0]  # fmt: skip
+    item = plan([Issue.from_json({"gpu": "gpu-a", "issue": "model-stuck", "state": "firing", "since": "2026-07-18T08:00:00Z",
+                  "severity": "warning", "detected": {}})], empty_state(), c, 1e9)[0]  # fmt: skip
     run_item(item, c, FakeRunner(), ok_verify, (), None, asked.append)
     assert asked == []
 

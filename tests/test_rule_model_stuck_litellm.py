@@ -28,10 +28,10 @@ def trace(total: str, failed: str, step_s: float = 60.0):
 def test_fires_at_the_second_bad_poll_and_says_what_users_saw(step_s):
     r = trace("0 10 20 30 40", "0 0 8 16 24", step_s=step_s)
     assert polls(r, G, "model-stuck", "pending") == [2] and polls(r, G, "model-stuck") == [3]
-    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
-    d = issue["detected"]
+    issue = next(i for i in r.open_at_end if i.issue == "model-stuck")
+    d = issue.detected
     assert d["source"] == "LiteLLM /metrics" and d["failure_pct"] == 80 and d["requests"] == 10
-    assert "LiteLLM saw 8 of 10 requests fail" in issue["summary"]
+    assert "LiteLLM saw 8 of 10 requests fail" in issue.summary
 
 
 def test_half_or_less_failing_never_fires_and_few_requests_are_not_known():

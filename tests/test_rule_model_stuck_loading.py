@@ -75,9 +75,9 @@ def test_a_server_that_never_finishes_loading_is_stuck_once_past_loading_max_s()
     cfg = short()
     r = run(cfg, fleet_trace(cfg, {G: fields}))
     assert polls(r, G, "model-stuck", "pending") == [5] and polls(r, G, "model-stuck") == [6]
-    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
-    assert issue["detected"]["source"] == "llama-server /health" and issue["detected"]["endpoint"] == "loading"
-    assert issue["detected"]["loading_s"] >= 360 and "still loading its model" in issue["summary"]
+    issue = next(i for i in r.open_at_end if i.issue == "model-stuck")
+    assert issue.detected["source"] == "llama-server /health" and issue.detected["endpoint"] == "loading"
+    assert issue.detected["loading_s"] >= 360 and "still loading its model" in issue.summary
 
 
 def test_the_default_allows_a_ten_minute_load():

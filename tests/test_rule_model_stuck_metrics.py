@@ -27,11 +27,11 @@ def test_fires_at_the_third_poll_with_requests_in_flight_and_no_decode():
     r = trace("100 200 200 200 200", "1x4")
     assert polls(r, G, "model-stuck", "pending") == [2]
     assert polls(r, G, "model-stuck") == [3]
-    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
-    assert issue["severity"] == "critical"
-    assert issue["detected"]["source"] == "llama-server /metrics"
-    assert issue["detected"]["n_decode_total"] == 200 and issue["detected"]["requests_processing"] == 1
-    assert "/health says ok" in issue["summary"]
+    issue = next(i for i in r.open_at_end if i.issue == "model-stuck")
+    assert issue.severity == "critical"
+    assert issue.detected["source"] == "llama-server /metrics"
+    assert issue.detected["n_decode_total"] == 200 and issue.detected["requests_processing"] == 1
+    assert "/health says ok" in issue.summary
 
 
 @pytest.mark.parametrize("step_s", [47.3, 58.9, 61.7, 73.1])
@@ -86,15 +86,15 @@ def test_a_sleeping_server_is_not_stuck():
 def test_fires_without_gpu_monitor_and_is_not_hidden_by_rule_7():
     r = trace("100 200 200 200 200 200", "1x5", monitor="0x5")
     assert polls(r, G, "model-stuck") == [3]
-    assert ("fleet", "data-source-unreachable") in {(i["gpu"], i["issue"]) for i in r.open_at_end}
-    assert G in {i["gpu"] for i in r.open_at_end if i["issue"] == "model-stuck"}
+    assert ("fleet", "data-source-unreachable") in {(i.gpu, i.issue) for i in r.open_at_end}
+    assert G in {i.gpu for i in r.open_at_end if i.issue == "model-stuck"}
 
 
 def test_deferred_requests_growing_are_reported():
     r = trace("100 200 200 200", "1x3", requests_deferred="0 1 2 3")
-    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
-    assert issue["detected"]["requests_deferred"] == 3
-    assert issue["detected"]["deferred_growing_polls"] == 3
+    issue = next(i for i in r.open_at_end if i.issue == "model-stuck")
+    assert issue.detected["requests_deferred"] == 3
+    assert issue.detected["deferred_growing_polls"] == 3
 
 
 def test_resolves_when_decoding_resumes():

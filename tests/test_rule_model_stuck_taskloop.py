@@ -31,11 +31,11 @@ def test_fires_at_the_third_stalled_poll_and_says_what_answered():
     r = trace("ok timeout*4", "idle timeout*4")
     assert polls(r, G, "model-stuck", "pending") == [2]
     assert polls(r, G, "model-stuck") == [3]
-    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
-    d = issue["detected"]
+    issue = next(i for i in r.open_at_end if i.issue == "model-stuck")
+    d = issue.detected
     assert d["source"] == "llama-server task loop"
     assert d["answered"] == ["/health"] and d["not_answered"] == ["/metrics", "/slots"]
-    assert "task loop is hung" in issue["summary"] and "/health says ok" in issue["summary"]
+    assert "task loop is hung" in issue.summary and "/health says ok" in issue.summary
 
 
 @pytest.mark.parametrize("step_s", [47.3, 58.9, 61.7, 73.1])
@@ -120,8 +120,8 @@ def test_a_silent_canary_is_a_stalled_poll():
     r = run(CFG, fleet_trace(CFG, {G: {"metrics": "disabled*4", "slots": "disabled*4", "canary": "ok timeout*3",
                                        **NO_MONITOR_COUNTS}}))
     assert polls(r, G, "model-stuck") == [3]
-    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
-    assert issue["detected"]["not_answered"] == ["/completion"]
+    issue = next(i for i in r.open_at_end if i.issue == "model-stuck")
+    assert issue.detected["not_answered"] == ["/completion"]
 
 
 def test_without_gpu_monitor_a_canary_is_what_lets_rule_3_judge_a_server_without_metrics_or_slots():

@@ -52,7 +52,7 @@ def bench_eval(store, results_by_alias: dict, at_min: float = 60, cfg=CFG):
 
 
 def rule4(ev) -> list[dict]:
-    return [i for i in ev.issues if i["issue"] == "benchmark-regression"]
+    return [i for i in ev.issues if i.issue == "benchmark-regression"]
 
 
 # --------------------------------------------------------------------------- Rule 4
@@ -61,9 +61,9 @@ def rule4(ev) -> list[dict]:
 def test_rule4_three_slow_monitor_benchmarks_fire():
     r = run(CFG, fleet_trace(CFG, {DENSE: {"bench_tok_s": "74 58 57 56 _ _"}}))
     assert polls(r, DENSE, "benchmark-regression") == [3]
-    issue = next(i for i in r.open_at_end if i["issue"] == "benchmark-regression")
-    assert issue["severity"] == "warning" and issue["since"] == "2026-07-18T08:01:00Z"
-    d = issue["detected"]
+    issue = next(i for i in r.open_at_end if i.issue == "benchmark-regression")
+    assert issue.severity == "warning" and issue.since == "2026-07-18T08:01:00Z"
+    d = issue.detected
     assert d["baseline_tok_s"] == 74.8 and d["current_tok_s"] == 56 and d["threshold_tok_s"] == 59.84
     assert d["recent_tok_s"] == [58, 57, 56] and d["util_pct"] == 50
 
@@ -86,22 +86,22 @@ def test_rule4_a_stale_monitor_measurement_counts_once():
 
 def test_rule4_from_recorded_bench_results(store):
     ev = bench_eval(store, {DENSE: [result(1, 74.9), result(10, 58.0), result(20, 57.5), result(30, 55.0)]})
-    assert [(i["gpu"], i["issue"], i["state"]) for i in rule4(ev)] == [(DENSE, "benchmark-regression", "firing")]
-    assert rule4(ev)[0]["since"] == "2026-07-18T08:10:00Z"
+    assert [(i.gpu, i.issue, i.state) for i in rule4(ev)] == [(DENSE, "benchmark-regression", "firing")]
+    assert rule4(ev)[0].since == "2026-07-18T08:10:00Z"
     # slow enough for Rule 9 too: a recommendation, info
-    assert [(i["issue"], i["detected"]["recommendation"]) for i in ev.issues if i["issue"] == "context-window"] == [
+    assert [(i.issue, i.detected["recommendation"]) for i in ev.issues if i.issue == "context-window"] == [
         ("context-window", "reduce")]
 
 
 def test_rule4_failed_benchmarks_are_not_samples(store):
     ev = bench_eval(store, {DENSE: [result(10, 58.0), result(15, None, ok=False, error="timeout"),
                                     result(20, 57.5), result(30, 55.0)]})
-    assert [i["issue"] for i in rule4(ev)] == ["benchmark-regression"]
+    assert [i.issue for i in rule4(ev)] == ["benchmark-regression"]
 
 
 def test_rule4_excluded_results_still_count(store):
     ev = bench_eval(store, {DENSE: [result(10, 58.0, excluded=True), result(20, 57.5), result(30, 55.0)]})
-    assert [i["issue"] for i in rule4(ev)] == ["benchmark-regression"]
+    assert [i.issue for i in rule4(ev)] == ["benchmark-regression"]
 
 
 def test_rule4_two_slow_results_are_not_enough(store):
@@ -113,10 +113,10 @@ def test_rule4_hysteresis_and_recovery_within_10_percent(store):
     slow = [result(10, 58.0), result(20, 57.5), result(30, 55.0)]
     assert rule4(bench_eval(store, {DENSE: slow}))
     ev = bench_eval(store, {DENSE: [*slow, result(40, 65.0)]}, at_min=41)  # 87 %: still regressing
-    assert [i["state"] for i in rule4(ev)] == ["firing"] and ev.resolved == []
+    assert [i.state for i in rule4(ev)] == ["firing"] and ev.resolved == []
     ev = bench_eval(store, {DENSE: [*slow, result(40, 65.0), result(50, 70.0)]}, at_min=51)  # 93.6 %
-    assert rule4(ev) == [] and [(x["gpu"], x["issue"]) for x in ev.resolved] == [(DENSE, "benchmark-regression")]
-    assert ev.resolved[0]["resolved_at"] == "2026-07-18T08:51:00Z"
+    assert rule4(ev) == [] and [(x.gpu, x.issue) for x in ev.resolved] == [(DENSE, "benchmark-regression")]
+    assert ev.resolved[0].resolved_at == "2026-07-18T08:51:00Z"
 
 
 def test_rule4_uses_the_rolling_baseline_once_computed(store):
@@ -136,7 +136,7 @@ def test_rule4_results_older_than_max_age_say_nothing(store):
 def test_rule4_no_recent_results_never_clears(store):
     assert rule4(bench_eval(store, {DENSE: [result(10, 58.0), result(20, 57.5), result(30, 55.0)]}))
     ev = bench_eval(store, {DENSE: [result(10, 58.0), result(20, 57.5), result(30, 55.0)]}, at_min=60 * 24 * 8)
-    assert [i["state"] for i in rule4(ev)] == ["firing"] and ev.resolved == []  # not known, not recovered
+    assert [i.state for i in rule4(ev)] == ["firing"] and ev.resolved == []  # not known, not recovered
 
 
 # --------------------------------------------------------------------------- Rule 9
@@ -146,28 +146,28 @@ def test_rule9_the_spec_fleet_today(store):
     """Spec Rule 9: 3090 at 100 % optimal; 5070 at 103 % optimal (within 10 %); Strix at 89 %:
     monitor, do not reduce yet (the example fleet's ``settling: true``)."""
     ev = bench_eval(store, {DENSE: [result(5, 74.9)], LIGHT: [result(5, 169.6)], STRIX: [result(5, 62.9)]})
-    assert [(i["gpu"], i["issue"], i["severity"]) for i in ev.issues] == [(STRIX, "context-window", "info")]
-    d = ev.issues[0]["detected"]
+    assert [(i.gpu, i.issue, i.severity) for i in ev.issues] == [(STRIX, "context-window", "info")]
+    d = ev.issues[0].detected
     assert d["recommendation"] == "monitor" and d["ratio_pct"] == 89.2 and d["suggested_n_ctx"] is None
 
 
 def test_rule9_reduce_by_25_percent_when_not_settling(store):
     ev = bench_eval(store, {DENSE: [result(5, 60.0, n_ctx=65536)]})
-    d = ev.issues[0]["detected"]
+    d = ev.issues[0].detected
     assert (d["recommendation"], d["n_ctx"], d["suggested_n_ctx"]) == ("reduce", 65536, 49152)
-    assert d["ctx_size_arg"] == 49152 and "--ctx-size 49152" in ev.issues[0]["summary"]
+    assert d["ctx_size_arg"] == 49152 and "--ctx-size 49152" in ev.issues[0].summary
 
 
 def test_rule9_the_exact_ctx_size_counts_the_slots(store):
     ev = bench_eval(store, {DENSE: [{**result(5, 60.0, n_ctx=1000), "slots": 4}]})
-    d = ev.issues[0]["detected"]
+    d = ev.issues[0].detected
     assert (d["suggested_n_ctx"], d["ctx_size_arg"]) == (750, 2048)  # 750 -> 512 a slot (256 steps) x 4
-    assert "--ctx-size 2048 (512 per slot x 4 slots)" in ev.issues[0]["summary"]
+    assert "--ctx-size 2048 (512 per slot x 4 slots)" in ev.issues[0].summary
 
 
 def test_rule9_headroom_above_the_optimal_band(store):
     ev = bench_eval(store, {LIGHT: [result(5, 190.0)]})
-    assert ev.issues[0]["detected"]["recommendation"] == "increase"
+    assert ev.issues[0].detected["recommendation"] == "increase"
 
 
 def test_rule9_recommendations_never_change_the_status(store):
@@ -200,8 +200,8 @@ def test_l1_probe_not_known_never_clears():
 def test_l1_bench_401_fires_and_stays_until_a_benchmark_succeeds(store):
     ev = bench_eval(store, {LIGHT: [result(5, 169.0), result(10, None, ok=False, error="unauthorized")]})
     issue = ev.issues[0]
-    assert (issue["gpu"], issue["issue"], issue["severity"], issue["state"]) == (LIGHT, "api-key-mismatch", "critical", "firing")
-    assert "not-needed" not in str(issue) and issue["detected"]["via"] == ["bench"]
+    assert (issue.gpu, issue.issue, issue.severity, issue.state) == (LIGHT, "api-key-mismatch", "critical", "firing")
+    assert "not-needed" not in str(issue) and issue.detected["via"] == ["bench"]
     # a later check (probe ok: /health is public) does not clear it
     from gpuheal.state.history import History
 
@@ -209,10 +209,10 @@ def test_l1_bench_401_fires_and_stays_until_a_benchmark_succeeds(store):
     hist = History()
     hist.add(obs, CFG.aliases)
     issues = evaluate.run_full(CFG, store, obs, hist, obs.at, *plan_heal(store)).issues
-    assert [(i["gpu"], i["issue"]) for i in issues] == [(LIGHT, "api-key-mismatch")]
+    assert [(i.gpu, i.issue) for i in issues] == [(LIGHT, "api-key-mismatch")]
     # a successful benchmark clears it
     ev = bench_eval(store, {LIGHT: [result(10, None, ok=False, error="unauthorized"), result(70, 168.0)]}, at_min=71)
-    assert ev.issues == [] and [x["issue"] for x in ev.resolved] == ["api-key-mismatch"]
+    assert ev.issues == [] and [x.issue for x in ev.resolved] == ["api-key-mismatch"]
 
 
 def test_l1_other_bench_errors_say_nothing_about_the_key(store):
@@ -231,6 +231,6 @@ def test_evaluate_bench_leaves_other_rules_alone(store):
         hist.add(obs, CFG.aliases)
         evaluate.run_full(CFG, store, obs, hist, obs.at, *plan_heal(store))
     ev = bench_eval(store, {DENSE: [result(10, 58.0), result(20, 57.5), result(30, 55.0)]})
-    assert {(i["issue"], i["state"]) for i in ev.issues} == {
+    assert {(i.issue, i.state) for i in ev.issues} == {
         ("thermal-critical", "firing"), ("benchmark-regression", "firing"), ("context-window", "firing")}
     assert [t["issue"] for t in ev.transitions] == ["benchmark-regression", "context-window"]

@@ -25,8 +25,8 @@ def test_rule5_open_more_than_10_minutes_counted_from_first_seen():
     r = go({LIGHT: {"breaker": "0 1x12"}})  # first seen open at poll 1 (t=60)
     assert polls(r, LIGHT, "circuit-breaker-stuck", "pending") == [1]
     assert polls(r, LIGHT, "circuit-breaker-stuck") == [12]  # 660 s > 600 s; 600 s (poll 11) is not
-    issue = next(i for i in r.open_at_end if i["issue"] == "circuit-breaker-stuck")
-    assert issue["since"] == "2026-07-18T08:01:00Z" and issue["severity"] == "warning"
+    issue = next(i for i in r.open_at_end if i.issue == "circuit-breaker-stuck")
+    assert issue.since == "2026-07-18T08:01:00Z" and issue.severity == "warning"
 
 
 def test_rule5_open_9_minutes_never_fires():
@@ -39,8 +39,8 @@ def test_rule5_counted_from_the_monitors_opened_at():
     opened = START - timedelta(minutes=15)
     r = go({LIGHT: {"breaker": "1 1", "breaker_opened_at": opened}})
     assert polls(r, LIGHT, "circuit-breaker-stuck") == [0]
-    issue = next(i for i in r.open_at_end if i["issue"] == "circuit-breaker-stuck")
-    assert issue["since"] == "2026-07-18T07:45:00Z" and issue["detected"]["open_for_s"] == 960
+    issue = next(i for i in r.open_at_end if i.issue == "circuit-breaker-stuck")
+    assert issue.since == "2026-07-18T07:45:00Z" and issue.detected["open_for_s"] == 960
 
 
 def test_rule5_opened_at_9_minutes_ago_waits():
@@ -100,9 +100,9 @@ def test_rule6_fires_on_the_third_refused_poll():
     r = go({STRIX: {"endpoint": "ok refused refused refused refused"}})
     assert polls(r, STRIX, "host-unreachable", "pending") == [1]
     assert polls(r, STRIX, "host-unreachable") == [3]
-    issue = next(i for i in r.open_at_end if i["issue"] == "host-unreachable")
-    assert issue["severity"] == "critical" and issue["detected"]["endpoint"] == "refused"
-    assert issue["detected"]["host"] == "ct15"
+    issue = next(i for i in r.open_at_end if i.issue == "host-unreachable")
+    assert issue.severity == "critical" and issue.detected["endpoint"] == "refused"
+    assert issue.detected["host"] == "ct15"
 
 
 def test_rule6_timeouts_count_too():
@@ -130,7 +130,7 @@ def test_rule6_inhibits_the_hosts_other_issues():
                     "requests_60s": "10x6", "failures_60s": "10x6"}})
     assert polls(r, STRIX, "thermal-critical") == [1]
     assert polls(r, STRIX, "host-unreachable") == [4]
-    assert [(i["gpu"], i["issue"]) for i in r.open_at_end] == [(STRIX, "host-unreachable")]
+    assert [(i.gpu, i.issue) for i in r.open_at_end] == [(STRIX, "host-unreachable")]
     assert (STRIX, "model-stuck") in fired(r)  # fired while reachable, then frozen and hidden
 
 
@@ -142,7 +142,7 @@ def test_rule7_fires_on_the_third_unusable_monitor_poll():
     assert polls(r, "fleet", "data-source-unreachable", "pending") == [1]
     assert polls(r, "fleet", "data-source-unreachable") == [3]
     issue = r.open_at_end[0]
-    assert (issue["gpu"], issue["severity"], issue["detected"]["source"]) == ("fleet", "warning", "monitor")
+    assert (issue.gpu, issue.severity, issue.detected["source"]) == ("fleet", "warning", "monitor")
 
 
 def test_rule7_one_bad_poll_is_a_fault_not_an_issue():
@@ -160,11 +160,11 @@ def test_rule7_hides_monitor_fed_issues_reports_unknown_not_healthy():
     r = go({DENSE: {"temp_c": "90 90 _ _ _"}}, monitor="1 1 0 0 0")
     assert polls(r, DENSE, "thermal-critical") == [1]
     # the hot GPU is not known any more: not reported as hot, not resolved either
-    assert [i["issue"] for i in r.open_at_end] == ["data-source-unreachable"]
+    assert [i.issue for i in r.open_at_end] == ["data-source-unreachable"]
     assert polls(r, DENSE, "thermal-critical", "resolved") == []
     # the monitor back and the GPU still hot: the issue is visible again, never re-fired
     r = go({DENSE: {"temp_c": "90 90 _ _ _ 90"}}, monitor="1 1 0 0 0 1")
-    assert [i["issue"] for i in r.open_at_end] == ["thermal-critical"]
+    assert [i.issue for i in r.open_at_end] == ["thermal-critical"]
     assert polls(r, DENSE, "thermal-critical") == [1]
 
 

@@ -22,9 +22,9 @@ def test_rule3_fires_at_the_second_consecutive_bad_poll():
     r = stuck("9 9 9 9", "0 9 9 9")
     assert polls(r, STRIX, "model-stuck", "pending") == [1]
     assert polls(r, STRIX, "model-stuck") == [2]
-    issue = next(i for i in r.open_at_end if i["issue"] == "model-stuck")
-    assert issue["severity"] == "critical"
-    assert issue["detected"]["failure_pct"] == 100 and issue["detected"]["requests_60s"] == 9
+    issue = next(i for i in r.open_at_end if i.issue == "model-stuck")
+    assert issue.severity == "critical"
+    assert issue.detected["failure_pct"] == 100 and issue.detected["requests_60s"] == 9
 
 
 def test_rule3_one_failed_request_of_twenty_never_fires():
@@ -97,9 +97,9 @@ def test_rule10_overloaded_light_gpu_is_misrouted_after_the_hold():
     r = traffic("5x70", "10x70", "5x70")
     assert polls(r, "gpu-light", "workload-misrouted", "pending") == [0]
     assert polls(r, "gpu-light", "workload-misrouted") == [61]  # hold_s 3600, "more than"
-    issue = next(i for i in r.open_at_end if i["gpu"] == "gpu-light")
-    assert issue["severity"] == "info" and issue["detected"]["direction"] == "over"
-    assert issue["detected"]["role"] == "vision, light tasks"
+    issue = next(i for i in r.open_at_end if i.gpu == "gpu-light")
+    assert issue.severity == "info" and issue.detected["direction"] == "over"
+    assert issue.detected["role"] == "vision, light tasks"
     # the under-used GPUs are reported too
     assert ("gpu-dense", "workload-misrouted") in fired(r)
 
@@ -109,7 +109,7 @@ def test_rule10_recommendations_never_change_the_status():
 
     trace = fleet_trace(CFG, {"gpu-light": {"requests_60s": "30x70"}})
     r = run(CFG, trace)
-    assert r.open_at_end and all(i["severity"] == "info" for i in r.open_at_end)
+    assert r.open_at_end and all(i.severity == "info" for i in r.open_at_end)
     assert derive_status(trace[-1], r.open_at_end) == "healthy"
 
 

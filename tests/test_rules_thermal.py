@@ -25,9 +25,9 @@ def test_rule1_fires_at_the_second_consecutive_hot_poll():
     r = go("84 86 87 88")
     assert polls(r, DENSE, "thermal-critical", "pending") == [1]
     assert polls(r, DENSE, "thermal-critical") == [2]
-    issue = next(i for i in r.open_at_end if i["issue"] == "thermal-critical")
-    assert issue["severity"] == "critical" and issue["since"] == "2026-07-18T08:01:00Z"
-    assert issue["detected"]["temp_c"] == 88 and issue["detected"]["duration_s"] == 120
+    issue = next(i for i in r.open_at_end if i.issue == "thermal-critical")
+    assert issue.severity == "critical" and issue.since == "2026-07-18T08:01:00Z"
+    assert issue.detected["temp_c"] == 88 and issue.detected["duration_s"] == 120
 
 
 def test_rule1_one_hot_poll_never_fires():
@@ -96,9 +96,9 @@ def all_hot(series: dict[str, str], monitor=None):
 def test_cooling_infrastructure_when_every_gpu_is_hot():
     r = all_hot({"gpu-dense": "86 87 88", "gpu-light": "86 86 86", "strix-moe": "84 86 87"})
     assert polls(r, "fleet", "cooling-infrastructure") == [2]
-    issue = next(i for i in r.open_at_end if i["issue"] == "cooling-infrastructure")
-    assert issue["gpu"] == "fleet" and issue["severity"] == "critical"
-    assert issue["detected"]["gpus_hot"] == 3
+    issue = next(i for i in r.open_at_end if i.issue == "cooling-infrastructure")
+    assert issue.gpu == "fleet" and issue.severity == "critical"
+    assert issue.detected["gpus_hot"] == 3
 
 
 def test_cooling_infrastructure_not_when_one_gpu_is_cool():
@@ -135,9 +135,9 @@ def test_cooling_infrastructure_half_a_rack_hot_is_one_incident():
     naming the rack and the 30 GPUs (30 of the rack's 40 is over half)."""
     r = rack_run(rack_fleet(40, PER_RACK), hot=30)
     assert polls(r, "fleet", "cooling-infrastructure") == [1]
-    issue = next(i for i in r.open_at_end if i["issue"] == "cooling-infrastructure")
-    assert issue["detected"]["groups"] == {"r7": [f"node{i:02d}" for i in range(30)]}
-    assert issue["detected"]["gpus_hot"] == 30 and "in rack r7 above" in issue["summary"]
+    issue = next(i for i in r.open_at_end if i.issue == "cooling-infrastructure")
+    assert issue.detected["groups"] == {"r7": [f"node{i:02d}" for i in range(30)]}
+    assert issue.detected["gpus_hot"] == 30 and "in rack r7 above" in issue.summary
 
 
 def test_cooling_infrastructure_default_needs_every_gpu_of_the_fleet():
@@ -188,7 +188,7 @@ def test_rule8_demo_ramp_tier1_then_tier2_then_rule1():
     assert polls(r, DENSE, "thermal-warning") == [3]
     assert polls(r, DENSE, "thermal-rising") == [6]
     assert polls(r, DENSE, "thermal-critical") == [9]
-    sev = {i["issue"]: i["severity"] for i in r.open_at_end}
+    sev = {i.issue: i.severity for i in r.open_at_end}
     assert sev == {"thermal-warning": "warning", "thermal-rising": "critical", "thermal-critical": "critical"}
 
 

@@ -27,9 +27,9 @@ def go(alias: str, vram: str, cfg=CFG, **fields):
 def test_leak_fires_once_the_window_is_long_enough():
     r = go(DENSE, "10000+6x400")  # 360 MB/h on a 300 MB/h GPU
     assert polls(r, DENSE, "vram-leak") == [FIRST_FULL_WINDOW]
-    issue = next(i for i in r.open_at_end if i["issue"] == "vram-leak")
-    assert issue["severity"] == "warning"
-    d = issue["detected"]
+    issue = next(i for i in r.open_at_end if i.issue == "vram-leak")
+    assert issue.severity == "warning"
+    d = issue.detected
     assert abs(d["rate_mb_per_hour"] - 360) < 1 and d["threshold_mb_per_hour"] == 300
     assert d["samples"] == 361 and d["span_h"] == 6.0
     assert d["projected_full_in_hours"] == round((24576 - (10000 + 6 * 400)) / d["rate_mb_per_hour"], 2)
@@ -95,7 +95,7 @@ def test_monitor_down_freezes_the_leak_issue():
     r = run(CFG, fleet_trace(CFG, {DENSE: {"vram_used_mb": "10000+6x400 _x10"}}, monitor="1x400 0x10"))
     assert polls(r, DENSE, "vram-leak") == [FIRST_FULL_WINDOW]
     assert polls(r, DENSE, "vram-leak", "resolved") == []
-    assert [i["issue"] for i in r.open_at_end] == ["data-source-unreachable"]  # hidden, not healthy
+    assert [i.issue for i in r.open_at_end] == ["data-source-unreachable"]  # hidden, not healthy
 
 
 def test_threshold_from_vram_leak_mb_per_hour():

@@ -143,8 +143,8 @@ def run_mode(tmp_path: Path, mode: str, monkeypatch, seed: int, prom_url: str | 
             with StateDir(tmp_path / mode / "state", 10) as store:
                 result = check.run(fleet.cfg, store, now, record=tmp_path / mode / "trace.jsonl")
             for issue in result.issues:
-                if issue["state"] == "firing":
-                    fired.setdefault((issue["gpu"], issue["issue"]), poll)
+                if issue.state == "firing":
+                    fired.setdefault(issue.key, poll)
             off = result.health["rules_off"]
             LAST[mode] = result.issues
             ROWS[mode] = result.health["gpus"]
@@ -255,8 +255,8 @@ def test_rule8_fires_at_72_degrees_as_through_gpu_monitor(request, mode):
 
 def test_the_fallback_judges_while_rule7_fires(outcomes):
     fired, off = outcomes["fallback"]
-    open_now = {(i["gpu"], i["issue"]): i for i in LAST["fallback"]}
-    dsu = open_now[("fleet", "data-source-unreachable")]["detected"]
+    open_now = {i.key: i for i in LAST["fallback"]}
+    dsu = open_now[("fleet", "data-source-unreachable")].detected
     assert dsu["source"] == "monitor" and dsu["fault"] == "refused", dsu
     assert fired.get(("fleet", "data-source-unreachable")) == 2  # the 3rd poll of the outage
     # gpu-monitor is configured: its rules are "not known" this outage, never listed off

@@ -108,7 +108,7 @@ def test_the_ramps_through_cron_with_a_state_directory_per_poll(seed, tmp_path):
     for i, obs in enumerate(trace):
         with StateDir(tmp_path / "state", 1.0) as store:
             result = check.run(CFG, store, obs.at, obs=obs)
-            fired += [(i, f["issue"]) for f in result.evaluation.fired]
+            fired += [(i, f.issue) for f in result.evaluation.fired]
     assert fired == [(2, "thermal-warning"), (5, "thermal-rising")]
     with StateDir(tmp_path / "state", 1.0) as store:
         stored = store.read(files.HISTORY, {})

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gpuheal.core import verify
 from gpuheal.core.actions import RunCommand
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation
+from gpuheal.core.issue import Issue
 from gpuheal.core.remedy import PlanItem
 from gpuheal.core.verify import (
     TRANSITIONS,
@@ -36,6 +37,11 @@ def item(key="gpu-a/model-stuck/x/1", gpu="gpu-a", issue="model-stuck", actions=
 def attempt(**kw) -> Attempt:
     a = reserve(item(), now_s=NOW, verify_within_s=180.0, run_id="gpu-self-heal-20260718-001")
     return Attempt(**{**a.__dict__, **kw})
+
+
+def seen(since: str) -> Issue:
+    """The attempt's issue as the engine reports it while the attempt is verified."""
+    return Issue.from_json({"since": since, "state": "verifying"})
 
 
 def test_reserved_attempt_is_running_with_its_window():
@@ -77,13 +83,13 @@ def test_judge_from_fresh_data():
     a = attempt(status="pending")
     assert judge(a, None, False, NOW + 10) == verify.ISSUE_CLEARED
     assert judge(a, None, True, NOW + 10) is None, "hidden (its source is down): not known, never resolved"
-    assert judge(a, {"since": "2026-07-18T09:00:00Z"}, False, NOW + 10) == verify.NEW_OCCURRENCE
-    assert judge(a, {"since": SINCE}, False, NOW + 179.5) is None
+    assert judge(a, seen("2026-07-18T09:00:00Z"), False, NOW + 10) == verify.NEW_OCCURRENCE
+    assert judge(a, seen(SINCE), False, NOW + 179.5) is None
     # the poll at verify_by, 0.2 s late, is still the poll at it (core/timing); the next poll, early, is past it
-    assert judge(a, {"since": SINCE}, False, NOW + 180.2) is None
-    assert judge(a, {"since": SINCE}, False, NOW + 238.8) == verify.WINDOW_PASSED
+    assert judge(a, seen(SINCE), False, NOW + 180.2) is None
+    assert judge(a, seen(SINCE), False, NOW + 238.8) == verify.WINDOW_PASSED
     assert judge(attempt(status="failed"), None, False, NOW) is None
-    assert judge(attempt(verify_by=None), {"since": SINCE}, False, NOW) == verify.WINDOW_PASSED
+    assert judge(attempt(verify_by=None), seen(SINCE), False, NOW) == verify.WINDOW_PASSED
 
 
 def test_the_resolved_record_is_the_proving_reading_and_the_attempt_drops_what_it_kept():

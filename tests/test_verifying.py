@@ -17,7 +17,7 @@ import pytest
 from gpuheal.core.engine import FIRING, evaluate, new_book
 from gpuheal.core.heal_state import HealState
 from gpuheal.core.health import derive_status
-from gpuheal.core.issue import VERIFYING, Finding, verifying_issue
+from gpuheal.core.issue import VERIFYING, Finding, Issue, verifying_issue
 from gpuheal.core.view import FleetView, Restarts, Verifying
 from gpuheal.rules import BY_ID
 from gpuheal.state.history import History
@@ -167,8 +167,8 @@ def _run(script: str, offsets: list[float], judge_after_polls: int, grace_polls:
         restarts = Restarts(last={"gpu-dense": acted} if since else {}, grace_s=60 * grace_polls - 5.0,
                             verifying=verifying)
         ev = evaluate([rule], FleetView(cfg, now_s, None, History(), {}, book.memory, restarts), book)
-        since = since or ev.issues[0]["since"]
-        states.append([i["state"] for i in ev.issues])
+        since = since or ev.issues[0].since
+        states.append([i.state for i in ev.issues])
     return states
 
 
@@ -186,13 +186,13 @@ def test_verifying_until_a_poll_from_the_judgement_point_sees_it(offsets):
 
 def test_verifying_is_at_most_degraded_and_never_stale():
     obs = fleet_trace(fleet_config(), {"gpu-dense": {"temp_c": "60"}})[0]
-    issue = {"gpu": "gpu-dense", "issue": "model-stuck", "severity": "critical", "state": "firing",
-             "since": "2026-07-18T08:00:00Z", "fired_at": None, "detected": {"failures_60s": 15}, "summary": "15 of 20"}
-    v = Verifying(since=issue["since"], acted_s=START.timestamp(), judge_from_s=START.timestamp() + 120,
+    issue = Issue("gpu-dense", "model-stuck", "critical", "firing", "2026-07-18T08:00:00Z", None,
+                  {"failures_60s": 15}, "15 of 20")
+    v = Verifying(since=issue.since, acted_s=START.timestamp(), judge_from_s=START.timestamp() + 120,
                   actions=("restart-llama-server",))
     shown = verifying_issue(issue, v)
     assert derive_status(obs, [issue]) == "down" and derive_status(obs, [shown]) == "degraded"
-    assert shown["detected"]["before_action"] == {"failures_60s": 15} and "failures_60s" not in shown["detected"]
+    assert shown.detected["before_action"] == {"failures_60s": 15} and "failures_60s" not in shown.detected
     assert verifying_issue(shown, v) is shown
 
 
@@ -217,8 +217,8 @@ def test_heal_fails_a_pending_attempt_whose_issue_reads_firing_again():
     since = "2026-07-18T08:00:00Z"
     a = Attempt(key="k", gpu="g", issue="model-stuck", since=since, n=1, actions=("restart-llama-server",),
                 status=verify.VERIFYING, started_at=1000.0, verify_by=1180.0, run_id="r")
-    assert verify.judge(a, {"since": since, "state": "verifying"}, False, 1060.0) is None
-    assert verify.judge(a, {"since": since, "state": "firing"}, False, 1120.0) == verify.STILL_BROKEN
+    assert verify.judge(a, Issue.from_json({"since": since, "state": "verifying"}), False, 1060.0) is None
+    assert verify.judge(a, Issue.from_json({"since": since, "state": "firing"}), False, 1120.0) == verify.STILL_BROKEN
     assert verify.transition(a, verify.STILL_BROKEN, 1120.0).status == verify.FAILED
     running = Attempt(**{**a.__dict__, "status": verify.RUNNING})  # killed mid-run: never verified
-    assert verify.judge(running, {"since": since, "state": "firing"}, False, 1120.0) is None
+    assert verify.judge(running, Issue.from_json({"since": since, "state": "firing"}), False, 1120.0) is None

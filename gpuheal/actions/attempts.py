@@ -28,6 +28,7 @@ from gpuheal.config.model import Config, EngineParams
 from gpuheal.core import litellm_config, power, rebench, verify
 from gpuheal.core.catalog import primary_action
 from gpuheal.core.heal_state import Attempt
+from gpuheal.core.issue import FIRED_STATES, Issue
 from gpuheal.core.memory import Memory
 from gpuheal.core.remedy import Execution, PlanItem, Proving, Rechecking, Result, completion_proof
 from gpuheal.model import Observation
@@ -36,7 +37,7 @@ FAILED_VERIFICATION = {
     verify.WINDOW_PASSED: "verification window passed, issue still open",
     verify.STILL_BROKEN: "still broken at the first poll that could judge it (past the startup grace)",
 }
-OpenIssues = Mapping[tuple[str, str], dict[str, Any]]
+OpenIssues = Mapping[tuple[str, str], Issue]
 
 
 def act(ledger: Ledger, item: PlanItem, subject: Subject, cfg: Config, effects: Effects, records: Records) -> None:
@@ -142,7 +143,7 @@ def _proving(attempt: Attempt, cfg: Config, obs: Observation, readings: dict[str
         state = got.get("endpoint") if isinstance(got, dict) else None
         return state if isinstance(state, str) else None
 
-    firing = frozenset(k for k, i in still_open.items() if i.get("state") in ("firing", "verifying"))
+    firing = frozenset(k for k, i in still_open.items() if i.state in FIRED_STATES)
     return Proving(attempt.gpu, attempt.issue, home(obs.source), obs.monitor_ok, {a: endpoint(a) for a in cfg.aliases},
                    firing)  # fmt: skip
 
@@ -160,15 +161,14 @@ def _resolved(ledger: Ledger, attempt: Attempt, verdict: Mapping[str, Any], read
 
 
 def _rechecked(
-    ledger: Ledger, cfg: Config, attempt: Attempt, issue: dict[str, Any] | None, memory: Memory, tol: float
+    ledger: Ledger, cfg: Config, attempt: Attempt, issue: Issue | None, memory: Memory, tol: float
 ) -> bool:
     """Whether the remedy's ``recheck`` keeps a verifying attempt whose window passed: then it is judged
     again one window later (its ``verify_by`` moved on; audited ``pending`` with the reason), not failed."""
     remedy = ledger.remedies.get(attempt.issue)
     if remedy is None or remedy.recheck is None or attempt.status != verify.VERIFYING or issue is None:
         return False
-    found = issue.get("detected")
-    detected: dict[str, Any] = found if isinstance(found, dict) else {}
+    detected = issue.detected
     seen = Rechecking(attempt.gpu, attempt.issue, attempt.since, attempt.actions, attempt.started_at, detected,
                       memory, ledger.now_s, tol, cfg)  # fmt: skip
     why = remedy.recheck(seen)
@@ -185,14 +185,15 @@ def _rechecked(
     return True
 
 
-def _judged(ledger: Ledger, done: Attempt, attempt: Attempt, event: str, issue: dict[str, Any] | None) -> None:
+def _judged(ledger: Ledger, done: Attempt, attempt: Attempt, event: str, issue: Issue | None) -> None:
     """Record one attempt judged failed (its one outcome line, with what was still seen) or superseded."""
-    subject = Subject(attempt.gpu, attempt.issue, attempt.since, (issue or {}).get("detected") or {})
+    seen = None if issue is None else issue.detected
+    subject = Subject(attempt.gpu, attempt.issue, attempt.since, seen or {})
     if event in FAILED_VERIFICATION:
-        why = {"still_open_after_s": verify.open_for_s(attempt, ledger.now_s), "seen": (issue or {}).get("detected")}
+        why = {"still_open_after_s": verify.open_for_s(attempt, ledger.now_s), "seen": seen}
         ledger.rec.not_verified(subject, attempt, why, FAILED_VERIFICATION[event])
     elif event == verify.NEW_OCCURRENCE:  # the new occurrence gets attempts of its own
-        ledger.rec.superseded(subject, attempt, (issue or {}).get("since"))
+        ledger.rec.superseded(subject, attempt, None if issue is None else issue.since)
     ledger.state = ledger.state.with_attempt(done)
 
 

@@ -50,10 +50,10 @@ def first(ledger: Ledger, effects: Effects, cfg: Config, result: Any, apply: boo
 
 
 def _first(ledger: Ledger, effects: Effects, cfg: Config, result: Any, apply: bool, gpu_filter: str | None) -> None:
-    issues = [*result.issues, *(result.evaluation.inhibited if result.evaluation is not None else [])]
+    issues = [*result.issues, *result.evaluation.inhibited]
     book = core.Book.from_json(ledger.store.read(files.DRAIN, {}))
     wanted = [h for h in core.hard_faults(issues, REMEDIES) if h.gpu not in book.drained]
-    back = core.due_back(book, {(i["gpu"], i["issue"]) for i in issues})
+    back = core.due_back(book, {i.key for i in issues})
     if gpu_filter:
         wanted, back = [h for h in wanted if h.gpu == gpu_filter], [d for d in back if d.gpu == gpu_filter]
     step = config_step(cfg)
@@ -65,7 +65,7 @@ def _first(ledger: Ledger, effects: Effects, cfg: Config, result: Any, apply: bo
     if not wanted:
         return
     routes = mover.routes()
-    failing = frozenset(i["gpu"] for i in issues if getattr(REMEDIES.get(i["issue"]), "cannot_serve", False))
+    failing = frozenset(i.gpu for i in issues if getattr(REMEDIES.get(i.issue), "cannot_serve", False))
     endpoints = {g.alias: g.endpoint for g in cfg.gpus}
     states = {a: s.endpoint for a, s in result.obs.gpus.items()}
     paused = [g.alias for g in cfg.gpus if paused_reason(ledger.state, cfg, g.alias)]

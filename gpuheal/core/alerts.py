@@ -36,12 +36,12 @@ from typing import Any
 
 from gpuheal.core import timing
 from gpuheal.core.alert import Alert, as_int, text_of
+from gpuheal.core.issue import OPEN_STATES, Reported
 from gpuheal.core.remedy import Incident
 from gpuheal.core.rule import Rule
 
 FILE = "alerts.json"
 SENT_KEEP_S = 30 * 86400  # settled entries of the dedup memory are forgotten after this
-OPEN_STATES = ("firing", "pending", "verifying")
 
 @dataclass(frozen=True)
 class AlertPolicy:
@@ -267,11 +267,7 @@ def open_issue_keys(health: Any) -> set[tuple[str, str]] | None:
     """(gpu, issue) pairs open in ``gpu-health.json``; ``None`` when that is unknown."""
     if not isinstance(health, dict) or not isinstance(health.get("issues"), list):
         return None
-    return {
-        (str(i.get("gpu")), str(i.get("issue")))
-        for i in health["issues"]
-        if isinstance(i, dict) and i.get("state", "firing") in OPEN_STATES
-    }
+    return {(str(i.gpu), str(i.issue)) for i in Reported.all_of(health["issues"]) if i.state in OPEN_STATES}
 
 
 def _is_open(keys: set[tuple[str, str]] | None, gpu: Any, issue: Any) -> bool:

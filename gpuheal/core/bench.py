@@ -7,10 +7,11 @@ What the rules make of the results is theirs: ``benchmark-regression.json``
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from gpuheal.core import timing
+from gpuheal.core.issue import Issue
 from gpuheal.model import BenchOutcome
 
 RESULT_KEYS = ("gen_tok_s", "prompt_tok_s", "tokens", "model", "n_ctx")
@@ -19,7 +20,7 @@ RESULT_KEYS = ("gen_tok_s", "prompt_tok_s", "tokens", "model", "n_ctx")
 def exclusion_reason(
     alias: str,
     now_s: float,
-    incidents: list[dict[str, Any]],
+    incidents: Sequence[Issue],
     restarts: list[float],
     grace_s: float,
     *,
@@ -28,9 +29,8 @@ def exclusion_reason(
     """Why a result taken now stays out of the baseline, or None (issue 5, item 3): an incident of the
     GPU, or one of ``fleet_incidents`` (the fleet-wide issues that slow every GPU), or a restart's grace."""
     for issue in incidents:
-        gpu = issue.get("gpu")
-        if gpu == alias or (gpu == "fleet" and issue["issue"] in fleet_incidents):
-            return f"incident: {issue['issue']}"
+        if issue.gpu == alias or (issue.gpu == "fleet" and issue.issue in fleet_incidents):
+            return f"incident: {issue.issue}"
     recent = [t for t in restarts if timing.within_last(now_s, t, grace_s)]  # counted in polls (issue 9)
     if recent:
         return f"startup-grace: restarted {now_s - max(recent):.0f} s ago"

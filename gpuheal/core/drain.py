@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpuheal.core.issue import Issue
 from gpuheal.core.litellm_config import base_of
 from gpuheal.core.plan import fleet_guard_tripped
 from gpuheal.core.remedy import Remedy
@@ -100,17 +101,17 @@ class Hard:
     detected: Mapping[str, Any]
 
 
-def hard_faults(open_issues: Iterable[Mapping[str, Any]], remedies: Mapping[str, Remedy]) -> list[Hard]:
+def hard_faults(open_issues: Iterable[Issue], remedies: Mapping[str, Remedy]) -> list[Hard]:
     """The open issues (pending or firing) that a rule declares a hard fault, one per GPU (the first)."""
     out: dict[str, Hard] = {}
     for i in open_issues:
-        remedy = remedies.get(str(i.get("issue")))
-        gpu, detected = i.get("gpu"), i.get("detected")
-        if remedy is None or remedy.drain is None or not isinstance(gpu, str) or gpu == "fleet" or gpu in out:
+        remedy = remedies.get(i.issue)
+        if remedy is None or remedy.drain is None or i.gpu == "fleet" or i.gpu in out:
             continue
-        fault = remedy.drain(detected if isinstance(detected, Mapping) else {})
+        detected = i.detected
+        fault = remedy.drain(detected)
         if fault:
-            out[gpu] = Hard(gpu, str(i["issue"]), i.get("since"), fault, detected if isinstance(detected, dict) else {})
+            out[i.gpu] = Hard(i.gpu, i.issue, i.since, fault, detected)
     return list(out.values())
 
 

@@ -50,14 +50,14 @@ readers of ``issues.json`` and older versions).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from gpuheal.clock import format_epoch
 from gpuheal.config.model import EngineParams
 from gpuheal.core import timing
-from gpuheal.core.issue import Finding, IssueRecord, IssueState, reported
+from gpuheal.core.issue import Finding, Issue, IssueRecord, IssueState, reported
 from gpuheal.core.memory import Memory
 from gpuheal.core.rule import Detection, Rule
 from gpuheal.core.view import FleetView
@@ -105,7 +105,8 @@ class BadTransition(ValueError):
 class Evaluation:
     """One evaluation's outcome.
 
-    ``issues``: the open (pending + firing) issues to report, in the contract's shape, worst first;
+    ``issues``: the open (pending + firing) issues to report (:class:`~gpuheal.core.issue.Issue`: the
+    contract's shape is its ``to_json``), worst first;
     ``fired``/``resolved``: what changed state this run (``resolved`` carry ``resolved_at``);
     ``transitions``: every change (``pending``, ``firing``, ``resolved``, ``dropped``), for the
     replay timeline; ``inhibited``: open issues hidden by an inhibitor (with ``inhibited_by``);
@@ -114,11 +115,11 @@ class Evaluation:
     ``memory``: the book's memory after it (``check`` shows each GPU's decode progress from it).
     """
 
-    issues: list[dict[str, Any]] = field(default_factory=list)
-    fired: list[dict[str, Any]] = field(default_factory=list)
-    resolved: list[dict[str, Any]] = field(default_factory=list)
+    issues: list[Issue] = field(default_factory=list)
+    fired: list[Issue] = field(default_factory=list)
+    resolved: list[Issue] = field(default_factory=list)
     transitions: list[dict[str, Any]] = field(default_factory=list)
-    inhibited: list[dict[str, Any]] = field(default_factory=list)
+    inhibited: list[Issue] = field(default_factory=list)
     muted: list[str] = field(default_factory=list)
     tolerance_s: float = timing.TOLERANCE_S
     memory: Memory = field(default_factory=Memory)  # the book's memory after it (decode progress)
@@ -439,7 +440,7 @@ class _Pass:
                                          finding.evidence_hold_s):
             rec.fired_at = self.now_iso
             self.transition(rec, Event.FIRING)
-            self.out.fired.append(rec.public())
+            self.out.fired.append(rec.as_issue())
         elif new:
             self.log_event(rec, Event.PENDING)
 
@@ -470,7 +471,7 @@ class _Pass:
         rec.clear_hits += 1
         if rec.clear_hits >= params.clear_polls:
             self.transition(rec, Event.RESOLVED)
-            self.out.resolved.append({**rec.public(), "resolved_at": self.now_iso})
+            self.out.resolved.append(replace(rec.as_issue(), resolved_at=self.now_iso))
 
     def transition(self, rec: IssueRecord, event: Event) -> None:
         self.move(rec, event)
@@ -505,7 +506,7 @@ class _Pass:
         for rec in self.issues.values():
             by = inhibition.by(self.by_id[rec.issue], rec.gpu)
             if by is not None and by != rec.issue:
-                self.out.inhibited.append({**reported(rec, self.view), "inhibited_by": by})
+                self.out.inhibited.append(replace(reported(rec, self.view), inhibited_by=by))
             else:
                 visible.append(rec)
         visible.sort(key=lambda r: (-severity_rank(r.severity), self.order[r.gpu], self.rule_order[r.issue]))

@@ -10,10 +10,11 @@ and to ``down`` when no source at all answered.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpuheal.clock import format_iso
+from gpuheal.core.issue import FIRING, VERIFYING, Issue
 from gpuheal.model import ENDPOINT_OK, Observation
 from gpuheal.provenance import to_json
 
@@ -21,14 +22,13 @@ SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 STATUS_BY_RANK = {0: "healthy", 1: "degraded", 2: "down"}
 
 
-def derive_status(obs: Observation, issues: list[dict[str, Any]]) -> str:
+def derive_status(obs: Observation, issues: Sequence[Issue]) -> str:
     rank = 0
     for issue in issues:
-        state = issue.get("state", "firing")
-        if state == "firing":
-            rank = max(rank, SEVERITY_RANK.get(issue.get("severity", "info"), 0))
-        elif state == "verifying":
-            rank = max(rank, min(1, SEVERITY_RANK.get(issue.get("severity", "info"), 0)))
+        if issue.state == FIRING:
+            rank = max(rank, SEVERITY_RANK.get(issue.severity, 0))
+        elif issue.state == VERIFYING:
+            rank = max(rank, min(1, SEVERITY_RANK.get(issue.severity, 0)))
     if obs.faults:
         rank = max(rank, 1)
     if nothing_answered(obs):
@@ -78,14 +78,15 @@ def gpu_rows(obs: Observation, columns: Mapping[str, dict[str, Any]] | None = No
 
 def health_document(
     obs: Observation,
-    issues: list[dict[str, Any]],
+    issues: Sequence[Issue],
     actions: list[dict[str, Any]],
     extra: dict[str, Any] | None = None,
     columns: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """The document; its ``issues`` are the typed issues' JSON (the contract's shape)."""
     doc: dict[str, Any] = {
         "status": derive_status(obs, issues),
-        "issues": issues,
+        "issues": [i.to_json() for i in issues],
         "actions": actions,
         "generated_at": format_iso(obs.at),
         "gpus": gpu_rows(obs, columns),

@@ -9,7 +9,7 @@ Below both the ``Rule`` protocol (:mod:`gpuheal.core.rule`: ``detect`` returns a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -18,18 +18,27 @@ from gpuheal.core import timing
 from gpuheal.core.view import epoch_or_none
 
 if TYPE_CHECKING:
+    from gpuheal.core.confirm import GpuWatch
     from gpuheal.core.view import FleetView, Verifying
-
-# reported only, while a remediation is verified (contract "Issue state after a remediation"); never
-# stored in the book
-VERIFYING = "verifying"
-
 
 class IssueState(StrEnum):
     """An open issue's state in the book (a ``str``: it is written and compared as its text)."""
 
-    PENDING = "pending"
+    PENDING = "pending"  # its finding holds, its hold has not run yet: never fired
     FIRING = "firing"
+
+
+PENDING = IssueState.PENDING
+FIRING = IssueState.FIRING
+# reported only, while a remediation is verified (contract "Issue state after a remediation"); never
+# stored in the book. Its attempt is ``core/verify.ACTED`` (stored ``"pending"``): the same fact seen
+# from the attempt's side, never this issue state's ``pending``.
+VERIFYING = "verifying"
+# the states an issue is reported in, each an open issue (gpu-health ``issues``)
+OPEN_STATES = (FIRING, PENDING, VERIFYING)
+# those of an issue that fired and has not resolved (the metric ``gpuheal_issues_open``; an attempt's
+# proof asks which issues are still firing): a ``pending`` one has not fired yet
+FIRED_STATES = frozenset({FIRING, VERIFYING})
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,81 @@ class Finding:
     summary: str
     started_at: float | None = None
     evidence_hold_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One open issue as the engine reports it (issue 26, item 3): ``Evaluation.issues`` (and its
+    ``fired``, ``resolved`` and ``inhibited``), typed from the engine to the renderers' documents, the
+    alerts, ``plan``, ``confirm``, ``verify``, ``heal``, ``escalate`` and ``report``. A dict only at the
+    JSON edges, through :meth:`to_json` (the contract's shape, byte for byte what the dicts were).
+
+    ``state``: ``pending``, ``firing`` (the book's :class:`IssueState`) or :data:`VERIFYING`
+    (reported only). ``evidence``: what the rule saw (or, while verifying, the remediation and the
+    evidence before it); ``probes``: the in-run confirmation of a hard fault (issue 28,
+    :class:`~gpuheal.core.confirm.GpuWatch`), added with :func:`dataclasses.replace`; :attr:`detected` is
+    the two together, as the contract's ``detected`` reads. ``inhibited_by``: set on
+    ``Evaluation.inhibited`` only; ``resolved_at``: on ``Evaluation.resolved`` only."""
+
+    gpu: str
+    issue: str
+    severity: str
+    state: str
+    since: str | None  # ISO text (always, from the engine)
+    fired_at: str | None
+    evidence: dict[str, Any]
+    summary: str
+    probes: GpuWatch | None = None
+    inhibited_by: str | None = None
+    resolved_at: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.gpu, self.issue
+
+    @property
+    def detected(self) -> dict[str, Any]:
+        """The contract's ``detected``: the evidence, and the probes that confirmed it (``probes``,
+        ``confirmation``) when it was confirmed within the run."""
+        if self.probes is None:
+            return self.evidence
+        return {**self.evidence, "probes": self.probes.evidence(format_epoch), "confirmation": str(self.probes.state)}
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "gpu": self.gpu,
+            "issue": self.issue,
+            "severity": self.severity,
+            "state": self.state,
+            "since": self.since,
+            "fired_at": self.fired_at,
+            "detected": self.detected,
+            "summary": self.summary,
+        }
+        if self.inhibited_by is not None:
+            out["inhibited_by"] = self.inhibited_by
+        if self.resolved_at is not None:
+            out["resolved_at"] = self.resolved_at
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Issue:
+        """An issue in the contract's shape back as a record (:meth:`to_json`'s inverse; a document's
+        ``detected`` keeps its probes as evidence). A missing field reads as the consumers read it
+        before they were typed: ``firing``, a ``warning``, no ``since``, nothing detected."""
+        detected = data.get("detected")
+        return cls(
+            gpu=str(data.get("gpu", "")),
+            issue=str(data.get("issue", "")),
+            severity=str(data.get("severity", "warning")),
+            state=str(data.get("state", FIRING)),
+            since=data.get("since"),
+            fired_at=data.get("fired_at"),
+            evidence=detected if isinstance(detected, dict) else {},
+            summary=str(data.get("summary") or ""),
+            inhibited_by=data.get("inhibited_by"),
+            resolved_at=data.get("resolved_at"),
+        )
 
 
 @dataclass(frozen=True)
@@ -146,6 +230,11 @@ class IssueRecord:
         return Reported(self.gpu, self.issue, self.severity, str(self.state), self.since, self.fired_at,
                         self.detected, self.summary)
 
+    def as_issue(self) -> Issue:
+        """The record as the engine reports it (:class:`Issue`)."""
+        return Issue(self.gpu, self.issue, self.severity, str(self.state), self.since, self.fired_at,
+                     self.detected, self.summary)
+
     def to_json(self) -> dict[str, Any]:
         return {**self.public(), "since_s": self.since_s, "hits": self.hits, "clear_hits": self.clear_hits,
                 "last_s": self.last_s}
@@ -186,29 +275,30 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def verifying_issue(issue: dict[str, Any], v: Verifying) -> dict[str, Any]:
-    """``issue`` (public shape) as reported while its remediation is verified: the numbers it
-    was detected with are the state *before* the action, never presented as current."""
-    if issue.get("state") == VERIFYING:
+def verifying_issue(issue: Issue, v: Verifying) -> Issue:
+    """``issue`` as reported while its remediation is verified: the numbers it was detected with are
+    the state *before* the action, never presented as current (their probes, if any, with them)."""
+    if issue.state == VERIFYING:
         return issue
     what = "+".join(v.actions) or "remediation"
-    return {
-        **issue,
-        "state": VERIFYING,
-        "detected": {
+    return replace(
+        issue,
+        state=VERIFYING,
+        evidence={
             "verifying": what,
             "acted_at": format_epoch(v.acted_s),
             "verifying_until": format_epoch(v.judge_from_s),
-            "before_action": issue.get("detected") or {},
+            "before_action": issue.detected or {},
         },
-        "summary": f"{what} at {format_epoch(v.acted_s)} passed its own checks; verifying until "
-        f"{format_epoch(v.judge_from_s)} (before: {issue.get('summary', '')})",
-    }
+        summary=f"{what} at {format_epoch(v.acted_s)} passed its own checks; verifying until "
+        f"{format_epoch(v.judge_from_s)} (before: {issue.summary})",
+        probes=None,
+    )
 
 
-def reported(rec: IssueRecord, view: FleetView) -> dict[str, Any]:
-    """The public issue; ``verifying`` while its remediation waits for a poll that can judge it."""
-    public = rec.public()
+def reported(rec: IssueRecord, view: FleetView) -> Issue:
+    """The issue as reported; ``verifying`` while its remediation waits for a poll that can judge it."""
+    public = rec.as_issue()
     v = view.restarts.verifying.get((rec.gpu, rec.issue))
     if v is None or rec.state != IssueState.FIRING or rec.since != v.since:
         return public

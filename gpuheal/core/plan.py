@@ -28,7 +28,7 @@ are rule parameters (``config/defaults.yaml``), never numbers in this module.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -54,6 +54,7 @@ from gpuheal.core.catalog import (
     on_gpu,
 )
 from gpuheal.core.heal_state import HOUR_S, HealState, Mitigation, empty_state, num
+from gpuheal.core.issue import FIRING, Issue
 from gpuheal.core.remedy import NO_REMEDY, Guard, Incident, PlanItem, Planning, Remedy
 from gpuheal.core.verify import FAILURES, OPEN
 from gpuheal.source_kinds import configured
@@ -82,7 +83,7 @@ def paused_reason(state: HealState, cfg: Config, gpu: str) -> str | None:
 
 
 def plan(
-    issues: list[dict[str, Any]],
+    issues: Sequence[Issue],
     state: HealState | dict[str, Any],
     cfg: Config,
     now_s: float,
@@ -101,13 +102,13 @@ def plan(
     ``tol`` (core/timing; issue 9): a poll a second early or late decides the same as one on the second."""
     if not isinstance(state, HealState):
         state = HealState.from_json(state)
-    firing = [i for i in issues if i.get("state", "firing") == "firing"]
+    firing = [i for i in issues if i.state == FIRING]
     n_gpus = len(cfg.gpus)
     # "At once": a GPU whose failure is already escalated is the humans' now and says nothing
     # about a shared cause behind a new failure elsewhere.
     failing_gpus = {
-        i["gpu"] for i in firing
-        if _remedy(remedies, i["issue"]).cannot_serve and f"{i['gpu']}/{i['issue']}" not in state.escalated
+        i.gpu for i in firing
+        if _remedy(remedies, i.issue).cannot_serve and f"{i.gpu}/{i.issue}" not in state.escalated
     }  # fmt: skip
     guard = _FleetGuard(fleet_guard_tripped(len(failing_gpus), n_gpus, cfg.heal.fleet_guard_fraction),
                         len(failing_gpus), n_gpus)  # fmt: skip
@@ -115,9 +116,9 @@ def plan(
     items: list[PlanItem] = []
     restarting: set[str] = set()  # what this run's plan already restarts (a GPU, a service)
     for issue in firing:
-        if (gpu_filter and issue["gpu"] != gpu_filter) or (issue_filter and issue["issue"] != issue_filter):
+        if (gpu_filter and issue.gpu != gpu_filter) or (issue_filter and issue.issue != issue_filter):
             continue
-        remedy = _remedy(remedies, issue["issue"])
+        remedy = _remedy(remedies, issue.issue)
         item = replace(_plan_one(issue, state, cfg, now_s, guard, remedy, actions, tol), remedy=remedy)
         if remedy.guard is not None:
             item = _guarded(item, remedy.guard(_planning(item, issues, incidents, records, now_s, tol, cfg)))
@@ -134,12 +135,12 @@ def plan(
 
 
 def _cooler_targets(
-    items: list[PlanItem], issues: list[dict[str, Any]], remedies: Mapping[str, Remedy], state: HealState, cfg: Config
+    items: list[PlanItem], issues: Sequence[Issue], remedies: Mapping[str, Remedy], state: HealState, cfg: Config
 ) -> list[PlanItem]:
     """Rule 1.2's "redirect new requests to cooler GPUs": a config-file redirect goes to the first GPU (in
     config order) with no open issue whose fix sheds load, not paused, not the hot GPU itself; none
     found, the step says so when it runs (issue 27 item 7)."""
-    hot = {str(i["gpu"]) for i in issues if set(_remedy(remedies, str(i["issue"])).steps) & set(MITIGATIONS)}
+    hot = {i.gpu for i in issues if set(_remedy(remedies, i.issue).steps) & set(MITIGATIONS)}
     cool = [g for g in cfg.gpus if g.alias not in hot and not state.paused_reason(g.alias)]
     out = []
     for item in items:
@@ -168,11 +169,11 @@ def _held(item: PlanItem, reason: str) -> PlanItem:
 
 
 def _planning(
-    item: PlanItem, issues: list[dict[str, Any]], incidents: Mapping[str, Incident], records: Mapping[str, Any] | None,
+    item: PlanItem, issues: Sequence[Issue], incidents: Mapping[str, Incident], records: Mapping[str, Any] | None,
     now_s: float, tol: float, cfg: Config,
 ) -> Planning:
     """What the item's guard sees: this poll's open issues of its GPU (firing, or pending their hold)."""
-    open_ids = frozenset(str(i["issue"]) for i in issues if i["gpu"] == item.gpu)
+    open_ids = frozenset(i.issue for i in issues if i.gpu == item.gpu)
     record = (records or {}).get(item.issue, {})
     return Planning(item.gpu, item.issue, item.since, item.detected, open_ids, incidents, record, now_s, tol, cfg)
 
@@ -203,17 +204,17 @@ class _FleetGuard:
 
 
 def _plan_one(
-    issue: dict[str, Any], state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, remedy: Remedy,
+    issue: Issue, state: HealState, cfg: Config, now_s: float, guard: _FleetGuard, remedy: Remedy,
     actions: Actions, tol: float,
 ) -> PlanItem:
-    gpu, issue_id = issue["gpu"], issue["issue"]
-    since = issue.get("since")
-    base = {
+    gpu, issue_id = issue.gpu, issue.issue
+    since = issue.since
+    base: dict[str, Any] = {
         "gpu": gpu,
         "issue": issue_id,
-        "detected": issue.get("detected") or {},
+        "detected": issue.detected or {},
         "since": since,
-        "severity": issue.get("severity", "warning"),
+        "severity": issue.severity,
         "alert_now": remedy.alert_now,
     }
 
@@ -221,7 +222,7 @@ def _plan_one(
         return PlanItem(decision=decision, reason=reason, **base)
 
     if remedy.recommend:
-        return held("recommend", issue.get("summary") or "recommendation")
+        return held("recommend", issue.summary or "recommendation")
     reason = paused_reason(state, cfg, gpu)
     if reason:
         return held("blocked", reason)

@@ -26,13 +26,14 @@ cool long enough to get their load back (:func:`cooldown`) — are here too, so 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from gpuheal.core import timing
 from gpuheal.core.catalog import MITIGATIONS, SERVICE_OF
 from gpuheal.core.heal_state import Attempt, HealState, Mitigation
+from gpuheal.core.issue import FIRING, Issue
 from gpuheal.core.remedy import PlanItem, Result
 
 if TYPE_CHECKING:
@@ -134,7 +135,7 @@ def transition(attempt: Attempt, event: str, now_s: float, verification: dict[st
 
 
 def judge(
-    attempt: Attempt, issue: dict[str, Any] | None, hidden: bool, now_s: float, tol: float = timing.TOLERANCE_S
+    attempt: Attempt, issue: Issue | None, hidden: bool, now_s: float, tol: float = timing.TOLERANCE_S
 ) -> str | None:
     """The event this run's fresh data gives an open attempt; ``None``: nothing new is known.
 
@@ -147,9 +148,9 @@ def judge(
         return None
     if issue is None:
         return ISSUE_CLEARED
-    if issue.get("since") != attempt.since:
+    if issue.since != attempt.since:
         return NEW_OCCURRENCE
-    if attempt.status == VERIFYING and issue.get("state") == "firing":
+    if attempt.status == VERIFYING and issue.state == FIRING:
         # The engine reports the issue of a pending attempt ``verifying`` until a poll from the
         # attempt's judgement point (past the startup grace after a GPU restart, else verify_by)
         # saw it still broken; ``firing`` means that poll came (contract "Issue state after a
@@ -290,20 +291,19 @@ def cooldown(
 
 
 def present_verifying(
-    health: dict[str, Any], obs: Observation, state: HealState, cfg: Config, now_s: float
+    health: dict[str, Any], issues: Sequence[Issue], obs: Observation, state: HealState, cfg: Config, now_s: float
 ) -> dict[str, Any]:
-    """``health`` with the issues whose remediation ran at ``now_s`` and passed its own checks as
-    ``verifying``, and the status following (contract "Issue state after a remediation"; later
-    runs get the same from the engine)."""
+    """``health`` (whose issues are ``issues``) with the issues whose remediation ran at ``now_s`` and
+    passed its own checks as ``verifying``, and the status following (contract "Issue state after a
+    remediation"; later runs get the same from the engine)."""
     from gpuheal.core.health import derive_status
     from gpuheal.core.issue import verifying_issue
     from gpuheal.core.view import Restarts
 
     marks = Restarts.from_heal_state(state, cfg.heal.startup_grace_s).verifying
-    issues = []
-    for issue in health["issues"]:
-        v = marks.get((issue["gpu"], issue["issue"]))
-        fresh = v is not None and v.acted_s == now_s and v.since == issue.get("since")
-        shown = verifying_issue(issue, v) if v is not None and fresh and issue.get("state") == "firing" else issue
-        issues.append(shown)
-    return {**health, "issues": issues, "status": derive_status(obs, issues)}
+    shown = []
+    for issue in issues:
+        v = marks.get(issue.key)
+        fresh = v is not None and v.acted_s == now_s and v.since == issue.since
+        shown.append(verifying_issue(issue, v) if v is not None and fresh and issue.state == FIRING else issue)
+    return {**health, "issues": [i.to_json() for i in shown], "status": derive_status(obs, shown)}

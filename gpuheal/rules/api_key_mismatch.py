@@ -27,7 +27,7 @@ from gpuheal import benchdata
 from gpuheal.clock import format_iso
 from gpuheal.config.model import RemedyParams
 from gpuheal.core.engine import iso
-from gpuheal.core.issue import Finding
+from gpuheal.core.issue import Finding, Issue
 from gpuheal.core.remedy import Execution, Guard, Planning, Remedy, RemedyContext, Result
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
@@ -114,20 +114,21 @@ def key_alert(data: dict[str, Any], alias: str, iso: Callable[[float], str]) -> 
 
 
 def complete_issues(
-    issues: list[dict[str, Any]], results: list[dict[str, Any]], now: datetime
+    issues: list[Issue], results: list[dict[str, Any]], now: datetime
 ) -> list[dict[str, Any]]:
-    """Make sure a 401 seen by this run is in the list as the api-key-mismatch issue of that GPU,
-    with the key that was sent (described, never shown). The rules engine's own issue wins where
-    it has one (its ``detected`` gains ``key_sent``); Rule 4 is the engine's alone."""
-    have = {(i.get("gpu"), i.get("issue")): i for i in issues}
+    """``bench``'s document's ``issues``: the engine's (``issues``), making sure a 401 seen by this run is
+    in the list as the api-key-mismatch issue of that GPU, with the key that was sent (described, never
+    shown). The rules engine's own issue wins where it has one (its ``detected`` gains ``key_sent``);
+    Rule 4 is the engine's alone."""
+    out = [i.to_json() for i in issues]
+    have = {(i.gpu, i.issue): doc for i, doc in zip(issues, out, strict=True)}
     stamp = format_iso(now)
     for r in results:
         if r["error"] != ERR_UNAUTHORIZED:
             continue
         key = (r["gpu"], ID)
         if key in have:
-            detected = have[key].get("detected")
-            detected = dict(detected) if isinstance(detected, dict) else {}
+            detected = dict(have[key]["detected"])
             detected.setdefault("key_sent", r.get("key_sent"))
             have[key]["detected"] = detected
             continue
@@ -141,9 +142,9 @@ def complete_issues(
             "summary": f"llama-server rejects the configured litellm.api_key (sent {r.get('key_sent')}); "
             "start it with the LiteLLM key (L1). Not retried.",
         }
-        issues.append(issue)
+        out.append(issue)
         have[key] = issue
-    return issues
+    return out
 
 
 def guard(p: Planning) -> Guard:

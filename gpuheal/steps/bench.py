@@ -34,6 +34,7 @@ from gpuheal.clock import format_iso
 from gpuheal.config import Config, GpuConfig
 from gpuheal.core.bench import exclusion_reason, public_result, result_record
 from gpuheal.core.heal_state import HealState
+from gpuheal.core.issue import FIRING, Issue, Reported
 from gpuheal.errors import GpuhealError
 from gpuheal.model import ERR_UNAUTHORIZED
 from gpuheal.sources.llama_server import benchmark_inference
@@ -51,7 +52,7 @@ if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
 class BenchRun:
     results: list[dict[str, Any]]
     regressions: dict[str, dict[str, Any]]
-    issues: list[dict[str, Any]]
+    issues: list[dict[str, Any]]  # the document's (Rule 8's 401 may be one the engine has not seen yet)
     skipped: list[dict[str, str]] = field(default_factory=list)
     generated_at: str = ""
     rebenched: dict[str, Any] = field(default_factory=dict)  # the re-benchmarks' verdicts, by section (steps/rebench)
@@ -78,12 +79,7 @@ class BenchRun:
         from gpuheal.rules import ALL
 
         judged = {r.ID for r in ALL if r.JUDGED_FROM_BENCH and r.SEVERITY != "info"}  # not Rule 9's advice
-        return any(
-            i.get("gpu") in benched
-            and i.get("issue") in judged
-            and i.get("state", "firing") == "firing"
-            for i in self.issues
-        )
+        return any(i.gpu in benched and i.issue in judged and i.state == FIRING for i in Reported.all_of(self.issues))
 
 
 # --------------------------------------------------------------------------- the step
@@ -153,8 +149,7 @@ def run(
 
     from gpuheal.steps.evaluate import evaluate_bench_full
 
-    issues = [dict(i) for i in evaluate_bench_full(cfg, store, now).issues]
-    issues = api_key_mismatch.complete_issues(issues, results, now)
+    issues = api_key_mismatch.complete_issues(evaluate_bench_full(cfg, store, now).issues, results, now)
     return BenchRun(
         results=results,
         regressions=regressions,
@@ -197,7 +192,7 @@ def slowing_every_gpu(rules: Sequence[Rule[Any]]) -> frozenset[str]:
     return frozenset(r.ID for r in rules if r.SCOPE == "fleet" and r.INHIBITS is None)
 
 
-def open_incidents(store: StateDir) -> list[dict[str, Any]]:
+def open_incidents(store: StateDir) -> list[Issue]:
     """Firing warning/critical issues in the engine's issue book — the same book ``check``,
     ``heal`` and ``bench`` itself update, so a regression found by the previous bench run
     already excludes the next result (a regression must never become the new baseline)."""
@@ -205,9 +200,9 @@ def open_incidents(store: StateDir) -> list[dict[str, Any]]:
 
     book = load_book(store.read(files.ISSUES, {}))
     return [
-        rec.public()
+        rec.as_issue()
         for rec in book.issues.values()
-        if rec.state == "firing" and rec.severity in ("warning", "critical")
+        if rec.state == FIRING and rec.severity in ("warning", "critical")
     ]
 
 

@@ -24,6 +24,8 @@ from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
 
 if TYPE_CHECKING:
+    from gpuheal.core.engine import Evaluation
+    from gpuheal.core.issue import Issue
     from gpuheal.runtime import CommandResult, Runtime
     from gpuheal.sources.gpu_source import GpuSource
     from gpuheal.transport import TransportPool
@@ -32,11 +34,14 @@ if TYPE_CHECKING:
 
 @dataclass
 class CheckResult:
+    """``check``'s poll and what the rules made of it: ``issues`` typed (:class:`~gpuheal.core.issue.Issue`),
+    ``health`` the document (its ``issues`` their JSON)."""
+
     obs: Observation
     history: History
-    issues: list[dict[str, Any]]
+    issues: list[Issue]
     health: dict[str, Any]
-    evaluation: Any = None  # core.engine.Evaluation: also what resolved, and what is inhibited
+    evaluation: Evaluation  # also what resolved, and what is inhibited
     extra: dict[str, Any] = field(default_factory=dict)
 
 

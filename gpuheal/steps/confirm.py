@@ -50,6 +50,7 @@ from gpuheal.config.model import Config
 from gpuheal.core import confirm as core
 from gpuheal.core.confirm import GpuWatch, Probe, Seen, Watch
 from gpuheal.core.engine import IssueBook, iso, load_book
+from gpuheal.core.issue import PENDING, Issue
 from gpuheal.model import GpuSample, Observation
 from gpuheal.rules.host_unreachable.reach import Reacher, ask_hosts
 from gpuheal.state import files
@@ -114,7 +115,7 @@ def suspects(result: Any, only: tuple[str, ...]) -> dict[str, GpuWatch]:
         return {}
     ev = result.evaluation
     opened = (*result.issues, *ev.inhibited)
-    firing = {i["gpu"] for i in opened if i.get("issue") in only and i.get("state") != "pending"}
+    firing = {i.gpu for i in opened if i.issue in only and i.state != PENDING}
     at_s = result.obs.at.timestamp()
     return {alias: GpuWatch(alias, Watch.WATCHING, (Probe(at_s, found),)) for alias, found in faults.items()
             if alias not in firing and alias not in ev.muted}  # fmt: skip
@@ -247,7 +248,7 @@ class _Loop:
                               source=self.first.obs.source)  # fmt: skip
             ev = evaluate_probe(self.cfg, obs, self.book, self.restarts, self.only, tol)
             self.evaluations.append(ev)
-            fired |= {i["gpu"] for i in ev.fired}
+            fired |= {i.gpu for i in ev.fired}
         out = dict(watches)
         for alias in aliases:
             probe = Probe(known_s[alias], answers[alias])
@@ -269,15 +270,16 @@ class _Loop:
             fired=[*first.evaluation.fired, *(f for e in self.evaluations for f in e.fired)],
             transitions=[*first.evaluation.transitions, *(t for e in self.evaluations for t in e.transitions)],
         )
-        health = {**first.health, "issues": issues, "status": derive_status(first.obs, issues)}
+        health = {**first.health, "issues": [i.to_json() for i in issues], "status": derive_status(first.obs, issues)}
         return replace(first, issues=issues, health=health, evaluation=ev)
 
 
-def _with_probes(issue: dict[str, Any], watches: dict[str, GpuWatch], only: tuple[str, ...]) -> dict[str, Any]:
-    w = watches.get(issue.get("gpu", ""))
-    if w is None or issue.get("issue") not in only or not isinstance(issue.get("detected"), dict):
+def _with_probes(issue: Issue, watches: dict[str, GpuWatch], only: tuple[str, ...]) -> Issue:
+    """``issue`` with what the run's probes of its GPU saw (its ``detected``'s ``probes`` and ``confirmation``)."""
+    w = watches.get(issue.gpu)
+    if w is None or issue.issue not in only:
         return issue
-    return {**issue, "detected": {**issue["detected"], "probes": w.evidence(iso), "confirmation": str(w.state)}}
+    return replace(issue, probes=w)
 
 
 def _annotate(book: IssueBook, watches: dict[str, GpuWatch], only: tuple[str, ...]) -> None:

@@ -24,7 +24,7 @@ do. The decisions are the pure core's; the books are :class:`~gpuheal.actions.le
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.actions import attempts, drain, restore
 from gpuheal.actions.context import Context, Records
@@ -35,11 +35,15 @@ from gpuheal.config.model import Config
 from gpuheal.core import timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
 from gpuheal.core.catalog import primary_action
+from gpuheal.core.issue import FIRING, Issue
 from gpuheal.core.plan import plan
 from gpuheal.core.remedy import Followed, OpenIssue, PlanItem
 from gpuheal.rules import REMEDIES
 from gpuheal.state.store import StateDir
 from gpuheal.steps import confirm
+
+if TYPE_CHECKING:
+    from gpuheal.steps.check import CheckResult
 
 ACTIONABLE = ("warning", "critical")  # contract "Alerts": what resets the All Clear count
 
@@ -81,23 +85,24 @@ class Heal:
         finally:
             self.effects.close()
         if self.apply:  # 5. count the clean cycle, save (an info advice never resets the All Clear count)
-            actionable = [i for i in result.issues if i.get("severity") in ACTIONABLE]
+            actionable = [i for i in result.issues if i.severity in ACTIONABLE]
             self.ledger.rec.count_clean_cycle(not actionable and not acted, self.cfg.alerts.all_clear_every)
             self.ledger.state = self.ledger.state.pruned(self.now_s, verify.OPEN)
             self.ledger.save()
             self.ledger.save_alerts()  # what this run fixed and proved reads "verifying" in its document already
-            health = verify.present_verifying(health, result.obs, self.ledger.state, self.cfg, self.now_s)
+            health = verify.present_verifying(health, result.issues, result.obs, self.ledger.state, self.cfg,
+                                              self.now_s)  # fmt: skip
         doc = health_doc(health, self.ledger.state, self.ledger.rec, self.cfg, self.now_s, self.apply)
         check.save_health(self.store, doc)
         self.warnings = list(result.obs.warnings)
         return health
 
-    def _act(self, result: Any, health: dict[str, Any], gpu_filter: str | None, issue_filter: str | None,
+    def _act(self, result: CheckResult, health: dict[str, Any], gpu_filter: str | None, issue_filter: str | None,
              first: bool) -> bool:  # fmt: skip
         """Steps 1-4 on one round's result; True if anything was acted on. A later round only plans and acts."""
-        open_now = {(i["gpu"], i["issue"]): i for i in result.issues}
+        open_now = {i.key: i for i in result.issues}
         # an inhibited issue is open, only hidden: never resolved on no data; a hidden thermal one keeps load shed
-        hidden = {(i["gpu"], i["issue"]): i for i in result.evaluation.inhibited}
+        hidden = {i.key: i for i in result.evaluation.inhibited}
         still_open, acted = {**hidden, **open_now}, False
         self.tol = result.evaluation.tolerance_s  # count time as the rules did (core/timing, issue 9)
         if self.apply and first:  # 1. keep what the fixes need, judge earlier attempts from this run's data
@@ -118,7 +123,7 @@ class Heal:
         self.ledger.save()
         self.ledger.save_alerts()
 
-    def _check(self, gpu_filter: str | None) -> Any:
+    def _check(self, gpu_filter: str | None) -> CheckResult:
         """This run's fresh data: ``check``'s poll (smi sensing over SSH shares the run's logins)."""
         from gpuheal.errors import GpuhealError
         from gpuheal.steps import check
@@ -131,12 +136,12 @@ class Heal:
             self.effects.close()
             raise
 
-    def _track(self, still_open: dict[tuple[str, str], dict[str, Any]]) -> None:
+    def _track(self, still_open: dict[tuple[str, str], Issue]) -> None:
         """Each remedy's ``track`` hook over its open issues (pending, firing or hidden)."""
         for issue_id, remedy in REMEDIES.items():
             if remedy.track is None:
                 continue
-            found = tuple(OpenIssue(gpu, i.get("since"), i.get("state") == "firing")
+            found = tuple(OpenIssue(gpu, i.since, i.state == FIRING)
                           for (gpu, name), i in still_open.items() if name == issue_id)  # fmt: skip
             remedy.track(found, self._context(issue_id, "fleet"))
 

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from gpuheal.clock import format_iso
 from gpuheal.config import Config
-from gpuheal.core.engine import FIRING, new_book
+from gpuheal.core.engine import Event, new_book
+from gpuheal.core.issue import Issue
 from gpuheal.core.view import NO_RESTARTS
 from gpuheal.errors import GpuhealError
 from gpuheal.model import Observation
@@ -69,7 +70,7 @@ TEXT_FIELDS = ("endpoint", "name", "bench_measured_at", "metrics", "slots")
 class ReplayResult:
     polls: int = 0
     timeline: list[dict[str, Any]] = field(default_factory=list)
-    open_at_end: list[dict[str, Any]] = field(default_factory=list)
+    open_at_end: list[Issue] = field(default_factory=list)  # typed; the document's are their JSON
     warnings: list[str] = field(default_factory=list)
     start: str | None = None
     end: str | None = None
@@ -78,7 +79,7 @@ class ReplayResult:
     @property
     def fired(self) -> list[dict[str, Any]]:
         """Warning/critical issues that went firing at some poll (what would have alerted)."""
-        return [t for t in self.timeline if t["event"] == FIRING and t["severity"] != "info"]
+        return [t for t in self.timeline if t["event"] == Event.FIRING and t["severity"] != "info"]
 
 
 # --------------------------------------------------------------------------- reading
@@ -233,7 +234,7 @@ def document(result: ReplayResult, trace: Path, cfg: Config) -> dict[str, Any]:
         "timeline": result.timeline,
         "fired": len(result.fired),
         "resolved": sum(1 for t in result.timeline if t["event"] == "resolved"),
-        "open_at_end": result.open_at_end,
+        "open_at_end": [i.to_json() for i in result.open_at_end],
         "rules_off": result.rules_off,
         "warnings": result.warnings,
     }
