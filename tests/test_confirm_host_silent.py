@@ -64,7 +64,7 @@ def test_a_refused_or_silent_health_on_a_silent_host_is_not_confirmed_in_run(tmp
     after, asked, reached, clock = _confirm(tmp_path, source, sample, {"gpu-a"})
     assert reached == [["gpu-a"]]  # its host was asked, once, before any re-probe
     assert asked == [] and clock.sleeps == []  # no re-probe, no wait: nothing to confirm in-run
-    assert [i["state"] for i in after.issues if i["issue"] == issue] == ["pending"], after.issues
+    assert [i.state for i in after.issues if i.issue == issue] == ["pending"], after.issues
     assert not after.evaluation.fired
 
 
@@ -74,8 +74,8 @@ def test_the_same_fault_on_a_host_that_answers_is_confirmed_at_20_s(tmp_path, so
     sample, issue, hold_s = FAULTS[fault]
     after, asked, reached, _clock = _confirm(tmp_path, source, sample, set())
     assert reached == [["gpu-a"]] and asked and set(map(tuple, asked)) == {("gpu-a",)}
-    fired = [i for i in after.issues if i["issue"] == issue and i["state"] == "firing"]
-    assert [i["gpu"] for i in fired] == ["gpu-a"], after.issues
+    fired = [i for i in after.issues if i.issue == issue and i.state == "firing"]
+    assert [i.gpu for i in fired] == ["gpu-a"], after.issues
 
 
 @pytest.mark.parametrize("source", SOURCES)
@@ -84,7 +84,7 @@ def test_a_silent_task_loop_behind_an_ok_health_never_asks_the_host(tmp_path, so
     sample, issue, _hold_s = FAULTS["taskloop"]
     after, _asked, reached, _clock = _confirm(tmp_path, source, sample, {"gpu-a"})
     assert reached == []
-    assert [i["gpu"] for i in after.issues if i["issue"] == issue and i["state"] == "firing"] == ["gpu-a"]
+    assert [i.gpu for i in after.issues if i.issue == issue and i.state == "firing"] == ["gpu-a"]
 
 
 @pytest.mark.parametrize(("error", "timed_out", "silent"), [
@@ -210,7 +210,7 @@ def test_a_sigkilled_server_is_confirmed_in_run_only_on_a_host_that_answers(tmp_
         with StateDir(tmp_path, 1) as store:
             result = check.run(cfg, store, NOW, obs=obs)
             after = confirm.run(cfg, store, result, clock.clock)
-    states = [i["state"] for i in after.issues if i["issue"] == "host-unreachable"]
+    states = [i.state for i in after.issues if i.issue == "host-unreachable"]
     if host == "answers":
         assert states == ["firing"] and 15 <= sum(clock.sleeps) <= 30, (after.issues, clock.sleeps)
     else:

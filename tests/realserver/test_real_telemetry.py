@@ -133,7 +133,7 @@ def test_a_long_generation_is_busy_and_decoding_never_stuck(real_llama_server, l
         history.add(obs, cfg.aliases)
         ev, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
         samples.append(obs.gpus["real"])
-        assert [i for i in ev.issues if i["issue"] == "model-stuck"] == []
+        assert [i for i in ev.issues if i.issue == "model-stuck"] == []
         time.sleep(1.0)
     assert all(s.requests_processing == 1 for s in samples)
     assert all(s.requests_deferred == 1 for s in samples)
@@ -185,7 +185,7 @@ def test_a_stopped_server_is_a_probe_timeout_not_stuck(real_llama_server, long_m
             ev, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
             g = obs.gpus["real"]
             assert g.endpoint == "timeout" and g.requests_processing is None and g.n_decode_total is None
-        issues = {i["issue"] for i in ev.issues}
+        issues = {i.issue for i in ev.issues}
         assert "model-stuck" not in issues and "host-unreachable" in issues
     finally:
         os.kill(srv.proc.pid, signal.SIGCONT)
@@ -207,7 +207,7 @@ def test_a_restart_between_two_polls_resets_counters_without_firing(real_llama_s
         obs = sense(cfg, T0 + timedelta(seconds=60 * i))
         history.add(obs, cfg.aliases)
         ev, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
-        assert [x for x in ev.issues if x["issue"] == "model-stuck"] == []
+        assert [x for x in ev.issues if x.issue == "model-stuck"] == []
         return obs.gpus["real"]
 
     threading.Thread(target=_generate, args=(first.url, first.api_key, 3000, results), daemon=True).start()
