@@ -99,16 +99,9 @@ class Issue:
         return {**self.evidence, "probes": self.probes.evidence(format_epoch), "confirmation": str(self.probes.state)}
 
     def to_json(self) -> dict[str, Any]:
-        out = {
-            "gpu": self.gpu,
-            "issue": self.issue,
-            "severity": self.severity,
-            "state": self.state,
-            "since": self.since,
-            "fired_at": self.fired_at,
-            "detected": self.detected,
-            "summary": self.summary,
-        }
+        """The contract's shape: :class:`Reported`'s fields, then what only an engine's issue carries."""
+        out = Reported(self.gpu, self.issue, self.severity, self.state, self.since, self.fired_at, self.detected,
+                       self.summary).to_json()  # fmt: skip
         if self.inhibited_by is not None:
             out["inhibited_by"] = self.inhibited_by
         if self.resolved_at is not None:
