@@ -17,7 +17,7 @@ Each GPU's watch is a small state machine (:data:`TRANSITIONS`, as ``core/verify
 attempt's)::
 
     watching ─bad-probe─► watching
-        ├─answered──► cleared       (a probe answered: the in-run confirmation is reset)
+        ├─answered──► recovered     (a probe answered: the in-run confirmation is reset)
         ├─host-silent─► unconfirmed (its host's SSH is silent too: a network blip or a host down, not a
         │                            crash — cron's polls judge it, Rule 6's "host itself unreachable")
         ├─fired─────► confirmed     (a rule's hold in seconds of evidence was met)
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 class Watch(StrEnum):
     WATCHING = "watching"
     CONFIRMED = "confirmed"
-    CLEARED = "cleared"
+    RECOVERED = "recovered"  # a probe saw the server answer (not core/verify's CLEARED: an operator's clear)
     UNCONFIRMED = "unconfirmed"
 
 
@@ -58,7 +58,7 @@ class Seen(StrEnum):
 
 TRANSITIONS: dict[tuple[Watch, Seen], Watch] = {
     (Watch.WATCHING, Seen.BAD_PROBE): Watch.WATCHING,
-    (Watch.WATCHING, Seen.ANSWERED): Watch.CLEARED,
+    (Watch.WATCHING, Seen.ANSWERED): Watch.RECOVERED,
     (Watch.WATCHING, Seen.FIRED): Watch.CONFIRMED,
     (Watch.WATCHING, Seen.BUDGET_SPENT): Watch.UNCONFIRMED,
     (Watch.WATCHING, Seen.HOST_SILENT): Watch.UNCONFIRMED,
