@@ -51,7 +51,7 @@ from gpuheal.core import confirm as core
 from gpuheal.core.confirm import GpuWatch, Probe, Seen, Watch
 from gpuheal.core.engine import IssueBook, load_book
 from gpuheal.model import GpuSample, Observation
-from gpuheal.rules.host_unreachable.reach import Reacher, ask_hosts
+from gpuheal.rules.host_unreachable.reach import STATE_FILE, Reacher, SilentLooks, ask_hosts
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
@@ -139,7 +139,10 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
         yield result  # nothing suspicious (or no direct probe to repeat): no wait, no re-probe
         return
     reach = reach or (real_reach if probe is None else None)
-    watches = ask_hosts(cfg, result, watches, reach)
+    looks = SilentLooks.from_json(store.read(STATE_FILE, {}))
+    watches, looked = ask_hosts(cfg, result, watches, reach, looks)
+    if looked != looks:  # Rule 6's memory of its hosts' silence (its look before a restart reads it)
+        store.write(STATE_FILE, looked.to_json())
     if not any(w.state == Watch.WATCHING for w in watches.values()):
         yield result  # every suspect's host is silent too: nothing to confirm in-run
         return
