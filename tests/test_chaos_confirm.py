@@ -94,6 +94,28 @@ def _blip_is_not_restarted(tmp_path: Path, how: str, length_s: float, budget_s: 
     assert not week.crashes
 
 
+def test_a_lost_host_is_escalated_once_and_never_restarted(tmp_path):
+    """A host off the network (its SSH silent, as in the chaos week's ``host-unreachable``): its GPUs' /health
+    time out at cron's minute-1 poll and every poll after. The in-run confirmation asks the host over SSH at
+    minutes 1 and 2 and gets no answer; at minute 3 Rule 6 fires and its look before the restart gets no answer
+    either: two silent looks a cron run apart, so no restart goes down that dead connection and Rule 6
+    escalates, once. (Was 4 futile restarts per lost host and 12 per partitioned rack in the chaos week and the
+    1,000-GPU day, issue 29: the restart sent after the look that had just failed.) The control above, a crash
+    whose host's SSH blips at the one look of cron's third poll, is still restarted."""
+    from chaos_measure import measure
+
+    starts = cron_starts(MINUTES, SEED)
+    layout = Layout.of(8)  # two hosts: the other one's GPUs keep gpu-monitor's answer from being empty
+    host = layout.host_of["gpu-0001"]
+    lost = Incident(3, "host-unreachable", starts[1] - 10, starts[1] + 7200, layout.gpus_of_host(host), host)
+    week = chaos.run_system("gpuheal", layout, [lost], MINUTES / 1440, SEED, tmp_path)
+    assert [a for a in week.actions if a.what == "restart"] == [], week.actions
+    m = measure(week)
+    assert m["by_kind"]["host-unreachable"]["restarts_per_fault"] == 0
+    assert m["escalations"]["unhealable_escalated_exactly_once"] == 1 and m["escalations"]["not_needed"] == 0
+    assert m["false_actions"] == 0 and not week.crashes
+
+
 @pytest.mark.parametrize("value", ["-1", "51", "nan", "soon"])
 def test_a_confirm_budget_outside_the_config_s_range_is_one_line_and_exit_3(tmp_path, value):
     """``heal.confirm_budget_s`` is 0..50 in the config's schema; the benchmark's switch says so before a

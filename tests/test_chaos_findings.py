@@ -83,7 +83,8 @@ def test_a_host_off_the_network_does_not_restart_gpu_monitor(lab):
 def test_every_host_off_the_network_is_one_page_and_no_false_action():
     """The same finding, measured as the week measures it: four hosts lost in turn on a 16-GPU fleet
     (``host-unreachable`` only, 6 h; seed 1) gave precision 0.64 (9 false gpu-monitor restarts), 2.00 pages
-    per incident and 0 of 4 hosts escalated exactly once on the old code."""
+    per incident and 0 of 4 hosts escalated exactly once on the old code; and a restart for every GPU of each lost
+    host (restarts per fault 4) until Rule 6 remembered the previous run's silent look (wave 10)."""
     import sys
     from pathlib import Path
 
@@ -97,5 +98,6 @@ def test_every_host_off_the_network_is_one_page_and_no_false_action():
     assert doc["faults"]["host-unreachable"] >= 3
     assert g["false_actions"] == 0, g["false_action_list"]
     assert g["max_pages_one_incident"] == 1
+    assert g["by_kind"]["host-unreachable"]["restarts_per_fault"] == 0  # Rule 6: two silent looks a run apart
     esc = g["escalations"]
     assert esc["unhealable_escalated_exactly_once"] == esc["unhealable_faults"] and esc["not_needed"] == 0

@@ -126,7 +126,7 @@ def test_an_answer_between_bad_probes_resets_the_evidence(tmp_path):
     met only by 20 s after it, never by the 15 s before it plus what follows."""
     watch = core.GpuWatch("g", core.Watch.WATCHING, (core.Probe(0.0, "refused"),))
     watch = watch.after(core.Seen.BAD_PROBE, core.Probe(5.0, "refused")).after(core.Seen.ANSWERED, core.Probe(10.0, "ok"))
-    assert watch.state == core.Watch.CLEARED
+    assert watch.state == core.Watch.RECOVERED
     with pytest.raises(core.BadTransition):
         watch.after(core.Seen.FIRED)
 

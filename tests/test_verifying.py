@@ -216,7 +216,7 @@ def test_heal_fails_a_pending_attempt_whose_issue_reads_firing_again():
 
     since = "2026-07-18T08:00:00Z"
     a = Attempt(key="k", gpu="g", issue="model-stuck", since=since, n=1, actions=("restart-llama-server",),
-                status=verify.VERIFYING, started_at=1000.0, verify_by=1180.0, run_id="r")
+                status=verify.ACTED, started_at=1000.0, verify_by=1180.0, run_id="r")
     assert verify.judge(a, Issue.from_json({"since": since, "state": "verifying"}), False, 1060.0) is None
     assert verify.judge(a, Issue.from_json({"since": since, "state": "firing"}), False, 1120.0) == verify.STILL_BROKEN
     assert verify.transition(a, verify.STILL_BROKEN, 1120.0).status == verify.FAILED

@@ -104,7 +104,7 @@ def judge(
     for attempt in list(ledger.state.attempts.values()):
         issue = still_open.get((attempt.gpu, attempt.issue))
         event = verify.judge(attempt, issue, (attempt.gpu, attempt.issue) in hidden, ledger.now_s, tol)
-        if event is None and attempt.status == verify.VERIFYING:  # a re-benchmark disproved the fix (core/rebench)
+        if event is None and attempt.status == verify.ACTED:  # a re-benchmark disproved the fix (core/rebench)
             event = verify.STILL_BROKEN if book.disproved(attempt.gpu, attempt.issue, attempt.run_id) else None
         if event is None:
             continue
@@ -166,7 +166,7 @@ def _rechecked(
     """Whether the remedy's ``recheck`` keeps a verifying attempt whose window passed: then it is judged
     again one window later (its ``verify_by`` moved on; audited ``pending`` with the reason), not failed."""
     remedy = ledger.remedies.get(attempt.issue)
-    if remedy is None or remedy.recheck is None or attempt.status != verify.VERIFYING or issue is None:
+    if remedy is None or remedy.recheck is None or attempt.status != verify.ACTED or issue is None:
         return False
     detected = issue.detected
     seen = Rechecking(attempt.gpu, attempt.issue, attempt.since, attempt.actions, attempt.started_at, detected,

@@ -158,6 +158,15 @@ def normalise(data: Any) -> dict[str, Any]:
     return AlertQueue.from_json(data).to_json()
 
 
+ACTIONABLE = ("warning", "critical")  # contract "Alerts": the severities that reset the All Clear count
+
+
+def clean_cycle(issues: Iterable[Any], acted: bool) -> bool:
+    """Contract "Alerts": a clean cycle has no open ``warning`` or ``critical`` issue (an ``info``
+    recommendation is no problem) and no action (what :func:`count_clean_cycle` counts)."""
+    return not acted and not any(i.severity in ACTIONABLE for i in issues)
+
+
 def count_clean_cycle(data: AlertQueue, clean: bool, every: int, now_s: float) -> None:
     """Contract: the All Clear on every Nth clean cycle (no open warning or critical issue — an open
     ``info`` recommendation is no problem — and no action); any other cycle, and each All Clear,

@@ -17,7 +17,7 @@ Each GPU's watch is a small state machine (:data:`TRANSITIONS`, as ``core/verify
 attempt's)::
 
     watching ─bad-probe─► watching
-        ├─answered──► cleared       (a probe answered: the in-run confirmation is reset)
+        ├─answered──► recovered     (a probe answered: the in-run confirmation is reset)
         ├─host-silent─► unconfirmed (its host's SSH is silent too: a network blip or a host down, not a
         │                            crash — cron's polls judge it, Rule 6's "host itself unreachable")
         ├─fired─────► confirmed     (a rule's hold in seconds of evidence was met)
@@ -28,16 +28,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gpuheal.core.issue import PENDING
 from gpuheal.core.taskloop import classify
 from gpuheal.model import ENDPOINT_TIMEOUT, UNREACHABLE_STATES
+
+if TYPE_CHECKING:
+    from gpuheal.core.engine import IssueBook
+    from gpuheal.core.issue import Issue
 
 
 class Watch(StrEnum):
     WATCHING = "watching"
     CONFIRMED = "confirmed"
-    CLEARED = "cleared"
+    RECOVERED = "recovered"  # a probe saw the server answer (not core/verify's CLEARED: an operator's clear)
     UNCONFIRMED = "unconfirmed"
 
 
@@ -53,7 +58,7 @@ class Seen(StrEnum):
 
 TRANSITIONS: dict[tuple[Watch, Seen], Watch] = {
     (Watch.WATCHING, Seen.BAD_PROBE): Watch.WATCHING,
-    (Watch.WATCHING, Seen.ANSWERED): Watch.CLEARED,
+    (Watch.WATCHING, Seen.ANSWERED): Watch.RECOVERED,
     (Watch.WATCHING, Seen.FIRED): Watch.CONFIRMED,
     (Watch.WATCHING, Seen.BUDGET_SPENT): Watch.UNCONFIRMED,
     (Watch.WATCHING, Seen.HOST_SILENT): Watch.UNCONFIRMED,
@@ -179,3 +184,36 @@ def probe_tolerance_s(interval_s: float) -> float:
     principle at the probe cadence): a quarter of the interval — probes start late by scheduling
     jitter, never by a whole interval."""
     return max(0.0, interval_s / 4)
+
+
+def suspects(result: Any, only: tuple[str, ...]) -> dict[str, GpuWatch]:
+    """The GPUs a run watches (``check``'s ``result``): a hard fault in this poll (:func:`signature`), not
+    muted (a restart's grace), and no issue of a confirmable rule (``only``) already firing on it (a GPU
+    being verified or escalated needs no proof). Each watch starts with the poll's own probe."""
+    faults = {a: f for a, f in ((a, signature(s)) for a, s in result.obs.gpus.items()) if f is not None}
+    if not faults:
+        return {}
+    ev = result.evaluation
+    opened = (*result.issues, *ev.inhibited)
+    firing = {i.gpu for i in opened if i.issue in only and i.state != PENDING}
+    at_s = result.obs.at.timestamp()
+    return {alias: GpuWatch(alias, Watch.WATCHING, (Probe(at_s, found),)) for alias, found in faults.items()
+            if alias not in firing and alias not in ev.muted}  # fmt: skip
+
+
+def with_probes(issue: Issue, watches: dict[str, GpuWatch], only: tuple[str, ...]) -> Issue:
+    """``issue`` with what the run's probes of its GPU saw (its ``detected``'s ``probes`` and ``confirmation``)."""
+    w = watches.get(issue.gpu)
+    if w is None or issue.issue not in only:
+        return issue
+    return replace(issue, probes=w)
+
+
+def annotate(book: IssueBook, watches: dict[str, GpuWatch], only: tuple[str, ...]) -> None:
+    """The open issues of the watched GPUs keep what the run saw: each probe, its time, its answer."""
+    from gpuheal.core.engine import iso
+
+    for rec in book.issues.values():
+        w = watches.get(rec.gpu)
+        if w is not None and rec.issue in only:
+            rec.detected = {**rec.detected, "probes": w.evidence(iso), "confirmation": str(w.state)}

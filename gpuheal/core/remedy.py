@@ -66,10 +66,12 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuheal.core.actions import Action, CommandOutcome, StepResult
+from gpuheal.core.issue import FIRING
 from gpuheal.core.rebench import Ask, Raised, Rebenched, Told
 
 if TYPE_CHECKING:
     from gpuheal.config.model import Config
+    from gpuheal.core.issue import Issue
     from gpuheal.core.memory import Memory
 
 
@@ -234,6 +236,11 @@ class OpenIssue:
     gpu: str
     since: str | None
     firing: bool
+
+    @classmethod
+    def of(cls, issue_id: str, still_open: Mapping[tuple[str, str], Issue]) -> tuple[OpenIssue, ...]:
+        """The open issues (pending, firing or hidden; by ``(gpu, issue)``) of one rule, as its ``track`` sees them."""
+        return tuple(cls(gpu, i.since, i.state == FIRING) for (gpu, name), i in still_open.items() if name == issue_id)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ is an argument.
 Design, "An attempt is reserved before it runs", and the spec's "verify, escalate after N
 failures"::
 
-    (reserve) ─► running ─executed─► verifying ─issue-cleared─► resolved
+    (reserve) ─► running ─executed─► acted ─issue-cleared─► resolved
                     │                  ├─new-occurrence─► superseded
                     │                  └─window-passed──► failed ─operator-clear─► cleared
                     ├─exec-failed─► failed
@@ -12,9 +12,10 @@ failures"::
 
 ``running`` is the reserved state: the attempt is saved under its deterministic key *before* its
 commands run, so a run killed mid-command leaves it ``running`` and the next run judges it from
-fresh data (the same three judgements as ``verifying``) instead of repeating it. ``verifying``: its
+fresh data (the same three judgements as ``acted``) instead of repeating it. ``acted`` (:data:`ACTED`): its
 steps ran and passed their own checks, and fresh data will judge it — stored as ``"pending"``, the
-word earlier releases wrote (``heal-state.json``), and the only meaning that word has here. Written the way h11
+word earlier releases wrote (``heal-state.json``), and the only meaning that word has here; its issue is
+reported ``verifying`` meanwhile (``core/issue.VERIFYING``, the same fact from the issue's side). Written the way h11
 writes its ``_SWITCH_*`` tables: every allowed move is one line of :data:`TRANSITIONS`; any other
 is a :class:`BadTransition` (a programming error, never data).
 
@@ -42,13 +43,13 @@ if TYPE_CHECKING:
 
 # states (the stored ``status`` strings)
 RUNNING = "running"
-VERIFYING = "pending"  # executed, judged by fresh data (the stored word; contract "Issue state after a remediation")
+ACTED = "pending"  # executed, judged by fresh data (the stored word; contract "Issue state after a remediation")
 RESOLVED = "resolved"
 FAILED = "failed"
 SUPERSEDED = "superseded"
 ESCALATED = "escalated"
 CLEARED = "cleared"
-OPEN = frozenset({RUNNING, VERIFYING})
+OPEN = frozenset({RUNNING, ACTED})
 FAILURES = frozenset({FAILED, ESCALATED})  # count toward the rule's escalate_after_failures
 
 # events
@@ -62,16 +63,16 @@ STILL_BROKEN = "still-broken"  # a poll that may judge it (past the startup grac
 OPERATOR_CLEAR = "operator-clear"  # `gpuheal heal --clear ALIAS/ISSUE`
 
 TRANSITIONS: dict[tuple[str, str], str] = {
-    (RUNNING, EXECUTED): VERIFYING,
+    (RUNNING, EXECUTED): ACTED,
     (RUNNING, EXEC_FAILED): FAILED,
     (RUNNING, EXEC_ESCALATED): ESCALATED,
     (RUNNING, ISSUE_CLEARED): RESOLVED,
     (RUNNING, NEW_OCCURRENCE): SUPERSEDED,
     (RUNNING, WINDOW_PASSED): FAILED,
-    (VERIFYING, ISSUE_CLEARED): RESOLVED,
-    (VERIFYING, NEW_OCCURRENCE): SUPERSEDED,
-    (VERIFYING, WINDOW_PASSED): FAILED,
-    (VERIFYING, STILL_BROKEN): FAILED,
+    (ACTED, ISSUE_CLEARED): RESOLVED,
+    (ACTED, NEW_OCCURRENCE): SUPERSEDED,
+    (ACTED, WINDOW_PASSED): FAILED,
+    (ACTED, STILL_BROKEN): FAILED,
     (FAILED, OPERATOR_CLEAR): CLEARED,
     (ESCALATED, OPERATOR_CLEAR): CLEARED,
 }
@@ -150,7 +151,7 @@ def judge(
         return ISSUE_CLEARED
     if issue.since != attempt.since:
         return NEW_OCCURRENCE
-    if attempt.status == VERIFYING and issue.state == FIRING:
+    if attempt.status == ACTED and issue.state == FIRING:
         # The engine reports the issue of a pending attempt ``verifying`` until a poll from the
         # attempt's judgement point (past the startup grace after a GPU restart, else verify_by)
         # saw it still broken; ``firing`` means that poll came (contract "Issue state after a

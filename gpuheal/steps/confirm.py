@@ -49,10 +49,9 @@ from typing import Any
 from gpuheal.config.model import Config
 from gpuheal.core import confirm as core
 from gpuheal.core.confirm import GpuWatch, Probe, Seen, Watch
-from gpuheal.core.engine import IssueBook, iso, load_book
-from gpuheal.core.issue import PENDING, Issue
+from gpuheal.core.engine import IssueBook, load_book
 from gpuheal.model import GpuSample, Observation
-from gpuheal.rules.host_unreachable.reach import Reacher, ask_hosts
+from gpuheal.rules.host_unreachable.reach import STATE_FILE, Reacher, SilentLooks, ask_hosts
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
@@ -107,20 +106,6 @@ def confirmable(cfg: Config) -> tuple[str, ...]:
                         for g in subjects))  # fmt: skip
 
 
-def suspects(result: Any, only: tuple[str, ...]) -> dict[str, GpuWatch]:
-    """The GPUs this run watches: a hard fault in this poll, not muted (a restart's grace), and no issue
-    of a confirmable rule already firing on it (a GPU being verified or escalated needs no proof)."""
-    faults = {a: f for a, f in ((a, core.signature(s)) for a, s in result.obs.gpus.items()) if f is not None}
-    if not faults:
-        return {}
-    ev = result.evaluation
-    opened = (*result.issues, *ev.inhibited)
-    firing = {i.gpu for i in opened if i.issue in only and i.state != PENDING}
-    at_s = result.obs.at.timestamp()
-    return {alias: GpuWatch(alias, Watch.WATCHING, (Probe(at_s, found),)) for alias, found in faults.items()
-            if alias not in firing and alias not in ev.muted}  # fmt: skip
-
-
 def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None,
         keep: Callable[[], None] | None = None, reach: Reacher | None = None) -> Any:  # fmt: skip
     """``result`` (``check``'s) after confirming all its hard faults within the run: the last of
@@ -149,12 +134,15 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
 
     budget_s, interval_s = cfg.heal.confirm_budget_s, cfg.heal.confirm_interval_s
     only = confirmable(cfg) if budget_s > 0 else ()
-    watches = suspects(result, only) if only else {}
+    watches = core.suspects(result, only) if only else {}
     if not watches or not gpu_source(cfg).probes_endpoints:
         yield result  # nothing suspicious (or no direct probe to repeat): no wait, no re-probe
         return
     reach = reach or (real_reach if probe is None else None)
-    watches = ask_hosts(cfg, result, watches, reach)
+    looks = SilentLooks.from_json(store.read(STATE_FILE, {}))
+    watches, looked = ask_hosts(cfg, result, watches, reach, looks)
+    if looked != looks:  # Rule 6's memory of its hosts' silence (its look before a restart reads it)
+        store.write(STATE_FILE, looked.to_json())
     if not any(w.state == Watch.WATCHING for w in watches.values()):
         yield result  # every suspect's host is silent too: nothing to confirm in-run
         return
@@ -177,7 +165,7 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
         if not loop.evaluations:
             yield result
             return
-        _annotate(book, watches, only)
+        core.annotate(book, watches, only)
         store.write(files.ISSUES, book.to_json())
         yield loop.result(watches, only)
         if not any(w.state == Watch.WATCHING for w in watches.values()):
@@ -261,8 +249,8 @@ class _Loop:
         from gpuheal.core.health import derive_status
 
         last, first = self.evaluations[-1], self.first
-        issues = [_with_probes(i, watches, only) for i in last.issues]
-        inhibited = [_with_probes(i, watches, only) for i in last.inhibited]
+        issues = [core.with_probes(i, watches, only) for i in last.issues]
+        inhibited = [core.with_probes(i, watches, only) for i in last.inhibited]
         ev = replace(
             first.evaluation,
             issues=issues,
@@ -273,18 +261,3 @@ class _Loop:
         health = {**first.health, "issues": [i.to_json() for i in issues], "status": derive_status(first.obs, issues)}
         return replace(first, issues=issues, health=health, evaluation=ev)
 
-
-def _with_probes(issue: Issue, watches: dict[str, GpuWatch], only: tuple[str, ...]) -> Issue:
-    """``issue`` with what the run's probes of its GPU saw (its ``detected``'s ``probes`` and ``confirmation``)."""
-    w = watches.get(issue.gpu)
-    if w is None or issue.issue not in only:
-        return issue
-    return replace(issue, probes=w)
-
-
-def _annotate(book: IssueBook, watches: dict[str, GpuWatch], only: tuple[str, ...]) -> None:
-    """The open issues of the watched GPUs keep what the run saw: each probe, its time, its answer."""
-    for rec in book.issues.values():
-        w = watches.get(rec.gpu)
-        if w is not None and rec.issue in only:
-            rec.detected = {**rec.detected, "probes": w.evidence(iso), "confirmation": str(w.state)}

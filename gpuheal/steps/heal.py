@@ -34,8 +34,9 @@ from gpuheal.actions.record import Subject, health_doc
 from gpuheal.config.model import Config
 from gpuheal.core import timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
+from gpuheal.core.alerts import clean_cycle
 from gpuheal.core.catalog import primary_action
-from gpuheal.core.issue import FIRING, Issue
+from gpuheal.core.issue import Issue
 from gpuheal.core.plan import plan
 from gpuheal.core.remedy import Followed, OpenIssue, PlanItem
 from gpuheal.rules import REMEDIES
@@ -44,9 +45,6 @@ from gpuheal.steps import confirm
 
 if TYPE_CHECKING:
     from gpuheal.steps.check import CheckResult
-
-ACTIONABLE = ("warning", "critical")  # contract "Alerts": what resets the All Clear count
-
 
 class Heal:
     """One heal run. Holds the run's books (:class:`Ledger`) while it works on them."""
@@ -85,8 +83,7 @@ class Heal:
         finally:
             self.effects.close()
         if self.apply:  # 5. count the clean cycle, save (an info advice never resets the All Clear count)
-            actionable = [i for i in result.issues if i.severity in ACTIONABLE]
-            self.ledger.rec.count_clean_cycle(not actionable and not acted, self.cfg.alerts.all_clear_every)
+            self.ledger.rec.count_clean_cycle(clean_cycle(result.issues, acted), self.cfg.alerts.all_clear_every)
             self.ledger.state = self.ledger.state.pruned(self.now_s, verify.OPEN)
             self.ledger.save()
             self.ledger.save_alerts()  # what this run fixed and proved reads "verifying" in its document already
@@ -141,9 +138,7 @@ class Heal:
         for issue_id, remedy in REMEDIES.items():
             if remedy.track is None:
                 continue
-            found = tuple(OpenIssue(gpu, i.since, i.state == FIRING)
-                          for (gpu, name), i in still_open.items() if name == issue_id)  # fmt: skip
-            remedy.track(found, self._context(issue_id, "fleet"))
+            remedy.track(OpenIssue.of(issue_id, still_open), self._context(issue_id, "fleet"))
 
     def _context(self, issue: str, gpu: str) -> Context:
         e = self.effects

@@ -18,7 +18,7 @@ from gpuheal.core.remedy import Remedy
 from gpuheal.core.rule import Detection
 from gpuheal.core.view import FleetView
 from gpuheal.model import ENDPOINT_OK, UNREACHABLE_STATES
-from gpuheal.rules.host_unreachable import remedy
+from gpuheal.rules.host_unreachable import reach, remedy
 from gpuheal.signals import Need
 
 ID: Final = "host-unreachable"
@@ -69,4 +69,5 @@ REMEDY: Final = Remedy(
     conclude=remedy.conclude,
     verify=remedy.verify,
     drain=remedy.hard_fault,
+    state_file=reach.STATE_FILE,
 )

@@ -5,8 +5,13 @@
   running"): before the restart, look whether llama-server runs (:mod:`~gpuheal.rules.host_unreachable.look`).
   Not running (down): it is *started* (``gpus[].start_command``; by default ``systemctl start`` of the
   restart's unit) in the restart's place. Running but not answering (hung), or not known: it is
-  restarted (a hung server is only cured by a restart). ``detected.process`` and the evidence say which
-  case it was and which command ran (``ran``: start | restart); the step's note says it too;
+  restarted (a hung server is only cured by a restart). A look that got no answer at all from a host whose
+  look in the previous run got none either (two silent SSH looks a cron run apart,
+  :class:`~gpuheal.rules.host_unreachable.reach.SilentLooks`) is Rule 6's "host itself unreachable →
+  infrastructure alert": escalated, with no restart sent down the same dead connection (``ran``: none). One
+  silent look is restarted as before: a crash whose host's SSH blips at that moment is still healed.
+  ``detected.process`` and the evidence say which case it was and which command ran (``ran``: start |
+  restart | none); the step's note says it too;
 - ``conclude``: Rule 6's verify, second half — after a start or restart that proved itself with a real
   completion, "LiteLLM reports model healthy": an unhealthy verdict fails the attempt. LiteLLM not
   configured or not answering is "not known", never "passed": the attempt says so, and it is judged on the
@@ -26,11 +31,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from gpuheal.core.actions import Action, RunCommand
+from gpuheal.core.actions import Action, CommandOutcome, RunCommand
 from gpuheal.core.catalog import ACTIONS
+from gpuheal.core.confirm import host_silent
 from gpuheal.core.remedy import Execution, Proving, RemedyContext, Result, completion_proof
 from gpuheal.model import ENDPOINT_REFUSED, ENDPOINT_TIMEOUT
-from gpuheal.rules.host_unreachable import look
+from gpuheal.rules.host_unreachable import look, reach
 
 UNREACHABLE = ("host key", "refused", "auth", "timeout")  # words of a transport error: the host is not reached
 KNOWN = ("healthy", "unhealthy")
@@ -46,6 +52,8 @@ def before_step(ex: Execution, step: Action, ctx: RemedyContext) -> bool:
     ran = ctx.run(look.check_argv(step.argv), step.target)
     check = look.judge(list(ran.argv), ran.outcome, ctx.llama_port)
     record = check.record()
+    if lost_host(ex, ran.outcome, record, ctx):
+        return True
     if check.state == look.NOT_RUNNING:
         argv, source = look.start_argv(ctx.cfg.gpu(ctx.gpu).command("start_command"), step.argv)
         ex.instead = replace(step, argv=argv, note=f"start: llama-server is not running ({source})")
@@ -54,6 +62,27 @@ def before_step(ex: Execution, step: Action, ctx: RemedyContext) -> bool:
         record["ran"], ex.found["process"] = "restart", f"{check.case()} → restarted"
     ex.evidence["process"] = record
     return False
+
+
+def lost_host(ex: Execution, outcome: CommandOutcome, record: dict[str, Any], ctx: RemedyContext) -> bool:
+    """Whether this look's host is lost — silent now (:func:`gpuheal.core.confirm.host_silent`) and in the
+    previous run's look (the rule's record, :meth:`~gpuheal.rules.host_unreachable.reach.SilentLooks.lost`):
+    then the attempt ends escalated, nothing sent after the look (issue 29: the chaos week's 4 restarts per
+    lost host and 12 per partitioned rack, each down a dead connection). A look that answered ends the
+    host's remembered silence."""
+    host = ctx.cfg.gpu(ctx.gpu).host
+    looks = reach.SilentLooks.from_json(ctx.record())
+    if not host_silent(outcome.error, outcome.timed_out):
+        if host in looks.hosts:
+            ctx.save_record(looks.after({host: False}, ctx.now_s).to_json())
+        return False
+    if not looks.lost(host, ctx.now_s):
+        return False  # one silent look: restarted as before (a crash whose host's SSH blips right now)
+    record["ran"] = "none"
+    ex.evidence["process"], ex.found["process"] = record, "host silent in this run's look and the last → not restarted"
+    ex.ends(Result.ESCALATED, f"cannot reach host {host} over SSH in this run's look nor the previous run's "
+                              f"({outcome.error}) — infrastructure alert (Rule 6)")  # fmt: skip
+    return True
 
 
 def litellm_seen(ctx: RemedyContext) -> dict[str, Any]:
