@@ -9,17 +9,27 @@ Below both the ``Rule`` protocol (:mod:`gpuheal.core.rule`: ``detect`` returns a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuheal.clock import format_epoch
 from gpuheal.core import timing
 from gpuheal.core.view import epoch_or_none
 
 if TYPE_CHECKING:
-    from gpuheal.core.confirm import GpuWatch
     from gpuheal.core.view import FleetView, Verifying
+
+
+class Probes(Protocol):
+    """The in-run confirmation's record of one GPU's re-probes (:class:`gpuheal.core.confirm.GpuWatch`), as an
+    issue reports it: named by what it offers, so that the issue sits below the confirmation that annotates it."""
+
+    @property
+    def state(self) -> str: ...
+
+    def evidence(self, iso: Callable[[float], str]) -> list[dict[str, Any]]: ...
 
 class IssueState(StrEnum):
     """An open issue's state in the book (a ``str``: it is written and compared as its text)."""
@@ -82,7 +92,7 @@ class Issue:
     fired_at: str | None
     evidence: dict[str, Any]
     summary: str
-    probes: GpuWatch | None = None
+    probes: Probes | None = None
     inhibited_by: str | None = None
     resolved_at: str | None = None
 
