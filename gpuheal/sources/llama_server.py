@@ -177,6 +177,14 @@ def _benchmark(
     return _replace(main, requests=requests_made, **_known(info, main))
 
 
+def completion_state(endpoint: str, api_key: str | None, n_predict: int, deadline_s: float) -> str:
+    """One completion's word (``probe.canary``, issue 20: the task loop answering): ``ok``, or the
+    :class:`BenchOutcome` error it met (``invalid`` when it has none). Only the word leaves this module,
+    never what the server said, so there is nothing of the key to take out."""
+    out = _benchmark(endpoint.rstrip("/"), api_key, n_predict, deadline_s, False, None, False)
+    return "ok" if out.ok else (out.error or "invalid")
+
+
 # --------------------------------------------------------------------------- one measurement
 
 

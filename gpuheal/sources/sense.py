@@ -191,11 +191,9 @@ def _canaries(
 
 
 def _canary(cfg: Config, endpoint: str, canary: Mapping[str, Any]) -> str:
-    from gpuheal.sources.llama_server import benchmark_inference
+    from gpuheal.sources.llama_server import completion_state
 
-    out = benchmark_inference(endpoint, cfg.litellm.api_key or None, n_predict=int(canary["n_predict"]),
-                              deadline_s=float(canary["timeout_s"]), warmup=False, props=False)
-    return "ok" if out.ok else (out.error or "invalid")
+    return completion_state(endpoint, cfg.litellm.api_key or None, int(canary["n_predict"]), float(canary["timeout_s"]))
 
 
 def _litellm_requests(cfg: Config, url: str) -> LiteLLMRequests | DataFault:
