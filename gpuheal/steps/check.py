@@ -70,31 +70,42 @@ class KeptMemory:
 
 @dataclass(frozen=True)
 class CheckPlan:
-    """What one check needs of the config and of ``heal``'s record, resolved once before the poll, so each
-    step below receives exactly its part: the configured GPU source (built once: the poll reads through it),
-    whether this run keeps the per-poll history, the GPUs' restarts (a trend window and the rules' startup
-    grace start there) and what the source keeps between runs."""
+    """What one check needs of the config and of what earlier runs left, resolved once before the poll, so
+    each step below receives exactly its part: the configured GPU source (built once: the poll reads through
+    it), whether this run keeps the per-poll history, the GPUs' restarts from ``heal``'s record (a trend
+    window and the rules' startup grace start there), what the source keeps between runs and, for a poll,
+    what it kept last time (``recalled``: ``None`` when it keeps nothing or no poll was planned)."""
 
     source: GpuSource
     keep_history: bool
     restarts: Restarts
     window_starts: dict[str, float]  # where a restarted GPU's trend window starts again (Restarts.window_starts)
     memory: KeptMemory | None = None
+    recalled: Any = None
 
 
-def plan_check(cfg: Config, heal_state: HealState) -> CheckPlan:
+def plan_check(
+    cfg: Config, heal_state: HealState, store: StateDir | None = None, now: datetime | None = None
+) -> CheckPlan:
+    """The plan; with ``store`` (and ``now``) the plan of a poll, which also reads what the source's earlier
+    runs left that shapes its queries (Prometheus's trend cache, its restarted GPUs' windows). Read-only
+    on the state directory (``trend`` plans a poll too)."""
     # a source that computes trends where its data lives (Prometheus: PromQL) needs no per-poll
     # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
     # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
     from gpuheal.named import resolve
     from gpuheal.sources.gpu_source import gpu_source
 
-    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
-    window_starts = restarts.window_starts()
     source = gpu_source(cfg)
     kept = source.kind.memory
     memory = KeptMemory(kept.file, resolve(kept.load), resolve(kept.save)) if kept is not None else None
-    return CheckPlan(source, not source.spec.computes_trends, restarts, window_starts, memory)
+    saved = store.read(memory.file, {}) if memory is not None and store is not None else None
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
+    window_starts = restarts.window_starts()
+    recalled = None
+    if memory is not None and saved is not None and now is not None:
+        recalled = memory.load(cfg, saved, window_starts, now.timestamp())
+    return CheckPlan(source, not source.spec.computes_trends, restarts, window_starts, memory, recalled)
 
 
 def run(
@@ -115,7 +126,7 @@ def run(
     from gpuheal.steps import evaluate
 
     heal_state = HealState.from_json(store.read(files.HEAL, {}))  # read once: for the plan and the rules
-    plan = plan_check(cfg, heal_state)
+    plan = plan_check(cfg, heal_state, store if obs is None else None, now)  # a poll's plan when it senses
     memory_doc = None  # what the source leaves for the next run, written with the history below
     if obs is None:
         obs, history, memory_doc = _sense_and_load(cfg, plan, store, now, transports)
@@ -139,30 +150,20 @@ def run(
 def _sense_and_load(
     cfg: Config, plan: CheckPlan, store: StateDir, now: datetime, transports: TransportPool | None
 ) -> tuple[Observation, History, Any]:
-    """The poll, shaped by what the source's earlier runs left (:func:`source_memory`), and meanwhile the
-    recorded history read on a thread: the poll mostly waits on the network and a 1000-GPU history takes
+    """The poll, shaped by what the source's earlier runs left (:attr:`CheckPlan.recalled`), and meanwhile
+    the recorded history read on a thread: the poll mostly waits on the network and a 1000-GPU history takes
     ~0.3 s to unpack (issue 12 benchmark). Also what a source that keeps a memory leaves for the next
     poll (``SourceKind.memory``), or ``None``: computed here, written by :func:`_keep` with the history."""
     from concurrent.futures import ThreadPoolExecutor
 
     from gpuheal.sources.sense import poll_fleet
 
-    memory = source_memory(cfg, plan, store, now)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
         loading = pool.submit(load_history, store) if plan.keep_history else None
-        obs = poll_fleet(cfg, plan.source, now, transports, memory)
+        obs = poll_fleet(cfg, plan.source, now, transports, plan.recalled)
         history = loading.result() if loading is not None else History()
-    doc = plan.memory.save(cfg, memory, obs) if plan.memory is not None else None
+    doc = plan.memory.save(cfg, plan.recalled, obs) if plan.memory is not None else None
     return obs, history, doc
-
-
-def source_memory(cfg: Config, plan: CheckPlan, store: StateDir, now: datetime) -> Any:
-    """What the configured source's earlier runs left that shapes this poll's queries (``SourceKind.memory``:
-    Prometheus's trend cache, its restarted GPUs' windows); ``None`` for a source that keeps none.
-    Read-only on the state directory (``trend`` uses it too)."""
-    if plan.memory is None:
-        return None
-    return plan.memory.load(cfg, store.read(plan.memory.file, {}), plan.window_starts, now.timestamp())
 
 
 def _keep(cfg: Config, plan: CheckPlan, store: StateDir, history: History, memory_doc: Any, now: datetime) -> None:
