@@ -66,9 +66,9 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
     kinds = {a: (s.metrics != "disabled", serves_task_loop(s.metrics, s.slots, s.canary)) for a, s in obs.gpus.items()}
     has = {kind: per_gpu(provides, serves_metrics=kind[0], reachable=True, serves_task_loop=kind[1])
            for kind in set(kinds.values())}
-    stand_in_reads = bool(obs.lacking) and not obs.monitor_ok and stand_in is not None
-    stand_in_has = (stand_in.provides | litellm | (provides - mode.provides) | ALWAYS
-                    if stand_in is not None and stand_in_reads else None)
+    stand_in_has = None  # what the stand-in gives while it reads for GPUs the source's answer did not list
+    if stand_in is not None and obs.lacking and not obs.monitor_ok:
+        stand_in_has = stand_in.provides | litellm | (provides - mode.provides) | ALWAYS
     judged = []
     for rule in rules:
         lacking = {kind for kind, signals in has.items() if unmet(rule.NEEDS, signals)}
@@ -77,7 +77,7 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
                               unmet(rule.NEEDS, stand_in_has) if stand_in_has is not None else ()))
     no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
     slots_loop = any(serves_task_loop(obs.gpus[a].metrics, obs.gpus[a].slots) for a in no_metrics)
-    return _written(judged, obs, mode, name, stand_in if stand_in_reads else None, no_metrics, slots_loop)
+    return _written(judged, obs, mode, name, stand_in if stand_in_has is not None else None, no_metrics, slots_loop)
 
 
 def _written(judged: list[_Judged], obs: Observation, mode: SourceSpec, name: str, stand_in: SourceSpec | None,

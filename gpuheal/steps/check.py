@@ -117,7 +117,8 @@ def run(
     transports: TransportPool | None = None,
 ) -> CheckResult:
     """One straight line: the plan, the poll (sensed, or ``obs`` given), its record, the rules' judgement
-    (:func:`gpuheal.steps.evaluate.run_full`), the health document. ``transports``: the run's transport
+    (:func:`gpuheal.steps.evaluate.run_full`), what this run keeps for the next (:func:`_keep`), the health
+    document. ``transports``: the run's transport
     pool (``heal`` shares its SSH connections with the smi sensing of a config without gpu-monitor: one
     connection per host per run)."""
     from gpuheal.core.coverage import from_litellm, rules_off
