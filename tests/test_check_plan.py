@@ -49,3 +49,33 @@ def test_a_check_reads_heal_state_once(tmp_path, monkeypatch):
     rows = result.health["gpus"]
     assert all(list(row)[-2:] == ["polls_without_decode", "deferred_growing_polls"] for row in rows.values())
     assert list(result.health)[-1] == "rules_off"
+
+
+def test_a_polls_plan_recalls_the_source_memory_once_and_a_plan_without_a_store_reads_none(tmp_path, monkeypatch):
+    """Prometheus keeps a memory between runs: a poll's plan reads its file with heal's record, before the
+    poll (the restarted GPUs' windows in it); a plan made without the store (``check`` given a poll) reads
+    no file, and its memory's functions are still found once, for the write after the judgement."""
+    from gpuheal.config import load_config_dict
+    from gpuheal.sources.prometheus import PromMemory
+
+    cfg = load_config_dict({"prometheus": {"url": "http://127.0.0.1:9"},
+                            "gpus": [{"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"}]})
+    restarted = (NOW - timedelta(minutes=10)).timestamp()
+    reads: list[str] = []
+    real = StateDir.read
+
+    def counted(self: StateDir, name: str, default: Any = None) -> Any:
+        reads.append(name)
+        return real(self, name, default)
+
+    with StateDir(tmp_path) as store:
+        store.write(files.HEAL, {"restarts": {"a": [restarted]}})
+        heal_state = HealState.from_json(store.read(files.HEAL, {}))
+        monkeypatch.setattr(StateDir, "read", counted)
+        plan = check.plan_check(cfg, heal_state, store, NOW)
+        assert plan.memory is not None and reads == [plan.memory.file]
+        assert isinstance(plan.recalled, PromMemory)
+        assert plan.recalled.window_starts == {"a": restarted + cfg.heal.startup_grace_s}
+        reads.clear()
+        bare = check.plan_check(cfg, heal_state)
+    assert reads == [] and bare.recalled is None and bare.memory is not None and not bare.keep_history

@@ -13,12 +13,13 @@ What one poll failed to deliver (gpu-monitor down, the fallback answering) is no
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from gpuheal.core.rule import Rule
 from gpuheal.model import Observation
 from gpuheal.parse.llama_metrics import HOW_TO_ENABLE
-from gpuheal.signals import ALWAYS, Signal, SourceSpec, per_gpu, serves_task_loop, unmet
+from gpuheal.signals import ALWAYS, Need, Signal, SourceSpec, per_gpu, serves_task_loop, unmet
 from gpuheal.source_kinds import home, kind_of, spec
 
 NO_MONITOR = "no gpu-monitor configured (monitor:)"
@@ -32,6 +33,18 @@ def without_metrics(monitor_configured: bool) -> str:
     return f" and {NO_MONITOR}: a stuck model is not detected"
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """What the declarations say of one rule on this fleet, asked of :mod:`gpuheal.signals` in one pass before
+    any line is written: the needs the fleet cannot meet, the GPUs whose own llama-server cannot meet them,
+    and the needs the source's stand-in cannot meet (empty when no stand-in reads for unlisted GPUs)."""
+
+    rule: Rule[Any]
+    fleet: tuple[Need, ...]
+    gpus: list[str]
+    stand_in: tuple[Need, ...]
+
+
 def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
               litellm: frozenset[Signal] = frozenset()) -> list[dict[str, Any]]:
     """``[{"rule", "gpus", "why", "fix"}]`` for a fleet whose configured GPU source is ``source``
@@ -39,13 +52,12 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
     fallback as ``monitor``); ``gpus`` is ``["fleet"]`` or the aliases concerned. ``rules``: the
     registry (:data:`gpuheal.rules.ALL`). ``litellm``: what the configured LiteLLM reads add whatever
     the GPU source (:func:`from_litellm`); a recorded poll that carries LiteLLM's counts or spend
-    tallies adds the request counts too."""
+    tallies adds the request counts too. The source's declaration and the signals' answers are asked
+    first, once; the lines are then written from those answers alone (:func:`_written`)."""
     mode = spec(home(source))
     name = mode.label or home(source)  # the source, as the user knows it
     kind = kind_of(source)
     stand_in = kind.fallback if kind is not None else None  # the source's stand-in (the Rule 7.3 fallback)
-    monitor_configured = Signal.FAILURE_RATIO in mode.provides  # gpu-monitor counts failures
-    off: list[dict[str, Any]] = []
     counted = any(s.litellm_requests_total is not None or s.routing is not None for s in obs.gpus.values())
     provides = mode.provides | litellm | ({Signal.REQUEST_SHARE} if counted else set())
     fleet_has = provides | ALWAYS
@@ -54,21 +66,37 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
     kinds = {a: (s.metrics != "disabled", serves_task_loop(s.metrics, s.slots, s.canary)) for a, s in obs.gpus.items()}
     has = {kind: per_gpu(provides, serves_metrics=kind[0], reachable=True, serves_task_loop=kind[1])
            for kind in set(kinds.values())}
+    stand_in_has = None  # what the stand-in gives while it reads for GPUs the source's answer did not list
+    if stand_in is not None and obs.lacking and not obs.monitor_ok:
+        stand_in_has = stand_in.provides | litellm | (provides - mode.provides) | ALWAYS
+    judged = []
     for rule in rules:
-        missing = unmet(rule.NEEDS, fleet_has)
-        if missing:
-            what = "; ".join(n.describe() for n in missing)
-            off.append({"rule": rule.ID, "gpus": ["fleet"], "why": f"needs {what}: {mode.lacks_why}",
-                        "fix": mode.lacks_fix})
-            continue
         lacking = {kind for kind, signals in has.items() if unmet(rule.NEEDS, signals)}
-        gpus = sorted(a for a, kind in kinds.items() if kind in lacking) if lacking else []
-        if gpus:
-            off.append({"rule": rule.ID, "gpus": gpus, "why": _gpu_why(rule, monitor_configured),
+        judged.append(_Judged(rule, unmet(rule.NEEDS, fleet_has),
+                              sorted(a for a, kind in kinds.items() if kind in lacking) if lacking else [],
+                              unmet(rule.NEEDS, stand_in_has) if stand_in_has is not None else ()))
+    no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
+    slots_loop = any(serves_task_loop(obs.gpus[a].metrics, obs.gpus[a].slots) for a in no_metrics)
+    return _written(judged, obs, mode, name, stand_in if stand_in_has is not None else None, no_metrics, slots_loop)
+
+
+def _written(judged: list[_Judged], obs: Observation, mode: SourceSpec, name: str, stand_in: SourceSpec | None,
+             no_metrics: list[str], slots_loop: bool) -> list[dict[str, Any]]:
+    """The lines, in the contract's order: each rule the fleet or some GPUs cannot feed, those the stand-in
+    cannot feed, those judged without decode progress, then ``/slots``. Pure over the answers asked."""
+    monitor_configured = Signal.FAILURE_RATIO in mode.provides  # gpu-monitor counts failures
+    off: list[dict[str, Any]] = []
+    for j in judged:
+        if j.fleet:
+            what = "; ".join(n.describe() for n in j.fleet)
+            off.append({"rule": j.rule.ID, "gpus": ["fleet"], "why": f"needs {what}: {mode.lacks_why}",
+                        "fix": mode.lacks_fix})
+        elif j.gpus:
+            off.append({"rule": j.rule.ID, "gpus": j.gpus, "why": _gpu_why(j.rule, monitor_configured),
                         "fix": HOW_TO_ENABLE["metrics"]})
-    if obs.lacking and not obs.monitor_ok and stand_in is not None:
-        _lacking(off, obs, rules, litellm | (provides - mode.provides), name, stand_in)
-    _partial_metrics(off, obs, rules, monitor_configured)
+    if stand_in is not None:
+        _lacking(off, obs, judged, name, stand_in)
+    _partial_metrics(off, judged, no_metrics, monitor_configured, slots_loop)
     no_slots = sorted(a for a, s in obs.gpus.items() if s.slots == "disabled")
     if no_slots:
         off.append({"rule": "slots (report only)", "gpus": no_slots, "why": "llama-server serves no /slots",
@@ -76,19 +104,18 @@ def rules_off(source: str, obs: Observation, rules: tuple[Rule[Any], ...],
     return off
 
 
-def _lacking(off: list[dict[str, Any]], obs: Observation, rules: tuple[Rule[Any], ...],
-             extra: frozenset[Signal], name: str, stand_in: SourceSpec) -> None:
+def _lacking(off: list[dict[str, Any]], obs: Observation, judged: list[_Judged], name: str,
+             stand_in: SourceSpec) -> None:
     """An answer of the source that listed none of the fleet's GPUs (the spec's "returns no GPUs", issue
     27 defect 1: an exporter that restarted and lost its devices) leaves them to the source's stand-in
     (the Rule 7.3 fallback): the rules it cannot feed are off for those GPUs until the source lists them
     again — said here, once, with the GPUs concerned. (A source that does not answer at all is an
     outage: its rules are "not known" that poll, not listed.) ``name``: the source's, as the user knows it."""
     listed = {o["rule"] for o in off}
-    for rule in rules:
-        missing = unmet(rule.NEEDS, stand_in.provides | extra | ALWAYS)
-        if missing and rule.ID not in listed:
-            what = "; ".join(n.describe() for n in missing)
-            off.append({"rule": rule.ID, "gpus": list(obs.lacking),
+    for j in judged:
+        if j.stand_in and j.rule.ID not in listed:
+            what = "; ".join(n.describe() for n in j.stand_in)
+            off.append({"rule": j.rule.ID, "gpus": list(obs.lacking),
                         "why": f"needs {what}: {name}'s answer lists no GPU for these, read through "
                                f"{stand_in.label or stand_in.source}",
                         "fix": f"get {name} to list them again (Rule 7 restarts it), or check gpus[].host "
@@ -106,20 +133,19 @@ def _gpu_why(rule: Rule[Any], monitor_configured: bool) -> str:
     return f"needs {missing}: llama-server serves no /metrics{without_metrics(monitor_configured)}"
 
 
-def _partial_metrics(off: list[dict[str, Any]], obs: Observation, rules: tuple[Rule[Any], ...],
-                     monitor_configured: bool) -> None:
+def _partial_metrics(off: list[dict[str, Any]], judged: list[_Judged], no_metrics: list[str],
+                     monitor_configured: bool, slots_loop: bool) -> None:
     """A GPU without ``/metrics`` that a rule needing decode progress still judges by another signal
-    in its place (Rule 3: gpu-monitor's failure ratio, or its task loop answering ``/slots``, issue 20)
-    does not see a decode that hangs with requests in flight and no request failing yet: said once per
-    such rule (one not already off), naming what it still has."""
+    in its place (Rule 3: gpu-monitor's failure ratio, or its task loop answering ``/slots`` — ``slots_loop``,
+    issue 20) does not see a decode that hangs with requests in flight and no request failing yet: said once
+    per such rule (one not already off), naming what it still has."""
     listed = {o["rule"] for o in off}
-    partial = [r for r in rules if r.ID not in listed
-               and any(Signal.DECODE_PROGRESS in n.any_of and len(n.any_of) > 1 for n in r.NEEDS)]
-    no_metrics = sorted(a for a, s in obs.gpus.items() if s.metrics == "disabled")
+    partial = [j.rule for j in judged if j.rule.ID not in listed
+               and any(Signal.DECODE_PROGRESS in n.any_of and len(n.any_of) > 1 for n in j.rule.NEEDS)]
     if not partial or not no_metrics:
         return
     has = [Signal.FAILURE_RATIO.value] if monitor_configured else []
-    if any(serves_task_loop(obs.gpus[a].metrics, obs.gpus[a].slots) for a in no_metrics):
+    if slots_loop:
         has.append("its task loop answering /slots")
     why = (f"llama-server serves no /metrics: a decode frozen with requests in flight is not seen; "
            f"judged by {' and '.join(has)}" if has else f"llama-server serves no /metrics{without_metrics(False)}")

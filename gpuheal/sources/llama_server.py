@@ -24,7 +24,7 @@ context from ``GET /props`` first; it is also the cheapest way to meet a 401 or 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuheal.model import (
@@ -37,7 +37,7 @@ from gpuheal.model import (
     BenchOutcome,
 )
 from gpuheal.parse.values import Bad, check_number, check_text, clean_text, sub_object
-from gpuheal.redact import redact_text
+from gpuheal.redact import describe_key, redact_text
 from gpuheal.sources.http import HttpFault, HttpResult, request
 
 DEFAULT_PROMPT = (
@@ -81,7 +81,14 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 
 
 def read_props(endpoint: str, api_key: str | None, deadline_s: float) -> Props:
-    """``GET {endpoint}/props`` with the key; never raises."""
+    """``GET {endpoint}/props`` with the key; never raises. The key is taken out of its ``detail`` here,
+    where the answer is finished (:func:`_props` builds it from what the server said)."""
+    props = _props(endpoint, api_key, deadline_s)
+    return replace(props, detail=redact_text(props.detail, _secrets(api_key)))
+
+
+def _props(endpoint: str, api_key: str | None, deadline_s: float) -> Props:
+    """:func:`read_props` before redaction: the server's own words, bounded (:func:`_clean`)."""
     result = request(
         "GET",
         endpoint.rstrip("/") + "/props",
@@ -90,10 +97,10 @@ def read_props(endpoint: str, api_key: str | None, deadline_s: float) -> Props:
         headers=auth_headers(api_key),
     )
     if isinstance(result, HttpFault):
-        return Props(ok=False, error=_fault_error(result), detail=_clean(result.detail, api_key))
+        return Props(ok=False, error=_fault_error(result), detail=_clean(result.detail))
     error = _status_error(result.status)
     if error is not None:
-        return Props(ok=False, status=result.status, error=error, detail=_error_message(result.body, api_key))
+        return Props(ok=False, status=result.status, error=error, detail=_error_message(result.body))
     doc = _json_object(result.body)
     if doc is None:
         return Props(ok=False, status=result.status, error=ERR_INVALID, detail="/props is not a JSON object")
@@ -135,19 +142,28 @@ def benchmark_inference(
     ``min(deadline_s, 10)``. Requests, in order, stopping at the first fatal answer
     (401 / 503 / timeout / refused): ``GET /props`` (when ``props``), a warm-up completion of
     ``min(n_predict, 8)`` tokens (when ``warmup``), the measured completion of ``n_predict`` tokens.
-    Prompt caching is off so that prompt tok/s measures prefill and not a cache hit.
+    Prompt caching is off so that prompt tok/s measures prefill and not a cache hit. The outcome is
+    built from what the server said and the key taken out of it once, at the end (:func:`_finished`).
     """
-    base = endpoint.rstrip("/")
+    outcome = _benchmark(endpoint.rstrip("/"), api_key, n_predict, deadline_s, warmup, prompt, props)
+    return _finished(outcome, api_key)
+
+
+def _benchmark(
+    base: str, api_key: str | None, n_predict: int, deadline_s: float, warmup: bool, prompt: str | None,
+    props: bool,
+) -> BenchOutcome:
+    """:func:`benchmark_inference`'s requests, in order, before redaction."""
     prompt = prompt or DEFAULT_PROMPT
     n_predict = max(1, int(n_predict))
     requests_made = 0
     info = Props(ok=False)
 
     if props:
-        info = read_props(base, api_key, min(deadline_s, PROPS_DEADLINE_S))
+        info = _props(base, api_key, min(deadline_s, PROPS_DEADLINE_S))
         requests_made += 1
         if info.error in FATAL_ERRORS:
-            return _failed(info.error, info.status, f"/props: {info.detail}", requests_made, api_key)
+            return _failed(info.error, info.status, f"/props: {info.detail}", requests_made)
 
     api = API_COMPLETION
     if warmup:
@@ -159,6 +175,14 @@ def benchmark_inference(
     main, api, sent = _measure(base, api_key, prompt, n_predict, deadline_s, api)
     requests_made += sent
     return _replace(main, requests=requests_made, **_known(info, main))
+
+
+def completion_state(endpoint: str, api_key: str | None, n_predict: int, deadline_s: float) -> str:
+    """One completion's word (``probe.canary``, issue 20: the task loop answering): ``ok``, or the
+    :class:`BenchOutcome` error it met (``invalid`` when it has none). Only the word leaves this module,
+    never what the server said, so there is nothing of the key to take out."""
+    out = _benchmark(endpoint.rstrip("/"), api_key, n_predict, deadline_s, False, None, False)
+    return "ok" if out.ok else (out.error or "invalid")
 
 
 # --------------------------------------------------------------------------- one measurement
@@ -217,14 +241,13 @@ def _measured_request(
         return _replace(result, api=api)
     doc = _json_object(result.body)
     if doc is None:
-        return _failed(ERR_INVALID, result.status, f"{path}: answer is not a JSON object", 0, api_key,
+        return _failed(ERR_INVALID, result.status, f"{path}: answer is not a JSON object", 0,
                        elapsed=result.elapsed_s, api=api)
-    timings = sub_object(doc, "timings")
+    timings, usage = sub_object(doc, "timings"), sub_object(doc, "usage")  # both read at once, then judged
     tokens = _int(timings.get("predicted_n"))
     if tokens is None and api == API_COMPLETION:
         tokens = _int(doc.get("tokens_predicted"))
     if tokens is None and api == API_CHAT:
-        usage = sub_object(doc, "usage")
         tokens = _int(usage.get("completion_tokens"))
     return _judge(
         tokens=tokens,
@@ -276,11 +299,11 @@ def _post(url: str, api_key: str | None, payload: dict[str, Any], deadline_s: fl
     path = url[url.find("/", url.find("//") + 2):]
     if isinstance(result, HttpFault):
         # status None: no complete HTTP answer was read (an oversized one is not an answer)
-        return _failed(_fault_error(result), None, f"{path}: {_clean(result.detail, api_key)}", 0,
-                       api_key, elapsed=result.elapsed_s)
+        return _failed(_fault_error(result), None, f"{path}: {_clean(result.detail)}", 0,
+                       elapsed=result.elapsed_s)
     error = _status_error(result.status)
     if error is not None:
-        return _failed(error, result.status, f"{path}: {_error_message(result.body, api_key)}", 0, api_key,
+        return _failed(error, result.status, f"{path}: {_error_message(result.body)}", 0,
                        elapsed=result.elapsed_s)
     return result
 
@@ -305,26 +328,25 @@ def _fault_error(fault: HttpFault) -> str:
 
 
 def _failed(
-    error: str | None, status: int | None, detail: str, requests_made: int, api_key: str | None,
+    error: str | None, status: int | None, detail: str, requests_made: int,
     *, elapsed: float = 0.0, api: str | None = None,
 ) -> BenchOutcome:
-    from gpuheal.redact import describe_key
+    return BenchOutcome(ok=False, error=error, status=status, detail=detail, requests=requests_made,
+                        elapsed_s=round(elapsed, 3), api=api)
 
-    return BenchOutcome(
-        ok=False,
-        error=error,
-        status=status,
-        detail=detail,
-        requests=requests_made,
-        elapsed_s=round(elapsed, 3),
-        api=api,
-        key_sent=describe_key(api_key or "") if error == ERR_UNAUTHORIZED else None,
-    )
+
+def _finished(outcome: BenchOutcome, api_key: str | None) -> BenchOutcome:
+    """The outcome as it leaves this module: the key out of its ``detail`` (the contract: no secret in what
+    gpuheal writes) and, on a 401, the key named by its shape only (L1) — once, where the answer is built."""
+    key_sent = describe_key(api_key or "") if outcome.error == ERR_UNAUTHORIZED else None
+    return replace(outcome, detail=redact_text(outcome.detail, _secrets(api_key)), key_sent=key_sent)
+
+
+def _secrets(api_key: str | None) -> tuple[str, ...]:
+    return (api_key,) if api_key else ()
 
 
 def _replace(outcome: BenchOutcome, **changes: Any) -> BenchOutcome:
-    from dataclasses import replace
-
     return replace(outcome, **changes)
 
 
@@ -379,7 +401,7 @@ def _json_object(body: bytes) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _error_message(body: bytes, api_key: str | None) -> str:
+def _error_message(body: bytes) -> str:
     """The llama.cpp error envelope's message (formats.md §1.8), or a bounded snippet of text."""
     doc = _json_object(body)
     message = None
@@ -392,9 +414,10 @@ def _error_message(body: bytes, api_key: str | None) -> str:
         message = message or _str(doc.get("status"))  # old builds: {"status": "loading model"}
     if message is None:
         message = body[:200].decode("utf-8", "replace").strip() or "(empty body)"
-    return _clean(message, api_key)
+    return _clean(message)
 
 
-def _clean(text: str, api_key: str | None) -> str:
-    text = clean_text(" ".join(text.split())[:200])
-    return redact_text(text, (api_key,) if api_key else ())
+def _clean(text: str) -> str:
+    """One bounded, printable line of what the server said (the key is taken out by the caller that
+    finishes the answer: :func:`read_props`, :func:`_finished`)."""
+    return clean_text(" ".join(text.split())[:200])

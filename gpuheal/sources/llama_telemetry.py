@@ -285,20 +285,31 @@ def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -
     All within what is left of the deadline that started at ``started`` (the /health probe); a busy
     server costs four requests."""
     auth = tuple(auth_headers(api_key).items())
-    metrics = metrics_answer((yield from _ask("/metrics", auth, deadline_s, started)))
+    got = yield from _ask("/metrics", auth, deadline_s, started)
+    metrics = metrics_answer(got)
     busy = metrics.metrics.requests_processing if metrics.metrics is not None else None
     if metrics.state == UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
         return ServerTelemetry(metrics, Answer(UNAUTHORIZED, metrics.detail), UNASKED)
-    props = sleeping_answer((yield from _ask("/props", auth, deadline_s, started)))
-    if busy == 0:
-        slots = Answer(IDLE, "GET /slots not asked: nothing in flight")
-    elif busy is None and props.is_sleeping:
-        slots = Answer(SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
-    elif busy is None and props.state in (UNAUTHORIZED, LOADING, "refused", "timeout"):
-        slots = Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
-    else:
-        slots = slots_answer((yield from _ask("/slots", auth, deadline_s, started)))
+    got = yield from _ask("/props", auth, deadline_s, started)
+    props = sleeping_answer(got)
+    slots = _slots_unasked(busy, props)
+    if slots is None:  # each answer is asked, then read: the reading never asks again
+        got = yield from _ask("/slots", auth, deadline_s, started)
+        slots = slots_answer(got)
     return ServerTelemetry(metrics=metrics, slots=slots, props=props)
+
+
+def _slots_unasked(busy: int | None, props: Answer) -> Answer | None:
+    """Why ``/slots`` is not asked this poll (its :class:`Answer`), or ``None``: ask it. Not of an idle server
+    (nothing in flight), nor of a sleeping one (``/slots`` would wake it), nor after ``/props`` failed in a
+    way that ``/slots`` would repeat."""
+    if busy == 0:
+        return Answer(IDLE, "GET /slots not asked: nothing in flight")
+    if busy is None and props.is_sleeping:
+        return Answer(SLEEPING, "GET /slots not asked: the server sleeps (it would wake it)")
+    if busy is None and props.state in (UNAUTHORIZED, LOADING, "refused", "timeout"):
+        return Answer(props.state, props.detail.replace("/props", "/slots (after /props)"))
+    return None
 
 
 def _ask(path: str, auth: tuple[tuple[str, str], ...], deadline_s: float, started: float) -> Exchange:

@@ -32,6 +32,7 @@ from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
 
 if TYPE_CHECKING:
     from gpuheal.parse.litellm_metrics import LiteLLMRequests
+    from gpuheal.sources.gpu_source import GpuSource
 
 HEALTH_MAX_BYTES = PROBE_MAX_BYTES  # one byte cap for /health, /metrics, /slots, /props
 
@@ -65,15 +66,24 @@ def fetch_litellm(cfg: Config) -> DataFault | None:
 
 
 def sense(cfg: Config, now: datetime, transports: Any = None, memory: Any = None) -> Observation:
+    """Poll everything once through the configured source (:func:`~gpuheal.sources.gpu_source.gpu_source`):
+    :func:`poll_fleet` for a caller without a check's plan (``trend``, tests)."""
+    from gpuheal.sources.gpu_source import gpu_source
+
+    return poll_fleet(cfg, gpu_source(cfg), now, transports, memory)
+
+
+def poll_fleet(
+    cfg: Config, source: GpuSource, now: datetime, transports: Any = None, memory: Any = None
+) -> Observation:
     """Poll everything once. ``now`` stamps the observation (the run's single clock reading).
 
-    The GPU readings come from the configured source (:func:`~gpuheal.sources.gpu_source.gpu_source`),
-    whose reader returns the one typed poll (:class:`~gpuheal.model.SourcePoll`) whichever source it is;
-    ``memory`` is what earlier runs left that shapes its queries (``SourceKind.memory``: Prometheus's
-    trend cache); ``transports`` (a
+    The GPU readings come from ``source`` (``check`` builds it once, in its plan), whose reader returns the
+    one typed poll (:class:`~gpuheal.model.SourcePoll`) whichever source it is; ``memory`` is what earlier
+    runs left that shapes its queries (``SourceKind.memory``: Prometheus's trend cache); ``transports`` (a
     :class:`~gpuheal.transport.TransportPool` shared with the rest of the run: one SSH connection per
     host) carries smi calls, or a pool of its own (issue 12)."""
-    polled = _poll(cfg, now, transports, memory)
+    polled = _poll(cfg, source, now, transports, memory)
     poll = polled.poll
     faults = list(poll.faults)
     gpus = {gpu.alias: _sample(gpu, polled, faults) for gpu in cfg.gpus}
@@ -108,13 +118,10 @@ class _Polled:
     spend: dict[str, RoleTally] | DataFault | None = None  # litellm.read_spend_logs, issue 22
 
 
-def _poll(cfg: Config, now: datetime, transports: Any, memory: Any) -> _Polled:
+def _poll(cfg: Config, source: GpuSource, now: datetime, transports: Any, memory: Any) -> _Polled:
     """The GPU source and LiteLLM on threads, every llama-server at once on this one
     (:func:`~gpuheal.sources.http_loop.run_exchanges`, at most ``probe.max_workers`` open)."""
-    from gpuheal.sources.gpu_source import gpu_source
-
     deadline = cfg.probe.timeout_s
-    source = gpu_source(cfg)
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="probe") as pool:
         source_f = pool.submit(source.read, now, deadline, transports, memory)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
@@ -184,11 +191,9 @@ def _canaries(
 
 
 def _canary(cfg: Config, endpoint: str, canary: Mapping[str, Any]) -> str:
-    from gpuheal.sources.llama_server import benchmark_inference
+    from gpuheal.sources.llama_server import completion_state
 
-    out = benchmark_inference(endpoint, cfg.litellm.api_key or None, n_predict=int(canary["n_predict"]),
-                              deadline_s=float(canary["timeout_s"]), warmup=False, props=False)
-    return "ok" if out.ok else (out.error or "invalid")
+    return completion_state(endpoint, cfg.litellm.api_key or None, int(canary["n_predict"]), float(canary["timeout_s"]))
 
 
 def _litellm_requests(cfg: Config, url: str) -> LiteLLMRequests | DataFault:

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuheal.config import Config
 from gpuheal.core.heal_state import HealState
@@ -49,27 +49,63 @@ def load_history(store: StateDir) -> History:
     return History.from_dict(store.read(HISTORY_FILE, {}))
 
 
+class _LoadMemory(Protocol):
+    def __call__(self, cfg: Config, saved: Any, window_starts: dict[str, float], now_s: float) -> Any: ...
+
+
+class _SaveMemory(Protocol):
+    def __call__(self, cfg: Config, memory: Any, obs: Observation) -> Any: ...
+
+
+@dataclass(frozen=True)
+class KeptMemory:
+    """A source's memory between runs (``SourceKind.memory``: Prometheus's trend cache) with its two pure
+    functions found once, at the plan: ``load`` shapes this poll's queries, ``save`` gives the document
+    the next run reads (``None``: nothing to write)."""
+
+    file: str
+    load: _LoadMemory
+    save: _SaveMemory
+
+
 @dataclass(frozen=True)
 class CheckPlan:
-    """What one check needs of the config and of ``heal``'s record, resolved once before the poll, so each
-    step below receives exactly its part: the configured GPU source, whether this run keeps the per-poll
-    history, and the GPUs' restarts (a trend window and the rules' startup grace start there)."""
+    """What one check needs of the config and of what earlier runs left, resolved once before the poll, so
+    each step below receives exactly its part: the configured GPU source (built once: the poll reads through
+    it), whether this run keeps the per-poll history, the GPUs' restarts from ``heal``'s record (a trend
+    window and the rules' startup grace start there), what the source keeps between runs and, for a poll,
+    what it kept last time (``recalled``: ``None`` when it keeps nothing or no poll was planned)."""
 
     source: GpuSource
     keep_history: bool
     restarts: Restarts
     window_starts: dict[str, float]  # where a restarted GPU's trend window starts again (Restarts.window_starts)
+    memory: KeptMemory | None = None
+    recalled: Any = None
 
 
-def plan_check(cfg: Config, heal_state: HealState) -> CheckPlan:
+def plan_check(
+    cfg: Config, heal_state: HealState, store: StateDir | None = None, now: datetime | None = None
+) -> CheckPlan:
+    """The plan; with ``store`` (and ``now``) the plan of a poll, which also reads what the source's earlier
+    runs left that shapes its queries (Prometheus's trend cache, its restarted GPUs' windows). Read-only
+    on the state directory (``trend`` plans a poll too)."""
     # a source that computes trends where its data lives (Prometheus: PromQL) needs no per-poll
     # history (issue 13: the state directory stays flat as the fleet grows); every per-poll source
     # — gpu-monitor, smi, the Rule 7.3 fallback — is recorded alike and fitted there (issue 19)
+    from gpuheal.named import resolve
     from gpuheal.sources.gpu_source import gpu_source
 
     source = gpu_source(cfg)
+    kept = source.kind.memory
+    memory = KeptMemory(kept.file, resolve(kept.load), resolve(kept.save)) if kept is not None else None
+    saved = store.read(memory.file, {}) if memory is not None and store is not None else None
     restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
-    return CheckPlan(source, not source.spec.computes_trends, restarts, restarts.window_starts())
+    window_starts = restarts.window_starts()
+    recalled = None
+    if memory is not None and saved is not None and now is not None:
+        recalled = memory.load(cfg, saved, window_starts, now.timestamp())
+    return CheckPlan(source, not source.spec.computes_trends, restarts, window_starts, memory, recalled)
 
 
 def run(
@@ -81,7 +117,8 @@ def run(
     transports: TransportPool | None = None,
 ) -> CheckResult:
     """One straight line: the plan, the poll (sensed, or ``obs`` given), its record, the rules' judgement
-    (:func:`gpuheal.steps.evaluate.run_full`), the health document. ``transports``: the run's transport
+    (:func:`gpuheal.steps.evaluate.run_full`), what this run keeps for the next (:func:`_keep`), the health
+    document. ``transports``: the run's transport
     pool (``heal`` shares its SSH connections with the smi sensing of a config without gpu-monitor: one
     connection per host per run)."""
     from gpuheal.core.coverage import from_litellm, rules_off
@@ -90,9 +127,10 @@ def run(
     from gpuheal.steps import evaluate
 
     heal_state = HealState.from_json(store.read(files.HEAL, {}))  # read once: for the plan and the rules
-    plan = plan_check(cfg, heal_state)
+    plan = plan_check(cfg, heal_state, store if obs is None else None, now)  # a poll's plan when it senses
+    memory_doc = None  # what the source leaves for the next run, written with the history below
     if obs is None:
-        obs, history = _sense_and_load(cfg, plan, store, now, transports)
+        obs, history, memory_doc = _sense_and_load(cfg, plan, store, now, transports)
     else:
         history = load_history(store) if plan.keep_history else History()
     if plan.keep_history:
@@ -101,10 +139,7 @@ def run(
         with open(record, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
     evaluation = evaluate.run_full(cfg, store, obs, history, now, heal_state, plan.restarts)  # every rule
-    if plan.keep_history:
-        kept = cfg.history
-        history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
-        store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
+    _keep(cfg, plan, store, history, memory_doc, now)
     columns = progress_columns(evaluation.memory, obs.gpus, now.timestamp())
     lite = cfg.litellm
     litellm_reads = from_litellm(lite.url, lite.read_metrics, lite.read_spend_logs)
@@ -115,40 +150,32 @@ def run(
 
 def _sense_and_load(
     cfg: Config, plan: CheckPlan, store: StateDir, now: datetime, transports: TransportPool | None
-) -> tuple[Observation, History]:
-    """The poll, shaped by what the source's earlier runs left (:func:`source_memory`), and meanwhile the
-    recorded history read on a thread: the poll mostly waits on the network and a 1000-GPU history takes
-    ~0.3 s to unpack (issue 12 benchmark). A source that keeps a memory leaves what the next poll needs
-    (``SourceKind.memory``: its file, and the pure functions that read and write the document)."""
+) -> tuple[Observation, History, Any]:
+    """The poll, shaped by what the source's earlier runs left (:attr:`CheckPlan.recalled`), and meanwhile
+    the recorded history read on a thread: the poll mostly waits on the network and a 1000-GPU history takes
+    ~0.3 s to unpack (issue 12 benchmark). Also what a source that keeps a memory leaves for the next
+    poll (``SourceKind.memory``), or ``None``: computed here, written by :func:`_keep` with the history."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpuheal.named import resolve
-    from gpuheal.sources.sense import sense
+    from gpuheal.sources.sense import poll_fleet
 
-    memory = source_memory(cfg, plan, store, now)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
         loading = pool.submit(load_history, store) if plan.keep_history else None
-        obs = sense(cfg, now, transports, memory)
+        obs = poll_fleet(cfg, plan.source, now, transports, plan.recalled)
         history = loading.result() if loading is not None else History()
-    kept = plan.source.kind.memory
-    if kept is not None:
-        doc = resolve(kept.save)(cfg, memory, obs)
-        if doc is not None:
-            store.write(kept.file, doc)
-    return obs, history
+    doc = plan.memory.save(cfg, plan.recalled, obs) if plan.memory is not None else None
+    return obs, history, doc
 
 
-def source_memory(cfg: Config, plan: CheckPlan, store: StateDir, now: datetime) -> Any:
-    """What the configured source's earlier runs left that shapes this poll's queries (``SourceKind.memory``:
-    Prometheus's trend cache, its restarted GPUs' windows); ``None`` for a source that keeps none.
-    Read-only on the state directory (``trend`` uses it too)."""
-    from gpuheal.named import resolve
-
-    kept = plan.source.kind.memory
-    if kept is None:
-        return None
-    saved = store.read(kept.file, {})
-    return resolve(kept.load)(cfg, saved, plan.window_starts, now.timestamp())
+def _keep(cfg: Config, plan: CheckPlan, store: StateDir, history: History, memory_doc: Any, now: datetime) -> None:
+    """What this run leaves for the next, written after the judgement (its decisions first, the IO after):
+    the per-poll history, compacted (issue 13), and the source's memory document when it gave one."""
+    if plan.keep_history:
+        kept = cfg.history
+        history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
+        store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
+    if plan.memory is not None and memory_doc is not None:
+        store.write(plan.memory.file, memory_doc)
 
 
 # the contract's "gpus" readings: always in the file, null = not known

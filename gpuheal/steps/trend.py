@@ -95,10 +95,10 @@ def source_poll(cfg: Config, store: StateDir, now: datetime) -> Observation | No
     from gpuheal.core.heal_state import HealState
     from gpuheal.sources.sense import sense
     from gpuheal.state import files
-    from gpuheal.steps.check import plan_check, source_memory
+    from gpuheal.steps.check import plan_check
 
-    plan = plan_check(cfg, HealState.from_json(store.read(files.HEAL, {})))
-    return sense(cfg, now, None, source_memory(cfg, plan, store, now))
+    plan = plan_check(cfg, HealState.from_json(store.read(files.HEAL, {})), store, now)
+    return sense(cfg, now, None, plan.recalled)
 
 
 def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResult:
