@@ -772,11 +772,7 @@ def use_network(network: Network) -> Iterator[None]:
 def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) -> Any:
     """One exchange on :class:`Network`: the loop's request bytes and framing, the answer's seconds summed
     against ``deadline_s`` as the loop's clock would count them."""
-    tls, host, port, path, query = False, "", 0, "", ""
-    if parts:
-        tls = parts.scheme == "https"
-        host, port, path = parts.hostname, parts.port or (443 if tls else 80), parts.path
-        query = f"?{parts.query}" if parts.query else ""
+    tls, host, port, path, query = _endpoint(parts) if parts else (False, "", 0, "", "")
     spent = 0.0
     answer: HttpResult | HttpFault | None = None
     while True:
@@ -803,10 +799,25 @@ def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) 
         answer = _framed(raw, ask, took_s)
 
 
+_ENDPOINTS: dict[Any, tuple[bool, str, int, str, str]] = {}
 _ASKED: dict[tuple[Any, ...], bytes] = {}
 _HEADS: dict[tuple[bytes, int, bool], _Head | None] = {}
 _MAX_REMEMBERED = 4096
 _MAX_REMEMBERED_BYTES = 4096  # a longer head or request body is not remembered (the memos' memory stays small)
+
+
+def _endpoint(parts: Any) -> tuple[bool, str, int, str, str]:
+    """``(tls, host, port, path, query)`` of a URL's ``urlsplit`` parts, remembered (``hostname`` and ``port``
+    parse the netloc again at each reading)."""
+    got = _ENDPOINTS.get(parts)
+    if got is None:
+        tls = parts.scheme == "https"
+        got = (tls, parts.hostname, parts.port or (443 if tls else 80), parts.path,
+               f"?{parts.query}" if parts.query else "")
+        if len(_ENDPOINTS) >= _MAX_REMEMBERED:
+            _ENDPOINTS.clear()
+        _ENDPOINTS[parts] = got
+    return got
 
 
 def _asked_bytes(gen: Exchange, host: str, port: int, tls: bool, path: str, query: str, ask: Ask) -> bytes:
@@ -816,7 +827,7 @@ def _asked_bytes(gen: Exchange, host: str, port: int, tls: bool, path: str, quer
     own parse memo (``gpuheal.sim.inprocess``) looks it up by."""
     if ask.body is not None and len(ask.body) > _MAX_REMEMBERED_BYTES:
         return _request_bytes(_Job(None, gen, host, port, path, query, 0.0, 0.0, tls=tls), ask)
-    key = (host, port, tls, path, query, ask)
+    key = (host, port, tls, path, query, ask.method, ask.path, ask.headers, ask.body)  # not Ask's own __hash__: slower
     try:
         got = _ASKED.get(key)
     except TypeError:  # an Ask whose headers are not a tuple: not hashable, not remembered
