@@ -109,3 +109,12 @@ def test_an_ask_that_cannot_be_hashed_is_still_sent():
 
     got = http._asked_bytes(gen(), "127.0.0.1", 8080, False, "", "", ask)
     assert got.startswith(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n") and b"X-A: b\r\n" in got
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["http", "https", "ftp", "", "HTTP"]), st.sampled_from(["127.0.0.1", "[::1]", "", "h st", "gpu"]),
+       st.sampled_from(["", ":0", ":8080", ":65536", ":x", ":-1"]), st.sampled_from(["", "/", "/v1?a=b", "?q"]))
+def test_a_remembered_url_s_parts_are_its_parts(scheme, host, port, rest):
+    url = f"{scheme}://{host}{port}{rest}" if scheme else f"{host}{port}{rest}"
+    want = http._http_parts_new(url)
+    assert http._http_parts(url) == want and http._http_parts(url) == want
