@@ -6,6 +6,7 @@
 
 - one poll's llama-server exchanges (``/health``, ``/metrics``, ``/slots`` of every GPU through
   ``run_exchanges`` on ``use_network``, what ``sources.sense`` runs; gpuheal's telemetry parsing included);
+- the same three requests of every GPU by an exchange that parses nothing (the seam and the sim only);
 - the sim's answer to one of those requests (``InProcessNetwork.answer``);
 - gpuheal's framing of one of those answers (``sources.http._framed``);
 - the gpu-monitor document of the fleet (``World.gpu_data``).
@@ -54,6 +55,17 @@ def main() -> int:
                 http.run_exchanges(((a, endpoints[a], lambda: llama_telemetry.server_exchange("not-needed", 5.0))
                                     for a in layout.gpus), deadline_s=5.0, max_open=32)
 
+        auth = (("Authorization", "Bearer not-needed"),)
+
+        def bare() -> Any:
+            for path in ("/health", "/metrics", "/slots"):
+                yield http.Ask(path, auth if path != "/health" else (), 1 << 16)
+
+        def bare_poll() -> None:
+            world.advance(60)
+            with http.use_network(net):
+                http.run_exchanges(((a, endpoints[a], bare) for a in layout.gpus), deadline_s=5.0, max_open=32)
+
         requests = []
         for alias in layout.gpus:
             parts = urlsplit(endpoints[alias])
@@ -69,6 +81,7 @@ def main() -> int:
         raws = [got[0] for got in answers()]
         ask = http.Ask("/metrics")
         print(f"one poll's llama-server exchanges, 100 GPUs: {median_cpu(poll, 20, 1) / 1000:.2f} ms CPU")
+        print(f"the same requests, parsed by nothing: {median_cpu(bare_poll, 20, 1) / 1000:.2f} ms CPU")
         print(f"the sim's answer: {median_cpu(answers, 20, len(requests)):.2f} µs CPU a request")
         print(f"gpuheal's framing: {median_cpu(lambda: [http._framed(r, ask, 0.0) for r in raws], 20, len(raws)):.2f}"
               " µs CPU an answer")
