@@ -79,7 +79,8 @@ def main() -> int:
     from gpuheal.parse import llama_metrics
 
     metrics(_load(before / "gpuheal/parse/llama_metrics.py", "before_llama_metrics"), llama_metrics)
-    rule10(_load(before / "gpuheal/core/routing.py", "before_routing"), routing, [int(s) for s in args.sizes.split(",")])
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rule10(_load(before / "gpuheal/core/routing.py", "before_routing"), routing, sizes)
     return 0
 
 

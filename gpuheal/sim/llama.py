@@ -238,11 +238,6 @@ def models(*, model_path: str, n_ctx: int, parallel: int, created: int) -> dict[
     }
 
 
-def _g6(v: float) -> str:
-    """C++ ``operator<<`` on a double: 6 significant digits (``1.23457e+06``, ``0.978764``)."""
-    return format(float(v), ".6g")
-
-
 _METRICS = (
     (
         "prompt_tokens_total",
@@ -283,16 +278,20 @@ _METRICS = (
 
 
 # Each series' HELP and TYPE lines and its sample's name, written once (issue 29: a 100-GPU week
-# formats 1.4 million bodies): only the values are formatted per answer.
-_METRICS_HEADS = tuple(
-    (name, f"# HELP llamacpp:{name} {help_}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} ")
+# formats 1.4 million bodies), with a ``%.6g`` for its value: one ``%`` formats a whole body. A value is
+# written as C++ ``operator<<`` writes a double: 6 significant digits (``1.23457e+06``, ``0.978764``);
+# ``"%.6g" % v`` is ``format(float(v), ".6g")``, the same C routine (tests/test_sim_metrics_text.py).
+_METRICS_NAMES = tuple(name for name, _, _ in _METRICS)
+_METRICS_TEMPLATE = "".join(
+    f"# HELP llamacpp:{name} {help_}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} ".replace("%", "%%") + "%.6g\n"
     for name, kind, help_ in _METRICS
 )
 
 
 def metrics_text(values: dict[str, float]) -> bytes:
     """``GET /metrics``: the 15 series of the captured build, HELP/TYPE/value triplets."""
-    return "".join(f"{head}{_g6(values.get(name, 0))}\n" for name, head in _METRICS_HEADS).encode("ascii")
+    get = values.get
+    return (_METRICS_TEMPLATE % tuple([float(get(name, 0)) for name in _METRICS_NAMES])).encode("ascii")
 
 
 def jitter(seq: int) -> float:

@@ -8,7 +8,6 @@ tracked sockets are shut down. Request logs are off unless ``verbose``.
 
 from __future__ import annotations
 
-import email.utils
 import functools
 import json
 import math
@@ -157,13 +156,6 @@ class Listener:
 # --------------------------------------------------------------------------- handler base
 
 
-@functools.lru_cache(maxsize=64)
-def _http_date(timestamp: float) -> str:
-    """An HTTP ``Date`` for a virtual instant, remembered: a poll asks it of every server at one instant
-    (issue 29: the chaos week formatted it 9 times a GPU a minute)."""
-    return email.utils.formatdate(timestamp, usegmt=True)
-
-
 class _Base(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # an idle keep-alive connection gives its thread back after this
@@ -189,7 +181,7 @@ class _Base(BaseHTTPRequestHandler):
 
     def date_time_string(self, timestamp: float | None = None) -> str:
         # The Date header follows the virtual clock too: nothing the sim sends is wall time.
-        return _http_date(self.world.now().timestamp())
+        return self.world.http_date()
 
     def _run(self) -> None:
         try:
@@ -228,22 +220,21 @@ class _Base(BaseHTTPRequestHandler):
             return self._send_by_header(status, body, ctype, headers=headers, close=close)
         # What send_response, send_header and end_headers write, in one piece (issue 29: the chaos week
         # answers ~3 million requests; byte for byte the same, tests/test_sim_inprocess.py)
-        self.log_request(status)
+        if self.server.verbose:  # log_message writes only then: log_request's formatting spared
+            self.log_request(status)
         message = self.responses[status][0] if status in self.responses else ""
-        lines = [f"{self.protocol_version} {status:d} {message}", f"Server: {self.version_string()}",
-                 f"Date: {self.date_time_string()}", "Access-Control-Allow-Origin: "]
+        extra = ""
         for k, v in (headers or {}).items():
-            lines.append(f"{k}: {v}")
+            extra += f"{k}: {v}\r\n"
             if k.lower() == "connection" and v.lower() in ("close", "keep-alive"):
                 self.close_connection = v.lower() == "close"
-        lines += [f"Content-Type: {ctype}", f"Content-Length: {len(body)}"]
         if close:
-            lines.append("Connection: close")
             self.close_connection = True
-        else:
-            lines.append("Keep-Alive: timeout=5, max=100")
-        lines.append("\r\n")
-        self.wfile.write("\r\n".join(lines).encode("latin-1", "strict"))
+        head = (f"{self.protocol_version} {status:d} {message}\r\nServer: {self.version_string()}\r\n"
+                f"Date: {self.date_time_string()}\r\nAccess-Control-Allow-Origin: \r\n{extra}"
+                f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                f"{'Connection: close' if close else 'Keep-Alive: timeout=5, max=100'}\r\n\r\n")
+        self.wfile.write(head.encode("latin-1", "strict"))
         if self.command != "HEAD":
             self.wfile.write(body)
 
@@ -300,6 +291,12 @@ class _Base(BaseHTTPRequestHandler):
 _PUBLIC = {"/health", "/v1/health", "/models", "/v1/models"}
 _COMPLETION = {"/completion", "/completions", "/v1/completions"}
 _CHAT = {"/v1/chat/completions", "/chat/completions"}
+
+
+@functools.lru_cache(maxsize=64)
+def _api_keys(accepted: str) -> frozenset[str]:
+    """The keys of a server's ``--api-key`` list (comma-separated), remembered: every request asks."""
+    return frozenset(k.strip() for k in accepted.split(",") if k.strip())
 
 
 class LlamaHandler(_Base):
@@ -370,7 +367,7 @@ class LlamaHandler(_Base):
         return self.send(404, llama.NOT_FOUND_BODY, close=True)
 
     def _authorized(self, accepted: str) -> bool:
-        keys = {k.strip() for k in accepted.split(",") if k.strip()}
+        keys = _api_keys(accepted)
         auth = (self.headers.get("Authorization") or "").strip()
         given = auth[7:].strip() if auth[:7].lower() == "bearer " else auth
         if given and given in keys:

@@ -208,33 +208,9 @@ class _Response:
         return "truncated chunked body"
 
     def _head(self, raw: bytes) -> None:
-        lines = raw.decode("latin-1").split("\r\n")
-        parts = lines[0].split(None, 2)
-        if len(parts) < 2 or parts[0] not in ("HTTP/1.0", "HTTP/1.1"):
-            raise _Invalid(f"not an HTTP response: {lines[0][:80]!r}")
-        if not (len(parts[1]) == 3 and parts[1].isdigit() and parts[1].isascii()):
-            raise _Invalid(f"bad status line: {lines[0][:80]!r}")
-        status = int(parts[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
-        if 100 <= status < 200:  # an interim answer (100 Continue): the real one follows
-            return
-        self.status, self.headers = status, headers
-        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        declared = headers.get("content-length")
-        if status in _NO_BODY or self.head_only:
-            self.chunked, self.length = False, 0
-        elif not self.chunked and declared:
-            refused = announced_length_fault(declared, self.max_bytes)
-            if refused is not None:
-                kind, detail = refused
-                raise _Oversized(detail, status) if kind == "oversized" else _Invalid(detail)
-            self.length = int(declared)
-        framed = self.chunked or self.length is not None
-        self.keep_alive = framed and parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+        head = _parse_head(raw, self.max_bytes, self.head_only)
+        if head is not None:  # else an interim answer (100 Continue): the real one follows
+            self.status, self.headers, self.chunked, self.length, self.keep_alive = head
 
     def _chunks(self) -> bool:
         while True:
@@ -262,6 +238,44 @@ class _Response:
                 raise _Invalid("chunk not followed by CRLF")
             self.body += self.buf[start : start + size]
             self.pos = start + size + 2
+
+
+#: What a response's head says: status, headers (names lower-case), chunked, the body's announced length
+#: (None: chunked or until close), whether the connection may be used again.
+_Head = tuple[int, dict[str, str], bool, "int | None", bool]
+
+
+def _parse_head(raw: bytes, max_bytes: int, head_only: bool) -> _Head | None:
+    """A response's status line and headers (``raw``: the bytes before the blank line); None for an
+    interim answer (1xx). Raises _Invalid / _Oversized (an announced length past ``max_bytes``)."""
+    lines = raw.decode("latin-1").split("\r\n")
+    parts = lines[0].split(None, 2)
+    if len(parts) < 2 or parts[0] not in ("HTTP/1.0", "HTTP/1.1"):
+        raise _Invalid(f"not an HTTP response: {lines[0][:80]!r}")
+    if not (len(parts[1]) == 3 and parts[1].isdigit() and parts[1].isascii()):
+        raise _Invalid(f"bad status line: {lines[0][:80]!r}")
+    status = int(parts[1])
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    if 100 <= status < 200:
+        return None
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    length: int | None = None
+    declared = headers.get("content-length")
+    if status in _NO_BODY or head_only:
+        chunked, length = False, 0
+    elif not chunked and declared:
+        refused = announced_length_fault(declared, max_bytes)
+        if refused is not None:
+            kind, detail = refused
+            raise _Oversized(detail, status) if kind == "oversized" else _Invalid(detail)
+        length = int(declared)
+    framed = chunked or length is not None
+    keep_alive = framed and parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+    return status, headers, chunked, length, keep_alive
 
 
 @dataclass(eq=False)
@@ -758,9 +772,7 @@ def use_network(network: Network) -> Iterator[None]:
 def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) -> Any:
     """One exchange on :class:`Network`: the loop's request bytes and framing, the answer's seconds summed
     against ``deadline_s`` as the loop's clock would count them."""
-    host, port = (parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)) if parts else ("", 0)
-    job = _Job(None, gen, host, port, parts.path if parts else "", f"?{parts.query}" if parts and parts.query else "",
-               deadline_s, deadline_s, tls=bool(parts) and parts.scheme == "https")
+    tls, host, port, path, query = _endpoint(parts) if parts else (False, "", 0, "", "")
     spent = 0.0
     answer: HttpResult | HttpFault | None = None
     while True:
@@ -772,7 +784,7 @@ def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) 
             answer = HttpFault("invalid", "not an http(s) URL with a host and a valid port")
             continue
         try:
-            got = network.answer(host, port, _request_bytes(job, ask))
+            got = network.answer(host, port, _asked_bytes(gen, host, port, tls, path, query, ask))
         except ValueError as exc:
             answer = HttpFault("invalid", printable(f"cannot send this request: {exc}"))
             continue
@@ -787,9 +799,69 @@ def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) 
         answer = _framed(raw, ask, took_s)
 
 
+_ENDPOINTS: dict[Any, tuple[bool, str, int, str, str]] = {}
+_ASKED: dict[tuple[Any, ...], bytes] = {}
+_HEADS: dict[tuple[bytes, int, bool], _Head | None] = {}
+_MAX_REMEMBERED = 4096
+_MAX_REMEMBERED_BYTES = 4096  # a longer head or request body is not remembered (the memos' memory stays small)
+
+
+def _endpoint(parts: Any) -> tuple[bool, str, int, str, str]:
+    """``(tls, host, port, path, query)`` of a URL's ``urlsplit`` parts, remembered (``hostname`` and ``port``
+    parse the netloc again at each reading)."""
+    got = _ENDPOINTS.get(parts)
+    if got is None:
+        tls = parts.scheme == "https"
+        got = (tls, parts.hostname, parts.port or (443 if tls else 80), parts.path,
+               f"?{parts.query}" if parts.query else "")
+        if len(_ENDPOINTS) >= _MAX_REMEMBERED:
+            _ENDPOINTS.clear()
+        _ENDPOINTS[parts] = got
+    return got
+
+
+def _asked_bytes(gen: Exchange, host: str, port: int, tls: bool, path: str, query: str, ask: Ask) -> bytes:
+    """:func:`_request_bytes`, remembered on :class:`Network` (issue 29): a poll asks the same few
+    requests of every server every minute. Pure: the same endpoint and :class:`Ask` give the same bytes
+    (or the same ValueError, not remembered). The one bytes object also keeps its hash, which the sim's
+    own parse memo (``gpuheal.sim.inprocess``) looks it up by."""
+    if ask.body is not None and len(ask.body) > _MAX_REMEMBERED_BYTES:
+        return _request_bytes(_Job(None, gen, host, port, path, query, 0.0, 0.0, tls=tls), ask)
+    key = (host, port, tls, path, query, ask.method, ask.path, ask.headers, ask.body)  # not Ask's own __hash__: slower
+    try:
+        got = _ASKED.get(key)
+    except TypeError:  # an Ask whose headers are not a tuple: not hashable, not remembered
+        return _request_bytes(_Job(None, gen, host, port, path, query, 0.0, 0.0, tls=tls), ask)
+    if got is None:
+        got = _request_bytes(_Job(None, gen, host, port, path, query, 0.0, 0.0, tls=tls), ask)
+        if len(_ASKED) >= _MAX_REMEMBERED:
+            _ASKED.clear()
+        _ASKED[key] = got
+    return got
+
+
 def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
     """A whole answer (the peer then closed) through :class:`_Response`, as :meth:`_Loop._receive`
-    and :meth:`_Loop._eof` take it."""
+    and :meth:`_Loop._eof` take it. An answer whose head announces a length its body fills is cut
+    out at once, its head's parse remembered (:func:`_parse_head` is pure; the same few heads come
+    from every server of a poll): what :class:`_Response` makes of it (tests/test_http_framing.py)."""
+    end = raw.find(b"\r\n\r\n", 0, _MAX_REMEMBERED_BYTES + 4)
+    if end >= 0:
+        key = (raw[:end], ask.max_bytes, ask.method == "HEAD")
+        if key in _HEADS:
+            head = _HEADS[key]
+        else:
+            try:
+                head = _parse_head(*key)
+            except (_Invalid, _Oversized):
+                head = None  # what _Response says of it, below
+            else:
+                if len(_HEADS) >= _MAX_REMEMBERED:
+                    _HEADS.clear()
+                _HEADS[key] = head
+        if head is not None and head[3] is not None and not head[2] and len(raw) >= end + 4 + head[3]:
+            body = raw[end + 4 : end + 4 + head[3]]
+            return HttpResult(status=head[0], body=body, elapsed_s=elapsed_s, headers=dict(head[1]))
     resp = _Response(ask.max_bytes, ask.method == "HEAD")
     try:
         complete = resp.feed(raw) if raw else False
@@ -804,7 +876,21 @@ def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
     return HttpFault("invalid", resp.cut_short(), elapsed_s, status=resp.status or None)
 
 
+_PARTS: dict[str, Any] = {}
+
+
 def _http_parts(url: str) -> Any:
+    """:func:`_http_parts_new`, remembered by the URL (a poll sends to the same endpoints every minute: a
+    100-GPU chaos week checked its URLs ~1.5 million times, issue 29)."""
+    parts = _PARTS.get(url, _PARTS)
+    if parts is _PARTS:
+        if len(_PARTS) >= _MAX_REMEMBERED:
+            _PARTS.clear()
+        parts = _PARTS[url] = _http_parts_new(url)
+    return parts
+
+
+def _http_parts_new(url: str) -> Any:
     """``urlsplit`` of an http(s) URL with a host and a valid port; None otherwise."""
     try:
         parts = urlsplit(url)

@@ -1,0 +1,120 @@
+"""The in-process seam's shortcuts (issue 29, wave 10): ``gpuheal.sources.http._framed`` cuts a whole answer out at
+once and remembers its head's parse, ``_asked_bytes`` remembers a request's bytes. Each must give exactly what
+the general path gives — :class:`_Response` fed the whole answer (as the socket loop's ``_receive`` and ``_eof``
+take it), :func:`_request_bytes` of the exchange's job — the first time and every time after (the memo's hit).
+"""
+
+from __future__ import annotations
+
+import string
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_http_framing import responses
+
+from gpuheal.sources import http
+from gpuheal.sources.http import Ask, HttpFault, HttpResult, _Invalid, _Job, _Oversized, _Response
+
+
+def reference(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
+    """What the socket loop makes of a whole answer the peer then closed: only :class:`_Response`."""
+    resp = _Response(ask.max_bytes, ask.method == "HEAD")
+    try:
+        complete = resp.feed(raw) if raw else False
+    except _Invalid as exc:
+        return HttpFault("invalid", http.printable(str(exc)), elapsed_s)
+    except _Oversized as exc:
+        return HttpFault("oversized", str(exc), elapsed_s, status=exc.status)
+    if complete or resp.eof():
+        return HttpResult(status=resp.status, body=bytes(resp.body), elapsed_s=elapsed_s, headers=resp.headers or {})
+    if not raw:
+        return HttpFault("refused", "connection reset: Remote end closed connection without response", elapsed_s)
+    return HttpFault("invalid", resp.cut_short(), elapsed_s, status=resp.status or None)
+
+
+HEADS = [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", b"HTTP/1.1 100 Continue\r\n\r\n",
+         b"HTTP/1.0 204 No Content\r\nContent-Length: 9\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 99999999\r\n\r\n",
+         b"HTTP/1.1 200 OK\r\nContent-Length: x1\r\n\r\n", b"HTTP/1.1 2000 OK\r\n\r\n", b"junk\r\n\r\n",
+         b"HTTP/1.1 503 Busy\r\nConnection: close\r\nContent-Length: 3\r\n\r\n", b"HTTP/1.1 200 OK\r\n"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(responses().map(lambda case: case[0]), st.sampled_from(HEADS), st.binary(max_size=300)),
+       st.lists(st.sampled_from(HEADS + [b"hello", b"\r\n\r\n", b"0\r\n\r\n"]), max_size=3),
+       st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=3),
+       st.integers(0, 3000), st.sampled_from(["GET", "HEAD", "POST"]))
+def test_a_whole_answer_is_framed_as_the_socket_loop_frames_it(wire, tail, flips, cap, method):
+    raw = bytearray(wire + b"".join(tail))
+    for at, value in flips:
+        if at < len(raw):
+            raw[at] = value
+    ask = Ask("/x", max_bytes=cap, method=method)
+    want = reference(bytes(raw), ask, 0.25)
+    for _ in range(2):  # the second: the head's parse remembered
+        assert http._framed(bytes(raw), ask, 0.25) == want
+
+
+def test_a_head_past_what_is_remembered_is_framed_as_the_socket_loop_frames_it():
+    for size in (4090, 4100, 70_000):
+        raw = b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * size + b"\r\nContent-Length: 2\r\n\r\nok"
+        ask = Ask("/x")
+        assert http._framed(raw, ask, 0.0) == reference(raw, ask, 0.0)
+
+
+def test_a_remembered_head_s_headers_are_each_answer_s_own():
+    raw = b"HTTP/1.1 200 OK\r\nX-A: b\r\nContent-Length: 2\r\n\r\nok"
+    first = http._framed(raw, Ask("/x"), 0.0)
+    assert isinstance(first, HttpResult)
+    first.headers["x-a"] = "changed by a caller"
+    again = http._framed(raw, Ask("/x"), 0.0)
+    assert isinstance(again, HttpResult) and again.headers == {"x-a": "b", "content-length": "2"}
+
+
+TEXT = st.text(string.ascii_letters + string.digits + " /?&=:\r\n\x00\u2603-", max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["127.0.0.1", "::1", "gpu.example"]), st.sampled_from([80, 443, 8080]), st.booleans(),
+       st.sampled_from(["", "/", "/v1", "/a/"]), st.sampled_from(["", "?x=1"]), TEXT,
+       st.lists(st.tuples(TEXT, TEXT), max_size=3), st.sampled_from([None, b"", b"{}", b"x" * 5000]),
+       st.sampled_from(["GET", "POST"]))
+def test_remembered_request_bytes_are_the_request_s_bytes(host, port, tls, path, query, ask_path, headers, body,
+                                                         method):
+    ask = Ask(ask_path, tuple(headers), 1 << 20, method, body)
+
+    def gen():
+        yield ask
+
+    def fresh() -> bytes | str:
+        try:
+            return http._request_bytes(_Job(None, gen(), host, port, path, query, 0.0, 0.0, tls=tls), ask)
+        except ValueError as exc:
+            return str(exc)
+
+    def remembered() -> bytes | str:
+        try:
+            return http._asked_bytes(gen(), host, port, tls, path, query, ask)
+        except ValueError as exc:
+            return str(exc)
+
+    want = fresh()
+    assert remembered() == want and remembered() == want
+
+
+def test_an_ask_that_cannot_be_hashed_is_still_sent():
+    ask = Ask("/health", [("X-A", "b")])  # type: ignore[arg-type]  # a list, not the declared tuple
+
+    def gen():
+        yield ask
+
+    got = http._asked_bytes(gen(), "127.0.0.1", 8080, False, "", "", ask)
+    assert got.startswith(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1:8080\r\n") and b"X-A: b\r\n" in got
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["http", "https", "ftp", "", "HTTP"]), st.sampled_from(["127.0.0.1", "[::1]", "", "h st", "gpu"]),
+       st.sampled_from(["", ":0", ":8080", ":65536", ":x", ":-1"]), st.sampled_from(["", "/", "/v1?a=b", "?q"]))
+def test_a_remembered_url_s_parts_are_its_parts(scheme, host, port, rest):
+    url = f"{scheme}://{host}{port}{rest}" if scheme else f"{host}{port}{rest}"
+    want = http._http_parts_new(url)
+    assert http._http_parts(url) == want and http._http_parts(url) == want
