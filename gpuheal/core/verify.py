@@ -48,7 +48,7 @@ RESOLVED = "resolved"
 FAILED = "failed"
 SUPERSEDED = "superseded"
 ESCALATED = "escalated"
-CLEARED = "cleared"
+OPERATOR_CLEARED = "cleared"  # an operator cleared a failed or escalated attempt (the stored word)
 OPEN = frozenset({RUNNING, ACTED})
 FAILURES = frozenset({FAILED, ESCALATED})  # count toward the rule's escalate_after_failures
 
@@ -73,8 +73,8 @@ TRANSITIONS: dict[tuple[str, str], str] = {
     (ACTED, NEW_OCCURRENCE): SUPERSEDED,
     (ACTED, WINDOW_PASSED): FAILED,
     (ACTED, STILL_BROKEN): FAILED,
-    (FAILED, OPERATOR_CLEAR): CLEARED,
-    (ESCALATED, OPERATOR_CLEAR): CLEARED,
+    (FAILED, OPERATOR_CLEAR): OPERATOR_CLEARED,
+    (ESCALATED, OPERATOR_CLEAR): OPERATOR_CLEARED,
 }
 
 # The executor's result of one attempt (core/remedy.Result) -> its event.

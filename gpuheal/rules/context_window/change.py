@@ -49,11 +49,11 @@ from gpuheal.parse.llama_metrics import known_n_ctx
 MEMORY_KEY = "context"
 ISSUE = "context-window"  # Rule 9's id (its rule module's ``ID``): the audit lines and asks name it
 
-PENDING = "pending"
+AWAITING_BENCH = "pending"  # the stored word: a change whose re-bench has not judged it yet
 VERIFIED = "verified"
 PERF_LOSS = "perf-loss"
 NO_TARGET = "no-target"
-STATES = (PENDING, VERIFIED, PERF_LOSS, NO_TARGET)
+STATES = (AWAITING_BENCH, VERIFIED, PERF_LOSS, NO_TARGET)
 ESCALATION = "context can't be adjusted without significant perf loss"  # the spec's words (Rule 9)
 
 
@@ -77,7 +77,7 @@ class Verdict:
     gen_tok_s: float
     ratio_pct: float | None
     measured_at_s: float
-    previous: str = PENDING  # the change's state before this verdict (a new state is an audit line)
+    previous: str = AWAITING_BENCH  # the change's state before this verdict (a new state is an audit line)
     before_tok_s: float | None = None  # the last result at the old context, before the change (not known: None)
     slots: int | None = None  # the re-benchmark's slot count (--ctx-size = per-slot n_ctx x slots)
 
@@ -151,7 +151,7 @@ def rows(memory: Memory) -> dict[str, ContextRow]:
 
 def pending(change: ContextChange) -> ChangeRecord:
     """A change just seen: waiting for its re-benchmark."""
-    return ChangeRecord(change.from_n_ctx, change.to_n_ctx, change.at_s, change.target_tok_s, PENDING)
+    return ChangeRecord(change.from_n_ctx, change.to_n_ctx, change.at_s, change.target_tok_s, AWAITING_BENCH)
 
 
 # --------------------------------------------------------------------------- bench
@@ -162,7 +162,7 @@ def awaiting(memory: Memory, seen_at_s: float | None = None) -> dict[str, Contex
     this poll's, for its audit lines)."""
     out = {}
     for alias, row in rows(memory).items():
-        if row.change is None or row.change.state != PENDING:
+        if row.change is None or row.change.state != AWAITING_BENCH:
             continue
         change = change_of(alias, row.change)
         if seen_at_s is None or change.at_s == seen_at_s:
@@ -186,7 +186,8 @@ def verdict_on(
     book = rows(memory)
     row = book.get(ask.gpu)
     record = None if row is None else row.change
-    if row is None or record is None or record.at_s != ask.asked_at_s or record.state not in (PENDING, PERF_LOSS):
+    judged = (AWAITING_BENCH, PERF_LOSS)
+    if row is None or record is None or record.at_s != ask.asked_at_s or record.state not in judged:
         return None
     change = change_of(ask.gpu, record)
     measured_s, tok_s = _float(result.get("at")), _positive(result.get("gen_tok_s"))
@@ -299,7 +300,7 @@ def verdict_fields(verdict: Verdict, iso: Callable[[float], str]) -> dict[str, A
 def detected_audit(change: ContextChange, iso: Callable[[float], str], run_id: str) -> dict[str, Any]:
     """The audit line of a change seen by a poll (``run_id``: the run's that saw it): a re-benchmark is now due."""
     return _audit(run_id, change.gpu, iso(change.at_s), {"context_change": change_fields(change, iso)},
-                  "context-change", PENDING, None, False)
+                  "context-change", AWAITING_BENCH, None, False)
 
 
 def verdict_audit(verdict: Verdict, now_iso: str, iso: Callable[[float], str], run_id: str) -> dict[str, Any]:

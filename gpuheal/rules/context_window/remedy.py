@@ -26,10 +26,10 @@ def asks(memory: Memory, now_s: float) -> tuple[Raised, ...]:
     out = []
     for alias, row in cc.rows(memory).items():
         record = row.change
-        if record is None or record.state not in (cc.PENDING, cc.PERF_LOSS):
+        if record is None or record.state not in (cc.AWAITING_BENCH, cc.PERF_LOSS):
             continue
         line = None
-        if record.state == cc.PENDING and record.at_s == now_s:
+        if record.state == cc.AWAITING_BENCH and record.at_s == now_s:
             line = cc.detected_audit(cc.change_of(alias, record), format_epoch, "")
             del line["run_id"]  # the answerer's: this run's
         out.append(Raised(cc.ask_for(alias, record), line))
