@@ -404,7 +404,8 @@ def test_a_coarse_block_in_another_shape_is_decoded_at_load_as_before(damage):
 
 def _save_runs(tmp_path, minutes: range, writes: list[str] | None = None) -> History:
     """Cron's runs, each one minute: load, append the poll, compact, save (as ``check`` does)."""
-    from gpuheal.state.history_store import load_history as load, save_history as save
+    from gpuheal.state.history_store import load_history as load
+    from gpuheal.state.history_store import save_history as save
 
     for m in minutes:
         with StateDir(tmp_path) as store:

@@ -4,7 +4,8 @@ Per alias, columns (``t`` in epoch seconds, then one list per metric, ``None`` =
 Samples younger than ``raw_hours`` (≥ 6.5 h: Rule 2 fits a 6 h window) are kept per poll; older
 ones are averaged, a whole bucket at a time, into ``coarse_bucket_s`` buckets kept
 ``coarse_days`` (the weekly report), then dropped — so the state directory stops growing
-(issue 2). Pure: no IO here; ``StateDir`` stores the dict from :meth:`History.to_dict`.
+(issue 2). Pure: no IO here; :mod:`gpuheal.state.history_store` stores the two documents of
+:meth:`History.to_files` (the raw tier every run, the coarse tier in its own file when it changed).
 
 On disk each numeric column is packed (little-endian float64, base64, NaN = not known) and the
 endpoint column run-length encoded: a fleet of 1000 GPUs holds 2.3 million samples, and decoding
