@@ -150,7 +150,6 @@ class FleetView:
         self.gpus: dict[str, GpuConfig] = {g.alias: g for g in cfg.gpus}
         self.aliases: tuple[str, ...] = tuple(self.gpus)
         self.cache: dict[tuple[Any, ...], Any] = {}  # per-evaluation memo, shared by rules
-        self._params: dict[tuple[str, str, type], Any] = {}  # rule_params, per rule, subject and record type
         self._tolerance_s: float | None = tolerance_s
 
     @property
@@ -165,15 +164,10 @@ class FleetView:
     # ------------------------------------------------------------------ config
     def rule_params(self, rule_id: str, params_type: type[ParamsT], subject: str) -> ParamsT:
         """The rule's typed parameter record for ``subject`` (a GPU alias, or ``fleet``: the fleet's
-        values), built once per config (:meth:`Config.rule_record`) and looked up once per view: the
-        engine, a rule's memory and its detection each ask for it for every GPU at every poll (issue 29)."""
-        key = (rule_id, subject, params_type)
-        found: ParamsT | None = self._params.get(key)
-        if found is None:
-            gpu = self.gpus.get(subject)
-            merged = (self.cfg.rules if gpu is None else gpu.rules).get(rule_id, NO_PARAMS)
-            found = self._params[key] = self.cfg.rule_record(params_type, merged)
-        return found
+        values), built once per config (:meth:`Config.rule_record`)."""
+        gpu = self.gpus.get(subject)  # asked for every rule of every GPU
+        merged = (self.cfg.rules if gpu is None else gpu.rules).get(rule_id, NO_PARAMS)
+        return self.cfg.rule_record(params_type, merged)
 
     def gpu(self, alias: str) -> GpuConfig:
         return self.gpus[alias]
