@@ -494,3 +494,16 @@ def test_packing_by_struct_gives_the_bytes_of_the_array_path():
     for _ in range(500):
         column = [rng.choice(pool) if rng.random() < 0.3 else rng.uniform(-1e6, 1e6) for _ in range(rng.randint(0, 9))]
         assert module._pack(column) == by_array(column), column
+
+
+def test_a_coarse_file_not_in_its_shape_is_written_again(tmp_path):
+    from gpuheal.state.history_store import save_history
+
+    _save_runs(tmp_path, range(8 * 60))
+    with StateDir(tmp_path) as store:
+        store.write("history-coarse.json", {"buckets": []})  # another writer's shape: no coarse tier in it
+    with StateDir(tmp_path) as store:
+        history = load_history(store)
+        assert history.coarse == {}
+        save_history(store, history)
+    assert not (tmp_path / "history-coarse.json").exists()  # the tier it held is empty: the file goes

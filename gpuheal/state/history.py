@@ -120,10 +120,10 @@ class History:
         shape :meth:`to_files` writes; ``None``: no such file). A ``history.json`` with a coarse tier in it
         is the earlier layout (one file) and holds the tier: its coarse file, if any, is older and ignored."""
         old_coarse = data.get("coarse") if isinstance(data, dict) else None
-        if (isinstance(old_coarse, dict) and old_coarse) or not isinstance(coarse, dict):
-            return cls.from_dict(data)
-        hist = cls.from_dict({"raw": data.get("raw") if isinstance(data, dict) else None,
-                              "coarse": coarse.get("coarse")})
+        tier = coarse.get("coarse") if isinstance(coarse, dict) else None
+        if (isinstance(old_coarse, dict) and old_coarse) or not isinstance(tier, dict):
+            return cls.from_dict(data)  # no coarse file, or one not in its shape: written again by the next save
+        hist = cls.from_dict({"raw": data.get("raw") if isinstance(data, dict) else None, "coarse": tier})
         hist._coarse_read = {a: b for a, b in hist._coarse.items() if isinstance(b, _Packed)}
         return hist
 
