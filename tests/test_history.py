@@ -397,3 +397,113 @@ def test_a_coarse_block_in_another_shape_is_decoded_at_load_as_before(damage):
     out = _stored(history)["coarse"].get("gpu-dense")
     assert out is None or (list(out) == ["n", "t", "temp_c", "vram_used_mb", "util_pct", "power_w", "endpoint"]
                            and all(a[0] != b[0] for a, b in zip(out["endpoint"], out["endpoint"][1:], strict=False)))
+
+
+# --------------------------------------------------------------------------- the coarse tier in its own file (issue 29)
+
+
+def _save_runs(tmp_path, minutes: range, writes: list[str] | None = None) -> History:
+    """Cron's runs, each one minute: load, append the poll, compact, save (as ``check`` does)."""
+    from gpuheal.state.history_store import load_history as load
+    from gpuheal.state.history_store import save_history as save
+
+    for m in minutes:
+        with StateDir(tmp_path) as store:
+            if writes is not None:
+                real = store.write
+
+                def spy(name, data, *, stream=False, real=real):
+                    writes.append(name)
+                    real(name, data, stream=stream)
+
+                store.write = spy  # type: ignore[method-assign]
+            history = load(store)
+            history.add(obs_at(m, endpoint="ok" if m % 97 else "timeout"), ALIASES)
+            history.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)
+            save(store, history)
+    with StateDir(tmp_path) as store:
+        back = load(store)
+        assert store.warnings == []
+    return back
+
+
+def test_the_coarse_tier_is_saved_in_its_own_file_and_rewritten_only_when_it_changes(tmp_path):
+    """Run after run through the state directory gives the history that one long-lived process keeps; the
+    coarse file is written only by the runs that fold a bucket in (one in ``coarse_bucket_s / 60``)."""
+    minutes = range(6 * 60 + 20, 6 * 60 + 20 + 45)
+    _save_runs(tmp_path, range(minutes.start))  # the first buckets folded: a coarse tier on disk
+    writes: list[str] = []
+    back = _save_runs(tmp_path, minutes, writes)
+    assert back == _fed(range(minutes.stop))
+    assert writes.count(HISTORY) == len(minutes)
+    assert 3 <= writes.count("history-coarse.json") <= 6  # a bucket every 10 minutes, not every run
+    stored = json.loads((tmp_path / HISTORY).read_text())["data"]
+    assert stored["coarse"] == {} and set(stored["raw"]) == set(ALIASES)
+
+
+def test_a_history_of_the_earlier_layout_is_read_and_moved_to_the_coarse_file(tmp_path):
+    history = _fed(range(8 * 60))
+    with StateDir(tmp_path) as store:
+        store.write(HISTORY, history.to_dict(), stream=True)  # one file: both tiers
+        store.write("history-coarse.json", {"coarse": {}})  # stale (an earlier layout's file wins)
+    with StateDir(tmp_path) as store:
+        assert load_history(store) == history
+    back = _save_runs(tmp_path, range(8 * 60, 8 * 60 + 1))
+    assert back == _fed(range(8 * 60 + 1))
+    assert json.loads((tmp_path / HISTORY).read_text())["data"]["coarse"] == {}
+    assert set(json.loads((tmp_path / "history-coarse.json").read_text())["data"]["coarse"]) == set(ALIASES)
+
+
+def test_the_coarse_file_goes_when_the_coarse_tier_does(tmp_path):
+    from gpuheal.state.history_store import save_history
+
+    _save_runs(tmp_path, range(8 * 60))
+    assert (tmp_path / "history-coarse.json").exists()
+    with StateDir(tmp_path) as store:
+        history = load_history(store)
+        history.compact((T0 + timedelta(days=30)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)  # all aged out
+        save_history(store, history)
+    assert not (tmp_path / "history-coarse.json").exists()
+    with StateDir(tmp_path) as store:
+        assert load_history(store) == History()
+
+
+def test_packing_by_struct_gives_the_bytes_of_the_array_path():
+    """``_pack`` packs a column of numbers with ``struct`` (issue 29); anything else takes the array path:
+    both must give the same text for any column."""
+    import base64
+    import math
+    import random
+    from array import array
+
+    import gpuheal.state.history as module
+
+    def by_array(values: list) -> str:  # _pack before issue 29, as it was
+        if None in values:
+            values = [math.nan if v is None else v for v in values]
+        try:
+            packed = array("d", values)
+        except (TypeError, OverflowError):
+            packed = array("d", [math.nan if module._number_or_none(v) is None else v for v in values])
+        if module._BIG_ENDIAN:
+            packed.byteswap()
+        return base64.b64encode(packed.tobytes()).decode("ascii")
+
+    rng = random.Random(29)
+    pool = [None, 0.0, -0.0, 1, -3, 2**60, 1.5e308, 5e-324, math.nan, math.inf, True, 10**400, "7", 1.25]
+    for _ in range(500):
+        column = [rng.choice(pool) if rng.random() < 0.3 else rng.uniform(-1e6, 1e6) for _ in range(rng.randint(0, 9))]
+        assert module._pack(column) == by_array(column), column
+
+
+def test_a_coarse_file_not_in_its_shape_is_written_again(tmp_path):
+    from gpuheal.state.history_store import save_history
+
+    _save_runs(tmp_path, range(8 * 60))
+    with StateDir(tmp_path) as store:
+        store.write("history-coarse.json", {"buckets": []})  # another writer's shape: no coarse tier in it
+    with StateDir(tmp_path) as store:
+        history = load_history(store)
+        assert history.coarse == {}
+        save_history(store, history)
+    assert not (tmp_path / "history-coarse.json").exists()  # the tier it held is empty: the file goes

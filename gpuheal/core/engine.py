@@ -402,8 +402,16 @@ class _Pass:
         if hidden is None:
             return  # inhibited on every GPU
         skip = self.muted | hidden
-        for alias in self.view.aliases:
-            if alias not in skip and _gate_open(rule, self.view, alias):
+        view = self.view
+        gates: dict[frozenset[Signal], bool] = {}  # per set of signals provided: a poll has a few, however many GPUs
+        for alias in view.aliases:
+            if alias in skip:
+                continue
+            provided = view.provided(alias)
+            gate = gates.get(provided)
+            if gate is None:
+                gate = gates[provided] = _gate_open(rule, view, alias)
+            if gate:
                 self.advance(rule, alias)
 
     def advance(self, rule: Rule[Any], subject: str) -> None:

@@ -11,7 +11,8 @@ BENCHMARK_REGRESSION = "benchmark-regression.json"
 CIRCUIT_BREAKER_STATUS = "circuit-breaker-status.json"
 AUDIT_LOG = "gpu-self-heal-log.jsonl"
 
-HISTORY = "history.json"          # state/history.py
+HISTORY = "history.json"          # state/history.py: the raw tier
+HISTORY_COARSE = "history-coarse.json"  # state/history.py: the coarse tier, rewritten only when it changes
 # prometheus-trend.json: a source's own memory is named in its declaration (source_kinds/prometheus.py)
 ISSUES = "issues.json"            # core/engine.py: the issue book
 HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses (its run_seq: the old run counter)

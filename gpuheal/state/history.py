@@ -4,7 +4,8 @@ Per alias, columns (``t`` in epoch seconds, then one list per metric, ``None`` =
 Samples younger than ``raw_hours`` (≥ 6.5 h: Rule 2 fits a 6 h window) are kept per poll; older
 ones are averaged, a whole bucket at a time, into ``coarse_bucket_s`` buckets kept
 ``coarse_days`` (the weekly report), then dropped — so the state directory stops growing
-(issue 2). Pure: no IO here; ``StateDir`` stores the dict from :meth:`History.to_dict`.
+(issue 2). Pure: no IO here; :mod:`gpuheal.state.history_store` stores the two documents of
+:meth:`History.to_files` (the raw tier every run, the coarse tier in its own file when it changed).
 
 On disk each numeric column is packed (little-endian float64, base64, NaN = not known) and the
 endpoint column run-length encoded: a fleet of 1000 GPUs holds 2.3 million samples, and decoding
@@ -44,7 +45,7 @@ class History:
     thus no longer unpacks and repacks the whole week's buckets of every GPU to append one poll to the
     raw tier (a 100-GPU week: ~7.5 MB, ~80 ms a run at the week's end, issue 29)."""
 
-    __slots__ = ("raw", "_coarse", "_times")
+    __slots__ = ("raw", "_coarse", "_times", "_coarse_read")
 
     def __init__(
         self,
@@ -55,6 +56,8 @@ class History:
         # alias -> its columns, or its block as read (decoded in place, in order, when asked for)
         self._coarse: dict[str, dict[str, list[Any]] | _Packed] = {} if coarse is None else dict(coarse)
         self._times: dict[str, tuple[float, ...]] = {}  # the coarse t columns decoded so far, by their text
+        # the coarse blocks as read from the coarse tier's own file (None: not read from it), see to_files
+        self._coarse_read: dict[str, _Packed] | None = None
 
     @property
     def coarse(self) -> dict[str, dict[str, list[Any]]]:
@@ -111,12 +114,43 @@ class History:
                     target[str(alias)] = {c: plain[c] for c in COLUMNS}
         return hist
 
+    @classmethod
+    def from_files(cls, data: Any, coarse: Any) -> History:
+        """The history from ``history.json``'s data and the coarse tier's own file's (``coarse``, in the
+        shape :meth:`to_files` writes; ``None``: no such file). A ``history.json`` with a coarse tier in it
+        is the earlier layout (one file) and holds the tier: its coarse file, if any, is older and ignored."""
+        old_coarse = data.get("coarse") if isinstance(data, dict) else None
+        tier = coarse.get("coarse") if isinstance(coarse, dict) else None
+        if (isinstance(old_coarse, dict) and old_coarse) or not isinstance(tier, dict):
+            return cls.from_dict(data)  # no coarse file, or one not in its shape: written again by the next save
+        hist = cls.from_dict({"raw": data.get("raw") if isinstance(data, dict) else None, "coarse": tier})
+        hist._coarse_read = {a: b for a, b in hist._coarse.items() if isinstance(b, _Packed)}
+        return hist
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "raw": {alias: _pack_columns(cols) for alias, cols in self.raw.items()},
-            "coarse": {alias: cols.block if isinstance(cols, _Packed) else _pack_columns(cols)
-                       for alias, cols in self._coarse.items()},
-        }
+        """Both tiers in one document (the earlier layout of ``history.json``; tests, benchmarks)."""
+        return {"raw": self._raw_dict(), "coarse": self._coarse_dict()}
+
+    def to_files(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """``history.json``'s data — the raw tier, its ``coarse`` left empty (an earlier version reads it
+        as a history with no coarse tier yet) — and the coarse tier's own file's, ``{"coarse": {...}}``, or
+        ``None`` when that file already holds it: nothing was folded in, dropped or decoded since it was
+        read (every block is still the one read). The coarse tier changes once every ``coarse_bucket_s``
+        while the raw tier changes every poll; a 100-GPU week holds ~5 MB of coarse buckets that a cron
+        run no longer writes each minute (issue 29)."""
+        raw = {"raw": self._raw_dict(), "coarse": {}}
+        read = self._coarse_read
+        if read is not None and read.keys() == self._coarse.keys() and all(
+                self._coarse[a] is block for a, block in read.items()):
+            return raw, None
+        return raw, {"coarse": self._coarse_dict()}
+
+    def _raw_dict(self) -> dict[str, Any]:
+        return {alias: _pack_columns(cols) for alias, cols in self.raw.items()}
+
+    def _coarse_dict(self) -> dict[str, Any]:
+        return {alias: cols.block if isinstance(cols, _Packed) else _pack_columns(cols)
+                for alias, cols in self._coarse.items()}
 
     # ------------------------------------------------------------------ update
     def add(self, obs: Observation, aliases: tuple[str, ...] | None = None) -> None:
@@ -238,7 +272,17 @@ def _number_or_none(value: Any) -> float | None:
 
 
 def _pack(values: list[Any]) -> str:
-    """float64 little-endian, base64; ``None`` (or anything not a number) → NaN."""
+    """float64 little-endian, base64; ``None`` (or anything not a number) → NaN.
+
+    A column of numbers only (the usual one) is packed by ``struct`` in one call, the same bytes as
+    ``array("d")`` in little-endian order: no scan for ``None`` and no array built first (a 100-GPU
+    fleet packs 500 columns of ~390 values every cron run; issue 29). Anything else raises there and
+    takes the path below, as does a column whose newest value is not known (it would fail only at its end)."""
+    if not values or values[-1] is not None:
+        try:
+            return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
+        except (struct.error, TypeError, OverflowError):
+            pass
     if None in values:
         values = [math.nan if v is None else v for v in values]
     try:

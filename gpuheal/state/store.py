@@ -251,6 +251,14 @@ class StateDir:
             pieces = [json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)]
         self._atomic_write(self.path / name, pieces, ["\n"])
 
+    def remove(self, name: str) -> None:
+        """Remove file ``name`` if it is there (the directory fsynced, as after a write)."""
+        try:
+            (self.path / name).unlink()
+        except FileNotFoundError:
+            return
+        self._fsync_dir()
+
     def read_raw(self, name: str) -> dict[str, Any] | None:
         path = self.path / name
         try:

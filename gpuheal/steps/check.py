@@ -17,9 +17,8 @@ from gpuheal.core.heal_state import HealState
 from gpuheal.core.health import health_document
 from gpuheal.core.view import Restarts
 from gpuheal.model import Observation
-from gpuheal.state import files
+from gpuheal.state import files, history_store
 from gpuheal.state.files import GPU_HEALTH as HEALTH_FILE  # noqa: E402
-from gpuheal.state.files import HISTORY as HISTORY_FILE  # noqa: E402
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
 
@@ -46,7 +45,7 @@ class CheckResult:
 
 
 def load_history(store: StateDir) -> History:
-    return History.from_dict(store.read(HISTORY_FILE, {}))
+    return history_store.load_history(store)
 
 
 class _LoadMemory(Protocol):
@@ -173,7 +172,7 @@ def _keep(cfg: Config, plan: CheckPlan, store: StateDir, history: History, memor
     if plan.keep_history:
         kept = cfg.history
         history.compact(now.timestamp(), kept.raw_hours, kept.coarse_bucket_s, kept.coarse_days)
-        store.write(HISTORY_FILE, history.to_dict(), stream=True)  # a few large packed strings
+        history_store.save_history(store, history)  # the coarse tier only when it changed
     if plan.memory is not None and memory_doc is not None:
         store.write(plan.memory.file, memory_doc)
 

@@ -111,9 +111,10 @@ class RequestsRow:
         if not isinstance(data, list) or (at_s is not None and number(at_s) is None):
             return None
         buckets = []
-        for b in data:
-            start = number(b[0]) if isinstance(b, list) and len(b) == 2 else None
-            count = whole(b[1]) if isinstance(b, list) and len(b) == 2 else None
+        for b in data:  # every GPU's row at every cron run: each pair checked once
+            if not isinstance(b, list) or len(b) != 2:
+                return None
+            start, count = number(b[0]), whole(b[1])
             if start is None or count is None:
                 return None
             buckets.append((start, count))
