@@ -41,7 +41,7 @@ reallitellm:
 # Part of `make test` (and so of .ci/run): ruff is in the test extras; lines <= 120 in gpuheal/.
 # mypy --strict on the pure core; what it checks is listed once, in pyproject.toml [tool.mypy].
 lint: $(STAMP)
-	$(VENV)/bin/ruff check gpuheal tests
+	$(VENV)/bin/ruff check gpuheal tests benchmarks
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

@@ -33,9 +33,11 @@ from gpuheal.parse.smi import (  # noqa: E402
 )
 
 INLINE = {
-    "query_gpu": "0, NVIDIA GeForce RTX 3090, 29, 23358, 24576, 0, 118.42, 350.00\n1, NVIDIA H200, 35, [N/A], 143771, 0, 11.17, [N/A]\n",
+    "query_gpu": ("0, NVIDIA GeForce RTX 3090, 29, 23358, 24576, 0, 118.42, 350.00\n"
+                  "1, NVIDIA H200, 35, [N/A], 143771, 0, 11.17, [N/A]\n"),
     "compute_apps": "1106871, /app/llama-server, 23342\n312710, [Not Found], [N/A]\n4242, /opt/my, weird, name, 512\n",
-    "ps": "  PID USER       RSS COMMAND\n 1234 llama  9000000 /usr/bin/llama-server -m m.gguf\n   77 root 1200 /usr/sbin/sshd -D\n",
+    "ps": ("  PID USER       RSS COMMAND\n 1234 llama  9000000 /usr/bin/llama-server -m m.gguf\n"
+           "   77 root 1200 /usr/sbin/sshd -D\n"),
 }
 EVIL = ["²", "³", "٣", "１", "\ud800", "\x00", "\n", ", ", "[N/A]", "nan", "inf", "-", "9" * 5000, "1" + "0" * 400,
         "{", "}", '"', "e999", "_", "0x", "\u202e", " ", "\t"]
@@ -99,8 +101,9 @@ def main() -> int:
             continue
         rows = result if isinstance(result, list) else [result]
         for row in rows:
+            fields = getattr(row, "__dataclass_fields__", {})
             values = row.values() if isinstance(row, dict) else (vars(row).values() if hasattr(row, "__dict__") else
-                                                                  [getattr(row, f) for f in getattr(row, "__dataclass_fields__", {})] or [row])
+                                                                  [getattr(row, f) for f in fields] or [row])
             if any(check(v) for v in values):
                 bad_values += 1
     took = time.perf_counter() - started

@@ -118,12 +118,13 @@ def kill_cycles(cycles: int, seed: int) -> dict:
                         out["killed"] += 1
                         # an attempt past its commands has its outcome line, or (awaiting its verdict, issue 27
                         # item 13) is saved no longer "running" in the heal state
-                        executed = {a.get("run_id") for a in (lab.read("heal-state.json").get("attempts") or {}).values()
+                        attempts = lab.read("heal-state.json").get("attempts") or {}
+                        executed = {a.get("run_id") for a in attempts.values()
                                     if isinstance(a, dict) and a.get("status") != "running"}
                         for new in intents[seen_intents:]:  # written by the run just killed
                             done_outcome = new["run_id"] in executed or any(
-                                r["phase"] == "outcome" and r["run_id"] == new["run_id"] and r["action"] == new["action"]
-                                for r in records)
+                                r["phase"] == "outcome" and r["run_id"] == new["run_id"]
+                                and r["action"] == new["action"] for r in records)
                             out["killed_between_intent_and_outcome"] += not done_outcome
                     seen_intents = len(intents)
                     if step >= 2 and not _stuck_open(lab):

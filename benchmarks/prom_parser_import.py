@@ -4,7 +4,9 @@ run; prints milliseconds. Issue 19 item 6:
 
     for m in trick public; do for i in $(seq 9); do python benchmarks/prom_parser_import.py $m; done; done
 """
-import sys, time
+import sys
+import time
+
 mode = sys.argv[1]
 t = time.perf_counter()
 if mode == "trick":

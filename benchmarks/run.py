@@ -92,7 +92,8 @@ RSS_WRAPPER = (
 
 def run_with_rss(argv: list[str], env: dict[str, str]) -> tuple[int, float, float, float, str]:
     """(rc, wall s, peak RSS MB, cpu s) of one run of ``argv``, via a wrapper whose only child it is."""
-    proc = subprocess.run([sys.executable, "-c", RSS_WRAPPER, *argv], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", RSS_WRAPPER, *argv], capture_output=True, text=True, env=env,
+                          timeout=300)
     rc, wall, maxrss_kb, cpu = proc.stdout.split()
     return int(rc), float(wall), int(maxrss_kb) / 1024, float(cpu), proc.stderr
 
@@ -134,7 +135,8 @@ def bench_check_3(n: int, work: Path) -> dict:
             took, proc = timed_run(base, clean_env(GPUHEAL_NOW=stamp(i + 1)))
             times.append(took)
             codes.add(proc.returncode)
-    return {"median_s": statistics.median(times), "min_s": min(times), "runs": n, "exit_codes": sorted(codes), "target_s": TARGETS["check-3"]}
+    return {"median_s": statistics.median(times), "min_s": min(times), "runs": n, "exit_codes": sorted(codes),
+            "target_s": TARGETS["check-3"]}
 
 
 def make_history(aliases: list[str], end: datetime, hours: float = 6.5) -> dict:
@@ -435,9 +437,11 @@ def bench_imports(work: Path) -> dict:
     """What ``check`` imports (a real check, against a closed port: every source refused)."""
     cfg = fleet_config("http://127.0.0.1:9/gpu-data", [("a", "h", "http://127.0.0.1:9")], timeout_s=1)
     config = write_config(work / "imports.yaml", cfg)
-    argv = [sys.executable, "-X", "importtime", "-m", "gpuheal", "--config", str(config), "--state-dir", str(work / "state-imp"), "check", "--json"]
+    argv = [sys.executable, "-X", "importtime", "-m", "gpuheal", "--config", str(config),
+            "--state-dir", str(work / "state-imp"), "check", "--json"]
     for minute in (0, 1, 2):  # the third run is cron's steady state (the config text known valid)
-        proc = subprocess.run(argv, capture_output=True, text=True, env=clean_env(GPUHEAL_NOW=stamp(minute)), timeout=60)
+        env = clean_env(GPUHEAL_NOW=stamp(minute))
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60)
     rows = []
     for line in proc.stderr.splitlines():
         if not line.startswith("import time:") or "|" not in line or "cumulative" in line:
@@ -509,15 +513,18 @@ def main() -> int:
     rows = []
     if "help" in results:
         r = results["help"]
-        rows.append((f"gpuheal --help (median of {r['runs']})", f"{r['median_s'] * 1000:.0f} ms", "≤ 100 ms", verdict(r["median_s"], r["target_s"])))
+        rows.append((f"gpuheal --help (median of {r['runs']})", f"{r['median_s'] * 1000:.0f} ms", "≤ 100 ms",
+                     verdict(r["median_s"], r["target_s"])))
     if "check-3" in results:
         r = results["check-3"]
-        rows.append((f"check, 3-GPU loopback fleet (median of {r['runs']})", f"{r['median_s'] * 1000:.0f} ms", "≤ 300 ms", verdict(r["median_s"], r["target_s"])))
+        rows.append((f"check, 3-GPU loopback fleet (median of {r['runs']})", f"{r['median_s'] * 1000:.0f} ms",
+                     "≤ 300 ms", verdict(r["median_s"], r["target_s"])))
     if "check-1000" in results:
         r = results["check-1000"]
         rows.append((f"check, 1000 GPUs + /metrics, /props, /slots + 6.5 h history (median of {r['runs']})",
                      f"{r['median_s']:.2f} s", "≤ 2 s", verdict(r["median_s"], r["target_s"])))
-        rows.append(("  peak RSS of that check", f"{r['peak_rss_mb']:.0f} MB", "≤ 200 MB", verdict(r["peak_rss_mb"], r["target_rss_mb"])))
+        rows.append(("  peak RSS of that check", f"{r['peak_rss_mb']:.0f} MB", "≤ 200 MB",
+                     verdict(r["peak_rss_mb"], r["target_rss_mb"])))
         for f, fr in r.get("framings", {}).items():
             figures = (f"{fr['median_s']:.2f} / {fr['max_s']:.2f} s, {fr['cpu_s_median']:.2f} s, "
                        f"{fr['peak_rss_mb']:.0f} MB")
@@ -530,10 +537,13 @@ def main() -> int:
                      verdict(r["peak_rss_mb"], r["target_rss_mb"])))
     if "dead-200" in results:
         r = results["dead-200"]
-        rows.append((f"check, 200 endpoints that never answer (deadline {r['probe_deadline_s']:g} s)", f"{r['wall_s']:.2f} s", f"≤ {r['target_s']:g} s", verdict(r["wall_s"], r["target_s"])))
+        rows.append((f"check, 200 endpoints that never answer (deadline {r['probe_deadline_s']:g} s)",
+                     f"{r['wall_s']:.2f} s", f"≤ {r['target_s']:g} s", verdict(r["wall_s"], r["target_s"])))
     if "imports" in results:
         r = results["imports"]
-        rows.append(("check imports fabric/paramiko/invoke/requests", ", ".join(r["forbidden_imported"]) or "none", "none", "ok" if not r["forbidden_imported"] else "MISSED"))
+        forbidden = r["forbidden_imported"]
+        rows.append(("check imports fabric/paramiko/invoke/requests", ", ".join(forbidden) or "none", "none",
+                     "ok" if not forbidden else "MISSED"))
     if "doctor" in results:
         r = results["doctor"]
         rows.append((f"doctor, healthy simulated 3-GPU fleet (median of {r['healthy_runs']})",
@@ -552,7 +562,8 @@ def main() -> int:
         print("\ncProfile of one 1000-GPU check (cumulative):")
         print("\n".join(results["check-1000"]["profile_top"]))
     if "imports" in results:
-        print("\nslowest top-level imports of check:", ", ".join(f"{n} {ms} ms" for n, ms in results["imports"]["slowest_top_level_ms"][:6]))
+        slowest = results["imports"]["slowest_top_level_ms"][:6]
+        print("\nslowest top-level imports of check:", ", ".join(f"{n} {ms} ms" for n, ms in slowest))
 
     out = args.out or (LATEST if args.update else None)
     if out is not None:
