@@ -13,23 +13,9 @@ from hypothesis import strategies as st
 from test_http_framing import responses
 
 from gpuheal.sources import http
-from gpuheal.sources.http import Ask, HttpFault, HttpResult, _Invalid, _Job, _Oversized, _Response
+from gpuheal.sources.http import Ask, HttpResult, _Job
 
-
-def reference(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
-    """What the socket loop makes of a whole answer the peer then closed: only :class:`_Response`."""
-    resp = _Response(ask.max_bytes, ask.method == "HEAD")
-    try:
-        complete = resp.feed(raw) if raw else False
-    except _Invalid as exc:
-        return HttpFault("invalid", http.printable(str(exc)), elapsed_s)
-    except _Oversized as exc:
-        return HttpFault("oversized", str(exc), elapsed_s, status=exc.status)
-    if complete or resp.eof():
-        return HttpResult(status=resp.status, body=bytes(resp.body), elapsed_s=elapsed_s, headers=resp.headers or {})
-    if not raw:
-        return HttpFault("refused", "connection reset: Remote end closed connection without response", elapsed_s)
-    return HttpFault("invalid", resp.cut_short(), elapsed_s, status=resp.status or None)
+reference = http._framed_by_response  # the general path: _Response fed the whole answer
 
 
 HEADS = [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n", b"HTTP/1.1 100 Continue\r\n\r\n",

@@ -862,6 +862,12 @@ def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
         if head is not None and head[3] is not None and not head[2] and len(raw) >= end + 4 + head[3]:
             body = raw[end + 4 : end + 4 + head[3]]
             return HttpResult(status=head[0], body=body, elapsed_s=elapsed_s, headers=dict(head[1]))
+    return _framed_by_response(raw, ask, elapsed_s)
+
+
+def _framed_by_response(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
+    """What :class:`_Response` alone makes of a whole answer the peer then closed: the general path, which
+    :func:`_framed`'s shortcut must equal (tests/test_http_inprocess_memo.py)."""
     resp = _Response(ask.max_bytes, ask.method == "HEAD")
     try:
         complete = resp.feed(raw) if raw else False

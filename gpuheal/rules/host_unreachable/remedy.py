@@ -79,7 +79,8 @@ def lost_host(ex: Execution, outcome: CommandOutcome, record: dict[str, Any], ct
     if not looks.lost(host, ctx.now_s):
         return False  # one silent look: restarted as before (a crash whose host's SSH blips right now)
     record["ran"] = "none"
-    ex.evidence["process"], ex.found["process"] = record, "host silent in this run's look and the last → not restarted"
+    ex.evidence["process"] = record
+    ex.found["process"] = "host silent in this run's look and the last → not restarted"
     ex.ends(Result.ESCALATED, f"cannot reach host {host} over SSH in this run's look nor the previous run's "
                               f"({outcome.error}) — infrastructure alert (Rule 6)")  # fmt: skip
     return True
