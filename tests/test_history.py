@@ -12,8 +12,8 @@ from gpuheal.config import load_config_dict
 from gpuheal.model import GpuSample, Observation
 from gpuheal.state.files import HISTORY
 from gpuheal.state.history import COLUMNS, History
+from gpuheal.state.history_store import load_history
 from gpuheal.state.store import StateDir
-from gpuheal.steps.check import load_history
 
 T0 = datetime(2026, 7, 18, 0, 0, tzinfo=UTC)
 ALIASES = ("gpu-dense", "gpu-light", "strix-moe")

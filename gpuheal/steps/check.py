@@ -44,10 +44,6 @@ class CheckResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def load_history(store: StateDir) -> History:
-    return history_store.load_history(store)
-
-
 class _LoadMemory(Protocol):
     def __call__(self, cfg: Config, saved: Any, window_starts: dict[str, float], now_s: float) -> Any: ...
 
@@ -131,7 +127,7 @@ def run(
     if obs is None:
         obs, history, memory_doc = _sense_and_load(cfg, plan, store, now, transports)
     else:
-        history = load_history(store) if plan.keep_history else History()
+        history = history_store.load_history(store) if plan.keep_history else History()
     if plan.keep_history:
         history.add(obs, cfg.aliases)
     if record is not None:  # ``check --record FILE``: one JSON line per poll, the trace ``replay`` reads
@@ -159,7 +155,7 @@ def _sense_and_load(
     from gpuheal.sources.sense import poll_fleet
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
-        loading = pool.submit(load_history, store) if plan.keep_history else None
+        loading = pool.submit(history_store.load_history, store) if plan.keep_history else None
         obs = poll_fleet(cfg, plan.source, now, transports, plan.recalled)
         history = loading.result() if loading is not None else History()
     doc = plan.memory.save(cfg, plan.recalled, obs) if plan.memory is not None else None

@@ -104,7 +104,7 @@ def source_poll(cfg: Config, store: StateDir, now: datetime) -> Observation | No
 def command(rt: Runtime, store: StateDir, gpu: str | None = None) -> CommandResult:
     from gpuheal import exit_codes
     from gpuheal.runtime import CommandResult
-    from gpuheal.steps.check import load_history
+    from gpuheal.state.history_store import load_history
 
     cfg = rt.cfg
     if gpu is not None and gpu not in cfg.aliases:
