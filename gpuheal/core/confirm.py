@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from gpuheal.clock import format_epoch
 from gpuheal.core.issue import PENDING
 from gpuheal.core.taskloop import classify
 from gpuheal.model import ENDPOINT_TIMEOUT, UNREACHABLE_STATES
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 class Watch(StrEnum):
     WATCHING = "watching"
     CONFIRMED = "confirmed"
-    RECOVERED = "recovered"  # a probe saw the server answer (not core/verify's CLEARED: an operator's clear)
+    RECOVERED = "recovered"  # a probe saw the server answer (not core/verify's OPERATOR_CLEARED)
     UNCONFIRMED = "unconfirmed"
 
 
@@ -211,9 +212,7 @@ def with_probes(issue: Issue, watches: dict[str, GpuWatch], only: tuple[str, ...
 
 def annotate(book: IssueBook, watches: dict[str, GpuWatch], only: tuple[str, ...]) -> None:
     """The open issues of the watched GPUs keep what the run saw: each probe, its time, its answer."""
-    from gpuheal.core.engine import iso
-
     for rec in book.issues.values():
         w = watches.get(rec.gpu)
         if w is not None and rec.issue in only:
-            rec.detected = {**rec.detected, "probes": w.evidence(iso), "confirmation": str(w.state)}
+            rec.detected = {**rec.detected, "probes": w.evidence(format_epoch), "confirmation": str(w.state)}
