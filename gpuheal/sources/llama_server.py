@@ -170,11 +170,11 @@ def _benchmark(
         warm, api, sent = _measure(base, api_key, prompt, min(n_predict, WARMUP_N_PREDICT), deadline_s, api)
         requests_made += sent
         if warm.error is not None:
-            return _replace(warm, requests=requests_made, detail=f"warm-up: {warm.detail}", **_known(info, warm))
+            return replace(warm, requests=requests_made, detail=f"warm-up: {warm.detail}", **_known(info, warm))
 
     main, api, sent = _measure(base, api_key, prompt, n_predict, deadline_s, api)
     requests_made += sent
-    return _replace(main, requests=requests_made, **_known(info, main))
+    return replace(main, requests=requests_made, **_known(info, main))
 
 
 def completion_state(endpoint: str, api_key: str | None, n_predict: int, deadline_s: float) -> str:
@@ -238,7 +238,7 @@ def _measured_request(
     answer's ``model`` only echoes what the client sent, so it is not evidence."""
     result = _post(base + path, api_key, payload, deadline_s)
     if isinstance(result, BenchOutcome):
-        return _replace(result, api=api)
+        return replace(result, api=api)
     doc = _json_object(result.body)
     if doc is None:
         return _failed(ERR_INVALID, result.status, f"{path}: answer is not a JSON object", 0,
@@ -344,10 +344,6 @@ def _finished(outcome: BenchOutcome, api_key: str | None) -> BenchOutcome:
 
 def _secrets(api_key: str | None) -> tuple[str, ...]:
     return (api_key,) if api_key else ()
-
-
-def _replace(outcome: BenchOutcome, **changes: Any) -> BenchOutcome:
-    return replace(outcome, **changes)
 
 
 def _known(info: Props, outcome: BenchOutcome) -> dict[str, Any]:
