@@ -111,7 +111,7 @@ def test_a_gpu_serving_neither_metrics_nor_slots_is_not_judged_by_the_task_loop(
     (GpuSample(endpoint="ok", metrics="disabled", slots="disabled"), 241.9, 2, True),
 ])
 def test_canary_runs_only_where_nothing_else_shows_the_task_loop(sample, now_s, every, want):
-    from gpuheal.core.taskloop import canary_due
+    from gpuheal.sources.sense import canary_due
 
     assert canary_due(sample, now_s, every) is want
 

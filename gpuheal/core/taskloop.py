@@ -49,16 +49,3 @@ def classify(sample: Any) -> tuple[bool | None, list[str], list[str]]:
         return True, answered, silent
     return None, answered, silent
 
-
-def canary_due(sample: Any, now_s: float, every_polls: int) -> bool:
-    """Whether this poll's canary completion runs for a GPU (``probe.canary``): ``/health`` ok and
-    awake, and no decode progress can be seen otherwise — neither ``/metrics`` nor ``/slots``
-    answered or went silent this poll (a server started without ``--metrics``/``--slots``). A server
-    whose task loop answered ``/metrics`` is never loaded further; one whose endpoints are already
-    silent needs no more proof. At most once per ``every_polls`` poll minutes."""
-    if getattr(sample, "endpoint", None) != HEALTH_OK or getattr(sample, "is_sleeping", None) is True:
-        return False
-    states = {getattr(sample, "metrics", None), getattr(sample, "slots", None)}
-    if states & (ANSWERED | {SILENT}):
-        return False
-    return int(now_s // 60) % max(1, int(every_polls)) == 0

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuheal import provenance as prov
 from gpuheal.config import Config
+from gpuheal.core.taskloop import ANSWERED, HEALTH_OK, SILENT
 from gpuheal.model import (
     ENDPOINT_OK,
     NO_VALUES,
@@ -168,7 +169,6 @@ def _with_canaries(
     canary = cfg.probe.canary or {}
     if not canary.get("enabled") or not servers:
         return servers
-    from gpuheal.core.taskloop import canary_due
 
     def sample(alias: str) -> GpuSample:
         probe = servers[alias]
@@ -177,6 +177,20 @@ def _with_canaries(
     every = int(canary["every_polls"])
     due = [g for g in cfg.gpus if g.alias in servers and canary_due(sample(g.alias), now.timestamp(), every)]
     return _canaries(cfg, canary, servers, due) if due else servers
+
+
+def canary_due(sample: GpuSample, now_s: float, every_polls: int) -> bool:
+    """Whether this poll's canary completion runs for a GPU (``probe.canary``): ``/health`` ok and
+    awake, and no decode progress can be seen otherwise — neither ``/metrics`` nor ``/slots``
+    answered or went silent this poll (a server started without ``--metrics``/``--slots``). A server
+    whose task loop answered ``/metrics`` is never loaded further; one whose endpoints are already
+    silent needs no more proof. At most once per ``every_polls`` poll minutes. Beside the code that sends
+    the canary: it decides what this poll asks (:mod:`gpuheal.core.taskloop` reads what was answered)."""
+    if sample.endpoint != HEALTH_OK or sample.is_sleeping is True:
+        return False
+    if {sample.metrics, sample.slots} & (ANSWERED | {SILENT}):
+        return False
+    return int(now_s // 60) % max(1, int(every_polls)) == 0
 
 
 def _canaries(
