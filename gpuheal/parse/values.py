@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import math
 import re
-from math import isfinite
 from datetime import datetime
+from math import isfinite
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -231,11 +231,11 @@ class Fields:
 
     # number, count, text and flag first take the common case — a JSON float or int in range, an ASCII
     # string, a bool — at once (issue 29: a 100-GPU gpu-monitor document is ~1,000 fields a poll); anything
-    # else goes the general way (``_number``, ...), which is the reference: tests/test_values.py requires
+    # else goes the general way (``_number``, ...), which is the reference: tests/test_values_fast_path.py requires
     # the same value and the same problems of both, whatever the value.
 
     def number(self, key: str, *, lo: float | None = 0.0, hi: float | None = None) -> float | None:
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         kind = type(raw)
         if kind is float:
             if isfinite(raw) and (lo is None or raw >= lo) and (hi is None or raw <= hi):
@@ -250,7 +250,7 @@ class Fields:
         return None if value is None else float(value)
 
     def count(self, key: str, *, hi: int = 10**9) -> int | None:
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         if type(raw) is int and 0 <= raw <= hi:
             return raw
         return self._count(key, raw, hi)
@@ -261,7 +261,7 @@ class Fields:
 
     def text(self, key: str, max_len: int = MAX_TEXT_CHARS) -> str | None:
         """The string, bounded; a lone surrogate is replaced (kept readable) and noted as a fault."""
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         if type(raw) is str and raw.isascii():  # valid UTF-8 as it is: nothing to replace
             return raw[:max_len] if raw.strip() else None
         return self._text(key, raw, max_len)
@@ -273,7 +273,7 @@ class Fields:
         return value
 
     def flag(self, key: str) -> bool | None:
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         if type(raw) is bool:
             return raw
         return self._flag(key, raw)
@@ -285,14 +285,14 @@ class Fields:
         return self._keep(key, check_time(self.obj.get(key)))
 
     def mapping(self, key: str) -> dict[str, Any] | None:
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         if raw is None or isinstance(raw, dict):
             return raw
         self._keep(key, Bad(f"{shown(raw)} is not an object"))
         return None
 
     def array(self, key: str) -> list[Any] | None:
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         if raw is None or isinstance(raw, list):
             return raw
         self._keep(key, Bad(f"{shown(raw)} is not an array"))
