@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import re
 from datetime import datetime
+from math import isfinite
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -37,6 +38,7 @@ MAX_NUMBER_CHARS = 64  # "-1.7976931348623157e+308" is 24; anything longer is no
 MAX_TEXT_CHARS = 200
 _DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,4})?", re.ASCII)
 _INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
+_FLOAT_EXACT = 2**53  # every int within ±2**53 is a float exactly
 
 
 class Bad:
@@ -227,37 +229,70 @@ class Fields:
     def path(self, key: str) -> str:
         return f"{self.where}.{key}" if self.where else key
 
+    # number, count, text and flag first take the common case — a JSON float or int in range, an ASCII
+    # string, a bool — at once (issue 29: a 100-GPU gpu-monitor document is ~1,000 fields a poll); anything
+    # else goes the general way (``_number``, ...), which is the reference: tests/test_values_fast_path.py requires
+    # the same value and the same problems of both, whatever the value.
+
     def number(self, key: str, *, lo: float | None = 0.0, hi: float | None = None) -> float | None:
-        value = self._keep(key, check_number(self.obj.get(key), lo=lo, hi=hi))
+        raw: Any = self.obj.get(key)
+        kind = type(raw)
+        if kind is float:
+            if isfinite(raw) and (lo is None or raw >= lo) and (hi is None or raw <= hi):
+                return raw  # type: ignore[no-any-return]
+        elif kind is int and -_FLOAT_EXACT <= raw <= _FLOAT_EXACT and (lo is None or raw >= lo) and (
+                hi is None or raw <= hi):
+            return float(raw)  # never past float's range
+        return self._number(key, raw, lo, hi)
+
+    def _number(self, key: str, raw: Any, lo: float | None, hi: float | None) -> float | None:
+        value = self._keep(key, check_number(raw, lo=lo, hi=hi))
         return None if value is None else float(value)
 
     def count(self, key: str, *, hi: int = 10**9) -> int | None:
-        value = self._keep(key, check_number(self.obj.get(key), lo=0, hi=hi, integer=True))
+        raw: Any = self.obj.get(key)
+        if type(raw) is int and 0 <= raw <= hi:
+            return raw
+        return self._count(key, raw, hi)
+
+    def _count(self, key: str, raw: Any, hi: int) -> int | None:
+        value = self._keep(key, check_number(raw, lo=0, hi=hi, integer=True))
         return None if value is None else int(value)  # an int already (integer=True)
 
     def text(self, key: str, max_len: int = MAX_TEXT_CHARS) -> str | None:
         """The string, bounded; a lone surrogate is replaced (kept readable) and noted as a fault."""
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
+        if type(raw) is str and raw.isascii():  # valid UTF-8 as it is: nothing to replace
+            return raw[:max_len] if raw.strip() else None
+        return self._text(key, raw, max_len)
+
+    def _text(self, key: str, raw: Any, max_len: int) -> str | None:
         value = self._keep(key, check_text(raw, max_len))
         if value is not None and isinstance(raw, str) and value != raw[:max_len]:
             self.problems.append(f"{self.path(key)}: not valid Unicode (lone surrogate replaced by U+FFFD)")
         return value
 
     def flag(self, key: str) -> bool | None:
-        return self._keep(key, check_bool(self.obj.get(key)))
+        raw: Any = self.obj.get(key)
+        if type(raw) is bool:
+            return raw
+        return self._flag(key, raw)
+
+    def _flag(self, key: str, raw: Any) -> bool | None:
+        return self._keep(key, check_bool(raw))
 
     def time(self, key: str) -> datetime | None:
         return self._keep(key, check_time(self.obj.get(key)))
 
     def mapping(self, key: str) -> dict[str, Any] | None:
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         if raw is None or isinstance(raw, dict):
             return raw
         self._keep(key, Bad(f"{shown(raw)} is not an object"))
         return None
 
     def array(self, key: str) -> list[Any] | None:
-        raw = self.obj.get(key)
+        raw: Any = self.obj.get(key)
         if raw is None or isinstance(raw, list):
             return raw
         self._keep(key, Bad(f"{shown(raw)} is not an array"))
