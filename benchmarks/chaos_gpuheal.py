@@ -214,8 +214,10 @@ class GpuhealSystem:
     def _step(self, t: float, offset_s: float, step, **options):
         """One command under the state lock, as ``command.run_step`` runs it (without printing)."""
         from gpuheal.runtime import Runtime
+        from gpuheal.sources.http import forget_remembered
         from gpuheal.state.store import StateDir
 
+        forget_remembered()  # cron starts each command in a new process: nothing remembered from the minute before
         now = self.world.at(t) + timedelta(seconds=offset_s)
         rt = Runtime(cfg=self.cfg, state_dir=self.state_dir, now=now, json_out=True)
         with StateDir(rt.state_dir, self.cfg.state.lock_wait_s) as store:

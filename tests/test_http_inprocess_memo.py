@@ -104,3 +104,30 @@ def test_a_remembered_url_s_parts_are_its_parts(scheme, host, port, rest):
     url = f"{scheme}://{host}{port}{rest}" if scheme else f"{host}{port}{rest}"
     want = http._http_parts_new(url)
     assert http._http_parts(url) == want and http._http_parts(url) == want
+
+
+def test_forgetting_empties_every_memo_and_the_answers_stay_the_same():
+    """``benchmarks/chaos.py`` forgets between commands, as cron's new process for each run starts empty
+    (issue 29: a week in one process must not reuse the minute before's work)."""
+    raw = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+    ask = Ask("/x", max_bytes=100)
+    first = http._framed(raw, ask, 0.1)
+    http._http_parts("http://127.0.0.1:8080/metrics")
+    assert http._HEADS and http._PARTS
+    http.forget_remembered()
+    assert not (http._ENDPOINTS or http._ASKED or http._HEADS or http._PARTS)
+    assert http._framed(raw, ask, 0.1) == first
+
+
+def test_the_chaos_week_forgets_before_each_command(monkeypatch, tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import chaos
+    from chaos_inject import Layout
+
+    calls = []
+    monkeypatch.setattr(http, "forget_remembered", lambda: calls.append(1))
+    week = chaos.run_system("gpuheal", Layout.of(2), [], 3 / 1440, 1, tmp_path)
+    assert week.cycles == 3 and len(calls) >= 2 * week.cycles  # heal and escalate, each a new process

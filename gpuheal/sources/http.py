@@ -885,6 +885,15 @@ def _framed_by_response(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | 
 _PARTS: dict[str, Any] = {}
 
 
+def forget_remembered() -> None:
+    """Empty this module's memos (:func:`_endpoint`, :func:`_asked_bytes`, :func:`_framed`'s heads,
+    :func:`_http_parts`), as a new process starts empty. Cron starts a new process for every run, so a
+    benchmark that runs many runs in one process (``benchmarks/chaos.py``) calls this between them, to pay
+    what cron pays rather than reuse the minute before's work (issue 29)."""
+    for memo in (_ENDPOINTS, _ASKED, _HEADS, _PARTS):
+        memo.clear()
+
+
 def _http_parts(url: str) -> Any:
     """:func:`_http_parts_new`, remembered by the URL (a poll sends to the same endpoints every minute: a
     100-GPU chaos week checked its URLs ~1.5 million times, issue 29)."""

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -88,17 +87,11 @@ def fetch_sleeping(endpoint: str, api_key: str | None, deadline_s: float) -> Ans
 
 
 def metrics_answer(result: HttpResult | Answer) -> Answer:
-    """What one ``/metrics`` reply says (:func:`answer` of it first); the same body, the same answer
-    (:class:`_ReadOnce`)."""
+    """What one ``/metrics`` reply says (:func:`answer` of it first)."""
     if not isinstance(result, HttpResult):
         return result
-    return _METRICS_READ(result.body)
-
-
-def metrics_body_answer(body: bytes) -> Answer:
-    """What a ``/metrics`` body that came with a 200 says, read afresh."""
     try:
-        text = body.decode("utf-8")
+        text = result.body.decode("utf-8")
         metrics = parse_metrics(text)
     except (UnicodeDecodeError, InvalidMetrics) as exc:
         return Answer("invalid", f"GET /metrics: {_reason(exc)}")
@@ -107,16 +100,10 @@ def metrics_body_answer(body: bytes) -> Answer:
 
 
 def slots_answer(result: HttpResult | Answer) -> Answer:
-    """What one ``/slots`` reply says; the same body, the same answer (:class:`_ReadOnce`)."""
     if not isinstance(result, HttpResult):
         return result
-    return _SLOTS_READ(result.body)
-
-
-def slots_body_answer(body: bytes) -> Answer:
-    """What a ``/slots`` body that came with a 200 says, read afresh."""
     try:
-        slots = parse_slots(json.loads(body))
+        slots = parse_slots(json.loads(result.body))
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, InvalidSlots
         reason = str(exc) if isinstance(exc, InvalidSlots) else "not JSON"
         return Answer("invalid", f"GET /slots: {reason}")
@@ -125,16 +112,10 @@ def slots_body_answer(body: bytes) -> Answer:
 
 
 def sleeping_answer(result: HttpResult | Answer) -> Answer:
-    """What one ``/props`` reply says; the same body, the same answer (:class:`_ReadOnce`)."""
     if not isinstance(result, HttpResult):
         return result
-    return _PROPS_READ(result.body)
-
-
-def props_body_answer(body: bytes) -> Answer:
-    """What a ``/props`` body that came with a 200 says, read afresh."""
     try:
-        doc = json.loads(body)
+        doc = json.loads(result.body)
     except (ValueError, RecursionError):
         return Answer("invalid", "GET /props: not JSON")
     if not isinstance(doc, dict):
@@ -143,45 +124,6 @@ def props_body_answer(body: bytes) -> Answer:
     settings = doc.get("default_generation_settings")
     n_ctx = known_n_ctx(settings.get("n_ctx") if isinstance(settings, dict) else doc.get("n_ctx"))
     return Answer(OK, is_sleeping=sleeping if isinstance(sleeping, bool) else None, n_ctx=n_ctx)
-
-
-class _ReadOnce:
-    """A body reading (:func:`metrics_body_answer`, ...) remembered by the body's bytes (issue 29): a poll
-    asks every server the same questions each minute, and most answers are the body of the minute before —
-    a ``/props`` never changes while the server runs, an idle server's ``/metrics`` neither (a 100-GPU
-    chaos day: 14,400 ``/metrics`` bodies, 173 of them distinct; one ``/props``). Each reading is pure, so
-    the body's first reading is every later one's (tests/test_sense_telemetry_memo.py). Only readings
-    that came out ``ok`` are kept (a refused body is rare, and its reason may hang on the interpreter's
-    stack depth: a ``RecursionError``), only bodies up to ``MAX_BODY_BYTES``; a memo that reaches
-    ``MAX_ANSWERS`` answers or ``MAX_HELD_BYTES`` of bodies starts again empty."""
-
-    MAX_ANSWERS = 1024
-    MAX_BODY_BYTES = 64 * 1024
-    MAX_HELD_BYTES = 8 * 1024 * 1024
-
-    def __init__(self, read: Callable[[bytes], Answer]) -> None:
-        self.read = read
-        self.answers: dict[bytes, Answer] = {}
-        self.held_bytes = 0
-
-    def __call__(self, body: bytes) -> Answer:
-        if type(body) is not bytes or len(body) > self.MAX_BODY_BYTES:  # a bytearray is not hashable
-            return self.read(body)
-        got = self.answers.get(body)
-        if got is None:
-            got = self.read(body)
-            if got.state == OK:
-                if len(self.answers) >= self.MAX_ANSWERS or self.held_bytes + len(body) > self.MAX_HELD_BYTES:
-                    self.answers.clear()
-                    self.held_bytes = 0
-                self.answers[body] = got
-                self.held_bytes += len(body)
-        return got
-
-
-_METRICS_READ = _ReadOnce(metrics_body_answer)
-_SLOTS_READ = _ReadOnce(slots_body_answer)
-_PROPS_READ = _ReadOnce(props_body_answer)
 
 
 def metrics_enabled(endpoint: str, api_key: str | None, deadline_s: float) -> tuple[bool | None, str]:
