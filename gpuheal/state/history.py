@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import struct
 import sys
 from array import array
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
 from typing import Any
@@ -139,11 +141,30 @@ class History:
         while the raw tier changes every poll; a 100-GPU week holds ~5 MB of coarse buckets that a cron
         run no longer writes each minute (issue 29)."""
         raw = {"raw": self._raw_dict(), "coarse": {}}
-        read = self._coarse_read
-        if read is not None and read.keys() == self._coarse.keys() and all(
-                self._coarse[a] is block for a, block in read.items()):
+        return raw, None if self._coarse_as_read() else {"coarse": self._coarse_dict()}
+
+    def encoded_files(self) -> tuple[Iterator[bytes], Iterator[bytes] | None]:
+        """:meth:`to_files`'s two documents as the UTF-8 of ``json.dumps(doc, separators=(",", ":"))``, in
+        pieces (a GPU's block a piece), byte for byte: what ``history_store`` writes. Built from the packed
+        bytes, as base64 needs no JSON escape: the C encoder scanned every packed string for characters to
+        escape and the text was encoded to UTF-8 again, ~2 ms of a 100-GPU cron run's 2 MB raw tier (issue 29)."""
+        if not all(type(a) is str for a in self.raw) or not all(type(a) is str for a in self._coarse):
+            data, coarse = self.to_files()  # json turns a key that is not a string into text its own way
+            return iter([_json(data)]), None if coarse is None else iter([_json(coarse)])
+        raw = _encoded_doc("raw", self.raw, _encoded_columns, b',"coarse":{}}')
+        if self._coarse_as_read():
             return raw, None
-        return raw, {"coarse": self._coarse_dict()}
+        return raw, _encoded_doc("coarse", self._coarse, _encoded_coarse_block, b"}")
+
+    def coarse_gpus(self) -> int:
+        """How many GPUs have coarse buckets (none decoded to count them)."""
+        return len(self._coarse)
+
+    def _coarse_as_read(self) -> bool:
+        """Whether the coarse tier's own file holds the tier as it is: every block still the one read."""
+        read = self._coarse_read
+        return read is not None and read.keys() == self._coarse.keys() and all(
+            self._coarse[a] is block for a, block in read.items())
 
     def _raw_dict(self) -> dict[str, Any]:
         return {alias: _pack_columns(cols) for alias, cols in self.raw.items()}
@@ -272,7 +293,12 @@ def _number_or_none(value: Any) -> float | None:
 
 
 def _pack(values: list[Any]) -> str:
-    """float64 little-endian, base64; ``None`` (or anything not a number) → NaN.
+    """float64 little-endian, base64; ``None`` (or anything not a number) → NaN (:func:`_packed`)."""
+    return _packed(values).decode("ascii")
+
+
+def _packed(values: list[Any]) -> bytes:
+    """:func:`_pack`'s text as ASCII bytes: float64 little-endian, base64; ``None`` (or anything not a number) → NaN.
 
     A column of numbers only (the usual one) is packed by ``struct`` in one call, the same bytes as
     ``array("d")`` in little-endian order: no scan for ``None`` and no array built first (a 100-GPU
@@ -280,7 +306,7 @@ def _pack(values: list[Any]) -> str:
     takes the path below, as does a column whose newest value is not known (it would fail only at its end)."""
     if not values or values[-1] is not None:
         try:
-            return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
+            return binascii.b2a_base64(struct.pack(f"<{len(values)}d", *values), newline=False)
         except (struct.error, TypeError, OverflowError):
             pass
     if None in values:
@@ -291,7 +317,7 @@ def _pack(values: list[Any]) -> str:
         packed = array("d", [math.nan if _number_or_none(v) is None else v for v in values])
     if _BIG_ENDIAN:
         packed.byteswap()
-    return base64.b64encode(packed.tobytes()).decode("ascii")
+    return binascii.b2a_base64(packed.tobytes(), newline=False)
 
 
 def _unpack(text: Any, n: int) -> list[Any] | None:
@@ -317,17 +343,65 @@ def _unpack(text: Any, n: int) -> list[Any] | None:
     return values
 
 
-def _pack_columns(cols: dict[str, list[Any]]) -> dict[str, Any]:
-    states = cols["endpoint"]
+def _runs(states: list[Any]) -> list[list[Any]]:
+    """The endpoint column run-length encoded: ``[[state, count], ...]``."""
     if states and states.count(states[0]) == len(states):  # the usual case: one state all along, counted in C
-        runs = [[states[0], len(states)]]
-    else:
-        runs = [[state, len(list(group))] for state, group in groupby(states)]
+        return [[states[0], len(states)]]
+    return [[state, len(list(group))] for state, group in groupby(states)]
+
+
+def _pack_columns(cols: dict[str, list[Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {"n": len(cols["t"])}
     for c in ("t", *METRICS):
         out[c] = _pack(cols[c])
-    out["endpoint"] = runs
+    out["endpoint"] = _runs(cols["endpoint"])
     return out
+
+
+# --------------------------------------------------------------------------- the files' text, encoded
+
+_B64_CHARS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+_COLUMN_KEYS = tuple(f',"{c}":"'.encode() for c in ("t", *METRICS))  # what precedes a packed column's text
+
+
+def _json(value: Any) -> bytes:
+    """``json.dumps(value, separators=(",", ":"), allow_nan=False)``, ASCII (``ensure_ascii``) bytes."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).encode("ascii")
+
+
+def _encoded_columns(cols: dict[str, list[Any]]) -> bytes:
+    """``_json(_pack_columns(cols))``, from the packed bytes: base64 text is its own JSON string."""
+    parts = [b'{"n":', str(len(cols["t"])).encode()]
+    for key, c in zip(_COLUMN_KEYS, ("t", *METRICS), strict=True):
+        parts += (key, _packed(cols[c]), b'"')
+    parts += (b',"endpoint":', _json(_runs(cols["endpoint"])), b"}")
+    return b"".join(parts)
+
+
+def _encoded_coarse_block(block: dict[str, list[Any]] | _Packed) -> bytes:
+    """A coarse block's JSON: decoded columns packed, a block held as read written back as it was read —
+    its strings as they are where they are base64 (no character to escape), else through ``json``."""
+    if not isinstance(block, _Packed):
+        return _encoded_columns(block)
+    held = block.block
+    parts = [b'{"n":', str(held["n"]).encode()]  # _Packed.of: the keys in _BLOCK_KEYS' order, n an int
+    for key, c in zip(_COLUMN_KEYS, ("t", *METRICS), strict=True):
+        text: str = held[c]
+        if text.isascii() and not (ascii_text := text.encode("ascii")).translate(None, _B64_CHARS):
+            parts += (key, ascii_text, b'"')
+        else:  # damaged past its first time (found when decoded): escaped where needed, as json.dumps did
+            parts += (key[:-1], _json(text))
+    parts += (b',"endpoint":', _json(held["endpoint"]), b"}")
+    return b"".join(parts)
+
+
+def _encoded_doc(tier: str, blocks: dict[str, Any], encode: Callable[[Any], bytes], tail: bytes) -> Iterator[bytes]:
+    """``{"<tier>":{ALIAS:BLOCK,...}`` then ``tail``, a GPU's block a piece (every alias a string)."""
+    sep = b'{"' + tier.encode() + b'":{'
+    for alias, block in blocks.items():
+        yield sep + _json(alias) + b":" + encode(block)
+        sep = b","
+    yield (b'{"' + tier.encode() + b'":{}' if sep != b"," else b"}") + tail
 
 
 _BLOCK_KEYS = ("n", "t", *METRICS, "endpoint")  # what _pack_columns writes, in its order

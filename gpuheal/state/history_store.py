@@ -26,10 +26,10 @@ def save_history(store: StateDir, history: History) -> None:
     ``history.json``. A run stopped between the two leaves buckets in both files, or the earlier layout's
     in ``history.json``: read back, the samples folded twice are folded once (``History.compact`` never
     folds a bucket again), and an earlier layout's coarse tier wins over its coarse file."""
-    data, coarse = history.to_files()
+    data, coarse = history.encoded_files()  # the text of History.to_files' documents
     if coarse is not None:
-        if coarse["coarse"]:
-            store.write(files.HISTORY_COARSE, coarse, stream=True)
+        if history.coarse_gpus():
+            store.write_encoded(files.HISTORY_COARSE, coarse)
         else:
             store.remove(files.HISTORY_COARSE)
-    store.write(files.HISTORY, data, stream=True)  # a few large packed strings
+    store.write_encoded(files.HISTORY, data)  # a few large packed strings
