@@ -45,9 +45,13 @@ class History:
     ``coarse_bucket_s``). A coarse block read exactly as :func:`_pack_columns` writes it is held as
     read (:class:`_Packed`) and written back as it was; nothing a rule judges reads it. A cron run
     thus no longer unpacks and repacks the whole week's buckets of every GPU to append one poll to the
-    raw tier (a 100-GPU week: ~7.5 MB, ~80 ms a run at the week's end, issue 29)."""
+    raw tier (a 100-GPU week: ~7.5 MB, ~80 ms a run at the week's end, issue 29).
 
-    __slots__ = ("raw", "_coarse", "_times", "_coarse_read")
+    Nor does it read the coarse tier's file at all when its owner knows each GPU's oldest bucket
+    (:meth:`deferred`, ``history_store``'s index of the file): it is read when asked for — a bucket to fold
+    in, one to age out, a GPU gone — as it would have been read at load, so no run decides anything else."""
+
+    __slots__ = ("raw", "_coarse", "_times", "_coarse_read", "_deferred", "_first_t", "coarse_stamp")
 
     def __init__(
         self,
@@ -60,10 +64,34 @@ class History:
         self._times: dict[str, tuple[float, ...]] = {}  # the coarse t columns decoded so far, by their text
         # the coarse blocks as read from the coarse tier's own file (None: not read from it), see to_files
         self._coarse_read: dict[str, _Packed] | None = None
+        self._deferred: Callable[[], Any] | None = None  # the coarse file's reader, while it is not read
+        self._first_t: dict[str, float] | None = None  # meanwhile: each GPU's oldest bucket, as indexed
+        self.coarse_stamp: tuple[int, ...] | None = None  # the coarse file's, as read (history_store's)
+
+    @classmethod
+    def deferred(cls, data: Any, first_t: dict[str, float], read_coarse: Callable[[], Any]) -> History:
+        """:meth:`from_files` of ``history.json``'s ``data`` (its own coarse tier empty: this layout) and the
+        coarse file's data, which ``read_coarse`` returns when the tier is first asked for. ``first_t``: each
+        GPU's oldest bucket in that file, as :meth:`coarse_index` gave it when the file was last written or
+        read (GPUs of a damaged block may be in it: it may only ask for the file more often). Until then
+        the tier is the file as it is: :meth:`to_files` leaves it, :meth:`coarse_index` gives it again."""
+        hist = cls.from_dict({"raw": data.get("raw") if isinstance(data, dict) else None})
+        hist._deferred, hist._first_t = read_coarse, dict(first_t)
+        return hist
+
+    def _read_coarse(self) -> None:
+        """Read the coarse tier's file now if it was deferred (:meth:`deferred`), as :meth:`from_files` would."""
+        reader = self._deferred
+        if reader is None:
+            return
+        self._deferred = self._first_t = None
+        tier = History.from_files({"coarse": {}}, reader())
+        self._coarse, self._coarse_read = tier._coarse, tier._coarse_read
 
     @property
     def coarse(self) -> dict[str, dict[str, list[Any]]]:
         """Every GPU's coarse columns (decoded now, if not yet)."""
+        self._read_coarse()
         for alias in list(self._coarse):
             self._coarse_of(alias)
         return self._coarse  # type: ignore[return-value]  # all decoded above
@@ -71,6 +99,7 @@ class History:
     def _coarse_of(self, alias: str) -> dict[str, list[Any]] | None:
         """``alias``'s coarse columns, decoded now if held as read; ``None``: none (a damaged block is
         dropped, as :meth:`from_dict` drops it)."""
+        self._read_coarse()
         block = self._coarse.get(alias)
         if isinstance(block, _Packed):
             cols = block.columns(self._times)
@@ -158,10 +187,29 @@ class History:
 
     def coarse_gpus(self) -> int:
         """How many GPUs have coarse buckets (none decoded to count them)."""
-        return len(self._coarse)
+        return len(self._first_t) if self._first_t is not None else len(self._coarse)
+
+    def coarse_index(self) -> dict[str, float] | None:
+        """Each GPU's oldest coarse bucket (none decoded): what :meth:`deferred` needs to leave the coarse
+        file unread until a run changes it. ``None`` where a GPU has no bucket (a tier a compaction would
+        change: read it)."""
+        if self._first_t is not None:
+            return dict(self._first_t)
+        index: dict[str, float] = {}
+        for alias, block in self._coarse.items():
+            if isinstance(block, _Packed):
+                index[alias] = block.first_t
+            elif block["t"]:
+                index[alias] = block["t"][0]
+            else:
+                return None
+        return index
 
     def _coarse_as_read(self) -> bool:
-        """Whether the coarse tier's own file holds the tier as it is: every block still the one read."""
+        """Whether the coarse tier's own file holds the tier as it is: every block still the one read (or the
+        file not read at all)."""
+        if self._deferred is not None:
+            return True
         read = self._coarse_read
         return read is not None and read.keys() == self._coarse.keys() and all(
             self._coarse[a] is block for a, block in read.items())
@@ -170,6 +218,7 @@ class History:
         return {alias: _pack_columns(cols) for alias, cols in self.raw.items()}
 
     def _coarse_dict(self) -> dict[str, Any]:
+        self._read_coarse()
         return {alias: cols.block if isinstance(cols, _Packed) else _pack_columns(cols)
                 for alias, cols in self._coarse.items()}
 
@@ -190,6 +239,8 @@ class History:
                 cols[metric].append(getattr(sample, metric))
             cols["endpoint"].append(sample.endpoint)
         if aliases is not None:  # a GPU removed from the config: forget it
+            if self._first_t is not None and any(alias not in aliases for alias in self._first_t):
+                self._read_coarse()
             for block in (self.raw, self._coarse):
                 for alias in list(block):
                     if alias not in aliases:
@@ -212,6 +263,8 @@ class History:
                 for c in COLUMNS:
                     del cols[c][:n_old]
                 self._fold(alias, old, bucket_s)
+        if self._first_t is not None and any(t < coarse_cut for t in self._first_t.values()):
+            self._read_coarse()  # a bucket to age out (else none: the loops below find nothing in an unread tier)
         for alias, held in list(self._coarse.items()):
             if isinstance(held, _Packed) and held.first_t >= coarse_cut:
                 continue  # nothing to drop: left as read
@@ -267,6 +320,7 @@ class History:
         return out
 
     def sample_count(self) -> int:
+        self._read_coarse()
         return sum(len(c["t"]) for c in self.raw.values()) + sum(
             c.n if isinstance(c, _Packed) else len(c["t"]) for c in self._coarse.values())
 

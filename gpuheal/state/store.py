@@ -272,6 +272,16 @@ class StateDir:
         head = b'{"schema_version":%d,"data":' % SCHEMA_VERSION
         self._atomic_write(self.path / name, _buffered_bytes(itertools.chain((head,), data, (b"}\n",))))
 
+    def stamp(self, name: str) -> tuple[int, int, int, int] | None:
+        """File ``name``'s (inode, size, mtime_ns, ctime_ns), ``None`` when absent: every write of it (a new
+        file renamed over it) and every edit changes it, which a reader that indexed it checks (the coarse
+        history, ``history_store``)."""
+        try:
+            st = os.stat(self.path / name)
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
     def remove(self, name: str) -> None:
         """Remove file ``name`` if it is there (the directory fsynced, as after a write)."""
         try:
