@@ -56,6 +56,7 @@ def save_history(store: StateDir, history: History) -> None:
         else:
             store.remove(files.HISTORY_COARSE)
             stamp = None
+        history.coarse_stamp = stamp
     first_t = history.coarse_index() if stamp is not None else None
     index = b"" if first_t is None else b',"%s":%s' % (INDEX.encode(), json.dumps(
         {"stamp": list(stamp or ()), "first_t": first_t}, separators=(",", ":"), allow_nan=False).encode("ascii"))
