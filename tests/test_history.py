@@ -410,13 +410,13 @@ def _save_runs(tmp_path, minutes: range, writes: list[str] | None = None) -> His
     for m in minutes:
         with StateDir(tmp_path) as store:
             if writes is not None:
-                real = store.write
+                real = store.write_encoded
 
-                def spy(name, data, *, stream=False, real=real):
+                def spy(name, data, real=real):
                     writes.append(name)
-                    real(name, data, stream=stream)
+                    real(name, data)
 
-                store.write = spy  # type: ignore[method-assign]
+                store.write_encoded = spy  # type: ignore[method-assign]
             history = load(store)
             history.add(obs_at(m, endpoint="ok" if m % 97 else "timeout"), ALIASES)
             history.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)
@@ -507,3 +507,159 @@ def test_a_coarse_file_not_in_its_shape_is_written_again(tmp_path):
         assert history.coarse == {}
         save_history(store, history)
     assert not (tmp_path / "history-coarse.json").exists()  # the tier it held is empty: the file goes
+
+
+def _one_shot_files(history: History) -> tuple[bytes, bytes | None]:
+    """What ``store.write(name, doc, stream=True)`` wrote of :meth:`History.to_files`' documents before
+    ``encoded_files`` (issue 29): json.dumps of ``{"schema_version": 1, "data": doc}``, UTF-8."""
+    def text(doc):
+        return (json.dumps({"schema_version": 1, "data": doc}, separators=(",", ":"), allow_nan=False) + "\n").encode()
+
+    data, coarse = history.to_files()
+    return text(data), None if coarse is None else text(coarse)
+
+
+def _odd_history() -> History:
+    """Unknown values, a column of one value, states that JSON escapes, a GPU with no samples yet."""
+    history = History()
+    for m in range(8 * 60 + 5):
+        history.add(obs_at(m, endpoint=("ok", "timeout", "http-503", 'we"ird\\é', None)[m % 5 if m % 9 else 0],
+                           temp=None if m % 11 == 0 else 50.25 + m % 3), ALIASES)
+        history.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)
+    history.raw["gpu-new"] = {c: [] for c in COLUMNS}
+    history.raw["gpu-one"] = {"t": [1.5e9], "temp_c": [None], "vram_used_mb": [float("nan")],
+                              "util_pct": [10**400], "power_w": ["x"], "endpoint": ["ok"]}
+    return history
+
+
+@pytest.mark.parametrize("coarse_read", [False, True])
+def test_the_encoded_history_files_are_json_dumps_text_byte_for_byte(tmp_path, coarse_read):
+    """``save_history`` writes the documents' text from the packed bytes (no JSON encoder: base64 needs no
+    escape, issue 29); each file is exactly what json.dumps of the document wrote, the odd values, states
+    and aliases included, and a coarse tier held as read (``coarse_read``) with a damaged block in it."""
+    from gpuheal.state.history_store import save_history
+
+    history = _odd_history()
+    if coarse_read:
+        with StateDir(tmp_path) as store:
+            save_history(store, history)
+            doc = store.read("history-coarse.json")
+            block = doc["coarse"]["gpu-light"]
+            block["power_w"] = 'A"\\\u00e9' + block["power_w"][4:]  # damaged past its first time: escaped
+            store.write("history-coarse.json", doc)
+            history = load_history(store)
+            assert history.encoded_files()[1] is None  # held as read: not written again
+            history.raw["gpu-é"] = history.raw.pop("gpu-dense")  # an alias JSON escapes
+            history.add(obs_at(8 * 60 + 5), ("gpu-é", "gpu-light", "gpu-one"))  # a GPU gone: the tier changed
+            assert b'A\\"\\\\\\u00e9' in (_one_shot_files(history)[1] or b"")  # escaped as json.dumps does
+    data, coarse = history.encoded_files()
+    want_data, want_coarse = _one_shot_files(history)
+    head = b'{"schema_version":1,"data":'
+    assert head + b"".join(data) + b"}\n" == want_data
+    assert coarse is not None and want_coarse is not None
+    assert head + b"".join(coarse) + b"}\n" == want_coarse
+    with StateDir(tmp_path / "fresh") as store:
+        save_history(store, history)
+        stamp = store.stamp("history-coarse.json")
+    assert (tmp_path / "fresh" / "history-coarse.json").read_bytes() == want_coarse
+    data_doc = history.to_files()[0]  # and the index of the coarse file (history_store)
+    data_doc["coarse_file"] = {"stamp": list(stamp), "first_t": history.coarse_index()}
+    assert (tmp_path / "fresh" / HISTORY).read_bytes() == (
+        json.dumps({"schema_version": 1, "data": data_doc}, separators=(",", ":")) + "\n").encode()
+
+
+def test_the_encoded_history_of_no_gpu_and_of_keys_json_turns_into_text():
+    for history in (History(), History(raw={7: {c: [] for c in COLUMNS}})):  # type: ignore[dict-item]
+        data, coarse = history.encoded_files()
+        want_data, want_coarse = _one_shot_files(history)
+        assert b'{"schema_version":1,"data":' + b"".join(data) + b"}\n" == want_data
+        assert coarse is not None and want_coarse is not None
+        assert b'{"schema_version":1,"data":' + b"".join(coarse) + b"}\n" == want_coarse
+
+
+def _cron_runs(state, minutes, *, eager: bool, coarse_days: float, reads: list[str] | None = None):
+    """Cron's runs as ``check`` does them (load, append the poll, compact, save); ``eager``: the coarse file
+    read at every load, as before its index (an index that does not name the file there: the same)."""
+    import gpuheal.state.history_store as module
+
+    for m in minutes:
+        aliases = ALIASES if m < 8 * 60 + 30 else ALIASES[:2]  # a GPU leaves the config
+        with StateDir(state) as store:
+            real_read = store.read
+
+            def read(name, default=None, real_read=real_read):
+                if reads is not None:
+                    reads.append(name)
+                return real_read(name, default)
+
+            store.read = read  # type: ignore[method-assign]
+            real_indexed = module._indexed
+            module._indexed = (lambda data, stamp: None) if eager else real_indexed
+            try:
+                history = module.load_history(store)
+            finally:
+                module._indexed = real_indexed
+            history.add(obs_at(m, endpoint="ok" if m % 97 else "timeout"), aliases)
+            history.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, coarse_days)
+            module.save_history(store, history)
+            assert store.warnings == []
+
+
+def _files(state) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for path in sorted(state.glob("history*.json")):
+        doc = json.loads(path.read_bytes())
+        doc["data"].pop("coarse_file", None)
+        out[path.name] = doc
+    return out
+
+
+def _prefilled(states, minutes: int, coarse_days: float) -> None:
+    """``minutes`` of polls saved in each state directory: the coarse tier on disk."""
+    from gpuheal.state.history_store import save_history
+
+    history = History()
+    for m in range(minutes):
+        history.add(obs_at(m), ALIASES)
+        history.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, coarse_days)
+    for state in states:
+        with StateDir(state) as store:
+            save_history(store, history)
+
+
+@pytest.mark.parametrize("coarse_days", [COARSE_DAYS, 0.3])
+def test_a_run_reads_the_coarse_file_only_when_it_changes_it_and_decides_the_same(tmp_path, coarse_days):
+    """The coarse file is read when a bucket is folded in, one ages out (``coarse_days`` 0.3) or a GPU
+    leaves, not every run (issue 29); run after run the files are what reading it at every load wrote."""
+    deferred, eager = tmp_path / "deferred", tmp_path / "eager"
+    _prefilled((deferred, eager), 7 * 60, coarse_days)
+    reads: list[str] = []
+    for m in range(7 * 60, 8 * 60 + 40):
+        _cron_runs(deferred, range(m, m + 1), eager=False, coarse_days=coarse_days, reads=reads)
+        _cron_runs(eager, range(m, m + 1), eager=True, coarse_days=coarse_days)
+        assert _files(deferred) == _files(eager), m
+        assert (deferred / "history-coarse.json").read_bytes() == (eager / "history-coarse.json").read_bytes()
+    assert reads.count("history.json") == 100
+    assert 10 <= reads.count("history-coarse.json") <= 20  # a bucket every 10 minutes (+ the GPU gone)
+    with StateDir(deferred) as store:
+        assert load_history(store) == load_history(StateDir(eager))
+
+
+def test_a_coarse_file_that_is_not_the_one_indexed_is_read_at_load(tmp_path):
+    """An operator's copy, an edit, a file set aside or a run stopped between its two writes: the index's
+    stamp does not name the file there, which is read as it is (a damaged one set aside with a warning)."""
+    _prefilled((tmp_path,), 7 * 60, COARSE_DAYS)
+    _cron_runs(tmp_path, range(7 * 60, 7 * 60 + 5), eager=False, coarse_days=COARSE_DAYS)
+    path = tmp_path / "history-coarse.json"
+    doc = json.loads(path.read_bytes())
+    first = doc["data"]["coarse"]["gpu-dense"]
+    doc["data"]["coarse"]["gpu-light"] = first  # an edit: its buckets are gpu-dense's
+    path.write_text(json.dumps(doc))
+    with StateDir(tmp_path) as store:
+        history = load_history(store)
+        assert history.coarse["gpu-light"] == history.coarse["gpu-dense"]
+    path.write_text("{not json")
+    with StateDir(tmp_path) as store:
+        history = load_history(store)
+        assert history.coarse == {} and any("history-coarse.json" in w for w in store.warnings)
+    assert list(tmp_path.glob("history-coarse.json.corrupt-*"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -106,6 +107,20 @@ def _buffered(chunks: Iterable[str]) -> Iterator[str]:
             buf, size = [], 0
     if buf:
         yield "".join(buf)
+
+
+def _buffered_bytes(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """:func:`_buffered` for encoded pieces."""
+    buf: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        buf.append(chunk)
+        size += len(chunk)
+        if size >= WRITE_STEP:
+            yield b"".join(buf)
+            buf, size = [], 0
+    if buf:
+        yield b"".join(buf)
 
 
 class StateDir:
@@ -250,6 +265,22 @@ class StateDir:
         else:
             pieces = [json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)]
         self._atomic_write(self.path / name, pieces, ["\n"])
+
+    def write_encoded(self, name: str, data: Iterable[bytes]) -> None:
+        """:meth:`write` of a ``data`` its owner encoded already (the UTF-8 of its compact JSON, in pieces):
+        the same file, written in ~1 MB pieces (the packed history, :meth:`History.encoded_files`)."""
+        head = b'{"schema_version":%d,"data":' % SCHEMA_VERSION
+        self._atomic_write(self.path / name, _buffered_bytes(itertools.chain((head,), data, (b"}\n",))))
+
+    def stamp(self, name: str) -> tuple[int, int, int, int] | None:
+        """File ``name``'s (inode, size, mtime_ns, ctime_ns), ``None`` when absent: every write of it (a new
+        file renamed over it) and every edit changes it, which a reader that indexed it checks (the coarse
+        history, ``history_store``)."""
+        try:
+            st = os.stat(self.path / name)
+        except OSError:
+            return None
+        return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
     def remove(self, name: str) -> None:
         """Remove file ``name`` if it is there (the directory fsynced, as after a write)."""
