@@ -43,18 +43,25 @@ class Fit:
 
 def slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of ``ys`` over ``xs``; ``None`` with fewer than 2 distinct ``xs``."""
+    sums = _x_sums(xs)
+    if sums is None:
+        return None
+    sx, den = sums
+    value = (len(xs) * sum(map(mul, xs, ys)) - sx * sum(ys)) / den
+    return value if math.isfinite(value) else None
+
+
+def _x_sums(xs: list[float]) -> tuple[float, float] | None:
+    """``Σx`` and the least squares' denominator ``n·Σx² − (Σx)²``; ``None`` with fewer than 2 distinct
+    ``xs`` (or a denominator that is not a finite number)."""
     n = len(xs)
     if n < 2:
         return None
     sx = sum(xs)
-    sy = sum(ys)
-    sxx = sum(map(mul, xs, xs))
-    sxy = sum(map(mul, xs, ys))
-    den = n * sxx - sx * sx
+    den = n * sum(map(mul, xs, xs)) - sx * sx
     if den <= 0 or not math.isfinite(den):
         return None
-    value = (n * sxy - sx * sy) / den
-    return value if math.isfinite(value) else None
+    return sx, den
 
 
 def window_bounds(ts: list[float], start_s: float, end_s: float) -> tuple[int, int]:
@@ -75,36 +82,73 @@ def fit_window(
     ``jump``: when two consecutive known values differ by at least this much, the window restarts
     after the jump (a llama-server reload drops VRAM and loads it back: that is not a leak, Rule 2).
     ``None`` when fewer than two known samples remain.
-    """
+
+    Rule 2 fits 6 h of every GPU at every poll (issue 29), so the window's spread (max − min) is read
+    first, in C: no two consecutive values differ by more than it, so a spread below ``jump`` needs no
+    look for a jump; and a flat window — a llama-server's VRAM is allocated at load and stays put —
+    has a slope of exactly 0 without its sums of ``y`` (:func:`_flat_slope`). Both give the same
+    numbers, to the bit, as the whole computation."""
     lo, hi = window_bounds(ts, start_s, end_s)
     if hi - lo < 2:
         return None
     tv = ts[lo:hi]
     window = vs[lo:hi]
-    if None in window:
+    spread = _spread(window)
+    if spread is None:  # a value not known in the window
         tv, vv = _drop_unknown(tv, window)
         if len(vv) < 2:
             return None
+        spread = max(vv) - min(vv)
     else:
-        vv = cast(list[float], window)  # no None in it: just checked (a copy-free narrowing)
-    if jump is not None and len(vv) > 1:
-        diffs = list(map(sub, vv[1:], vv[:-1]))
-        if max(map(abs, diffs)) >= jump:
-            cut = len(diffs) - 1
-            while abs(diffs[cut]) < jump:
-                cut -= 1
-            tv = tv[cut + 1 :]
-            vv = vv[cut + 1 :]
-            if len(vv) < 2:
-                return None
+        vv = cast(list[float], window)  # all known: _spread compared every one (a copy-free narrowing)
+    if jump is not None and spread >= jump:  # else no step between two values reaches it (NaN: nor there)
+        tv, vv = _after_last_jump(tv, vv, jump)
+        if len(vv) < 2:
+            return None
+        spread = max(vv) - min(vv)
     t_ref = tv[-1]
     v_ref = vv[-1]
     xs = list(map(sub, tv, repeat(t_ref)))  # seconds before the last sample
-    ys = list(map(sub, vv, repeat(v_ref)))
-    value = slope(xs, ys)
+    if spread == 0 and _finite(sum(vv)):  # flat (the sum: no NaN hides from max and min)
+        value = _flat_slope(xs)
+    else:
+        value = slope(xs, list(map(sub, vv, repeat(v_ref))))
     if value is None:
         return None
     return Fit(slope=value * per_s, n=len(xs), first_t=tv[0], last_t=t_ref, last_v=v_ref, per_s=per_s)
+
+
+def _spread(values: list[float | None]) -> float | None:
+    """``max − min`` of two or more values; ``None`` when one of them is not known (comparing a ``None``
+    raises): the usual window, all known, is read once in C rather than first scanned for ``None``."""
+    known = cast(list[float], values)
+    try:
+        return max(known) - min(known)
+    except TypeError:
+        return None
+
+
+def _finite(total: float) -> bool:
+    """A finite sum (an int, or a float neither NaN nor infinite: ``x − x`` is then 0)."""
+    return total - total == 0
+
+
+def _after_last_jump(tv: list[float], vv: list[float], jump: float) -> tuple[list[float], list[float]]:
+    """The samples after the last step of at least ``jump`` between consecutive values (all of them
+    when there is none)."""
+    diffs = list(map(sub, vv[1:], vv[:-1]))
+    if max(map(abs, diffs)) >= jump:
+        cut = len(diffs) - 1
+        while abs(diffs[cut]) < jump:
+            cut -= 1
+        return tv[cut + 1 :], vv[cut + 1 :]
+    return tv, vv
+
+
+def _flat_slope(xs: list[float]) -> float | None:
+    """:func:`slope` of values that are all the same (every ``y`` is 0): exactly ``0.0`` — its numerator is
+    ``n·0 − Σx·0`` — wherever :func:`slope` has one at all."""
+    return None if _x_sums(xs) is None else 0.0
 
 
 def _drop_unknown(tv: list[float], vv: list[float | None]) -> tuple[list[float], list[float]]:
