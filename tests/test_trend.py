@@ -186,6 +186,28 @@ def test_fit_window_gives_the_bits_of_the_whole_computation(ts, data, jump, whol
     assert _bits(got) == _bits(_fit_window_before(ts, vs, start, end, 3600.0, jump))
 
 
+# Times a few ulps apart at epoch size (or at zero): the denominator's rounding at its worst.
+close_times = st.tuples(st.sampled_from([T0, 0.0, 1e-90, 1e90, 1e300]), st.lists(st.integers(0, 3), min_size=2, max_size=40)).map(
+    lambda base_steps: [base_steps[0] + sum(base_steps[1][: i + 1]) * math.ulp(base_steps[0] or 5e-324)
+                        for i in range(len(base_steps[1]))])
+
+
+@settings(max_examples=300, deadline=None)
+@given(close_times, st.sampled_from([7.0, 0.0, -3.5, 10_000]), st.sampled_from([3600.0, 60.0, -1.0]))
+def test_a_flat_window_over_times_ulps_apart_gives_the_bits_of_the_whole_computation(ts, value, per_s):
+    fit = fit_window(ts, [value] * len(ts), ts[0], ts[-1], per_s)
+    got = None if fit is None else (fit.slope, fit.n, fit.first_t, fit.last_t, fit.last_v)
+    assert _bits(got) == _bits(_fit_window_before(ts, [value] * len(ts), ts[0], ts[-1], per_s))
+
+
+def test_a_long_flat_window_gives_the_bits_of_the_whole_computation():
+    ts = [T0 + 0.25 * i + (i % 7) * 1e-6 for i in range(200_000)]
+    vs = [17_216.0] * len(ts)
+    fit = fit_window(ts, vs, ts[0], ts[-1], 3600.0, jump=1024.0)
+    assert _bits((fit.slope, fit.n, fit.first_t, fit.last_t, fit.last_v)) == _bits(
+        _fit_window_before(ts, vs, ts[0], ts[-1], 3600.0, 1024.0))
+
+
 def test_a_flat_window_has_a_slope_of_exactly_zero_and_a_hidden_nan_none():
     ts = [T0 + 60 * i for i in range(6)]
     fit = fit_window(ts, [7.0] * 6, ts[0], ts[-1], 3600.0, jump=1024.0)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import repeat
 from operator import mul, sub
 from typing import cast
 
@@ -43,25 +42,18 @@ class Fit:
 
 def slope(xs: list[float], ys: list[float]) -> float | None:
     """Least-squares slope of ``ys`` over ``xs``; ``None`` with fewer than 2 distinct ``xs``."""
-    sums = _x_sums(xs)
-    if sums is None:
-        return None
-    sx, den = sums
-    value = (len(xs) * sum(map(mul, xs, ys)) - sx * sum(ys)) / den
-    return value if math.isfinite(value) else None
-
-
-def _x_sums(xs: list[float]) -> tuple[float, float] | None:
-    """``Σx`` and the least squares' denominator ``n·Σx² − (Σx)²``; ``None`` with fewer than 2 distinct
-    ``xs`` (or a denominator that is not a finite number)."""
     n = len(xs)
     if n < 2:
         return None
     sx = sum(xs)
-    den = n * sum(map(mul, xs, xs)) - sx * sx
+    sy = sum(ys)
+    sxx = sum(map(mul, xs, xs))
+    sxy = sum(map(mul, xs, ys))
+    den = n * sxx - sx * sx
     if den <= 0 or not math.isfinite(den):
         return None
-    return sx, den
+    value = (n * sxy - sx * sy) / den
+    return value if math.isfinite(value) else None
 
 
 def window_bounds(ts: list[float], start_s: float, end_s: float) -> tuple[int, int]:
@@ -84,53 +76,48 @@ def fit_window(
     ``None`` when fewer than two known samples remain.
 
     Rule 2 fits 6 h of every GPU at every poll (issue 29), so the window's spread (max − min) is read
-    first, in C: no two consecutive values differ by more than it, so a spread below ``jump`` needs no
-    look for a jump; and a flat window — a llama-server's VRAM is allocated at load and stays put —
-    has a slope of exactly 0 without its sums of ``y`` (:func:`_flat_slope`). Both give the same
-    numbers, to the bit, as the whole computation."""
+    first: no two consecutive values differ by more than it, so a spread below ``jump`` needs no look
+    for a jump; and a flat window — a llama-server's VRAM is allocated at load and stays put — has a
+    slope of exactly 0 without a sum (:func:`_flat`). Both give the same numbers, to the bit, as the
+    whole computation."""
     lo, hi = window_bounds(ts, start_s, end_s)
     if hi - lo < 2:
         return None
     tv = ts[lo:hi]
     window = vs[lo:hi]
-    spread = _spread(window)
-    if spread is None:  # a value not known in the window
+    try:
+        spread = _spread(window)  # type: ignore[arg-type]  # a None raises: read once, not scanned for first
+        vv = cast(list[float], window)
+    except TypeError:  # a value not known in the window
         tv, vv = _drop_unknown(tv, window)
         if len(vv) < 2:
             return None
-        spread = max(vv) - min(vv)
-    else:
-        vv = cast(list[float], window)  # all known: _spread compared every one (a copy-free narrowing)
-    if jump is not None and spread >= jump:  # else no step between two values reaches it (NaN: nor there)
+        spread = _spread(vv)
+    if jump is not None and not spread < jump:  # (not <: a NaN spread is looked at too)
         tv, vv = _after_last_jump(tv, vv, jump)
         if len(vv) < 2:
             return None
-        spread = max(vv) - min(vv)
-    t_ref = tv[-1]
-    v_ref = vv[-1]
-    xs = list(map(sub, tv, repeat(t_ref)))  # seconds before the last sample
-    if spread == 0 and _finite(sum(vv)):  # flat (the sum: no NaN hides from max and min)
-        value = _flat_slope(xs)
+        spread = _spread(vv)
+    if spread == 0 and _flat(len(tv), tv[-1] - tv[0]):
+        value = 0.0
     else:
-        value = slope(xs, list(map(sub, vv, repeat(v_ref))))
-    if value is None:
-        return None
-    return Fit(slope=value * per_s, n=len(xs), first_t=tv[0], last_t=t_ref, last_v=v_ref, per_s=per_s)
+        t_ref, v_ref = tv[-1], vv[-1]
+        found = slope([t - t_ref for t in tv], [v - v_ref for v in vv])  # x: seconds before the last sample
+        if found is None:
+            return None
+        value = found
+    return Fit(slope=value * per_s, n=len(tv), first_t=tv[0], last_t=tv[-1], last_v=vv[-1], per_s=per_s)
 
 
-def _spread(values: list[float | None]) -> float | None:
-    """``max − min`` of two or more values; ``None`` when one of them is not known (comparing a ``None``
-    raises): the usual window, all known, is read once in C rather than first scanned for ``None``."""
-    known = cast(list[float], values)
-    try:
-        return max(known) - min(known)
-    except TypeError:
-        return None
-
-
-def _finite(total: float) -> bool:
-    """A finite sum (an int, or a float neither NaN nor infinite: ``x − x`` is then 0)."""
-    return total - total == 0
+def _spread(values: list[float]) -> float:
+    """``max − min`` of the values, or NaN when one of them is NaN or infinite (then no shortcut is
+    taken). Sorted, in C: close to one pass over a flat or steady series, and its ends are the min and
+    the max once the sum has shown every value finite. Raises ``TypeError`` on a ``None``."""
+    total = sum(values)
+    if total - total != 0:  # a NaN or an infinity among them (or a sum beyond float range)
+        return math.nan
+    ordered = sorted(values)
+    return ordered[-1] - ordered[0]
 
 
 def _after_last_jump(tv: list[float], vv: list[float], jump: float) -> tuple[list[float], list[float]]:
@@ -145,10 +132,18 @@ def _after_last_jump(tv: list[float], vv: list[float], jump: float) -> tuple[lis
     return tv, vv
 
 
-def _flat_slope(xs: list[float]) -> float | None:
-    """:func:`slope` of values that are all the same (every ``y`` is 0): exactly ``0.0`` — its numerator is
-    ``n·0 − Σx·0`` — wherever :func:`slope` has one at all."""
-    return None if _x_sums(xs) is None else 0.0
+FLAT_MAX_SAMPLES = 1_000_000
+
+
+def _flat(n: int, span: float) -> bool:
+    """Whether :func:`slope` of ``n`` samples over ``span`` seconds (``t`` ascending), all of one value,
+    is surely exactly ``0.0``: every ``y`` is 0, so its numerator is ``n·0 − Σx·0 = 0.0``, and it has a
+    slope whenever its denominator ``n·Σx² − (Σx)²`` comes out positive and finite. Exactly, that is
+    ``n·Σ(x − x̄)²``, at least ``n·span²/2`` (the first and the last sample alone); the rounding of its
+    sums is at most about ``4·(n+1)·ε·n²·span²`` (ε = 2⁻⁵³: recursive summation's bound), so it stays
+    positive for any ``n`` up to 3·10⁷ — taken here up to :data:`FLAT_MAX_SAMPLES` — and finite and
+    clear of underflow for a span between 1e-100 and 1e100 s. Outside these, the sums decide."""
+    return 2 <= n <= FLAT_MAX_SAMPLES and 1e-100 <= span <= 1e100
 
 
 def _drop_unknown(tv: list[float], vv: list[float | None]) -> tuple[list[float], list[float]]:
