@@ -93,7 +93,7 @@ def fit_window(
         if len(vv) < 2:
             return None
         spread = _spread(vv)
-    if jump is not None and not spread < jump:  # (not <: a NaN spread is looked at too)
+    if jump is not None and not spread < jump:  # NaN (a NaN or an infinity among them): looked at step by step
         tv, vv = _after_last_jump(tv, vv, jump)
         if len(vv) < 2:
             return None
