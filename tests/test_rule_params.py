@@ -158,6 +158,26 @@ def test_each_gpu_gets_its_own_typed_params_built_once_and_shared_when_equal():
     assert again.rule_params(thermal_critical.ID, thermal_critical.Params, "a") is a  # once per config
 
 
+def test_a_rules_records_across_the_fleet_are_each_distinct_one_once_and_say_what_heal_confirms():
+    """``Config.rule_records``: the fleet's record and every GPU's own, built once per config; ``heal``'s
+    in-run confirmation asks it which rules any GPU may hold in seconds (``min_probes`` > 0)."""
+    from gpuheal.steps.confirm import confirmable
+
+    gpus = [{"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:18001",
+             "rules": {"thermal-critical": {"min_probes": 2}}},
+            {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:18002"},
+            {"alias": "c", "host": "h3", "endpoint": "http://127.0.0.1:18003", "vram_leak_mb_per_hour": 200}]
+    cfg = fleet_config(gpus=gpus)
+    view = FleetView(cfg, 0.0, None, History(), benchdata.empty(), {})
+    for rule in ALL:
+        records = cfg.rule_records(rule.Params, rule.ID)
+        every = {view.rule_params(rule.ID, rule.Params, s) for s in ("fleet", "a", "b", "c")}
+        assert set(records) == every and cfg.rule_records(rule.Params, rule.ID) is records  # once per config
+    assert [p.min_probes for p in cfg.rule_records(thermal_critical.Params, thermal_critical.ID)] == [0, 2]
+    expected = tuple(r.ID for r in ALL if r.ID == thermal_critical.ID or RULES[r.ID].get("min_probes", 0) > 0)
+    assert confirmable(cfg) == expected and thermal_critical.ID not in confirmable(fleet_config(gpus=gpus[1:]))
+
+
 def test_the_engine_reads_rules_through_the_protocol_not_getattr():
     tree = ast.parse((ROOT / "gpuheal/core/engine.py").read_text())
     calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]

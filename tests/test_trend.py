@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
+import struct
 from datetime import timedelta
 
 from hypothesis import given, settings
@@ -119,3 +122,95 @@ def test_vram_trend_without_history_is_not_known():
     assert vram_trend(view, "gpu-dense") == {
         "gpu": "gpu-dense", "current_mb": None, "rate_mb_per_hour": None,
         "projected_full_in_hours": None, "samples": 0, "span_h": 0.0}
+
+
+# --------------------------------------------------------------------------- the spread shortcuts (issue 29)
+
+
+def _fit_window_before(ts, vs, start_s, end_s, per_s, jump=None):
+    """fit_window as it was before the spread shortcuts (wave 11): every sum over every window, and every
+    consecutive step looked at for a jump. The shortcuts must give its numbers to the bit."""
+    lo, hi = bisect.bisect_left(ts, start_s), bisect.bisect_right(ts, end_s)
+    if hi - lo < 2:
+        return None
+    tv, vv = ts[lo:hi], vs[lo:hi]
+    if None in vv:
+        tv, vv = [t for t, v in zip(tv, vv, strict=True) if v is not None], [v for v in vv if v is not None]
+        if len(vv) < 2:
+            return None
+    if jump is not None:
+        diffs = [b - a for a, b in itertools.pairwise(vv)]
+        if max(map(abs, diffs)) >= jump:
+            cut = len(diffs) - 1
+            while abs(diffs[cut]) < jump:
+                cut -= 1
+            tv, vv = tv[cut + 1 :], vv[cut + 1 :]
+            if len(vv) < 2:
+                return None
+    xs = [t - tv[-1] for t in tv]
+    ys = [v - vv[-1] for v in vv]
+    n, sx, sy = len(xs), sum(xs), sum(ys)
+    sxx, sxy = sum(x * x for x in xs), sum(x * y for x, y in zip(xs, ys, strict=True))
+    den = n * sxx - sx * sx
+    if n < 2 or den <= 0 or not math.isfinite(den):
+        return None
+    value = (n * sxy - sx * sy) / den
+    if not math.isfinite(value):
+        return None
+    return (value * per_s, n, tv[0], tv[-1], vv[-1])
+
+
+def _bits(fit):
+    """A fit as exact bits (``0.0`` and ``-0.0`` differ, a NaN equals itself)."""
+    if fit is None:
+        return None
+    return tuple(struct.pack("<d", v) if isinstance(v, float) else v for v in fit)
+
+
+# A VRAM-like value: flat runs (the same number again), steps (a reload), a missing sample, now and then
+# an int, a NaN or an infinity — every branch of the shortcuts.
+values = st.one_of(
+    st.sampled_from([10_000.0, 10_000.0, 10_000.0, 10_500.0, 4_000.0, 10_000, None]),
+    st.floats(min_value=0, max_value=30_000),
+    st.sampled_from([math.nan, math.inf, -math.inf, -0.0]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(times, st.data(), st.sampled_from([None, 1024.0, 0.0, 500]), st.booleans())
+def test_fit_window_gives_the_bits_of_the_whole_computation(ts, data, jump, whole_window):
+    vs = data.draw(st.lists(values, min_size=len(ts), max_size=len(ts)))
+    start, end = (ts[0], ts[-1]) if whole_window else (ts[len(ts) // 3], ts[-1])
+    fit = fit_window(ts, vs, start, end, 3600.0, jump)
+    got = None if fit is None else (fit.slope, fit.n, fit.first_t, fit.last_t, fit.last_v)
+    assert _bits(got) == _bits(_fit_window_before(ts, vs, start, end, 3600.0, jump))
+
+
+# Times a few ulps apart at epoch size (or at zero): the denominator's rounding at its worst.
+close_times = st.tuples(st.sampled_from([T0, 0.0, 1e-90, 1e90, 1e300]), st.lists(st.integers(0, 3), min_size=2, max_size=40)).map(
+    lambda base_steps: [base_steps[0] + sum(base_steps[1][: i + 1]) * math.ulp(base_steps[0] or 5e-324)
+                        for i in range(len(base_steps[1]))])
+
+
+@settings(max_examples=300, deadline=None)
+@given(close_times, st.sampled_from([7.0, 0.0, -3.5, 10_000]), st.sampled_from([3600.0, 60.0, -1.0]))
+def test_a_flat_window_over_times_ulps_apart_gives_the_bits_of_the_whole_computation(ts, value, per_s):
+    fit = fit_window(ts, [value] * len(ts), ts[0], ts[-1], per_s)
+    got = None if fit is None else (fit.slope, fit.n, fit.first_t, fit.last_t, fit.last_v)
+    assert _bits(got) == _bits(_fit_window_before(ts, [value] * len(ts), ts[0], ts[-1], per_s))
+
+
+def test_a_long_flat_window_gives_the_bits_of_the_whole_computation():
+    ts = [T0 + 0.25 * i + (i % 7) * 1e-6 for i in range(200_000)]
+    vs = [17_216.0] * len(ts)
+    fit = fit_window(ts, vs, ts[0], ts[-1], 3600.0, jump=1024.0)
+    assert _bits((fit.slope, fit.n, fit.first_t, fit.last_t, fit.last_v)) == _bits(
+        _fit_window_before(ts, vs, ts[0], ts[-1], 3600.0, 1024.0))
+
+
+def test_a_flat_window_has_a_slope_of_exactly_zero_and_a_hidden_nan_none():
+    ts = [T0 + 60 * i for i in range(6)]
+    fit = fit_window(ts, [7.0] * 6, ts[0], ts[-1], 3600.0, jump=1024.0)
+    assert fit is not None and struct.pack("<d", fit.slope) == struct.pack("<d", 0.0) and fit.n == 6
+    assert fit_window(ts, [7.0, 7.0, math.nan, 7.0, 7.0, 7.0], ts[0], ts[-1], 3600.0) is None  # max/min skip it
+    assert fit_window([T0] * 3, [7.0] * 3, T0, T0, 3600.0) is None  # one instant: no slope, flat or not

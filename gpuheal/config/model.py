@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import MISSING, FrozenInstanceError, dataclass, field, fields
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, dataclass_transform
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 SSH_PORT = 22  # the SSH well-known port (RFC 4253): a protocol fact, not operator tuning
 
 PLACEHOLDERS = frozenset({"alias", "host", "endpoint"})
+NO_RULE: Mapping[str, Any] = MappingProxyType({})  # the parameters of a rule the config does not name
 COMMAND_KEYS = (
     "restart_command",
     "start_command",
@@ -390,7 +392,8 @@ class Config:
     # each sink in gpuheal.sinks.SINKS (issue 19 item 3)
     sections: Mapping[str, Any] = field(default_factory=dict)
     # rule_record's cache: id of a merged mapping → (that mapping, its record type, the record), and
-    # (record type, its values) → the record, so GPUs with the same values share one
+    # (record type, its values) → the record, so GPUs with the same values share one; and rule_records':
+    # ("every", record type, rule id) → the rule's distinct records over the fleet
     _records: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
@@ -444,6 +447,18 @@ class Config:
         self._records[by_value] = record
         self._records[id(merged)] = (merged, cls, record)  # holding ``merged`` keeps its id from being reused
         return record
+
+    def rule_records(self, cls: type[_Params], rule_id: str) -> tuple[_Params, ...]:
+        """The records of rule ``rule_id`` across the fleet — the fleet's values and every GPU's, each
+        distinct one once — built once per config: a question about the whole fleet (``heal``'s "may any GPU
+        meet this rule's hold in seconds?", at every run) then costs no lookup per GPU."""
+        key = ("every", cls, rule_id)
+        found: tuple[_Params, ...] | None = self._records.get(key)
+        if found is None:
+            tables = (self.rules, *(gpu.rules for gpu in self.gpus))
+            distinct = {id(m): m for m in (table.get(rule_id, NO_RULE) for table in tables)}
+            found = self._records[key] = tuple(dict.fromkeys(self.rule_record(cls, m) for m in distinct.values()))
+        return found
 
     def params_as(self, cls: type[_Params], rule_id: str, subject: str | None = None) -> _Params:
         """The parameters of rule ``rule_id`` for ``subject`` (a GPU alias; anything else, ``fleet``

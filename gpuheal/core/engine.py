@@ -384,6 +384,8 @@ class _Pass:
         self.out = Evaluation(tolerance_s=view.tolerance_s, memory=book.memory)
         self.muted = {alias for alias in view.aliases if view.muted(alias)}
         self.out.muted = [a for a in view.aliases if a in self.muted]
+        # what this poll delivered for each GPU, asked once a pass (not once per rule and GPU)
+        self.provided = [(alias, view.provided(alias)) for alias in view.aliases]
 
     def forget_gone(self) -> None:
         """Issues of GPUs or rules that no longer exist (config changed) go, silently."""
@@ -402,15 +404,13 @@ class _Pass:
         if hidden is None:
             return  # inhibited on every GPU
         skip = self.muted | hidden
-        view = self.view
         gates: dict[frozenset[Signal], bool] = {}  # per set of signals provided: a poll has a few, however many GPUs
-        for alias in view.aliases:
+        for alias, provided in self.provided:
             if alias in skip:
                 continue
-            provided = view.provided(alias)
             gate = gates.get(provided)
             if gate is None:
-                gate = gates[provided] = _gate_open(rule, view, alias)
+                gate = gates[provided] = _gate_open(rule, self.view, alias)
             if gate:
                 self.advance(rule, alias)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
-from itertools import repeat
 from operator import mul, sub
 from typing import cast
 
@@ -75,36 +74,76 @@ def fit_window(
     ``jump``: when two consecutive known values differ by at least this much, the window restarts
     after the jump (a llama-server reload drops VRAM and loads it back: that is not a leak, Rule 2).
     ``None`` when fewer than two known samples remain.
-    """
+
+    Rule 2 fits 6 h of every GPU at every poll (issue 29), so the window's spread (max − min) is read
+    first: no two consecutive values differ by more than it, so a spread below ``jump`` needs no look
+    for a jump; and a flat window — a llama-server's VRAM is allocated at load and stays put — has a
+    slope of exactly 0 without a sum (:func:`_flat`). Both give the same numbers, to the bit, as the
+    whole computation."""
     lo, hi = window_bounds(ts, start_s, end_s)
     if hi - lo < 2:
         return None
     tv = ts[lo:hi]
     window = vs[lo:hi]
-    if None in window:
+    try:
+        spread = _spread(window)  # type: ignore[arg-type]  # a None raises: read once, not scanned for first
+        vv = cast(list[float], window)
+    except TypeError:  # a value not known in the window
         tv, vv = _drop_unknown(tv, window)
         if len(vv) < 2:
             return None
+        spread = _spread(vv)
+    if jump is not None and not spread < jump:  # NaN (a NaN or an infinity among them): looked at step by step
+        tv, vv = _after_last_jump(tv, vv, jump)
+        if len(vv) < 2:
+            return None
+        spread = _spread(vv)
+    if spread == 0 and _flat(len(tv), tv[-1] - tv[0]):
+        value = 0.0
     else:
-        vv = cast(list[float], window)  # no None in it: just checked (a copy-free narrowing)
-    if jump is not None and len(vv) > 1:
-        diffs = list(map(sub, vv[1:], vv[:-1]))
-        if max(map(abs, diffs)) >= jump:
-            cut = len(diffs) - 1
-            while abs(diffs[cut]) < jump:
-                cut -= 1
-            tv = tv[cut + 1 :]
-            vv = vv[cut + 1 :]
-            if len(vv) < 2:
-                return None
-    t_ref = tv[-1]
-    v_ref = vv[-1]
-    xs = list(map(sub, tv, repeat(t_ref)))  # seconds before the last sample
-    ys = list(map(sub, vv, repeat(v_ref)))
-    value = slope(xs, ys)
-    if value is None:
-        return None
-    return Fit(slope=value * per_s, n=len(xs), first_t=tv[0], last_t=t_ref, last_v=v_ref, per_s=per_s)
+        t_ref, v_ref = tv[-1], vv[-1]
+        found = slope([t - t_ref for t in tv], [v - v_ref for v in vv])  # x: seconds before the last sample
+        if found is None:
+            return None
+        value = found
+    return Fit(slope=value * per_s, n=len(tv), first_t=tv[0], last_t=tv[-1], last_v=vv[-1], per_s=per_s)
+
+
+def _spread(values: list[float]) -> float:
+    """``max − min`` of the values, or NaN when one of them is NaN or infinite (then no shortcut is
+    taken). Sorted, in C: close to one pass over a flat or steady series, and its ends are the min and
+    the max once the sum has shown every value finite. Raises ``TypeError`` on a ``None``."""
+    total = sum(values)
+    if total - total != 0:  # a NaN or an infinity among them (or a sum beyond float range)
+        return math.nan
+    ordered = sorted(values)
+    return ordered[-1] - ordered[0]
+
+
+def _after_last_jump(tv: list[float], vv: list[float], jump: float) -> tuple[list[float], list[float]]:
+    """The samples after the last step of at least ``jump`` between consecutive values (all of them
+    when there is none)."""
+    diffs = list(map(sub, vv[1:], vv[:-1]))
+    if max(map(abs, diffs)) >= jump:
+        cut = len(diffs) - 1
+        while abs(diffs[cut]) < jump:
+            cut -= 1
+        return tv[cut + 1 :], vv[cut + 1 :]
+    return tv, vv
+
+
+FLAT_MAX_SAMPLES = 1_000_000
+
+
+def _flat(n: int, span: float) -> bool:
+    """Whether :func:`slope` of ``n`` samples over ``span`` seconds (``t`` ascending), all of one value,
+    is surely exactly ``0.0``: every ``y`` is 0, so its numerator is ``n·0 − Σx·0 = 0.0``, and it has a
+    slope whenever its denominator ``n·Σx² − (Σx)²`` comes out positive and finite. Exactly, that is
+    ``n·Σ(x − x̄)²``, at least ``n·span²/2`` (the first and the last sample alone); the rounding of its
+    sums is at most about ``4·(n+1)·ε·n²·span²`` (ε = 2⁻⁵³: recursive summation's bound), so it stays
+    positive for any ``n`` up to 3·10⁷ — taken here up to :data:`FLAT_MAX_SAMPLES` — and finite and
+    clear of underflow for a span between 1e-100 and 1e100 s. Outside these, the sums decide."""
+    return 2 <= n <= FLAT_MAX_SAMPLES and 1e-100 <= span <= 1e100
 
 
 def _drop_unknown(tv: list[float], vv: list[float | None]) -> tuple[list[float], list[float]]:

@@ -37,6 +37,7 @@ class History(Protocol):
 
 
 ParamsT = TypeVar("ParamsT", bound=EngineParams)
+NUMBER = (int, float)  # what a recorded rate must be (a tuple: isinstance need not build a union each time)
 NO_PARAMS: Mapping[str, Any] = MappingProxyType({})  # a rule without defaults (its record then says what is missing)
 
 
@@ -329,15 +330,19 @@ class FleetView:
         return results
 
     def bench_ok(self, alias: str, since_s: float | None = None) -> list[dict[str, Any]]:
+        """The successful results of ``alias`` (a positive ``gen_tok_s``) from ``since_s`` on, oldest first.
+        A week of results is read for every GPU at every poll (Rules 4 and 9): the bound is worked out
+        once, not once per result."""
         key = ("bench_ok", alias, since_s)
         if key not in self.cache:
+            floor = None if since_s is None else timing.since(since_s, self.tolerance_s)
             self.cache[key] = [
                 r
                 for r in self.bench_results(alias)
                 if r.get("ok")
-                and isinstance(r.get("gen_tok_s"), int | float)
+                and isinstance(r.get("gen_tok_s"), NUMBER)
                 and r["gen_tok_s"] > 0
-                and (since_s is None or r["at"] >= timing.since(since_s, self.tolerance_s))
+                and (floor is None or r["at"] >= floor)
             ]
         ok: list[dict[str, Any]] = self.cache[key]
         return ok

@@ -100,10 +100,7 @@ def confirmable(cfg: Config) -> tuple[str, ...]:
     """The rules whose hold may be met by seconds of evidence (``min_probes`` > 0 for some GPU)."""
     from gpuheal.rules import ALL
 
-    subjects = [None, *cfg.gpus]
-    return tuple(r.ID for r in ALL
-                 if any(cfg.rule_record(r.Params, (cfg.rules if g is None else g.rules).get(r.ID, {})).min_probes > 0
-                        for g in subjects))  # fmt: skip
+    return tuple(r.ID for r in ALL if any(p.min_probes > 0 for p in cfg.rule_records(r.Params, r.ID)))
 
 
 def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None,
