@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, AnyStr
 
 from gpuheal.atomic import WRITE_STEP, write_atomic
 from gpuheal.errors import GpuhealError, StateLockedError
@@ -95,32 +95,18 @@ def encoded_pieces(value: Any, depth: int) -> Iterator[str]:
     yield "}"
 
 
-def _buffered(chunks: Iterable[str]) -> Iterator[str]:
-    """Join an encoder's many small pieces into ~1 MB writes."""
-    buf: list[str] = []
+def _buffered(chunks: Iterable[AnyStr], empty: AnyStr) -> Iterator[AnyStr]:
+    """Join an encoder's many small pieces (text, or encoded: ``empty`` is ``""`` or ``b""``) into ~1 MB writes."""
+    buf: list[AnyStr] = []
     size = 0
     for chunk in chunks:
         buf.append(chunk)
         size += len(chunk)
         if size >= WRITE_STEP:
-            yield "".join(buf)
+            yield empty.join(buf)
             buf, size = [], 0
     if buf:
-        yield "".join(buf)
-
-
-def _buffered_bytes(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """:func:`_buffered` for encoded pieces."""
-    buf: list[bytes] = []
-    size = 0
-    for chunk in chunks:
-        buf.append(chunk)
-        size += len(chunk)
-        if size >= WRITE_STEP:
-            yield b"".join(buf)
-            buf, size = [], 0
-    if buf:
-        yield b"".join(buf)
+        yield empty.join(buf)
 
 
 class StateDir:
@@ -261,7 +247,7 @@ class StateDir:
         for one of many small numbers the one-shot C encoder is faster.
         """
         if stream:  # {"schema_version", "data": {"raw"/"coarse": {alias: one GPU's block}}}: a block a piece
-            pieces: Iterable[str | bytes] = _buffered(encoded_pieces(doc, STREAM_LEVELS))
+            pieces: Iterable[str | bytes] = _buffered(encoded_pieces(doc, STREAM_LEVELS), "")
         else:
             pieces = [json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)]
         self._atomic_write(self.path / name, pieces, ["\n"])
@@ -270,7 +256,7 @@ class StateDir:
         """:meth:`write` of a ``data`` its owner encoded already (the UTF-8 of its compact JSON, in pieces):
         the same file, written in ~1 MB pieces (the packed history, :meth:`History.encoded_files`)."""
         head = b'{"schema_version":%d,"data":' % SCHEMA_VERSION
-        self._atomic_write(self.path / name, _buffered_bytes(itertools.chain((head,), data, (b"}\n",))))
+        self._atomic_write(self.path / name, _buffered(itertools.chain((head,), data, (b"}\n",)), b""))
 
     def stamp(self, name: str) -> tuple[int, int, int, int] | None:
         """File ``name``'s (inode, size, mtime_ns, ctime_ns), ``None`` when absent: every write of it (a new
