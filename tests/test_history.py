@@ -663,3 +663,28 @@ def test_a_coarse_file_that_is_not_the_one_indexed_is_read_at_load(tmp_path):
         history = load_history(store)
         assert history.coarse == {} and any("history-coarse.json" in w for w in store.warnings)
     assert list(tmp_path.glob("history-coarse.json.corrupt-*"))
+
+
+@pytest.mark.parametrize("junk", [None, "x", [], {"stamp": "x"}, {"first_t": {}}, {"stamp": None, "first_t": None},
+                                  "first_t-nan", "first_t-text", "first_t-int"])
+def test_a_damaged_index_of_the_coarse_file_reads_the_file_at_load(tmp_path, junk):
+    """``history.json``'s index of the coarse file is only a shortcut: damaged (hand-edited, another writer's,
+    wrong types, a NaN), the coarse file is read at load and the history is the one read without an index."""
+    _prefilled((tmp_path,), 7 * 60, COARSE_DAYS)
+    _cron_runs(tmp_path, range(7 * 60, 7 * 60 + 3), eager=False, coarse_days=COARSE_DAYS)
+    path = tmp_path / HISTORY
+    doc = json.loads(path.read_bytes())
+    index = doc["data"]["coarse_file"]
+    if isinstance(junk, str) and junk.startswith("first_t-"):
+        alias = next(iter(index["first_t"]))
+        index["first_t"][alias] = {"first_t-nan": "NaN", "first_t-text": "soon", "first_t-int": 1}[junk]
+    else:
+        doc["data"]["coarse_file"] = junk
+    path.write_text(json.dumps(doc))
+    with StateDir(tmp_path) as store:
+        damaged = load_history(store)
+    doc["data"].pop("coarse_file")
+    path.write_text(json.dumps(doc))
+    with StateDir(tmp_path) as store:
+        plain = load_history(store)
+    assert damaged.coarse == plain.coarse and damaged.coarse and damaged.raw.keys() == plain.raw.keys()

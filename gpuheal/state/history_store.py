@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gpuheal.state import files
@@ -63,7 +64,7 @@ def save_history(store: StateDir, history: History) -> None:
     store.write_encoded(files.HISTORY, _before_last_brace(data, index))  # a few large packed strings
 
 
-def _before_last_brace(pieces: Any, extra: bytes) -> Any:
+def _before_last_brace(pieces: Iterable[bytes], extra: bytes) -> Iterator[bytes]:
     """The pieces of a JSON object with ``extra`` (``,"key":value``) inserted before its closing brace."""
     last = None
     for piece in pieces:
