@@ -96,7 +96,7 @@ def main() -> int:
     def once() -> tuple[float, int]:
         work = copy.deepcopy(book)
         start = time.perf_counter()
-        ev, view = evaluate_poll(cfg, last, history, work, bench, NO_RESTARTS, now_s)
+        ev, view, _ = evaluate_poll(cfg, last, history, work, bench, NO_RESTARTS, now_s)
         trends = [vram_trend(view, a) for a in cfg.aliases]  # what check writes to vram-trend.json
         elapsed = time.perf_counter() - start
         assert len(trends) == args.gpus

@@ -24,9 +24,10 @@ from gpuheal.core.engine import new_book
 from gpuheal.core.heal_state import HealState, Mitigation
 from gpuheal.core.issue import Issue
 from gpuheal.core.plan import empty_state
-from gpuheal.core.view import Restarts
+from gpuheal.core.view import FleetView, Restarts
 from gpuheal.rules import ALL, REMEDIES
-from gpuheal.steps.evaluate import ingest_monitor_bench
+from gpuheal.rules.benchmark_regression.monitor import ingest
+from gpuheal.state.history import History
 
 plan = partial(planner.plan, remedies=REMEDIES)  # every rule's remedy, as heal plans
 
@@ -167,7 +168,9 @@ def _bench_excluded(offsets):
         obs = trace[i]
         sample = obs.gpus[DENSE]
         moved = replace(sample, bench_measured_at=sample.bench_measured_at.fromtimestamp(at, tz=obs.at.tzinfo))
-        ingest_monitor_bench(BENCH_CFG, bench, replace(obs, gpus={**obs.gpus, DENSE: moved}), book, restarts)
+        polled = replace(obs, gpus={**obs.gpus, DENSE: moved})
+        view = FleetView(BENCH_CFG, polled.at.timestamp(), polled, History(), bench, book.memory, restarts)
+        ingest(bench, view, book.issues.values())
         own = exclusion_reason(DENSE, at, [], [restarted], 120, fleet_incidents=())
         out.append((bench["results"][DENSE][-1]["excluded"], own is not None))
     return out

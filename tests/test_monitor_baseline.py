@@ -114,18 +114,21 @@ def test_check_keeps_gpu_monitor_baseline_from_the_poll():
     from datetime import UTC, datetime
 
     from gpuheal.core.engine import new_book
-    from gpuheal.core.view import NO_RESTARTS
+    from gpuheal.core.view import NO_RESTARTS, FleetView
     from gpuheal.model import GpuSample, Observation
-    from gpuheal.steps.evaluate import ingest_monitor_bench
+    from gpuheal.rules.benchmark_regression.monitor import ingest
+    from gpuheal.state.history import History
 
     cfg = load_config_dict({"gpus": [{"alias": "a", "host": "h1", "endpoint": "http://127.0.0.1:9"},
                                      {"alias": "b", "host": "h2", "endpoint": "http://127.0.0.1:9"}]})
     at = datetime(2026, 7, 18, 8, 0, tzinfo=UTC)
     obs = Observation(at, {"a": GpuSample(bench_baseline_tok_s=61.0), "b": GpuSample()}, True)
     bench = benchdata.empty()
-    assert ingest_monitor_bench(cfg, bench, obs, new_book(), NO_RESTARTS) is True
+    book = new_book()
+    view = FleetView(cfg, at.timestamp(), obs, History(), bench, book.memory, NO_RESTARTS)
+    assert ingest(bench, view, book.issues.values()) is True
     assert bench["monitor_baselines"] == {"a": {"baseline_tok_s": 61.0, "seen_at": at.timestamp()}}
-    assert ingest_monitor_bench(cfg, bench, obs, new_book(), NO_RESTARTS) is False  # unchanged: no rewrite
+    assert ingest(bench, view, book.issues.values()) is False  # unchanged: no rewrite
 
 
 # --------------------------------------------------------------------------- doctor (pure part)

@@ -15,7 +15,8 @@ from gpuheal.errors import GpuhealError
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 from gpuheal.steps import check
-from gpuheal.steps.replay import read_trace, replay
+from gpuheal.steps.replay import replay
+from gpuheal.trace import read_trace
 
 try:
     from tests.series import JITTER_SEEDS, START, cron_clock, fleet_trace, polls, timing

@@ -134,7 +134,7 @@ def test_a_recorded_trace_replays_rule_3_and_rejects_garbage_telemetry(tmp_path)
     hand-edited trace with a string counter is one clear error, never a crash."""
     import json
 
-    from gpuheal.steps.replay import parse_observation
+    from gpuheal.trace import parse_observation
 
     obs = fleet_trace(CFG, {G: {"n_decode_total": "100 200 200 200", "requests_processing": "1x3",
                                 **NO_MONITOR_COUNTS}})

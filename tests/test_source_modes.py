@@ -215,7 +215,8 @@ def outcome(request, mode: str) -> tuple[dict, list[dict]]:
 def test_a_trace_replays_as_it_ran_in_every_mode(request, base, mode):
     """A trace recorded without gpu-monitor replays with the semantics it ran with: the same
     issues at the same polls and the same rules_off (``source`` was read back as "monitor")."""
-    from gpuheal.steps.replay import read_trace, replay
+    from gpuheal.steps.replay import replay
+    from gpuheal.trace import read_trace
 
     live, off = outcome(request, mode)
     observations, _ = read_trace(base / mode / "trace.jsonl")
@@ -309,7 +310,7 @@ def test_each_value_keeps_its_source_and_request(request, base, mode):
     """Issue 19: "each value keeps its provenance: which source and which request" — in ``check
     --json``'s rows and in the trace, and ``replay`` reads it back as it was recorded."""
     from gpuheal import provenance as prov
-    from gpuheal.steps.replay import read_trace
+    from gpuheal.trace import read_trace
 
     outcome(request, mode)
     reading = {"monitor": prov.MONITOR, "prometheus": prov.PROMETHEUS}.get(mode, prov.smi("nvidia", "local"))

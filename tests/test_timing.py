@@ -185,7 +185,8 @@ def test_a_recorded_trace_replays_as_the_live_run_went(seed, tmp_path):
     """``check --record`` stores each poll's own time (and the monitor's, to the microsecond), as the
     history does: ``replay`` of the trace gives the live run's transitions — the same polls and the
     same numbers (a duration, a rise) — under a cron-like clock, not whole-second approximations."""
-    from gpuheal.steps.replay import read_trace, replay
+    from gpuheal.steps.replay import replay
+    from gpuheal.trace import read_trace
 
     trace = cron_clock(fleet_trace(CFG, {DENSE: {"temp_c": "64 67 70.5 73.5 79 81.5 84 70 60x3",
                                                  "failures_60s": "0x2 9x6 0x3"}}), seed)  # fmt: skip

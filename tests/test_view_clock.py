@@ -43,7 +43,7 @@ def test_newest_sample_counts_on_a_jittered_clock(frac, jitter):
             monitor_ok=True,
         )
         history.add(obs)
-        ev, view = evaluate_poll(CFG, obs, history, book, benchdata.normalise({}), NO_RESTARTS, obs.at.timestamp())
+        ev, view, _ = evaluate_poll(CFG, obs, history, book, benchdata.normalise({}), NO_RESTARTS, obs.at.timestamp())
         issues = {(i.issue, i.state) for i in ev.issues}
     assert view.temp_rise("gpu-a", 10.5).last_v == 91
     assert ("thermal-rising", "firing") in issues and ("thermal-warning", "firing") in issues

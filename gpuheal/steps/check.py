@@ -6,12 +6,12 @@ call :func:`run` and build on its result.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuheal import trace
 from gpuheal.config import Config
 from gpuheal.core.heal_state import HealState
 from gpuheal.core.health import health_document
@@ -130,9 +130,8 @@ def run(
         history = history_store.load_history(store) if plan.keep_history else History()
     if plan.keep_history:
         history.add(obs, cfg.aliases)
-    if record is not None:  # ``check --record FILE``: one JSON line per poll, the trace ``replay`` reads
-        with open(record, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(obs.to_dict(), separators=(",", ":")) + "\n")
+    if record is not None:  # ``check --record FILE``: the poll trace ``replay`` reads, before the judgement
+        trace.append(record, obs)
     evaluation = evaluate.run_full(cfg, store, obs, history, now, heal_state, plan.restarts)  # every rule
     _keep(cfg, plan, store, history, memory_doc, now)
     columns = progress_columns(evaluation.memory, obs.gpus, now.timestamp())

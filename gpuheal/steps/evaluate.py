@@ -24,18 +24,18 @@ Issue dicts (``gpu-health`` ``issues``): ``{"gpu", "issue", "severity", "state",
 
 from __future__ import annotations
 
-from bisect import insort
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuheal import benchdata
 from gpuheal.config import Config
-from gpuheal.core import engine, timing
+from gpuheal.core import engine
 from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
 from gpuheal.core.heal_state import HealState
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.model import Observation
 from gpuheal.rules import ALL, circuit_breaker_stuck
+from gpuheal.rules.benchmark_regression import monitor
 from gpuheal.rules.vram_leak.trend import vram_trend
 from gpuheal.state import files
 from gpuheal.state.history import History
@@ -47,12 +47,21 @@ __all__ = [
     "evaluate_bench_full",
     "evaluate_probe",
     "evaluate_poll",
-    "ingest_monitor_bench",
+    "Judged",
     "run_full",
 ]
 
 
 # --------------------------------------------------------------------------- pure
+
+
+class Judged(NamedTuple):
+    """One poll's judgement: the engine's evaluation, the view it read, and whether the recorded bench
+    results changed (``check`` then rewrites ``bench-results.json``)."""
+
+    evaluation: Evaluation
+    view: FleetView
+    bench_changed: bool
 
 
 def evaluate_poll(
@@ -64,13 +73,15 @@ def evaluate_poll(
     restarts: Restarts,
     now_s: float,
     only: tuple[str, ...] | None = None,
-) -> tuple[Evaluation, FleetView]:
-    """One poll through every rule (or ``only`` these ids): the poll folded into what the rules
-    remember, then every rule judged. ``history`` already holds ``obs``. Mutates ``book`` (and nothing
-    else)."""
+) -> Judged:
+    """One poll through every rule (or ``only`` these ids): gpu-monitor's benchmark readings recorded
+    (Rule 4's, :func:`gpuheal.rules.benchmark_regression.monitor.ingest`) and the poll folded into what
+    the rules remember, then every rule judged. ``history`` already holds ``obs``. Mutates ``book`` and
+    ``bench`` (and nothing else)."""
     view = FleetView(cfg, now_s, obs, history, bench, book.memory, restarts)
+    bench_changed = monitor.ingest(bench, view, book.issues.values())
     engine.remember(ALL, view, book.memory)
-    return engine.evaluate(ALL, view, book, only=only), view
+    return Judged(engine.evaluate(ALL, view, book, only=only), view, bench_changed)
 
 
 def evaluate_probe(
@@ -85,58 +96,6 @@ def evaluate_probe(
     view = FleetView(cfg, obs.at.timestamp(), obs, History(), {}, book.memory, restarts, tolerance_s=tolerance_s)
     engine.remember([r for r in ALL if r.ID in only], view, book.memory, prune=False)
     return engine.evaluate(ALL, view, book, only=only)
-
-
-def ingest_monitor_bench(
-    cfg: Config, bench: dict[str, Any], obs: Observation, book: IssueBook, restarts: Restarts
-) -> bool:
-    """gpu-monitor's ``benchmarks`` entry counts as a result only with a new ``measured_at``
-    (contract "Rule 4"); returns whether ``bench`` changed. A result taken inside a startup grace or
-    while the GPU has a firing (non-info) issue is ``excluded`` from the baseline (issue 5)."""
-    if not obs.monitor_ok:
-        return False
-    now_s = obs.at.timestamp()
-    changed = False
-    for alias in cfg.aliases:
-        sample = obs.gpus.get(alias)
-        if sample is None or sample.bench_tok_s is None or sample.bench_measured_at is None:
-            continue
-        at = sample.bench_measured_at.timestamp()
-        if at > now_s + 300:
-            continue  # from the future: a clock problem, not a measurement
-        items = bench["results"].setdefault(alias, [])
-        last_monitor = max((r["at"] for r in items if r.get("source") == "monitor"), default=None)
-        if last_monitor is not None and at <= last_monitor:
-            continue
-        reason = None
-        last = restarts.last.get(alias)
-        if last is not None and timing.within_last(at, last, restarts.grace_s):  # counted in polls (issue 9)
-            reason = "startup grace"
-        elif any(
-            rec.gpu == alias and rec.state == engine.FIRING and rec.severity != "info"
-            for rec in book.issues.values()
-        ):
-            reason = "open incident"
-        result = {
-            "at": at,
-            "gen_tok_s": sample.bench_tok_s,
-            "prompt_tok_s": None,
-            "tokens": None,
-            "ok": True,
-            "error": None,
-            "source": "monitor",
-            "model": None,
-            "n_ctx": None,
-            "excluded": reason is not None,
-            "excluded_reason": reason,
-        }
-        insort(items, result, key=lambda r: r["at"])
-        changed = True
-    for alias in cfg.aliases:  # gpu-monitor's baseline: Rule 4's seed when the config has none (issue 27 item 14)
-        sample = obs.gpus.get(alias)
-        if sample is not None and benchdata.note_monitor_baseline(bench, alias, sample.bench_baseline_tok_s, now_s):
-            changed = True
-    return changed
 
 
 def breaker_status(view: FleetView, heal_state: HealState) -> dict[str, Any]:
@@ -180,8 +139,7 @@ def run_full(
     its ``restarts`` are read by ``check`` before its poll (:class:`gpuheal.steps.check.CheckPlan`), as its
     source's trend windows start there too."""
     book, bench = _load(store)
-    bench_changed = ingest_monitor_bench(cfg, bench, obs, book, restarts)
-    ev, view = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
+    ev, view, bench_changed = evaluate_poll(cfg, obs, history, book, bench, restarts, now.timestamp())
     store.write(files.ISSUES, book.to_json())
     file_raised(store, book.memory, now)  # re-benchmarks the rules' memory asks for (Rule 9: a context change)
     if bench_changed:
@@ -199,6 +157,6 @@ def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluati
     heal_state = HealState.from_json(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
     restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     judged = tuple(r.ID for r in ALL if r.JUDGED_FROM_BENCH)
-    ev, _ = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=judged)
+    ev = evaluate_poll(cfg, None, History(), book, bench, restarts, now.timestamp(), only=judged).evaluation
     store.write(files.ISSUES, book.to_json())
     return ev

@@ -131,7 +131,7 @@ def test_a_long_generation_is_busy_and_decoding_never_stuck(real_llama_server, l
     for i in range(4):
         obs = sense(cfg, T0 + timedelta(seconds=60 * i))
         history.add(obs, cfg.aliases)
-        ev, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
+        ev, _, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
         samples.append(obs.gpus["real"])
         assert [i for i in ev.issues if i.issue == "model-stuck"] == []
         time.sleep(1.0)
@@ -182,7 +182,7 @@ def test_a_stopped_server_is_a_probe_timeout_not_stuck(real_llama_server, long_m
         for i in range(4):
             obs = sense(cfg, T0 + timedelta(seconds=60 * i))
             history.add(obs, cfg.aliases)
-            ev, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
+            ev, _, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
             g = obs.gpus["real"]
             assert g.endpoint == "timeout" and g.requests_processing is None and g.n_decode_total is None
         issues = {i.issue for i in ev.issues}
@@ -206,7 +206,7 @@ def test_a_restart_between_two_polls_resets_counters_without_firing(real_llama_s
     def real_poll(i: int):
         obs = sense(cfg, T0 + timedelta(seconds=60 * i))
         history.add(obs, cfg.aliases)
-        ev, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
+        ev, _, _ = evaluate_poll(cfg, obs, history, book, benchdata.empty(), _no_restarts(), obs.at.timestamp())
         assert [x for x in ev.issues if x.issue == "model-stuck"] == []
         return obs.gpus["real"]
 
