@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gpuheal.core.heal_state import old_run_counter
 from gpuheal.state import files
 from gpuheal.state.store import AuditLineError, StateDir, audit_problem
 from tests.lab import GPUHEAL, Lab, scenario
@@ -49,11 +50,13 @@ def test_the_append_path_refuses_a_line_out_of_the_contract_form_and_writes_noth
 def test_run_ids_are_numbered_per_utc_day_across_commands_and_carry_on_from_the_old_counter(tmp_path):
     with StateDir(tmp_path) as store:  # a state directory of the release before: the counter in heal-state.json
         store.write(files.HEAL, {"run_seq": {"day": "20260718", "n": 41}})
-        assert store.run_id(NOW) == store.run_id(NOW) == "gpu-self-heal-20260718-042"  # one per run ...
-        assert store.next_run_id(NOW) == "gpu-self-heal-20260718-043"  # ... and a fresh one per attempt
+        once = store.run_id(NOW, old_run_counter)
+        assert once == store.run_id(NOW, old_run_counter) == "gpu-self-heal-20260718-042"  # one per run ...
+        assert store.next_run_id(NOW, old_run_counter) == "gpu-self-heal-20260718-043"  # ... and a fresh one per attempt
     with StateDir(tmp_path) as store:  # the next command carries on
-        assert store.run_id(NOW) == "gpu-self-heal-20260718-044"
-        assert store.next_run_id(datetime(2026, 7, 19, 0, 0, 1, tzinfo=UTC)) == "gpu-self-heal-20260719-001"
+        assert store.run_id(NOW, old_run_counter) == "gpu-self-heal-20260718-044"
+        next_day = datetime(2026, 7, 19, 0, 0, 1, tzinfo=UTC)
+        assert store.next_run_id(next_day, old_run_counter) == "gpu-self-heal-20260719-001"
 
 
 @pytest.mark.parametrize("damaged", [{"day": "20260718", "n": -4}, {"day": 20260718, "n": 3}, {"day": "x", "n": 3},
@@ -61,10 +64,10 @@ def test_run_ids_are_numbered_per_utc_day_across_commands_and_carry_on_from_the_
 def test_a_damaged_counter_starts_the_day_over_and_never_crashes(tmp_path, damaged):
     with StateDir(tmp_path) as store:
         store.write(files.RUN_IDS, damaged)
-        assert store.next_run_id(NOW) == "gpu-self-heal-20260718-001"
+        assert store.next_run_id(NOW, old_run_counter) == "gpu-self-heal-20260718-001"
     (tmp_path / files.RUN_IDS).write_bytes(b"\x00garbage{")
     with StateDir(tmp_path) as store:
-        assert store.next_run_id(NOW) == "gpu-self-heal-20260718-001"
+        assert store.next_run_id(NOW, old_run_counter) == "gpu-self-heal-20260718-001"
         assert any("set aside" in w for w in store.warnings)
 
 

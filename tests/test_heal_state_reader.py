@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from gpuheal.core.heal_state import old_run_counter
 from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
@@ -139,7 +140,7 @@ def callers(state: Path) -> dict[str, Any]:
         out["evaluate.issues"] = evaluate.run_full(CFG, store, obs, history, NOW, heal_state, plan.restarts).issues
         out["evaluate.breakers"] = json.loads((state / files.CIRCUIT_BREAKER_STATUS).read_text())
         out["ledger"] = Ledger(store, NOW, (), REMEDIES).state.to_json()
-        out["store.next_run_id"] = store.next_run_id(NOW)
+        out["store.next_run_id"] = store.next_run_id(NOW, old_run_counter)
         out["pause"] = pause.command(rt, store, gpu=A, reason="drill").document
         out["pause.written"] = store.read(files.HEAL, None)
         out["warnings"] = [re.sub(r"corrupt-\S+", "corrupt-X", w.replace(str(state), "STATE")) for w in store.warnings]

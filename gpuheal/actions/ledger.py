@@ -11,7 +11,7 @@ from datetime import datetime
 
 from gpuheal.actions.record import Recorder, Subject
 from gpuheal.core.alerts import AlertQueue
-from gpuheal.core.heal_state import Escalation, HealState
+from gpuheal.core.heal_state import Escalation, HealState, old_run_counter
 from gpuheal.core.remedy import Escalate, FollowUp, Note, Notice, Remedy
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
@@ -26,7 +26,7 @@ class Ledger:
     def run_id(self) -> str:
         """The next ``gpu-self-heal-YYYYMMDD-NNN`` of this UTC day (the audit trail's id: each attempt
         and escalation has its own; the state directory numbers them, :meth:`StateDir.next_run_id`)."""
-        return self.store.next_run_id(self.now)
+        return self.store.next_run_id(self.now, old_run_counter)
 
     def save(self) -> None:
         self.store.write(files.HEAL, self.state.to_json())

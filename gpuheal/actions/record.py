@@ -19,7 +19,7 @@ from gpuheal.core import alerts
 from gpuheal.core.actions import StepResult
 from gpuheal.core.alerts import AlertQueue
 from gpuheal.core.catalog import ACTIONS, primary_action
-from gpuheal.core.heal_state import Attempt, HealState
+from gpuheal.core.heal_state import Attempt, HealState, old_run_counter
 from gpuheal.core.plan import paused_in
 from gpuheal.core.remedy import Execution, Remedy
 from gpuheal.redact import redact
@@ -173,7 +173,7 @@ class Recorder:
     def _run_id(self, attempt: Attempt) -> str:
         """The attempt's run id: its outcome line joins its intent under the run that acted."""
         own = attempt.run_id
-        return own if own is not None and is_run_id(own) else self.store.run_id(self.now)
+        return own if own is not None and is_run_id(own) else self.store.run_id(self.now, old_run_counter)
 
     def restored(
         self, run_id: str, subject: Subject, why: str, target: str, res: StepResult, action: str = "restore-load"

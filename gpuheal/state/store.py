@@ -22,7 +22,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, AnyStr
@@ -40,6 +40,8 @@ AUDIT_RESULTS = frozenset({"pending", "resolved", "failed", "escalated", "supers
 RUN_ID = re.compile(r"gpu-self-heal-(\d{8})-(\d{3,})")
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")  # ISO 8601 with its zone
 MAX_RUNS_A_DAY = 10**6  # a stored counter beyond this is damage, not a day's runs
+# where a run counter carries on from when run-ids.json holds none: (day "YYYYMMDD", n) or None
+OldCounter = Callable[["StateDir"], "tuple[str, int] | None"]
 STREAM_LEVELS = 3  # objects written key by key by write_raw(stream=True): the document, "data", "raw"/"coarse"
 
 
@@ -314,25 +316,25 @@ class StateDir:
             os.close(dir_fd)
 
     # ------------------------------------------------------------------ run ids
-    def next_run_id(self, now: datetime) -> str:
+    def next_run_id(self, now: datetime, carried: OldCounter) -> str:
         """A new ``gpu-self-heal-YYYYMMDD-NNN``: numbered per UTC day of ``now`` across runs and
-        commands (``run-ids.json``; before it existed the counter was ``heal-state.json``'s
-        ``run_seq``, read once to carry on from it). A damaged counter starts the day over."""
+        commands (``run-ids.json``). Without a counter there, ``carried(self)`` says where to carry on
+        from: the one ``heal-state.json`` kept before this file existed
+        (:func:`gpuheal.core.heal_state.old_run_counter`; the state layer reads no heal state itself).
+        A damaged counter starts the day over."""
         day = now.astimezone(UTC).strftime("%Y%m%d")
         seq = _run_seq(self.read(files.RUN_IDS, None))
         if seq is None:
-            from gpuheal.core.heal_state import HealState
-
-            seq = HealState.from_json(self.read(files.HEAL, None)).run_counter
+            seq = carried(self)
         n = (seq[1] if seq is not None and seq[0] == day else 0) + 1
         self.write(files.RUN_IDS, {"day": day, "n": n})
         return f"gpu-self-heal-{day}-{n:03d}"
 
-    def run_id(self, now: datetime) -> str:
+    def run_id(self, now: datetime, carried: OldCounter) -> str:
         """This run's id, for the lines a command writes without one of their own (``check``'s and
         ``bench``'s Rule 9 lines, ``wake``'s ``heal-cycle``): allocated at the first, then the same."""
         if self._run_id is None:
-            self._run_id = self.next_run_id(now)
+            self._run_id = self.next_run_id(now, carried)
         return self._run_id
 
     # ------------------------------------------------------------------ JSON lines

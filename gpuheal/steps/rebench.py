@@ -28,6 +28,7 @@ from gpuheal.clock import format_iso
 from gpuheal.config import Config
 from gpuheal.core import rebench
 from gpuheal.core.engine import load_book
+from gpuheal.core.heal_state import old_run_counter
 from gpuheal.core.memory import Memory
 from gpuheal.core.rebench import Asks
 from gpuheal.state import files
@@ -56,7 +57,7 @@ def file_raised(store: StateDir, memory: Memory, now: datetime) -> None:
     ask_store.save(store, asks, read)
     lines = [r.line for r in found if r.line is not None and r.ask in new]
     if lines:
-        run_id = store.run_id(now)
+        run_id = store.run_id(now, old_run_counter)
         store.append_lines(files.AUDIT_LOG, [{"run_id": run_id, **line} for line in lines])
 
 
@@ -105,7 +106,7 @@ def answer(
         hook = rule.REMEDY.rebenched if rule is not None and rule.REMEDY.rebenched is not None else rebench.prove_fix
         answered = True
         told = hook(rebench.Rebenched(ask, result, measure, recorded, book.memory, now.timestamp(), format_iso(now)))
-        lines += [{"run_id": ask.attempt if is_run_id(ask.attempt) else store.run_id(now), **line}
+        lines += [{"run_id": ask.attempt if is_run_id(ask.attempt) else store.run_id(now, old_run_counter), **line}
                   for line in told.audit]  # the fix's heal run; this run's when it has none in the contract's form
         alerts += told.alerts
         out.show(told, ask.gpu)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuheal.core import wake as core
+from gpuheal.core.heal_state import old_run_counter
 from gpuheal.state.files import WAKE as WAKE_FILE  # internal: {"last_cycle_s", "last_cycle_at", "woken_by"}
 
 if TYPE_CHECKING:
@@ -167,9 +168,9 @@ def _book(store: StateDir, now: datetime, summary: str, alert: core.LiteLLMAlert
     detected: dict[str, object] = {"woken_by": summary}
     if alert is not None:
         detected["litellm"] = alert.to_dict()
-    record = {"run_id": store.run_id(now), "timestamp": format_iso(now), "gpu": "fleet", "issue": "wake",
-              "detected": detected, "action": "heal-cycle", "result": "started",
-              "escalated": False}  # fmt: skip
+    run_id = store.run_id(now, old_run_counter)
+    record = {"run_id": run_id, "timestamp": format_iso(now), "gpu": "fleet", "issue": "wake", "detected": detected,
+              "action": "heal-cycle", "result": "started", "escalated": False}  # fmt: skip
     store.append_lines(files.AUDIT_LOG, [record])
 
 
