@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpuheal.core.heal_state import old_run_counter
+from gpuheal.actions.record import old_run_counter
 from gpuheal.state import files
 from gpuheal.state.store import AuditLineError, StateDir, audit_problem
 from tests.lab import GPUHEAL, Lab, scenario

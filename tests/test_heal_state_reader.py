@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gpuheal.core.heal_state import old_run_counter
+from gpuheal.actions.record import old_run_counter
 from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir

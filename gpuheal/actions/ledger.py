@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from gpuheal.actions.record import Recorder, Subject
+from gpuheal.actions.record import Recorder, Subject, old_run_counter
 from gpuheal.core.alerts import AlertQueue
-from gpuheal.core.heal_state import Escalation, HealState, old_run_counter
+from gpuheal.core.heal_state import Escalation, HealState
 from gpuheal.core.remedy import Escalate, FollowUp, Note, Notice, Remedy
 from gpuheal.state import files
 from gpuheal.state.store import StateDir

@@ -19,7 +19,7 @@ from gpuheal.core import alerts
 from gpuheal.core.actions import StepResult
 from gpuheal.core.alerts import AlertQueue
 from gpuheal.core.catalog import ACTIONS, primary_action
-from gpuheal.core.heal_state import Attempt, HealState, old_run_counter
+from gpuheal.core.heal_state import Attempt, HealState
 from gpuheal.core.plan import paused_in
 from gpuheal.core.remedy import Execution, Remedy
 from gpuheal.redact import redact
@@ -272,3 +272,9 @@ def health_doc(
     }
     health["alerts_queued"] = len(rec.alerts.queue) if apply else None
     return health
+
+
+def old_run_counter(store: StateDir) -> tuple[str, int] | None:
+    """The run counter ``heal-state.json`` kept (``run_seq``) before the state directory numbered runs in
+    ``run-ids.json``: where :meth:`StateDir.next_run_id` carries on from when that file holds none."""
+    return HealState.from_json(store.read(files.HEAL, None)).run_counter

@@ -28,13 +28,9 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuheal.core import timing
-from gpuheal.state import files
-
-if TYPE_CHECKING:
-    from gpuheal.state.store import StateDir
 
 HOUR_S = 3600.0
 # LiteLLM restart times kept: circuit-breaker-status.json reads only the last ("last_reset")
@@ -390,12 +386,6 @@ class HealState:
 def _run_seq_exact(seq: dict[str, Any]) -> bool:
     day, n = seq.get("day"), seq.get("n")
     return isinstance(day, str) and re.fullmatch(r"\d{8}", day) is not None and type(n) is int and 0 <= n < MAX_COUNT
-
-
-def old_run_counter(store: StateDir) -> tuple[str, int] | None:
-    """The run counter ``heal-state.json`` kept (``run_seq``) before the state directory numbered runs in
-    ``run-ids.json``: where :meth:`StateDir.next_run_id` carries on from when that file holds none."""
-    return HealState.from_json(store.read(files.HEAL, None)).run_counter
 
 
 def empty_state() -> dict[str, Any]:

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpuheal import benchdata
 from gpuheal.actions import asks as ask_store
+from gpuheal.actions.record import old_run_counter
 from gpuheal.clock import format_iso
 from gpuheal.config import Config
 from gpuheal.core import rebench
 from gpuheal.core.engine import load_book
-from gpuheal.core.heal_state import old_run_counter
 from gpuheal.core.memory import Memory
 from gpuheal.core.rebench import Asks
 from gpuheal.state import files

@@ -33,8 +33,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpuheal.actions.record import old_run_counter
 from gpuheal.core import wake as core
-from gpuheal.core.heal_state import old_run_counter
 from gpuheal.state.files import WAKE as WAKE_FILE  # internal: {"last_cycle_s", "last_cycle_at", "woken_by"}
 
 if TYPE_CHECKING:
