@@ -861,3 +861,33 @@ def test_a_run_stopped_between_the_two_writes_leaves_the_newer_raw_tier(tmp_path
         store.write_bytes("history-raw.bin", raw_file(newer.raw))
     with StateDir(tmp_path) as store:
         assert load_history(store) == newer and store.warnings == []
+
+
+def test_a_raw_tier_file_damaged_anywhere_never_stops_the_load():
+    """Random bytes overwritten, inserted or cut anywhere in the file (header or payload): the reader returns
+    ``None`` (set aside) or GPUs whose columns are whole — never an exception, never a ragged column."""
+    import random
+
+    from gpuheal.state.history import read_raw_file
+
+    history = _fed(range(40))
+    history.raw["gpu-light"]["temp_c"][3] = None
+    blob = b"".join(raw_file(history.raw))
+    rng = random.Random(29)
+    for _ in range(400):
+        damaged = bytearray(blob)
+        at = rng.randrange(len(damaged))
+        kind = rng.randrange(3)
+        if kind == 0:
+            damaged[at : at + rng.randint(1, 8)] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        elif kind == 1:
+            damaged[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        else:
+            del damaged[at:]
+        raw = read_raw_file(bytes(damaged))
+        if raw is None:
+            continue
+        for cols in raw.values():
+            assert list(cols) == list(COLUMNS)
+            assert len({len(cols[c]) for c in COLUMNS}) == 1 and None not in cols["t"]
+            assert all(v is None or isinstance(v, float) for c in COLUMNS[1:-1] for v in cols[c])

@@ -77,10 +77,11 @@ def _with_coarse(store: StateDir, data: Any) -> History:
 
 def save_history(store: StateDir, history: History) -> None:
     """Both tiers: the coarse file first, only when it changed (removed when the tier is empty), the raw tier's
-    file, then ``history.json`` with its index of the coarse file, when that changed (the same data: not written). A run stopped between the two leaves buckets in
-    both files, or the earlier layout's in ``history.json``: read back, the samples folded twice are folded
-    once (``History.compact`` never folds a bucket again), an earlier layout's coarse tier wins over its
-    coarse file, and the index names the file before: not this one, which is read."""
+    file, then ``history.json`` with its index of the coarse file, when that changed (the same data: not
+    written). A run stopped between the coarse file and ``history.json`` leaves buckets in both files, or the
+    earlier layout's in ``history.json``: read back, the samples folded twice are folded once
+    (``History.compact`` never folds a bucket again), an earlier layout's coarse tier wins over its coarse
+    file, and the index names the file before: not this one, which is read."""
     coarse = history.encoded_files()[1]  # the coarse file's text, None when it holds the tier already
     stamp = history.coarse_stamp
     if coarse is not None:
