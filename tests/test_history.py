@@ -4,6 +4,7 @@ samples, longer-window data downsampled, so the state directory stops growing)."
 from __future__ import annotations
 
 import json
+import struct
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from gpuheal.config import load_config_dict
 from gpuheal.model import GpuSample, Observation
 from gpuheal.state.files import HISTORY
-from gpuheal.state.history import COLUMNS, History
+from gpuheal.state.history import COLUMNS, History, raw_file
 from gpuheal.state.history_store import load_history
 from gpuheal.state.store import StateDir
 
@@ -252,9 +253,11 @@ def test_a_damaged_packed_block_is_dropped_not_raised(damage):
 
 
 def test_a_large_fleet_history_loads_and_saves_quickly(tmp_path):
-    """1000 GPUs x 6.5 h of per-minute samples: the packed file keeps a cron run's share of
+    """1000 GPUs x 6.5 h of per-minute samples: the raw tier's file keeps a cron run's share of
     load + save well under a second (issue 2's benchmark: 1000-GPU check ≤ 2 s). Generous."""
     import time
+
+    from gpuheal.state.history_store import save_history
 
     n = 390
     ts = [T0.timestamp() + 60 * i for i in range(n)]
@@ -262,8 +265,8 @@ def test_a_large_fleet_history_loads_and_saves_quickly(tmp_path):
     history = History.from_dict({"raw": {f"g{i:04d}": cols for i in range(1000)}})
     with StateDir(tmp_path) as store:
         started = time.perf_counter()
-        store.write("history.json", history.to_dict(), stream=True)
-        back = History.from_dict(store.read("history.json"))
+        save_history(store, history)
+        back = load_history(store)
         took = time.perf_counter() - started
     assert back.raw == history.raw
     assert took < 3.0, took
@@ -410,13 +413,14 @@ def _save_runs(tmp_path, minutes: range, writes: list[str] | None = None) -> His
     for m in minutes:
         with StateDir(tmp_path) as store:
             if writes is not None:
-                real = store.write_encoded
+                for method in ("write_encoded", "write_bytes", "write"):
+                    real = getattr(store, method)
 
-                def spy(name, data, real=real):
-                    writes.append(name)
-                    real(name, data)
+                    def spy(name, data, real=real):
+                        writes.append(name)
+                        real(name, data)
 
-                store.write_encoded = spy  # type: ignore[method-assign]
+                    setattr(store, method, spy)
             history = load(store)
             history.add(obs_at(m, endpoint="ok" if m % 97 else "timeout"), ALIASES)
             history.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)
@@ -435,10 +439,12 @@ def test_the_coarse_tier_is_saved_in_its_own_file_and_rewritten_only_when_it_cha
     writes: list[str] = []
     back = _save_runs(tmp_path, minutes, writes)
     assert back == _fed(range(minutes.stop))
-    assert writes.count(HISTORY) == len(minutes)
+    assert writes.count("history-raw.bin") == len(minutes)
     assert 3 <= writes.count("history-coarse.json") <= 6  # a bucket every 10 minutes, not every run
+    assert writes.count(HISTORY) == writes.count("history-coarse.json")  # its index changes with that file only
     stored = json.loads((tmp_path / HISTORY).read_text())["data"]
-    assert stored["coarse"] == {} and set(stored["raw"]) == set(ALIASES)
+    assert stored["coarse"] == {} and stored["raw"] == {} and stored["raw_file"] == "history-raw.bin"
+    assert set(back.raw) == set(ALIASES)
 
 
 def test_a_history_of_the_earlier_layout_is_read_and_moved_to_the_coarse_file(tmp_path):
@@ -562,10 +568,13 @@ def test_the_encoded_history_files_are_json_dumps_text_byte_for_byte(tmp_path, c
         save_history(store, history)
         stamp = store.stamp("history-coarse.json")
     assert (tmp_path / "fresh" / "history-coarse.json").read_bytes() == want_coarse
-    data_doc = history.to_files()[0]  # and the index of the coarse file (history_store)
-    data_doc["coarse_file"] = {"stamp": list(stamp), "first_t": history.coarse_index()}
+    data_doc = {"raw": {}, "coarse": {}, "raw_file": "history-raw.bin"}  # the raw tier in its own file
+    data_doc["coarse_file"] = {"stamp": list(stamp), "first_t": history.coarse_index()}  # the coarse file's index
     assert (tmp_path / "fresh" / HISTORY).read_bytes() == (
         json.dumps({"schema_version": 1, "data": data_doc}, separators=(",", ":")) + "\n").encode()
+    assert (tmp_path / "fresh" / "history-raw.bin").read_bytes() == b"".join(raw_file(history.raw))
+    with StateDir(tmp_path / "fresh") as store:
+        assert load_history(store) == History.from_dict(history.to_dict()) and store.warnings == []
 
 
 def test_the_encoded_history_of_no_gpu_and_of_keys_json_turns_into_text():
@@ -688,3 +697,199 @@ def test_a_damaged_index_of_the_coarse_file_reads_the_file_at_load(tmp_path, jun
     with StateDir(tmp_path) as store:
         plain = load_history(store)
     assert damaged.coarse == plain.coarse and damaged.coarse and damaged.raw.keys() == plain.raw.keys()
+
+
+# --------------------------------------------------------------------------- the raw tier in its own file (issue 29)
+
+
+def _saved(tmp_path, history: History) -> bytes:
+    """``history`` saved as ``check`` saves it; the raw tier's file as written."""
+    from gpuheal.state.history_store import save_history
+
+    with StateDir(tmp_path) as store:
+        save_history(store, history)
+    return (tmp_path / "history-raw.bin").read_bytes()
+
+
+def _header(blob: bytes) -> tuple[bytes, bytes]:
+    """The raw file's magic and header line, and its payload."""
+    end = blob.index(b"\n", blob.index(b"\n") + 1) + 1
+    return blob[:end], blob[end:]
+
+
+def test_the_raw_tier_file_is_float64_columns_after_a_json_header(tmp_path):
+    history = _fed(range(30))
+    blob = _saved(tmp_path, history)
+    head, payload = _header(blob)
+    assert head.startswith(b"gpuheal-history-raw 1\n")
+    gpus = json.loads(head.split(b"\n")[1])["gpus"]
+    assert [g[:2] for g in gpus] == [[a, 30] for a in ALIASES] and gpus[0][2] == [["timeout", 1], ["ok", 29]]
+    assert len(payload) == len(ALIASES) * 5 * 30 * 8
+    first_t = struct.unpack("<30d", payload[: 30 * 8])
+    assert list(first_t) == history.raw[ALIASES[0]]["t"]
+    stored = json.loads((tmp_path / HISTORY).read_text())["data"]
+    assert stored["raw"] == {} and stored["raw_file"] == "history-raw.bin"
+    with StateDir(tmp_path) as store:
+        back = load_history(store)
+        assert back == history and store.warnings == []
+    assert back.raw[ALIASES[1]]["t"] is not back.raw[ALIASES[0]]["t"]  # shared floats, never one list
+
+
+def _damaged(blob: bytes) -> dict[str, bytes]:
+    """Files that are not a raw tier of this version: each is set aside whole."""
+    head, payload = _header(blob)
+    magic = b"gpuheal-history-raw 1\n"
+    line = head[len(magic):-1]
+
+    def header(doc: object) -> bytes:
+        return magic + json.dumps(doc).encode() + b"\n" + payload
+
+    gpus = json.loads(line)["gpus"]
+    return {
+        "empty": b"",
+        "junk": b"\x00\xff junk \xfe" * 50,
+        "json": b'{"schema_version": 1, "data": {}}',
+        "another version": b"gpuheal-history-raw 2\n" + head[len(magic):] + payload,
+        "magic only": magic,
+        "no header end": magic + line,
+        "truncated": blob[:-1],
+        "truncated in the header": blob[: len(magic) + 5],
+        "a byte too many": blob + b"\x00",
+        "header not json": magic + b"{nope\n" + payload,
+        "header a list": header(gpus),
+        "gpus an object": header({"gpus": {"a": 1}}),
+        "entry too short": header({"gpus": [g[:2] for g in gpus]}),
+        "n text": header({"gpus": [[g[0], str(g[1]), g[2]] for g in gpus]}),
+        "n a float": header({"gpus": [[g[0], float(g[1]), g[2]] for g in gpus]}),
+        "n true": header({"gpus": [[g[0], True, g[2]] for g in gpus]}),
+        "n negative": header({"gpus": [[g[0], -g[1], g[2]] for g in gpus]}),
+        "n huge": header({"gpus": [[g[0], 10**40, g[2]] for g in gpus]}),
+        "n NaN": magic + json.dumps({"gpus": [[g[0], "n", g[2]] for g in gpus]}).replace('"n"', "NaN").encode()
+        + b"\n" + payload,
+        "deep": magic + b"[" * 100000 + b"\n" + payload,
+    }
+
+
+DAMAGE = ("empty", "junk", "json", "another version", "magic only", "no header end", "truncated",
+          "truncated in the header", "a byte too many", "header not json", "header a list", "gpus an object",
+          "entry too short", "n text", "n a float", "n true", "n negative", "n huge", "n NaN", "deep")
+
+
+@pytest.mark.parametrize("kind", DAMAGE)
+def test_a_damaged_raw_tier_file_is_set_aside_and_the_raw_tier_starts_empty(tmp_path, kind):
+    """Junk, another version, truncated, wrong types, NaN, huge or deep in the header: a warning, the file set
+    aside, no raw tier (as a damaged ``history.json``), the coarse tier as it was; the next save writes it anew."""
+    history = _fed(range(7 * 60))
+    blob = _saved(tmp_path, history)
+    damaged = _damaged(blob)
+    assert tuple(damaged) == DAMAGE
+    (tmp_path / "history-raw.bin").write_bytes(damaged[kind])
+    with StateDir(tmp_path) as store:
+        back = load_history(store)
+        assert back.raw == {} and back.coarse == history.coarse
+        assert len(store.warnings) == 1 and "history-raw.bin" in store.warnings[0] and "set aside" in store.warnings[0]
+    assert not (tmp_path / "history-raw.bin").exists()
+    assert len(list(tmp_path.glob("history-raw.bin.corrupt-*"))) == 1
+    back.add(obs_at(7 * 60))
+    _saved(tmp_path, back)
+    with StateDir(tmp_path) as store:
+        assert load_history(store) == back and store.warnings == []
+
+
+def test_a_malformed_gpu_of_the_raw_tier_file_is_dropped_the_others_kept(tmp_path):
+    """An alias that is not text, endpoint runs that are not its samples, a time not known (NaN, inf): that GPU
+    is dropped, as a malformed block of ``history.json``; a value not known (NaN) reads as ``None``."""
+    history = _fed(range(20))
+    blob = _saved(tmp_path, history)
+    head, payload = _header(blob)
+    magic = b"gpuheal-history-raw 1\n"
+    gpus = json.loads(head[len(magic):-1])["gpus"]
+    size = 5 * 20 * 8
+    blocks = [bytearray(payload[i * size:(i + 1) * size]) for i in range(len(gpus))]
+    for alias_value, runs, t_bad, want_kept in (
+        (7, None, None, False),
+        (None, [["ok", 19]], None, False),
+        (None, [["ok", 20], ["ok", 0]], None, False),
+        (None, [[5, 20]], None, False),
+        (None, "ok", None, False),
+        (None, None, float("nan"), False),
+        (None, None, float("inf"), False),
+        (None, None, None, True),
+    ):
+        entry = list(gpus[1])
+        if alias_value is not None:
+            entry[0] = alias_value
+        if runs is not None:
+            entry[2] = runs
+        block = bytearray(blocks[1])
+        if t_bad is not None:
+            block[5 * 8 : 6 * 8] = struct.pack("<d", t_bad)
+        block[20 * 8 * 2 + 3 * 8 : 20 * 8 * 2 + 4 * 8] = struct.pack("<d", float("nan"))  # a VRAM value not known
+        body = magic + json.dumps({"gpus": [gpus[0], entry, gpus[2]]}).encode() + b"\n"
+        (tmp_path / "history-raw.bin").write_bytes(body + bytes(blocks[0]) + bytes(block) + bytes(blocks[2]))
+        with StateDir(tmp_path) as store:
+            back = load_history(store)
+            assert store.warnings == []
+        assert back.raw[ALIASES[0]] == history.raw[ALIASES[0]] and back.raw[ALIASES[2]] == history.raw[ALIASES[2]]
+        if want_kept:
+            cols = back.raw[ALIASES[1]]
+            assert cols["vram_used_mb"][3] is None and cols["vram_used_mb"][4] == history.raw[ALIASES[1]]["vram_used_mb"][4]
+            assert cols["t"] == history.raw[ALIASES[1]]["t"]
+        else:
+            assert set(back.raw) == {ALIASES[0], ALIASES[2]}
+
+
+def test_an_earlier_versions_history_json_wins_over_the_raw_tier_file(tmp_path):
+    """An earlier version (a downgrade) writes ``history.json`` with its raw tier and without naming the
+    ``.bin``: that tier is read, the ``.bin`` beside it (older) is not; the next save writes both anew."""
+    _saved(tmp_path, _fed(range(30)))
+    older = _fed(range(10, 25))
+    with StateDir(tmp_path) as store:
+        store.write(HISTORY, older.to_dict())  # as an earlier version wrote it (no "raw_file")
+        assert load_history(store) == older
+        store.write(HISTORY, {"raw": {}, "coarse": {}})  # an earlier version's, with no raw tier yet
+        assert load_history(store).raw == {}
+        named = {"raw": older.to_dict()["raw"], "coarse": {}, "raw_file": "history-raw.bin"}
+        store.write(HISTORY, named)  # a raw tier in it: it wins, whatever it names
+        assert load_history(store) == older and store.warnings == []
+
+
+def test_a_run_stopped_between_the_two_writes_leaves_the_newer_raw_tier(tmp_path):
+    """The ``.bin`` is written before ``history.json``: a run stopped between them leaves its raw tier beside
+    the ``history.json`` before, which names the same file; read together, the raw tier that run saved."""
+    _saved(tmp_path, _fed(range(30)))
+    newer = _fed(range(31))
+    with StateDir(tmp_path) as store:
+        store.write_bytes("history-raw.bin", raw_file(newer.raw))
+    with StateDir(tmp_path) as store:
+        assert load_history(store) == newer and store.warnings == []
+
+
+def test_a_raw_tier_file_damaged_anywhere_never_stops_the_load():
+    """Random bytes overwritten, inserted or cut anywhere in the file (header or payload): the reader returns
+    ``None`` (set aside) or GPUs whose columns are whole — never an exception, never a ragged column."""
+    import random
+
+    from gpuheal.state.history import read_raw_file
+
+    history = _fed(range(40))
+    history.raw["gpu-light"]["temp_c"][3] = None
+    blob = b"".join(raw_file(history.raw))
+    rng = random.Random(29)
+    for _ in range(400):
+        damaged = bytearray(blob)
+        at = rng.randrange(len(damaged))
+        kind = rng.randrange(3)
+        if kind == 0:
+            damaged[at : at + rng.randint(1, 8)] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        elif kind == 1:
+            damaged[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
+        else:
+            del damaged[at:]
+        raw = read_raw_file(bytes(damaged))
+        if raw is None:
+            continue
+        for cols in raw.values():
+            assert list(cols) == list(COLUMNS)
+            assert len({len(cols[c]) for c in COLUMNS}) == 1 and None not in cols["t"]
+            assert all(v is None or isinstance(v, float) for c in COLUMNS[1:-1] for v in cols[c])

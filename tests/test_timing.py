@@ -22,7 +22,7 @@ from gpuheal.core import engine, timing
 from gpuheal.core.engine import Finding, new_book
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.rules import BY_ID, thermal_warning
-from gpuheal.state import files
+from gpuheal.state import history_store
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
 from gpuheal.steps import check
@@ -111,8 +111,8 @@ def test_the_ramps_through_cron_with_a_state_directory_per_poll(seed, tmp_path):
             fired += [(i, f.issue) for f in result.evaluation.fired]
     assert fired == [(2, "thermal-warning"), (5, "thermal-rising")]
     with StateDir(tmp_path / "state", 1.0) as store:
-        stored = store.read(files.HISTORY, {})
-    assert History.from_dict(stored).raw[DENSE]["t"] == [o.at.timestamp() for o in trace]
+        stored = history_store.load_history(store)
+    assert stored.raw[DENSE]["t"] == [o.at.timestamp() for o in trace]
 
 
 # --------------------------------------------------------------------------- the principle

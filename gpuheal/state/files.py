@@ -11,7 +11,8 @@ BENCHMARK_REGRESSION = "benchmark-regression.json"
 CIRCUIT_BREAKER_STATUS = "circuit-breaker-status.json"
 AUDIT_LOG = "gpu-self-heal-log.jsonl"
 
-HISTORY = "history.json"          # state/history.py: the raw tier
+HISTORY = "history.json"          # state/history_store.py: names the tiers' files, indexes the coarse one
+HISTORY_RAW = "history-raw.bin"   # state/history.py: the raw tier (float64 columns, not JSON)
 HISTORY_COARSE = "history-coarse.json"  # state/history.py: the coarse tier, rewritten only when it changes
 # prometheus-trend.json: a source's own memory is named in its declaration (source_kinds/prometheus.py)
 ISSUES = "issues.json"            # core/engine.py: the issue book

@@ -51,7 +51,7 @@ class History:
     (:meth:`deferred`, ``history_store``'s index of the file): it is read when asked for — a bucket to fold
     in, one to age out, a GPU gone — as it would have been read at load, so no run decides anything else."""
 
-    __slots__ = ("raw", "_coarse", "_times", "_coarse_read", "_deferred", "_first_t", "coarse_stamp")
+    __slots__ = ("raw", "_coarse", "_times", "_coarse_read", "_deferred", "_first_t", "coarse_stamp", "listing")
 
     def __init__(
         self,
@@ -67,6 +67,7 @@ class History:
         self._deferred: Callable[[], Any] | None = None  # the coarse file's reader, while it is not read
         self._first_t: dict[str, float] | None = None  # meanwhile: each GPU's oldest bucket, as indexed
         self.coarse_stamp: tuple[int, ...] | None = None  # the coarse file's, as read (history_store's)
+        self.listing: Any = None  # history.json's data as read or last written (history_store's; None: neither)
 
     @classmethod
     def deferred(cls, data: Any, first_t: dict[str, float], read_coarse: Callable[[], Any]) -> History:
@@ -352,7 +353,12 @@ def _pack(values: list[Any]) -> str:
 
 
 def _packed(values: list[Any]) -> bytes:
-    """:func:`_pack`'s text as ASCII bytes: float64 little-endian, base64; ``None`` (or anything not a number) → NaN.
+    """:func:`_pack`'s text as ASCII bytes: :func:`_float64`, base64."""
+    return binascii.b2a_base64(_float64(values), newline=False)
+
+
+def _float64(values: list[Any]) -> bytes:
+    """The column as float64 little-endian; ``None`` (or anything not a number) → NaN.
 
     A column of numbers only (the usual one) is packed by ``struct`` in one call, the same bytes as
     ``array("d")`` in little-endian order: no scan for ``None`` and no array built first (a 100-GPU
@@ -360,7 +366,7 @@ def _packed(values: list[Any]) -> bytes:
     takes the path below, as does a column whose newest value is not known (it would fail only at its end)."""
     if not values or values[-1] is not None:
         try:
-            return binascii.b2a_base64(struct.pack(f"<{len(values)}d", *values), newline=False)
+            return struct.pack(f"<{len(values)}d", *values)
         except (struct.error, TypeError, OverflowError):
             pass
     if None in values:
@@ -371,7 +377,7 @@ def _packed(values: list[Any]) -> bytes:
         packed = array("d", [math.nan if _number_or_none(v) is None else v for v in values])
     if _BIG_ENDIAN:
         packed.byteswap()
-    return binascii.b2a_base64(packed.tobytes(), newline=False)
+    return packed.tobytes()
 
 
 def _unpack(text: Any, n: int) -> list[Any] | None:
@@ -384,6 +390,11 @@ def _unpack(text: Any, n: int) -> list[Any] | None:
         return None
     if len(raw) != 8 * n:
         return None
+    return _floats(raw)
+
+
+def _floats(raw: bytes) -> list[Any]:
+    """Inverse of :func:`_float64` (``len(raw)`` a multiple of 8): NaN and ±inf read as ``None``."""
     packed = array("d")
     packed.frombytes(raw)
     if _BIG_ENDIAN:
@@ -535,10 +546,18 @@ def _unpack_columns(block: dict[str, Any], times: dict[str, list[float]]) -> dic
         return None
     if known_t is None and isinstance(packed_t, str):
         times[packed_t] = cols["t"]
-    endpoint: list[Any] = []
-    runs = block.get("endpoint")
+    endpoint = _endpoint(block.get("endpoint"), n)
+    if endpoint is None:
+        return None
+    cols["endpoint"] = endpoint
+    return {c: cols[c] for c in COLUMNS}
+
+
+def _endpoint(runs: Any, n: int) -> list[Any] | None:
+    """The endpoint column from its runs (:func:`_runs`), ``None`` unless they are ``n`` states in runs."""
     if not isinstance(runs, list):
         return None
+    endpoint: list[Any] = []
     for run in runs:
         if (
             not isinstance(run, list)
@@ -550,7 +569,69 @@ def _unpack_columns(block: dict[str, Any], times: dict[str, list[float]]) -> dic
         ):
             return None
         endpoint.extend([run[0]] * run[1])
-    if len(endpoint) != n:
+    return endpoint if len(endpoint) == n else None
+
+
+# --------------------------------------------------------------------------- the raw tier's own file
+
+RAW_MAGIC = b"gpuheal-history-raw 1\n"  # the first line of history_store's RAW file (the format's version)
+_RAW_COLUMNS = ("t", *METRICS)  # a GPU's numeric columns in the file, in this order
+
+
+def raw_file(raw: dict[str, dict[str, list[Any]]]) -> Iterator[bytes]:
+    """The raw tier as one file, in pieces: :data:`RAW_MAGIC`, a line of JSON ``{"gpus": [[ALIAS, N, ENDPOINT
+    RUNS], ...]}``, then each GPU's five numeric columns (:data:`_RAW_COLUMNS`), ``N`` float64 each,
+    little-endian (NaN: not known), in the order of the line. The numbers as they are in memory, not base64 text
+    inside JSON: a 100-GPU fleet's ~2 MB raw tier was decoded from base64 and scanned by the JSON parser every
+    cron run (~19 ms of ~87 ms a run at a week's first day, issue 29), and encoded again to be written."""
+    gpus = [[_key_text(alias), len(cols["t"]), _runs(cols["endpoint"])] for alias, cols in raw.items()]
+    yield RAW_MAGIC + _json({"gpus": gpus}) + b"\n"
+    last_t: list[Any] | None = None
+    packed_t = b""
+    for cols in raw.values():
+        if cols["t"] != last_t:  # GPUs polled by the same runs share their times: packed once
+            last_t, packed_t = cols["t"], _float64(cols["t"])
+        yield b"".join([packed_t, *(_float64(cols[c]) for c in METRICS)])
+
+
+def read_raw_file(blob: bytes) -> dict[str, dict[str, list[Any]]] | None:
+    """Inverse of :func:`raw_file`; ``None`` when ``blob`` is not such a file (another version's, damaged,
+    truncated: every GPU's place in it is known only from the whole header and length). A GPU whose entry is
+    malformed — an alias that is not text, endpoint runs that are not its ``N`` states, a time not known — is
+    dropped, as :meth:`History.from_dict` drops a malformed block."""
+    if not blob.startswith(RAW_MAGIC):
         return None
-    cols["endpoint"] = endpoint
-    return {c: cols[c] for c in COLUMNS}
+    end = blob.find(b"\n", len(RAW_MAGIC))
+    try:
+        header = json.loads(blob[len(RAW_MAGIC) : end]) if end >= 0 else None
+    except (ValueError, RecursionError):
+        return None
+    gpus = header.get("gpus") if isinstance(header, dict) else None
+    if type(gpus) is not list or not all(type(g) is list and len(g) == 3 and type(g[1]) is int and g[1] >= 0
+                                         for g in gpus):
+        return None
+    if len(blob) - end - 1 != sum(8 * len(_RAW_COLUMNS) * g[1] for g in gpus):
+        return None
+    raw: dict[str, dict[str, list[Any]]] = {}
+    times: dict[bytes, list[Any]] = {}  # a t column shared by GPUs is decoded once (its floats shared)
+    pos = end + 1
+    for alias, n, runs in gpus:
+        spans = [blob[pos + 8 * n * i : pos + 8 * n * (i + 1)] for i in range(len(_RAW_COLUMNS))]
+        pos += 8 * n * len(_RAW_COLUMNS)
+        endpoint = _endpoint(runs, n)
+        if type(alias) is not str or endpoint is None:
+            continue
+        known = times.get(spans[0])
+        t = list(known) if known is not None else _floats(spans[0])
+        if known is None and None in t:
+            continue
+        times.setdefault(spans[0], t)
+        cols = {"t": t, **{c: _floats(span) for c, span in zip(METRICS, spans[1:], strict=True)}}
+        cols["endpoint"] = endpoint
+        raw[alias] = {c: cols[c] for c in COLUMNS}
+    return raw
+
+
+def _key_text(alias: Any) -> str:
+    """``alias`` as the JSON of :meth:`History.to_dict` names it (a key that is not text becomes text there)."""
+    return alias if type(alias) is str else next(iter(json.loads(json.dumps({alias: 0}))))

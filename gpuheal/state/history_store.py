@@ -13,25 +13,58 @@ minute (a 100-GPU week's end: ~5 MB of JSON, ~10 ms a run, issue 29). An earlier
 writes ``history.json`` without it; a file that is not the one indexed (another writer's, an operator's, one
 set aside) is read at load, as before. A coarse file damaged without its stamp changing is found at the next
 run that reads it (within ``coarse_bucket_s``) instead of at the next load.
+
+The raw tier itself is in ``history-raw.bin`` (:func:`gpuheal.state.history.raw_file`: the numbers as float64,
+no base64 inside JSON), and ``history.json``'s data names it (``raw_file``) with its own raw tier empty. A
+``history.json`` with a raw tier in it is an earlier version's (or one written after a downgrade): that tier
+wins and the ``.bin`` is ignored, as it is when ``history.json`` does not name it. A run stopped between the two
+writes (the ``.bin`` first) leaves the newer ``.bin`` beside the older ``history.json``: read together, the same
+raw tier the run saved. A damaged ``.bin`` is set aside with a warning and the raw tier starts empty, as a damaged
+``history.json`` does.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Iterable, Iterator
 from typing import Any
 
 from gpuheal.state import files
-from gpuheal.state.history import History
+from gpuheal.state.history import History, raw_file, read_raw_file
 from gpuheal.state.store import StateDir
 
 INDEX = "coarse_file"  # history.json's data: the coarse file's stamp and each GPU's oldest bucket
+RAW = "raw_file"  # history.json's data: the name of the raw tier's own file (files.HISTORY_RAW)
 
 
 def load_history(store: StateDir) -> History:
-    """The recorded history (either layout); a corrupt file is set aside and its tier starts empty."""
+    """The recorded history (any layout); a corrupt file is set aside and its tier starts empty."""
     data = store.read(files.HISTORY, {})
+    raw = _read_raw(store, data)
+    history = _with_coarse(store, data if raw is None else {**data, "raw": {}})
+    if raw is not None:
+        history.raw = raw
+        history.listing = data  # this layout's: left as it is while it says the same
+    return history
+
+
+def _read_raw(store: StateDir, data: Any) -> dict[str, dict[str, list[Any]]] | None:
+    """The raw tier from its own file when ``history.json``'s ``data`` names it and holds none itself; ``None``:
+    the tier is ``data``'s (an earlier layout, or none). A file that is not one is set aside: no raw tier."""
+    if not isinstance(data, dict) or data.get(RAW) != files.HISTORY_RAW:
+        return None
+    own = data.get("raw")
+    if isinstance(own, dict) and own:
+        return None
+    blob = store.read_bytes(files.HISTORY_RAW)
+    raw = read_raw_file(blob) if blob is not None else {}
+    if raw is None:
+        store.set_aside(files.HISTORY_RAW, "not a raw history file of this version")
+        return {}
+    return raw
+
+
+def _with_coarse(store: StateDir, data: Any) -> History:
+    """The history of ``history.json``'s ``data`` with its coarse tier (read now, or deferred by the index)."""
     stamp = store.stamp(files.HISTORY_COARSE)
     first_t = _indexed(data, stamp)
     if first_t is not None:
@@ -43,12 +76,13 @@ def load_history(store: StateDir) -> History:
 
 
 def save_history(store: StateDir, history: History) -> None:
-    """Both tiers: the coarse file first, only when it changed (removed when the tier is empty), then
-    ``history.json`` with its index of the coarse file. A run stopped between the two leaves buckets in
-    both files, or the earlier layout's in ``history.json``: read back, the samples folded twice are folded
-    once (``History.compact`` never folds a bucket again), an earlier layout's coarse tier wins over its
-    coarse file, and the index names the file before: not this one, which is read."""
-    data, coarse = history.encoded_files()  # the text of History.to_files' documents
+    """Both tiers: the coarse file first, only when it changed (removed when the tier is empty), the raw tier's
+    file, then ``history.json`` with its index of the coarse file, when that changed (the same data: not
+    written). A run stopped between the coarse file and ``history.json`` leaves buckets in both files, or the
+    earlier layout's in ``history.json``: read back, the samples folded twice are folded once
+    (``History.compact`` never folds a bucket again), an earlier layout's coarse tier wins over its coarse
+    file, and the index names the file before: not this one, which is read."""
+    coarse = history.encoded_files()[1]  # the coarse file's text, None when it holds the tier already
     stamp = history.coarse_stamp
     if coarse is not None:
         if history.coarse_gpus():
@@ -59,20 +93,13 @@ def save_history(store: StateDir, history: History) -> None:
             stamp = None
         history.coarse_stamp = stamp
     first_t = history.coarse_index() if stamp is not None else None
-    index = b"" if first_t is None else b',"%s":%s' % (INDEX.encode(), json.dumps(
-        {"stamp": list(stamp or ()), "first_t": first_t}, separators=(",", ":"), allow_nan=False).encode("ascii"))
-    store.write_encoded(files.HISTORY, _before_last_brace(data, index))  # a few large packed strings
-
-
-def _before_last_brace(pieces: Iterable[bytes], extra: bytes) -> Iterator[bytes]:
-    """The pieces of a JSON object with ``extra`` (``,"key":value``) inserted before its closing brace."""
-    last = None
-    for piece in pieces:
-        if last is not None:
-            yield last
-        last = piece
-    if last is not None:
-        yield last[:-1] + extra + b"}"
+    doc: dict[str, Any] = {"raw": {}, "coarse": {}, RAW: files.HISTORY_RAW}
+    if first_t is not None:
+        doc[INDEX] = {"stamp": list(stamp or ()), "first_t": first_t}
+    store.write_bytes(files.HISTORY_RAW, raw_file(history.raw))  # before the file that names it
+    if doc != history.listing:  # it changes with the coarse file only (once every coarse_bucket_s)
+        store.write(files.HISTORY, doc)
+        history.listing = doc
 
 
 def _indexed(data: Any, stamp: tuple[int, ...] | None) -> dict[str, float] | None:

@@ -260,6 +260,18 @@ class StateDir:
         head = b'{"schema_version":%d,"data":' % SCHEMA_VERSION
         self._atomic_write(self.path / name, _buffered(itertools.chain((head,), data, (b"}\n",)), b""))
 
+    def write_bytes(self, name: str, pieces: Iterable[bytes]) -> None:
+        """Atomically replace ``name`` with the concatenated ``pieces`` (a file that is not JSON: the raw
+        history's float64 columns, :func:`gpuheal.state.history.raw_file`), in ~1 MB writes."""
+        self._atomic_write(self.path / name, _buffered(pieces, b""))
+
+    def read_bytes(self, name: str) -> bytes | None:
+        """File ``name``'s bytes; ``None`` when absent (its reader judges them, and sets a damaged one aside)."""
+        try:
+            return (self.path / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
     def stamp(self, name: str) -> tuple[int, int, int, int] | None:
         """File ``name``'s (inode, size, mtime_ns, ctime_ns), ``None`` when absent: every write of it (a new
         file renamed over it) and every edit changes it, which a reader that indexed it checks (the coarse

@@ -110,18 +110,21 @@ def run(
     record: Path | None = None,
     obs: Observation | None = None,
     transports: TransportPool | None = None,
+    heal_state: HealState | None = None,
 ) -> CheckResult:
     """One straight line: the plan, the poll (sensed, or ``obs`` given), its record, the rules' judgement
     (:func:`gpuheal.steps.evaluate.run_full`), what this run keeps for the next (:func:`_keep`), the health
     document. ``transports``: the run's transport
     pool (``heal`` shares its SSH connections with the smi sensing of a config without gpu-monitor: one
-    connection per host per run)."""
+    connection per host per run). ``heal_state``: ``heal-state.json`` as its caller read it under this lock
+    (``heal``'s books), so that a run parses it once; ``None``: read here."""
     from gpuheal.core.coverage import from_litellm, rules_off
     from gpuheal.rules import ALL
     from gpuheal.rules.model_stuck.memory import progress_columns
     from gpuheal.steps import evaluate
 
-    heal_state = HealState.from_json(store.read(files.HEAL, {}))  # read once: for the plan and the rules
+    if heal_state is None:  # read once: for the plan and the rules
+        heal_state = HealState.from_json(store.read(files.HEAL, {}))
     plan = plan_check(cfg, heal_state, store if obs is None else None, now)  # a poll's plan when it senses
     memory_doc = None  # what the source leaves for the next run, written with the history below
     if obs is None:

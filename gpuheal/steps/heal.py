@@ -127,8 +127,8 @@ class Heal:
 
         if gpu_filter and gpu_filter not in self.cfg.aliases and gpu_filter != "fleet":
             raise GpuhealError(f"--gpu {gpu_filter!r}: no such alias (known: {', '.join(self.cfg.aliases)})")
-        try:  # the pool opens a connection only if smi sensing (or its Rule 7.3 fallback) asks for one
-            return check.run(self.cfg, self.store, self.now, transports=self.effects.sensing())
+        try:  # the pool opens a connection only if smi sensing asks for one; the heal state is the books' (read once)
+            return check.run(self.cfg, self.store, self.now, None, None, self.effects.sensing(), self.ledger.state)
         except BaseException:
             self.effects.close()
             raise
