@@ -816,6 +816,7 @@ def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) 
 _ENDPOINTS: dict[Any, tuple[bool, str, int, str, str]] = {}
 _HEADS: dict[tuple[bytes, int, bool], _Head | None] = {}
 _MAX_REMEMBERED = 4096
+_UNPARSED: Any = object()  # not in _HEADS (a parsed head may be None)
 _MAX_REMEMBERED_BYTES = 4096  # a longer head is not remembered (the memo's memory stays small)
 
 
@@ -841,9 +842,8 @@ def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
     end = raw.find(b"\r\n\r\n", 0, _MAX_REMEMBERED_BYTES + 4)
     if end >= 0:
         key = (raw[:end], ask.max_bytes, ask.method == "HEAD")
-        if key in _HEADS:
-            head = _HEADS[key]
-        else:
+        head = _HEADS.get(key, _UNPARSED)  # None: an interim answer's head (1xx)
+        if head is _UNPARSED:
             try:
                 head = _parse_head(*key)
             except (_Invalid, _Oversized):
