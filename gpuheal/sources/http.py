@@ -355,8 +355,9 @@ def _request_head(host: str, port: int, tls: bool, path: str, query: str, ask: A
         fields += f"Content-Length: {len(ask.body)}\r\n"
     if _BAD_TARGET.search(target):
         raise ValueError("the request target holds a space or a control character")
-    if ask.headers and any(_BAD_HEADER.search(text) for pair in ask.headers for text in pair):
-        raise ValueError("a request header holds CR, LF or NUL")
+    for name, value in ask.headers:
+        if _BAD_HEADER.search(name) or _BAD_HEADER.search(value):
+            raise ValueError("a request header holds CR, LF or NUL")
     shown = f"[{host}]" if ":" in host else host
     if port != (443 if tls else 80):  # as http.client: the default port goes unsaid
         shown = f"{shown}:{port}"
