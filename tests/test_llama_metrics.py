@@ -428,7 +428,8 @@ def _server_line(draw):
     if kind == "type":
         return f"# TYPE llamacpp:{key} {draw(st.sampled_from(['gauge', 'counter', 'gauge ', 'untyped']))}"
     if kind == "sample":
-        return f"llamacpp:{key} {draw(st.one_of(st.integers(0, 10**7).map(str), st.floats(0, 1e16).map(repr), _NUMBERS))}"
+        value = draw(st.one_of(st.integers(0, 10**7).map(str), st.floats(0, 1e16).map(repr), _NUMBERS))
+        return f"llamacpp:{key} {value}"
     if kind == "plain":
         return draw(_plain_line())
     if kind == "real":

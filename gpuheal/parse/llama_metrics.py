@@ -86,7 +86,8 @@ class Slots:
 def parse_metrics(text: str, *, fast_path: bool = True) -> ServerMetrics:
     """Prometheus text → :class:`ServerMetrics`. Raises :class:`InvalidMetrics` only.
 
-    ``fast_path``: read the plain lines a llama-server writes without the Prometheus parser
+    ``fast_path``: read the plain lines a llama-server writes without the Prometheus parser — a body of
+    nothing else by two regex passes over its whole text (:func:`_whole_body_samples`), else line by line
     (:func:`_plain_samples`); any other line sends the whole body through the parser.
     ``fast_path=False`` is the parser alone, which the property tests compare it with."""
     if not isinstance(text, str):
