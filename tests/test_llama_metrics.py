@@ -405,3 +405,119 @@ def test_every_line_of_a_real_body_is_sorted_by_look_up(monkeypatch):
     want = lm._wanted_lines(body)
     monkeypatch.setattr(lm, "_sorted_line", lambda line: pytest.fail(f"sorted by the general rules: {line!r}"))
     assert lm._wanted_lines(body) == want
+
+
+# A body of a llama-server's own plain lines is read by two regex passes over the whole text (issue 29, wave 12);
+# what it reads is what the line-by-line path reads of it, and any other body goes line by line.
+from gpuheal.parse.llama_metrics import _plain_samples, _whole_body_samples  # noqa: E402
+from gpuheal.sim.llama import metrics_text  # noqa: E402
+
+_BREAKS = st.sampled_from(["\n"] * 30 + ["\r\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028",
+                                        "\u2029", "\n\n", ""])
+
+
+@st.composite
+def _server_line(draw):
+    """A line a llama-server writes (of a series read or not), or one edited a little: the whole-body path's
+    ground and its edges."""
+    key = draw(st.sampled_from([*ServerMetrics.__dataclass_fields__, *_UNREAD, "n_decode"]))
+    key = key if key != "problems" else "n_decode_total"
+    kind = draw(st.sampled_from(["help", "type", "sample", "sample", "plain", "plain", "real", "real", "edited"]))
+    if kind == "help":
+        return f"# HELP llamacpp:{key} {draw(st.text(max_size=12))}"
+    if kind == "type":
+        return f"# TYPE llamacpp:{key} {draw(st.sampled_from(['gauge', 'counter', 'gauge ', 'untyped']))}"
+    if kind == "sample":
+        value = draw(st.one_of(st.integers(0, 10**7).map(str), st.floats(0, 1e16).map(repr), _NUMBERS))
+        return f"llamacpp:{key} {value}"
+    if kind == "plain":
+        return draw(_plain_line())
+    if kind == "real":
+        return draw(st.sampled_from(real("metrics-busy-deferred.txt").splitlines()))
+    return draw(_ANY_LINE)
+
+
+def _joined(lines, breaks):
+    return "".join(line + brk for line, brk in zip(lines, breaks, strict=False))
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_server_line(), max_size=16), st.lists(_BREAKS, min_size=16, max_size=16))
+def test_the_whole_body_path_reads_what_the_line_by_line_path_reads(lines, breaks):
+    text = _joined(lines, breaks)
+    got = _whole_body_samples(text)
+    if got is not None:
+        keep, foreign = _wanted_lines(text)
+        assert not foreign and got == _plain_samples(keep)
+        assert [type(v) for vs in got.values() for v in vs] == [type(v) for vs in _plain_samples(keep).values()
+                                                                 for v in vs]
+    assert _outcome(text, True) == _outcome(text, False)
+
+
+_READ = [key for key in ServerMetrics.__dataclass_fields__ if key != "problems"]
+_PRINTABLE_ASCII = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30)
+
+
+@st.composite
+def _on_path_line(draw):
+    """A line the whole-body path takes: any HELP text (ASCII, no line break), a TYPE line as a llama-server
+    writes it, a plain sample of a series read, anything after the name of a series not read."""
+    kind = draw(st.sampled_from(["help", "type", "read", "read", "unread"]))
+    if kind == "help":
+        return f"# HELP llamacpp:{draw(_PRINTABLE_ASCII)}"
+    if kind == "type":
+        key = draw(st.sampled_from([*_READ, *_UNREAD]))
+        kinds = ["gauge", "counter"] if key in _UNREAD or key.endswith("_total") else ["gauge"]
+        return f"# TYPE llamacpp:{key} {draw(st.sampled_from(kinds))}"
+    if kind == "read":
+        value = draw(st.one_of(st.integers(-10**20, 10**20).map(str), st.floats(allow_nan=False,
+                                                                                  allow_infinity=False).map(repr),
+                               st.sampled_from(["+5", "5.", ".5", "1E3", "-0", "007", "1e-400", "1e400"])))
+        return f"llamacpp:{draw(st.sampled_from(_READ))} {value}"
+    return f"llamacpp:{draw(st.sampled_from(_UNREAD))} {draw(_PRINTABLE_ASCII)}"
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_on_path_line(), max_size=24), st.booleans())
+def test_the_whole_body_path_on_its_own_ground_reads_what_the_parser_reads(lines, last_break):
+    text = "\n".join(lines) + ("\n" if last_break and lines else "")
+    got = _whole_body_samples(text)
+    assert got is not None and got == _plain_samples(_wanted_lines(text)[0])
+    assert _outcome(text, True) == _outcome(text, False)
+
+
+def test_the_whole_body_path_takes_a_real_and_a_simulated_body(monkeypatch):
+    """The point of it: a llama-server's answer (and the sim's) is read without a Python step per line."""
+    import gpuheal.parse.llama_metrics as lm
+
+    sim = metrics_text({"n_decode_total": 383, "predicted_tokens_seconds": 1.98956, "requests_processing": 2}).decode()
+    bodies = [real(name) for name in ("metrics-busy-deferred.txt", "metrics-after.txt", "metrics-sleeping.txt")]
+    want = [parse_metrics(body, fast_path=False) for body in [*bodies, sim]]
+    monkeypatch.setattr(lm, "_wanted_lines", lambda text: pytest.fail("read line by line"))
+    assert [parse_metrics(body) for body in [*bodies, sim]] == want
+    assert want[-1].n_decode_total == 383 and want[-1].requests_processing == 2
+
+
+@pytest.mark.parametrize(("edit", "off_path"), [
+    (lambda b: b.replace("\n", "\r\n"), True),  # CRLF: line by line
+    (lambda b: b.replace("_total Total number", "_total \x85Total number"), True),  # a break splitlines sees
+    (lambda b: b.replace("_total Total number", "_total \u2028Total number"), True),
+    (lambda b: b.replace("_total Total number", "_total \x0bTotal number"), True),
+    (lambda b: b.replace("_total Total number", "_total Total númber"), True),  # not ASCII
+    (lambda b: b.replace("llamacpp:n_decode_total 383", "llamacpp:n_decode_total NaN"), True),
+    (lambda b: b.replace("llamacpp:requests_deferred 1", "llamacpp:requests_deferred 1 1700000000000"), True),
+    (lambda b: b.replace("# TYPE llamacpp:requests_processing gauge", "# TYPE llamacpp:requests_processing counter"),
+     True),
+    (lambda b: b.replace("llamacpp:n_tokens_max 385", 'llamacpp:n_tokens_max{a="b"} 385'), True),
+    (lambda b: b + "\n", True),  # a blank line
+    (lambda b: b + "process_cpu_seconds_total 1\n", True),  # a foreign series
+    (lambda b: b.replace("llamacpp:n_decode_total 383", "llamacpp:n_decode_total -3"), False),  # read, not known
+    (lambda b: b + "llamacpp:n_decode_total 7", False),  # the same series twice, no last break: a problem
+    (lambda b: b.replace("llamacpp:n_tokens_max 385", "llamacpp:n_tokens_max junk"), False),  # not read
+])
+def test_an_edited_body_reads_as_the_parser_reads_it(edit, off_path):
+    body = real("metrics-busy-deferred.txt")
+    edited = edit(body)
+    assert edited != body
+    assert (_whole_body_samples(edited) is None) == off_path
+    assert _outcome(edited, True) == _outcome(edited, False)

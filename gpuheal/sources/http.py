@@ -329,28 +329,43 @@ _BAD_HEADER = re.compile(r"[\r\n\x00]")  # what would end a header line early: h
 
 
 def _request_bytes(job: _Job, ask: Ask) -> bytes:
-    """The request's bytes. Raises ValueError for a target or header that would break the framing
-    (a control character or space in the target, CR/LF/NUL in a header: header injection) or that
-    is not latin-1, as ``http.client`` refuses them."""
-    host = f"[{job.host}]" if ":" in job.host else job.host
-    target = (job.path.rstrip("/") + ask.path if ask.path else job.path or "/") + job.query
-    asked = {name.lower() for name, _ in ask.headers}
-    if job.port != (443 if job.tls else 80):  # as http.client: the default port goes unsaid
-        host = f"{host}:{job.port}"
-    lines = [f"{ask.method} {target} HTTP/1.1", f"Host: {host}"]
-    lines += [f"{name}: {value}" for name, value in _DEFAULT_HEADERS if name.lower() not in asked]
-    lines += [f"{name}: {value}" for name, value in ask.headers]
+    """The request's bytes (:func:`_request_head` of the job's endpoint)."""
+    return _request_head(job.host, job.port, job.tls, job.path, job.query, ask)
+
+
+# the default headers' lines, and their names as a caller's own would replace them
+_DEFAULT_LINES = tuple((name.lower(), f"{name}: {value}") for name, value in _DEFAULT_HEADERS)
+_DEFAULT_FIELDS = "".join(f"{line}\r\n" for _, line in _DEFAULT_LINES)
+
+
+def _request_head(host: str, port: int, tls: bool, path: str, query: str, ask: Ask) -> bytes:
+    """The bytes of ``ask`` to an endpoint (its ``path`` and ``query``: ``"?..."`` or ``""``). Raises ValueError for
+    a target or header that would break the framing (a control character or space in the target, CR/LF/NUL in a
+    header: header injection) or that is not latin-1, as ``http.client`` refuses them. An ask without headers of
+    its own (``/health``) sends the default ones, joined once (issue 29: a poll of the chaos fleet makes ~300)."""
+    target = (path.rstrip("/") + ask.path if ask.path else path or "/") + query
+    if ask.headers:
+        asked = {name.lower() for name, _ in ask.headers}
+        lines = [line for name, line in _DEFAULT_LINES if name not in asked]
+        lines += [f"{name}: {value}" for name, value in ask.headers]
+        fields = "\r\n".join(lines) + "\r\n"
+    else:
+        fields = _DEFAULT_FIELDS
     if ask.body is not None:
-        lines.append(f"Content-Length: {len(ask.body)}")
+        fields += f"Content-Length: {len(ask.body)}\r\n"
     if _BAD_TARGET.search(target):
         raise ValueError("the request target holds a space or a control character")
-    if any(_BAD_HEADER.search(text) for pair in ask.headers for text in pair):
-        raise ValueError("a request header holds CR, LF or NUL")
+    for name, value in ask.headers:
+        if _BAD_HEADER.search(name) or _BAD_HEADER.search(value):
+            raise ValueError("a request header holds CR, LF or NUL")
+    shown = f"[{host}]" if ":" in host else host
+    if port != (443 if tls else 80):  # as http.client: the default port goes unsaid
+        shown = f"{shown}:{port}"
     try:
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        head = f"{ask.method} {target} HTTP/1.1\r\nHost: {shown}\r\n{fields}\r\n".encode("latin-1")
     except UnicodeEncodeError:  # its message would quote a character of the header (a secret, maybe)
         raise ValueError("a request header or target is not latin-1 text") from None
-    return head + (ask.body or b"")
+    return head + ask.body if ask.body else head
 
 
 def _os_fault(exc: OSError, elapsed: float, reused_quietly: bool) -> HttpFault | None:
@@ -784,7 +799,7 @@ def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) 
             answer = HttpFault("invalid", "not an http(s) URL with a host and a valid port")
             continue
         try:
-            got = network.answer(host, port, _asked_bytes(gen, host, port, tls, path, query, ask))
+            got = network.answer(host, port, _request_head(host, port, tls, path, query, ask))
         except ValueError as exc:
             answer = HttpFault("invalid", printable(f"cannot send this request: {exc}"))
             continue
@@ -800,10 +815,10 @@ def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) 
 
 
 _ENDPOINTS: dict[Any, tuple[bool, str, int, str, str]] = {}
-_ASKED: dict[tuple[Any, ...], bytes] = {}
 _HEADS: dict[tuple[bytes, int, bool], _Head | None] = {}
 _MAX_REMEMBERED = 4096
-_MAX_REMEMBERED_BYTES = 4096  # a longer head or request body is not remembered (the memos' memory stays small)
+_UNPARSED: Any = object()  # not in _HEADS (a parsed head may be None)
+_MAX_REMEMBERED_BYTES = 4096  # a longer head is not remembered (the memo's memory stays small)
 
 
 def _endpoint(parts: Any) -> tuple[bool, str, int, str, str]:
@@ -820,26 +835,6 @@ def _endpoint(parts: Any) -> tuple[bool, str, int, str, str]:
     return got
 
 
-def _asked_bytes(gen: Exchange, host: str, port: int, tls: bool, path: str, query: str, ask: Ask) -> bytes:
-    """:func:`_request_bytes`, remembered on :class:`Network` (issue 29): a poll asks the same few
-    requests of every server every minute. Pure: the same endpoint and :class:`Ask` give the same bytes
-    (or the same ValueError, not remembered). The one bytes object also keeps its hash, which the sim's
-    own parse memo (``gpuheal.sim.inprocess``) looks it up by."""
-    if ask.body is not None and len(ask.body) > _MAX_REMEMBERED_BYTES:
-        return _request_bytes(_Job(None, gen, host, port, path, query, 0.0, 0.0, tls=tls), ask)
-    key = (host, port, tls, path, query, ask.method, ask.path, ask.headers, ask.body)  # not Ask's own __hash__: slower
-    try:
-        got = _ASKED.get(key)
-    except TypeError:  # an Ask whose headers are not a tuple: not hashable, not remembered
-        return _request_bytes(_Job(None, gen, host, port, path, query, 0.0, 0.0, tls=tls), ask)
-    if got is None:
-        got = _request_bytes(_Job(None, gen, host, port, path, query, 0.0, 0.0, tls=tls), ask)
-        if len(_ASKED) >= _MAX_REMEMBERED:
-            _ASKED.clear()
-        _ASKED[key] = got
-    return got
-
-
 def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
     """A whole answer (the peer then closed) through :class:`_Response`, as :meth:`_Loop._receive`
     and :meth:`_Loop._eof` take it. An answer whose head announces a length its body fills is cut
@@ -848,9 +843,8 @@ def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
     end = raw.find(b"\r\n\r\n", 0, _MAX_REMEMBERED_BYTES + 4)
     if end >= 0:
         key = (raw[:end], ask.max_bytes, ask.method == "HEAD")
-        if key in _HEADS:
-            head = _HEADS[key]
-        else:
+        head = _HEADS.get(key, _UNPARSED)  # None: an interim answer's head (1xx)
+        if head is _UNPARSED:
             try:
                 head = _parse_head(*key)
             except (_Invalid, _Oversized):
@@ -886,11 +880,11 @@ _PARTS: dict[str, Any] = {}
 
 
 def forget_remembered() -> None:
-    """Empty this module's memos (:func:`_endpoint`, :func:`_asked_bytes`, :func:`_framed`'s heads,
+    """Empty this module's memos (:func:`_endpoint`, :func:`_framed`'s heads,
     :func:`_http_parts`), as a new process starts empty. Cron starts a new process for every run, so a
     benchmark that runs many runs in one process (``benchmarks/chaos.py``) calls this between them, to pay
     what cron pays rather than reuse the minute before's work (issue 29)."""
-    for memo in (_ENDPOINTS, _ASKED, _HEADS, _PARTS):
+    for memo in (_ENDPOINTS, _HEADS, _PARTS):
         memo.clear()
 
 
