@@ -79,6 +79,13 @@ def test_the_index_gives_each_results_check_fields_and_no_others():
     [old] = [r for r in light["results"][STRIX] if r["gen_tok_s"] == 120.0]
     assert "source" not in old and "slots" not in old and old["n_ctx"] == "big"  # absent, not None
     assert all(set(r) <= set(benchdata.CHECK_FIELDS) for items in light["results"].values() for r in items)
+    assert list(light["results"]) == list(data["results"])  # the GPUs in the file's order
+
+
+def test_results_out_of_order_across_gpus_are_an_index():
+    """Each GPU's results are in time order; one GPU's may start before the last of the one before it."""
+    data = benchdata.normalise({"results": {DENSE: [{"at": 10.0}, {"at": 20.0}], LIGHT: [{"at": 5.0}], STRIX: []}})
+    assert benchdata.from_index(encoded(benchdata.to_index(data, (1,))), (1,)) == data
 
 
 def test_every_check_field_goes_through_the_index():
@@ -97,35 +104,44 @@ def test_an_index_of_another_file_or_version_is_not_used():
 
 def _damaged() -> list[tuple[str, Any]]:
     good = encoded(benchdata.to_index(week(), (7, 9)))
-    dense = good["results"][DENSE]
-    at, rest = dense[0], dense[1:]
+    at, rest = good["columns"][0], good["columns"][1:]
+    n_dense = good["gpus"][DENSE]
+    assert list(good["gpus"])[0] == DENSE and good["absent"]  # DENSE's rows come first; some fields absent
 
-    def with_dense(columns: Any) -> dict[str, Any]:
-        return {**good, "results": {**good["results"], DENSE: columns}}
+    def with_columns(columns: Any) -> dict[str, Any]:
+        return {**good, "columns": columns}
+
+    def with_at(i: int, value: Any) -> dict[str, Any]:
+        return with_columns([[*at[:i], value, *at[i + 1:]], *rest])
 
     return [
         ("junk", "junk"), ("a list", [good]), ("null", None), ("a number", 7),
-        ("results not a dict", {**good, "results": [1, 2]}),
-        ("absent not a dict", {**good, "absent": "x"}),
-        ("columns not a list", with_dense({"at": at})),
-        ("a column missing", with_dense(dense[:-1])),
-        ("a column not a list", with_dense([at, *rest[:-1], 7])),
-        ("columns of different lengths", with_dense([at, *rest[:-1], rest[-1][:-1]])),
-        ("a NaN at", with_dense([[math.nan, *at[1:]], *rest])),
-        ("an infinite at", with_dense([[math.inf, *at[1:]], *rest])),
-        ("a huge integer at", with_dense([[10**400, *at[1:]], *rest])),
-        ("a string at", with_dense([["08:00", *at[1:]], *rest])),
-        ("a boolean at", with_dense([[True, *at[1:]], *rest])),
-        ("at out of order", with_dense([[at[1], at[0], *at[2:]], *rest])),
-        ("absent: at", {**good, "absent": {DENSE: {"at": [0]}}}),
-        ("absent: an unknown field", {**good, "absent": {DENSE: {"model": [0]}}}),
-        ("absent: a row out of range", {**good, "absent": {DENSE: {"slots": [len(at)]}}}),
-        ("absent: a negative row", {**good, "absent": {DENSE: {"slots": [-1]}}}),
-        ("absent: a row twice", {**good, "absent": {DENSE: {"slots": [0, 0]}}}),
-        ("absent: a float row", {**good, "absent": {DENSE: {"slots": [0.0]}}}),
-        ("absent: rows not a list", {**good, "absent": {DENSE: {"slots": 0}}}),
-        ("absent: not a dict", {**good, "absent": {DENSE: ["slots"]}}),
-        ("absent: a GPU without results", {**good, "absent": {**good["absent"], "nobody": {"slots": [0]}}}),
+        ("gpus not a dict", {**good, "gpus": list(good["gpus"])}),
+        ("a count not an integer", {**good, "gpus": {**good["gpus"], DENSE: float(n_dense)}}),
+        ("a count a boolean", {**good, "gpus": {**good["gpus"], "nobody": True}}),
+        ("a negative count", {**good, "gpus": {**good["gpus"], LIGHT: -1, STRIX: good["gpus"][STRIX] + 1}}),
+        ("counts that miss rows", {**good, "gpus": {**good["gpus"], DENSE: n_dense - 1}}),
+        ("counts past the rows", {**good, "gpus": {**good["gpus"], DENSE: n_dense + 1}}),
+        ("columns not a list", with_columns({"at": at})),
+        ("a column missing", with_columns(good["columns"][:-1])),
+        ("a column not a list", with_columns([at, *rest[:-1], 7])),
+        ("columns of different lengths", with_columns([at, *rest[:-1], rest[-1][:-1]])),
+        ("a NaN at", with_at(0, math.nan)),
+        ("an infinite at", with_at(1, -math.inf)),
+        ("a huge integer at", with_at(0, 10**400)),
+        ("a string at", with_at(0, "08:00")),
+        ("a boolean at", with_at(0, True)),
+        ("a null at", with_at(0, None)),
+        ("at out of order within a GPU", with_at(1, at[0] - 1)),
+        ("absent: at", {**good, "absent": {"at": [0]}}),
+        ("absent: an unknown field", {**good, "absent": {"model": [0]}}),
+        ("absent: a row out of range", {**good, "absent": {"slots": [len(at)]}}),
+        ("absent: a negative row", {**good, "absent": {"slots": [-1]}}),
+        ("absent: a row twice", {**good, "absent": {"slots": [0, 0]}}),
+        ("absent: a float row", {**good, "absent": {"slots": [0.0]}}),
+        ("absent: rows not a list", {**good, "absent": {"slots": 0}}),
+        ("absent: not a dict", {**good, "absent": ["slots"]}),
+        ("absent: missing", {k: v for k, v in good.items() if k != "absent"}),
     ]
 
 
