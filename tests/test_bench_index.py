@@ -47,7 +47,8 @@ def week() -> dict[str, Any]:
     data = benchdata.empty()
     data["results"][DENSE] = [result(-600 + 60 * i, 74.0 - (20 if 3 <= i <= 6 else 0)) for i in range(9)]
     data["results"][DENSE].insert(4, result(-355, None))
-    data["results"][LIGHT] = [result(-300, 169.0), result(-240, None, ok=False, error="unauthorized", key_sent="sk-…9f"),
+    data["results"][LIGHT] = [result(-300, 169.0),
+                              result(-240, None, ok=False, error="unauthorized", key_sent="sk-…9f"),
                               result(-200, 150.0, source="monitor", n_ctx=None, slots=None)]
     old = result(-100, 120.0, n_ctx="big")
     del old["source"], old["slots"]
