@@ -34,6 +34,7 @@ warns when they differ by more than 10 %. A baseline that is not a finite positi
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 FILE = "bench-results.json"
@@ -82,6 +83,104 @@ def normalise(data: Any) -> dict[str, Any]:
     return out
 
 
+# --------------------------------------------------------------------------- check's index
+# ``check`` runs every minute and reads, of each result, only what Rules 4, 9 and 8 (api-key-mismatch) and
+# gpu-monitor's readings (rules/benchmark_regression/monitor) read: CHECK_FIELDS. A 100-GPU week holds ~3,000
+# results of ~16 fields each (a 35-day file five times that); decoding and normalising them all was ~10 ms of
+# every run late in the week (issue 29). So every writer of ``bench-results.json`` also writes its index
+# (``bench-index.json``, :mod:`gpuheal.steps.bench_store`): those fields of every result, in columns, with
+# the baselines, keyed by the results file's stamp (its size and CRC-32: what it holds, not when it was
+# written). A rule that reads another field of a result must add it here.
+CHECK_FIELDS: tuple[str, ...] = ("at", "gen_tok_s", "ok", "source", "error", "n_ctx", "slots")
+INDEX_VERSION = 1
+
+
+def to_index(data: dict[str, Any], stamp: tuple[int, ...]) -> dict[str, Any]:
+    """The index of normalised ``data`` (:func:`normalise`'s), as written under ``stamp``.
+
+    ``{"version": 1, "stamp": [...], "fields": CHECK_FIELDS, "gpus": {ALIAS: number of results}, "columns":
+    [column, ...] (one per field: every GPU's results in turn, oldest first), "absent": {FIELD: [row, ...]}
+    (results without that field: an earlier version's, which readers tell from ``None``: ``source``
+    defaults to ``bench``), "baselines": ..., "monitor_baselines": ...}``. One table for the fleet, not
+    one per GPU: reading it back is a few passes in C over each column, whatever the number of GPUs."""
+    rows = [r for items in data["results"].values() for r in items]
+    absent = {f: [i for i, r in enumerate(rows) if f not in r] for f in CHECK_FIELDS[1:]}
+    return {
+        "version": INDEX_VERSION,
+        "stamp": list(stamp),
+        "fields": list(CHECK_FIELDS),
+        "gpus": {alias: len(items) for alias, items in data["results"].items()},
+        "columns": [[r.get(f) for r in rows] for f in CHECK_FIELDS],
+        "absent": {f: found for f, found in absent.items() if found},
+        "baselines": data["baselines"],
+        "monitor_baselines": data.get("monitor_baselines", {}),
+    }
+
+
+def from_index(doc: Any, stamp: tuple[int, ...] | None) -> dict[str, Any] | None:
+    """The results as ``check`` reads them (each result holding CHECK_FIELDS only; :func:`normalise`'s
+    shape), when ``doc`` is the index of the results file as it is now (``stamp``); ``None`` (read the
+    file) when it is not, or is not an index this version wrote: another version's, a damaged or edited one
+    (columns of different lengths, an ``at`` that is not a finite number or out of order, a bad ``absent``)."""
+    if stamp is None or not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION:
+        return None
+    if doc.get("stamp") != list(stamp) or doc.get("fields") != list(CHECK_FIELDS):
+        return None
+    gpus: Any = doc.get("gpus")
+    columns: Any = doc.get("columns")
+    if not isinstance(gpus, dict) or not all(type(n) is int and n >= 0 for n in gpus.values()):
+        return None
+    rows = _rows(columns, sum(gpus.values()))
+    if rows is None or not _drop_absent(rows, doc.get("absent")):
+        return None
+    out = normalise({"baselines": doc.get("baselines"), "monitor_baselines": doc.get("monitor_baselines")})
+    ats: list[Any] = columns[0]  # _rows checked it
+    start = 0
+    for alias, n in gpus.items():
+        mine = ats[start : start + n]
+        if mine != sorted(mine):
+            return None
+        out["results"][alias] = rows[start : start + n]
+        start += n
+    return out
+
+
+def _rows(columns: Any, n: int) -> list[dict[str, Any]] | None:
+    """The results from the index's columns (CHECK_FIELDS' order), ``n`` of them; ``None`` when the columns are
+    not an index's: not ``n`` values each, an ``at`` that is not a finite number."""
+    if not isinstance(columns, list) or len(columns) != len(CHECK_FIELDS):
+        return None
+    if any(type(c) is not list or len(c) != n for c in columns):
+        return None
+    ats = columns[0]
+    if not set(map(type, ats)) <= {int, float}:  # not a bool, as normalise would keep
+        return None
+    try:
+        if not all(map(math.isfinite, ats)):
+            return None
+    except OverflowError:  # an integer past a float's range
+        return None
+    # a dict display: twice as fast as dict(zip(CHECK_FIELDS, ...)) for a week of results
+    return [
+        {"at": at, "gen_tok_s": gen, "ok": ok, "source": source, "error": error, "n_ctx": n_ctx, "slots": slots}
+        for at, gen, ok, source, error, n_ctx, slots in zip(*columns, strict=True)
+    ]
+
+
+def _drop_absent(rows: list[dict[str, Any]], absent: Any) -> bool:
+    """Remove the fields a result did not have; ``False`` when ``absent`` is not an index's."""
+    if not isinstance(absent, dict):
+        return False
+    for field, indexes in absent.items():
+        if field not in CHECK_FIELDS[1:] or not isinstance(indexes, list):
+            return False
+        for i in indexes:
+            if type(i) is not int or not 0 <= i < len(rows) or field not in rows[i]:
+                return False
+            del rows[i][field]
+    return True
+
+
 def add_result(data: dict[str, Any], alias: str, result: dict[str, Any]) -> None:
     items = data["results"].setdefault(alias, [])
     if items and result["at"] <= items[-1]["at"]:
@@ -95,7 +194,9 @@ def results(data: dict[str, Any], alias: str, since_s: float | None = None) -> l
 
 
 def ok_results(data: dict[str, Any], alias: str, since_s: float | None = None) -> list[dict[str, Any]]:
-    return [r for r in results(data, alias, since_s) if r.get("ok") and r.get("gen_tok_s")]
+    """:func:`results` that succeeded with a rate (one pass: Rules 4 and 9 read a week of them every poll)."""
+    items = data["results"].get(alias, [])
+    return [r for r in items if (since_s is None or r["at"] >= since_s) and r.get("ok") and r.get("gen_tok_s")]
 
 
 def baseline(data: dict[str, Any], alias: str, config_baseline: float | None) -> tuple[float | None, str]:
@@ -124,13 +225,19 @@ def monitor_baseline(data: dict[str, Any], alias: str) -> float | None:
     return tok_s(b.get("baseline_tok_s")) if isinstance(b, dict) else None
 
 
+def monitor_baseline_changes(data: dict[str, Any], alias: str, value: Any) -> bool:
+    """Whether :func:`note_monitor_baseline` would keep ``value``: a figure, other than the one kept."""
+    v = tok_s(value)
+    return v is not None and monitor_baseline(data, alias) != v
+
+
 def note_monitor_baseline(data: dict[str, Any], alias: str, value: Any, now_s: float) -> bool:
     """Keep gpu-monitor's baseline for ``alias`` when it is a figure and differs from the one kept
     (so an unchanged one does not rewrite the file every poll); a bad or missing one changes
     nothing. Returns whether ``data`` changed."""
-    v = tok_s(value)
-    if v is None or monitor_baseline(data, alias) == v:
+    if not monitor_baseline_changes(data, alias, value):
         return False
+    v = tok_s(value)
     data.setdefault("monitor_baselines", {})[alias] = {"baseline_tok_s": v, "seen_at": now_s}
     return True
 
@@ -254,16 +361,19 @@ def regression_state(
     out["threshold_tok_s"] = round(slow_below, 2)
     out["recovered_tok_s"] = round(recovered_at, 2)
     need = max(1, int(min_results))
-    run: list[dict[str, Any]] = []
+    run, run_start = 0, samples[0]  # the consecutive slow results up to now, and the first of them
     regressing_since: float | None = None
     for r in samples:
         value = float(r["gen_tok_s"])
-        run = run + [r] if value < slow_below else []
-        if regressing_since is None and len(run) >= need:
-            regressing_since = float(run[0]["at"])
+        if value < slow_below:
+            run, run_start = run + 1, run_start if run else r
+        else:
+            run = 0
+        if regressing_since is None and run >= need:
+            regressing_since = float(run_start["at"])
         elif regressing_since is not None and value >= recovered_at:
             regressing_since = None
-    out["slow_run"] = len(run)
+    out["slow_run"] = run
     if regressing_since is not None:
         out["trend"] = "regressing"
         out["regressing_since"] = regressing_since

@@ -18,6 +18,7 @@ HISTORY_COARSE = "history-coarse.json"  # state/history.py: the coarse tier, rew
 ISSUES = "issues.json"            # core/engine.py: the issue book
 HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses (its run_seq: the old run counter)
 BENCH = "bench-results.json"      # benchdata.py
+BENCH_INDEX = "bench-index.json"  # steps/bench_store.py: what check reads of the results, while they are the same
 ALERTS = "alerts.json"            # alerts.py
 KG_LOG = "knowledge-graph.jsonl"  # kg.py
 WAKE = "wake.json"                # steps/wake.py: the last woken cycle

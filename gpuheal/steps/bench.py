@@ -40,7 +40,7 @@ from gpuheal.model import ERR_UNAUTHORIZED
 from gpuheal.sources.llama_server import benchmark_inference
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
-from gpuheal.steps import rebench
+from gpuheal.steps import bench_store, rebench
 
 if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
     from gpuheal.core.rule import Rule
@@ -114,7 +114,7 @@ def run(
     incidents = open_incidents(store)
     restarts = recent_restarts(store)
     grace_s = cfg.heal.startup_grace_s
-    data = benchdata.normalise(store.read(files.BENCH, benchdata.empty()))
+    data = bench_store.load(store)
 
     results: list[dict[str, Any]] = []
     for index, g in enumerate(gpus):
@@ -140,7 +140,7 @@ def run(
     benchdata.downsample(data, now_s)
     for g in cfg.gpus:
         benchdata.recompute_baseline(data, g.alias, now_s, g.baseline_tok_s)
-    store.write(files.BENCH, data)
+    bench_store.save(store, data)  # and its index, which check reads
 
     regressions = regression_document(cfg, data, now_s)
     store.write_raw(files.BENCHMARK_REGRESSION, {"schema_version": 1, **regressions})

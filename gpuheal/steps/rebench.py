@@ -33,6 +33,7 @@ from gpuheal.core.memory import Memory
 from gpuheal.core.rebench import Asks
 from gpuheal.state import files
 from gpuheal.state.store import StateDir, is_run_id
+from gpuheal.steps import bench_store
 
 if TYPE_CHECKING:
     from gpuheal.core.alert import Alert
@@ -87,7 +88,7 @@ def answer(
     book = load_book(store.read(files.ISSUES, None))
     read = ask_store.load(store)
     asks, _ = read.merged(r.ask for r in raised(book.memory, now.timestamp()))  # asks stored before the store
-    data = benchdata.normalise(store.read(files.BENCH, benchdata.empty()))
+    data = bench_store.load(store)
     this_run = {r["gpu"]: r for r in benched}
     out, answered, failed = Answered(), False, asks
     lines: list[dict[str, Any]] = []

@@ -17,7 +17,7 @@ from gpuheal import benchdata
 from gpuheal.core import timing
 from gpuheal.core.issue import FIRING, IssueRecord
 from gpuheal.core.view import FleetView
-from gpuheal.model import GpuSample
+from gpuheal.model import GpuSample, Observation
 
 FUTURE_SLACK_S = 300.0  # a measurement further ahead of the poll than this is a clock problem
 
@@ -25,8 +25,9 @@ FUTURE_SLACK_S = 300.0  # a measurement further ahead of the poll than this is a
 def ingest(bench: dict[str, Any], view: FleetView, records: Iterable[IssueRecord]) -> bool:
     """Fold the poll's gpu-monitor measurements and baselines into ``bench`` (the results the view reads,
     before any rule reads them); ``records``: the issue book's (a GPU with a firing one is in an incident).
-    Returns whether ``bench`` changed, so an unchanged one is not rewritten every poll. Nothing without a
-    usable gpu-monitor answer. Time is the poll's own (``obs.at``)."""
+    Returns whether ``bench`` changed, so an unchanged one is not rewritten every poll: exactly when
+    :func:`pending` said it would. Nothing without a usable gpu-monitor answer. Time is the poll's own
+    (``obs.at``)."""
     obs = view.obs
     if obs is None or not obs.monitor_ok:
         return False
@@ -37,29 +38,48 @@ def ingest(bench: dict[str, Any], view: FleetView, records: Iterable[IssueRecord
         sample = obs.gpus.get(alias)
         if sample is None:
             continue
-        if _measured(bench, view, alias, sample, now_s, alias in incidents):
+        at = _new_measurement(bench, alias, sample, now_s)
+        if at is not None and sample.bench_tok_s is not None:
+            reason = _excluded_because(view, alias, at, alias in incidents)
+            items = bench["results"].setdefault(alias, [])
+            insort(items, _result(at, sample.bench_tok_s, reason), key=lambda r: r["at"])
             changed = True
         if benchdata.note_monitor_baseline(bench, alias, sample.bench_baseline_tok_s, now_s):
             changed = True
     return changed
 
 
-def _measured(
-    bench: dict[str, Any], view: FleetView, alias: str, sample: GpuSample, now_s: float, in_incident: bool
-) -> bool:
-    """Record ``sample``'s measurement when it is new; returns whether it was recorded."""
-    if sample.bench_tok_s is None or sample.bench_measured_at is None:
+def pending(bench: dict[str, Any], obs: Observation | None, aliases: Iterable[str]) -> bool:
+    """Whether :func:`ingest` would change ``bench`` for this poll (a new measurement, a new baseline of
+    gpu-monitor's), from the same tests: ``check`` reads the whole results file only then, and their index
+    otherwise (:data:`gpuheal.benchdata.CHECK_FIELDS`)."""
+    if obs is None or not obs.monitor_ok:
         return False
+    now_s = obs.at.timestamp()
+    for alias in aliases:
+        sample = obs.gpus.get(alias)
+        if sample is None:
+            continue
+        if _new_measurement(bench, alias, sample, now_s) is not None:
+            return True
+        if benchdata.monitor_baseline_changes(bench, alias, sample.bench_baseline_tok_s):
+            return True
+    return False
+
+
+def _new_measurement(bench: dict[str, Any], alias: str, sample: GpuSample, now_s: float) -> float | None:
+    """The time of ``sample``'s measurement when it is one to record (newer than the last one recorded,
+    not from the future); ``None`` otherwise."""
+    if sample.bench_tok_s is None or sample.bench_measured_at is None:
+        return None
     at = sample.bench_measured_at.timestamp()
     if at > now_s + FUTURE_SLACK_S:
-        return False
-    items = bench["results"].setdefault(alias, [])
+        return None
+    items = bench["results"].get(alias, ())
     last_monitor = max((r["at"] for r in items if r.get("source") == "monitor"), default=None)
     if last_monitor is not None and at <= last_monitor:
-        return False
-    reason = _excluded_because(view, alias, at, in_incident)
-    insort(items, _result(at, sample.bench_tok_s, reason), key=lambda r: r["at"])
-    return True
+        return None
+    return at
 
 
 def _excluded_because(view: FleetView, alias: str, at_s: float, in_incident: bool) -> str | None:
