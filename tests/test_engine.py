@@ -184,13 +184,13 @@ def test_issues_of_removed_gpus_or_rules_are_forgotten():
                                   {"memory": 5, "log": {}}])
 def test_load_book_tolerates_garbage(junk):
     book = load_book(junk)
-    assert book.issues == {} and isinstance(book.memory, Memory) and book.memory.to_json() == {} and isinstance(book.log, list)
+    assert book.issues == {} and isinstance(book.memory, Memory) and book.memory.to_json() == {} and isinstance(book.log, engine.TransitionLog)
 
 
 def test_log_is_bounded():
     old = engine.Transition("2026-07-18T07:00:00Z", "gpu-dense", "x", "info", engine.Event.PENDING, "", "", {})
     book = new_book()
-    book.log = [old] * (engine.LOG_MAX + 50)
+    book.log = engine.TransitionLog([old] * (engine.LOG_MAX + 50))
     drive([scripted_rule("F")], 1, book=book)
     assert len(book.log) == engine.LOG_MAX and book.log[-1].issue == "thermal-critical"
 

@@ -49,7 +49,7 @@ readers of ``issues.json`` and older versions).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -60,7 +60,7 @@ from gpuheal.core import timing
 from gpuheal.core.issue import Finding, Issue, IssueRecord, IssueState, reported
 from gpuheal.core.memory import Memory
 from gpuheal.core.rule import Detection, Rule
-from gpuheal.core.view import FleetView
+from gpuheal.core.view import NO_PARAMS, FleetView
 from gpuheal.signals import Signal, unmet
 
 BOOK_VERSION = 1
@@ -155,17 +155,96 @@ class Transition:
 
     @classmethod
     def from_json(cls, data: Any) -> Transition | None:
-        if not isinstance(data, dict) or data.get("event") not in tuple(Event):
+        """A stored transition; ``None`` when damaged (an unknown event, a text field that is not text). Read
+        for every line of the book's log at every cron run: the events and the text fields are named once."""
+        if not isinstance(data, dict) or data.get("event") not in _EVENTS:
             return None
-        text = ("at", "gpu", "issue", "severity", "since", "summary")
-        if not all(isinstance(data.get(k), str) for k in text):
+        get = data.get
+        at, gpu, issue, severity, since, summary = (get("at"), get("gpu"), get("issue"), get("severity"),
+                                                    get("since"), get("summary"))
+        if not (isinstance(at, str) and isinstance(gpu, str) and isinstance(issue, str)
+                and isinstance(severity, str) and isinstance(since, str) and isinstance(summary, str)):
             return None
-        detected = data.get("detected")
-        return cls(
-            **{k: data[k] for k in text},
-            event=Event(data["event"]),
-            detected=detected if isinstance(detected, dict) else {},
-        )
+        detected = get("detected")
+        event = data["event"]
+        return cls(at, gpu, issue, severity, _EVENT_OF.get(event) or Event(event), since, summary,
+                   detected if isinstance(detected, dict) else {})
+
+
+_EVENTS: tuple[Event, ...] = tuple(Event)  # what a stored transition's event may be (compared as text)
+_EVENT_OF: dict[str, Event] = {str(e): e for e in Event}  # the stored text's event, without the enum's lookup
+# a stored transition exactly as Transition.to_json writes it: these keys in this order (see TransitionLog)
+_LINE_KEYS = ["at", "gpu", "issue", "severity", "event", "since", "summary", "detected"]
+
+
+def _as_written(line: Any) -> bool:
+    """Whether a stored line of the log is one :meth:`Transition.to_json` writes — these keys in this order, an
+    event's text, text where text goes, a ``detected`` object — so that reading it and writing it back gives
+    it back, the same JSON (anything else is read and written again: :meth:`Transition.from_json`)."""
+    if type(line) is not dict or list(line) != _LINE_KEYS:
+        return False
+    at, gpu, issue, severity, event, since, summary, detected = line.values()
+    return (type(event) is str and event in _EVENT_OF and type(at) is str and type(gpu) is str
+            and type(issue) is str and type(severity) is str and type(since) is str and type(summary) is str
+            and type(detected) is dict)
+
+
+class TransitionLog:
+    """The book's ``log``: the last :data:`LOG_MAX` transitions, oldest first.
+
+    The lines read from ``issues.json`` stay as read, each one shown at load to be what
+    :meth:`Transition.to_json` writes (a line written otherwise is read and written again: the same as
+    decoding it), until something reads them as transitions: the engine only appends to the log and
+    writes it, and at every cron run decoding the whole log into records and encoding it back was work
+    for the same JSON."""
+
+    __slots__ = ("_added", "_stored")
+
+    def __init__(self, transitions: Iterable[Transition] = ()) -> None:
+        self._stored: list[dict[str, Any]] = []  # older lines, as written (see _as_written)
+        self._added: list[Transition] = list(transitions)  # newer ones, as logged
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> TransitionLog:
+        """The stored log; a damaged line is dropped (:meth:`Transition.from_json`), the last
+        :data:`LOG_MAX` kept."""
+        log = cls()
+        kept = log._stored
+        for line in data:
+            if _as_written(line):
+                kept.append(line)
+            else:
+                t = Transition.from_json(line)
+                if t is not None:
+                    kept.append(t.to_json())
+        del kept[: max(0, len(kept) - LOG_MAX)]
+        return log
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [*self._stored, *(t.to_json() for t in self._added)]
+
+    def append(self, t: Transition) -> None:
+        self._added.append(t)
+
+    def trim(self, keep: int) -> None:
+        """Only the last ``keep`` transitions stay."""
+        drop = max(0, len(self) - keep)
+        stored = min(drop, len(self._stored))
+        del self._stored[:stored]
+        del self._added[: drop - stored]
+
+    def __len__(self) -> int:
+        return len(self._stored) + len(self._added)
+
+    def __iter__(self) -> Iterator[Transition]:
+        for line in self._stored:
+            t = Transition.from_json(line)
+            assert t is not None  # shown at load
+            yield t
+        yield from self._added
+
+    def __getitem__(self, index: int) -> Transition:
+        return list(self)[index]
 
 
 @dataclass
@@ -175,14 +254,14 @@ class IssueBook:
 
     issues: dict[str, IssueRecord] = field(default_factory=dict)
     memory: Memory = field(default_factory=Memory)
-    log: list[Transition] = field(default_factory=list)
+    log: TransitionLog = field(default_factory=TransitionLog)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": BOOK_VERSION,
             "issues": {key: rec.to_json() for key, rec in self.issues.items()},
             "memory": self.memory.to_json(),
-            "log": [t.to_json() for t in self.log],
+            "log": self.log.to_json(),
         }
 
 
@@ -204,8 +283,7 @@ def load_book(data: Any) -> IssueBook:
                 book.issues[key] = rec
     book.memory = Memory.from_json(data.get("memory"))
     if isinstance(data.get("log"), list):
-        log = (Transition.from_json(t) for t in data["log"])
-        book.log = [t for t in log if t is not None][-LOG_MAX:]
+        book.log = TransitionLog.from_json(data["log"])
     return book
 
 
@@ -384,8 +462,8 @@ class _Pass:
         self.out = Evaluation(tolerance_s=view.tolerance_s, memory=book.memory)
         self.muted = {alias for alias in view.aliases if view.muted(alias)}
         self.out.muted = [a for a in view.aliases if a in self.muted]
-        # what this poll delivered for each GPU, asked once a pass (not once per rule and GPU)
-        self.provided = [(alias, view.provided(alias)) for alias in view.aliases]
+        # what this poll delivered for each GPU and the GPU's ``rules``, asked once a pass (not once per rule and GPU)
+        self.provided = [(alias, view.provided(alias), view.gpus[alias].rules) for alias in view.aliases]
 
     def forget_gone(self) -> None:
         """Issues of GPUs or rules that no longer exist (config changed) go, silently."""
@@ -405,17 +483,27 @@ class _Pass:
             return  # inhibited on every GPU
         skip = self.muted | hidden
         gates: dict[frozenset[Signal], bool] = {}  # per set of signals provided: a poll has a few, however many GPUs
-        for alias, provided in self.provided:
+        # the rule's parameter record per distinct ``rules`` mapping (GPUs that override nothing share one):
+        # what view.rule_params answers for each GPU, asked once a pass, not once per GPU
+        records: dict[int, EngineParams] = {}
+        rule_id, params_type, record_of = rule.ID, rule.Params, self.view.cfg.rule_record
+        for alias, provided, rules in self.provided:
             if alias in skip:
                 continue
             gate = gates.get(provided)
             if gate is None:
                 gate = gates[provided] = _gate_open(rule, self.view, alias)
             if gate:
-                self.advance(rule, alias)
+                merged = rules.get(rule_id, NO_PARAMS)
+                params = records.get(id(merged))
+                if params is None:
+                    params = records[id(merged)] = record_of(params_type, merged)
+                self.advance(rule, alias, params)
 
-    def advance(self, rule: Rule[Any], subject: str) -> None:
-        params: EngineParams = self.view.rule_params(rule.ID, rule.Params, subject)
+    def advance(self, rule: Rule[Any], subject: str, params: EngineParams | None = None) -> None:
+        """One poll of ``rule`` on ``subject``, with the rule's parameters for it (``None``: looked up)."""
+        if params is None:
+            params = self.view.rule_params(rule.ID, rule.Params, subject)
         outcome = rule.detect(self.view, subject, params)
         if isinstance(outcome, Finding):
             self.seen(rule, subject, params, outcome)
@@ -519,5 +607,4 @@ class _Pass:
                 visible.append(rec)
         visible.sort(key=lambda r: (-severity_rank(r.severity), self.order[r.gpu], self.rule_order[r.issue]))
         self.out.issues = [reported(r, self.view) for r in visible]
-        if len(self.log) > LOG_MAX:
-            del self.log[: len(self.log) - LOG_MAX]
+        self.log.trim(LOG_MAX)

@@ -91,10 +91,18 @@ class Memory:
 
     def of(self, memory: Kept[R]) -> dict[str, R]:
         """The rows of a declared memory (see :meth:`rows`)."""
-        return self.rows(memory.key, memory.load)
+        rows = self._rows.get(memory.key)
+        if rows is None:
+            return self.rows(memory.key, memory.load)
+        return cast("dict[str, R]", rows)
 
     def get(self, memory: Kept[R], subject: str) -> R | None:
-        return self.of(memory).get(subject)
+        """``subject``'s row of a declared memory (asked by the rules for every GPU at every poll: the rows
+        already read are looked up directly)."""
+        rows = self._rows.get(memory.key)
+        if rows is None:
+            rows = self.rows(memory.key, memory.load)
+        return cast("R | None", rows.get(subject))
 
     def keep(self, keys: Collection[str], subjects: Collection[str]) -> None:
         """Forget the memories no rule declares and the rows of subjects no longer configured."""
@@ -124,8 +132,12 @@ def number(value: object) -> float | None:
     """A finite number stored in a row (an int stays an int: evidence shows it as it was read);
     anything else — a bool, text, NaN, infinity — is ``None``. Asked for every field of every row
     at load (tens of thousands at 1,000 GPUs)."""
-    if isinstance(value, float):
+    if type(value) is float:  # JSON's own types first, without isinstance's walk (a bool is not an int here)
         return value if value - value == 0.0 else None  # NaN and ±infinity: not 0
+    if type(value) is int:
+        return value
+    if isinstance(value, float):
+        return value if value - value == 0.0 else None
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     return None
@@ -133,4 +145,6 @@ def number(value: object) -> float | None:
 
 def whole(value: object) -> int | None:
     """A stored whole number (``3``, not ``3.5``, ``True`` or ``"3"``)."""
+    if type(value) is int:
+        return value
     return value if isinstance(value, int) and not isinstance(value, bool) else None

@@ -347,6 +347,27 @@ class FleetView:
         ok: list[dict[str, Any]] = self.cache[key]
         return ok
 
+    def bench_ok_last(self, alias: str, since_s: float, count: int) -> list[dict[str, Any]]:
+        """``bench_ok(alias, since_s)[-count:]`` — the last ``count`` successful results from ``since_s`` on,
+        oldest first — read from the newest back, stopping at the ``count``-th: Rule 9 reads the last few of a
+        week of results for every GPU at every poll. The results are benchdata's (``normalise``: objects with a
+        numeric ``at``), so a result not read has nothing to say about the answer. ``count`` >= 1 (the schema's
+        minimum of Rule 9's ``samples``): empty exactly when ``bench_ok`` is."""
+        if count < 1:
+            raise ValueError(f"count must be at least 1, not {count}")
+        cached: list[dict[str, Any]] | None = self.cache.get(("bench_ok", alias, since_s))
+        if cached is not None:
+            return cached[-count:]
+        floor = timing.since(since_s, self.tolerance_s)
+        found = []
+        for r in reversed(self.bench_results(alias)):
+            if r.get("ok") and isinstance(r.get("gen_tok_s"), NUMBER) and r["gen_tok_s"] > 0 and r["at"] >= floor:
+                found.append(r)
+                if len(found) == count:
+                    break
+        found.reverse()
+        return found
+
     def baseline(self, alias: str) -> tuple[float | None, str]:
         return benchdata.baseline(self.bench, alias, self.gpus[alias].baseline_tok_s)
 

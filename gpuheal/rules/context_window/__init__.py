@@ -72,10 +72,15 @@ def detect(view: FleetView, alias: str, p: Params) -> Detection:
     if escalated is not None:
         return Finding(escalated, context_change.escalation_summary(alias, escalated))
     baseline, source = view.baseline(alias)
-    results = view.bench_ok(alias, view.now_s - p.max_age_h * 3600)
+    since_s = view.now_s - p.max_age_h * 3600
+    if p.samples >= 1:  # the schema's minimum: the last few, read from the newest back
+        recent = view.bench_ok_last(alias, since_s, p.samples)
+        results = recent  # empty exactly when every result is
+    else:
+        results = view.bench_ok(alias, since_s)
+        recent = results[-p.samples :]
     if not baseline or not results:
         return None
-    recent = results[-p.samples :]
     tok_s = sum(r["gen_tok_s"] for r in recent) / len(recent)
     ratio = tok_s / baseline
     n_ctx = next((r["n_ctx"] for r in reversed(recent) if isinstance(r.get("n_ctx"), int)), None)

@@ -100,7 +100,7 @@ class RequestsRow:
     buckets: tuple[tuple[float, int], ...]
 
     def to_json(self) -> dict[str, object]:
-        return {"at_s": self.at_s, "buckets": [list(b) for b in self.buckets]}
+        return {"at_s": self.at_s, "buckets": list(map(list, self.buckets))}
 
     @classmethod
     def load(cls, data: object) -> RequestsRow | None:
@@ -110,15 +110,45 @@ class RequestsRow:
             at_s, data = data.get("at_s"), data.get("buckets")
         if not isinstance(data, list) or (at_s is not None and number(at_s) is None):
             return None
-        buckets = []
-        for b in data:  # every GPU's row at every cron run: each pair checked once
-            if not isinstance(b, list) or len(b) != 2:
-                return None
-            start, count = number(b[0]), whole(b[1])
-            if start is None or count is None:
-                return None
-            buckets.append((start, count))
-        return cls(number(at_s), tuple(buckets))
+        buckets = _plain_buckets(data)
+        if buckets is None:
+            buckets = _checked_buckets(data)
+        return None if buckets is None else cls(number(at_s), buckets)
+
+
+def _plain_buckets(data: list[object]) -> tuple[tuple[float, int], ...] | None:
+    """The buckets of a row as this version writes them — lists of exactly two plain numbers, the start finite
+    and the count whole — checked a column at a time (every weighted GPU's day of buckets, at every cron run:
+    ~290 pairs each). ``None``: not plainly so; :func:`_checked_buckets` then says, pair by pair, what the row
+    is. Where this answers, it answers what that does: the same pairs of the same numbers."""
+    if not data:
+        return ()
+    if set(map(type, data)) != {list} or set(map(len, data)) != {2}:  # type: ignore[arg-type]
+        return None
+    pairs: list[list[object]] = data  # type: ignore[assignment]
+    starts, counts = zip(*pairs, strict=True)
+    if not set(map(type, counts)) <= {int} or not set(map(type, starts)) <= {int, float}:
+        return None
+    try:
+        total = sum(starts)
+    except OverflowError:  # an int start too large for a float: a float sum cannot say it is finite
+        return None
+    if total - total != 0:  # NaN or an infinity among the floats (or the sum overflowed): pair by pair
+        return None
+    return tuple(zip(starts, counts, strict=True))
+
+
+def _checked_buckets(data: list[object]) -> tuple[tuple[float, int], ...] | None:
+    """The buckets of a stored row, each pair checked (:func:`number`, :func:`whole`); ``None``: damaged."""
+    buckets = []
+    for b in data:
+        if not isinstance(b, list) or len(b) != 2:
+            return None
+        start, count = number(b[0]), whole(b[1])
+        if start is None or count is None:
+            return None
+        buckets.append((start, count))
+    return tuple(buckets)
 
 
 def fold_requests(prev: RequestsRow | None, view: FleetView, alias: str) -> RequestsRow | None:
@@ -137,7 +167,7 @@ def fold_requests(prev: RequestsRow | None, view: FleetView, alias: str) -> Requ
     elif not buckets or buckets[-1][0] < start:
         buckets.append((start, sample.requests_60s))
     cut = now_s - window_s(view) - REQUEST_BUCKET_S
-    return RequestsRow(now_s, tuple(b for b in buckets if b[0] >= cut))
+    return RequestsRow(now_s, tuple([b for b in buckets if b[0] >= cut]))
 
 
 def requests_in_window(view: FleetView, alias: str, window: float) -> int | None:
@@ -147,14 +177,18 @@ def requests_in_window(view: FleetView, alias: str, window: float) -> int | None
     if row is None or not row.buckets or view.gpu(alias).weight is None:
         return None
     cut = view.now_s - window
+    # the bucket ends after the cut (one ending within the tolerance of it does not): timing.more_than(end - cut,
+    # 0, tol), which is ``end - cut > tol`` for a tolerance >= 0 and ``end - cut > 0`` otherwise (a NaN one too),
+    # asked of every bucket of every weighted GPU at every poll
+    tol = view.tolerance_s
+    over = tol if tol >= 0.0 else 0.0
+    counts = [count for start, count in row.buckets if start + REQUEST_BUCKET_S - cut > over]
+    if not counts:
+        return None
     total = 0
-    seen = False
-    for start, count in row.buckets:
-        # the bucket ends after the cut (one ending within the tolerance of it does not)
-        if timing.more_than(start + REQUEST_BUCKET_S - cut, 0.0, view.tolerance_s):
-            total += count
-            seen = True
-    return total if seen else None
+    for count in counts:  # added in order, as ever (not sum(): a float count would be summed otherwise)
+        total += count
+    return total
 
 
 COUNTERS: Final = Remember("routing", CountersRow.load, fold_counters)
