@@ -68,7 +68,7 @@ def normalise(data: Any) -> dict[str, Any]:
     if isinstance(results, dict):
         for alias, items in results.items():
             if isinstance(items, list):
-                good = [r for r in items if isinstance(r, dict) and isinstance(r.get("at"), int | float)]
+                good = [r for r in items if _well_formed(r)]
                 out["results"][str(alias)] = sorted(good, key=lambda r: r["at"])
     baselines = data.get("baselines")
     if isinstance(baselines, dict):
@@ -81,6 +81,16 @@ def normalise(data: Any) -> dict[str, Any]:
             if isinstance(b, dict) and tok_s(b.get("baseline_tok_s")) is not None:
                 out["monitor_baselines"][str(alias)] = b
     return out
+
+
+def _well_formed(result: Any) -> bool:
+    """A result with a numeric ``at`` and a rate that is a finite number or null (a failed run). A rate of
+    another type (a hand-edited ``"fast"``, ``true``, NaN) is damage: Rules 4 and 9 and the baseline would sort
+    and sum it."""
+    if not isinstance(result, dict) or not isinstance(result.get("at"), int | float):
+        return False
+    rate = result.get("gen_tok_s")
+    return rate is None or (type(rate) in (int, float) and math.isfinite(rate))
 
 
 # --------------------------------------------------------------------------- check's index

@@ -91,7 +91,7 @@ def test_results_out_of_order_across_gpus_are_an_index():
 
 def test_every_check_field_goes_through_the_index():
     """The index's rows are built field by field (a dict display): each field lands in its own key."""
-    row = {f: f"value of {f}" for f in benchdata.CHECK_FIELDS} | {"at": 5.0}
+    row = {f: f"value of {f}" for f in benchdata.CHECK_FIELDS} | {"at": 5.0, "gen_tok_s": 12.5}
     data = benchdata.normalise({"results": {DENSE: [row]}})
     assert benchdata.from_index(encoded(benchdata.to_index(data, (1,))), (1,))["results"][DENSE] == [row]
 
@@ -203,14 +203,16 @@ def test_a_damaged_index_is_set_aside_and_the_file_read(store, damage):
 
 
 def test_a_file_that_cannot_be_indexed_is_read_every_time(store):
-    """A hand-edited NaN: gpuheal never writes one (allow_nan=False), so no index of it either."""
+    """A hand-edited NaN where a result's rate is not (a rate that is not a number drops the result): gpuheal
+    never writes one (allow_nan=False), so no index of it either."""
     data = week()
     store.write(files.BENCH, data)
-    text = (store.path / files.BENCH).read_text().replace('"gen_tok_s":169.0', '"gen_tok_s":NaN')
+    text = (store.path / files.BENCH).read_text().replace('"n_ctx":32768', '"n_ctx":NaN', 1)
     (store.path / files.BENCH).write_text(text)
     for _ in range(2):
         loaded = bench_store.load_for_check(store)
-        assert loaded.whole and math.isnan(loaded.data["results"][LIGHT][0]["gen_tok_s"])
+        assert loaded.whole and any(isinstance(r.get("n_ctx"), float) and math.isnan(r["n_ctx"])
+                                    for items in loaded.data["results"].values() for r in items)
     assert not (store.path / files.BENCH_INDEX).exists()
 
 
@@ -321,3 +323,22 @@ def _compare(seed: int) -> bool:
 def test_rule4_scan_is_the_same_as_before_and_sees_regressions_and_recoveries():
     ends = [_compare(seed) for seed in range(40)]
     assert 5 < ends.count(True) < 35
+
+
+@pytest.mark.parametrize("rate", ["fast", "", True, False, [], {}, "NaN", float("nan"), float("inf"), -float("inf")])
+def test_a_hand_edited_rate_that_is_not_a_number_is_dropped_and_check_goes_on(tmp_path, rate):
+    """A result whose ``gen_tok_s`` is neither a finite number nor null is damage: ``normalise`` drops it (Rule
+    4's scan sorted and summed it: ``"fast"`` raised at ``float()``); the rest of the file is read, and a
+    ``check`` over it decides as over the file without it."""
+    good = week()
+    damaged = json.loads(json.dumps(good))
+    damaged["results"][DENSE].insert(3, result(-500, 60.0) | {"gen_tok_s": rate})
+    raw = json.dumps(damaged, allow_nan=True)  # a NaN or an infinity as an edited file holds it
+    assert benchdata.normalise(json.loads(raw)) == good
+    obs = fleet_trace(CFG, {DENSE: {"bench_tok_s": "_"}}, start=START + timedelta(minutes=1))[0]
+    told = []
+    for name, text in (("damaged", raw), ("clean", json.dumps(good))):
+        with StateDir(tmp_path / name, 1.0) as store:
+            (store.path / files.BENCH).write_text(text)
+            told.append(_check_run(store, obs, History()))
+    assert told[0] == told[1]
