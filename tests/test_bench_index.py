@@ -16,7 +16,6 @@ import pytest
 
 from gpuheal import benchdata
 from gpuheal.core.heal_state import HealState
-from gpuheal.rules.benchmark_regression import monitor
 from gpuheal.state import files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
@@ -226,21 +225,6 @@ def test_no_file_is_no_results_and_no_index(store):
 # --------------------------------------------------------------------------- check, with and without the index
 
 
-def test_pending_is_what_ingest_does():
-    trace = fleet_trace(CFG, {DENSE: {"bench_tok_s": "74 _ 58 58 57"},
-                              LIGHT: {"bench_tok_s": "169 _ _ 160 _", "bench_baseline_tok_s": "_ 168 170 170 _"}},
-                        monitor="1 1 1 0 1")
-    bench = week()
-    from gpuheal.core.view import FleetView, Restarts
-
-    for obs in trace:
-        before = json.dumps(bench)
-        view = FleetView(CFG, obs.at.timestamp(), obs, History(), bench, {}, Restarts(last={}, grace_s=0))
-        expect = monitor.pending(bench, obs, CFG.aliases)
-        assert monitor.ingest(bench, view, []) is expect
-        assert (json.dumps(bench) != before) is expect
-
-
 def _check_run(store: StateDir, obs: Any, hist: History) -> str:
     heal_state = HealState.from_json(store.read(files.HEAL, {}))
     ev = evaluate.run_full(CFG, store, obs, hist, obs.at, heal_state, plan_check(CFG, heal_state).restarts)
@@ -252,7 +236,9 @@ def test_check_decides_and_writes_the_same_with_the_index_as_without(tmp_path):
     regression and its recovery, a 401): one reads the index, the other is made to read the file every
     run. Every evaluation, the book and the results file are the same."""
     trace = fleet_trace(CFG, {DENSE: {"bench_tok_s": "_ 56 _ 55 _ 54 _ 74 _"},
-                              LIGHT: {"bench_tok_s": "_ _ _ 100 _ _ _ _ _"}}, start=START + timedelta(minutes=1))
+                              LIGHT: {"bench_tok_s": "_ _ _ 100 _ _ _ _ _",
+                                      "bench_baseline_tok_s": "_ 168 170 170 _ _ 150 _ _"}},
+                        start=START + timedelta(minutes=1))
     dirs = [StateDir(tmp_path / name, 1.0) for name in ("indexed", "file")]
     hists = [History(), History()]
     for store in dirs:

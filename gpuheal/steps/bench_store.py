@@ -10,13 +10,15 @@ an inode used again, cannot pass for each other. ``check`` reads the index while
 as it is, and the file otherwise — the first run after an earlier version wrote it (which knows no index),
 after an operator's edit, when the index is missing or damaged (set aside, as any state file) or cannot be
 written (a hand-edited file holding a NaN) — and writes the index then, so that the next run reads it. A run
-that records a gpu-monitor reading reads the file, as it writes it back
-(:func:`gpuheal.rules.benchmark_regression.monitor.pending`).
+that records a gpu-monitor reading (:func:`gpuheal.rules.benchmark_regression.monitor.ingest`, whole results)
+into the index's results reads the file then, and writes it back with those readings
+(:func:`save_recorded`).
 """
 
 from __future__ import annotations
 
 import zlib
+from bisect import insort
 from typing import Any, NamedTuple
 
 from gpuheal import benchdata
@@ -55,6 +57,25 @@ def save(store: StateDir, data: dict[str, Any]) -> None:
     """Write every result (``data``: whole and normalised), then its index."""
     store.write(files.BENCH, data)
     _write_index(store, data)
+
+
+def save_recorded(store: StateDir, bench: Loaded) -> None:
+    """Write back results into which this run recorded gpu-monitor's readings. From the index's results: the
+    file's, with the readings recorded into the index's (each a whole result, newer than the last reading of
+    its GPU in the file: :func:`gpuheal.rules.benchmark_regression.monitor.ingest` records no other) and its
+    gpu-monitor baselines: what recording them into the file would have given."""
+    if bench.whole:
+        save(store, bench.data)
+        return
+    whole = load(store)
+    for alias, items in bench.data["results"].items():
+        kept = whole["results"].setdefault(alias, [])
+        last = max((r["at"] for r in kept if r.get("source") == "monitor"), default=None)
+        for r in items:
+            if r.get("source") == "monitor" and (last is None or r["at"] > last):
+                insort(kept, r, key=lambda k: k["at"])
+    whole["monitor_baselines"] = bench.data["monitor_baselines"]
+    save(store, whole)
 
 
 def _write_index(store: StateDir, data: dict[str, Any]) -> None:

@@ -125,15 +125,10 @@ def breaker_status(view: FleetView, heal_state: HealState) -> dict[str, Any]:
 # --------------------------------------------------------------------------- state directory
 
 
-def _load(store: StateDir, obs: Observation | None, aliases: tuple[str, ...]) -> tuple[IssueBook, bench_store.Loaded]:
+def _load(store: StateDir) -> tuple[IssueBook, bench_store.Loaded]:
     """The issue book and the results as the rules read them: from their index (only the fields rules
-    read), unless this poll records a gpu-monitor reading (:func:`monitor.pending`): then all of them, as
-    they are written back (:mod:`gpuheal.steps.bench_store`)."""
-    book = load_book(store.read(files.ISSUES, None))
-    bench = bench_store.load_for_check(store)
-    if not bench.whole and monitor.pending(bench.data, obs, aliases):
-        bench = bench_store.Loaded(bench_store.load(store), True)
-    return book, bench
+    read) while it is the file's (:mod:`gpuheal.steps.bench_store`)."""
+    return load_book(store.read(files.ISSUES, None)), bench_store.load_for_check(store)
 
 
 def run_full(
@@ -143,14 +138,12 @@ def run_full(
     """``check``'s evaluation: every rule, one poll, state carried in the directory. ``heal``'s record and
     its ``restarts`` are read by ``check`` before its poll (:class:`gpuheal.steps.check.CheckPlan`), as its
     source's trend windows start there too."""
-    book, bench = _load(store, obs, cfg.aliases)
+    book, bench = _load(store)
     ev, view, bench_changed = evaluate_poll(cfg, obs, history, book, bench.data, restarts, now.timestamp())
     store.write(files.ISSUES, book.to_json())
     file_raised(store, book.memory, now)  # re-benchmarks the rules' memory asks for (Rule 9: a context change)
-    if bench_changed:
-        if not bench.whole:  # cannot be (monitor.pending is ingest's own test): never save the index's fields
-            raise RuntimeError("a gpu-monitor reading was recorded into the index of the bench results")
-        bench_store.save(store, bench.data)
+    if bench_changed:  # gpu-monitor's readings recorded (Rule 4)
+        bench_store.save_recorded(store, bench)
     store.write_raw(files.VRAM_TREND, {"schema_version": 1, **{a: vram_trend(view, a) for a in cfg.aliases}})
     store.write_raw(files.CIRCUIT_BREAKER_STATUS, {"schema_version": 1, **breaker_status(view, heal_state)})
     return ev
@@ -160,7 +153,7 @@ def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluati
     """Only the bench-driven rules, over the recorded results (``bench`` calls this after recording,
     and after answering the re-benchmarks asked for: :func:`gpuheal.steps.rebench.answer`).
     ``issues`` is every open issue of the book, as ``check`` would report it."""
-    book, bench = _load(store, None, cfg.aliases)
+    book, bench = _load(store)
     heal_state = HealState.from_json(store.read(files.HEAL, {}))  # damaged values coerced (issue 9)
     restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     judged = tuple(r.ID for r in ALL if r.JUDGED_FROM_BENCH)

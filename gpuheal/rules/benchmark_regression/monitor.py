@@ -17,7 +17,7 @@ from gpuheal import benchdata
 from gpuheal.core import timing
 from gpuheal.core.issue import FIRING, IssueRecord
 from gpuheal.core.view import FleetView
-from gpuheal.model import GpuSample, Observation
+from gpuheal.model import GpuSample
 
 FUTURE_SLACK_S = 300.0  # a measurement further ahead of the poll than this is a clock problem
 
@@ -25,9 +25,10 @@ FUTURE_SLACK_S = 300.0  # a measurement further ahead of the poll than this is a
 def ingest(bench: dict[str, Any], view: FleetView, records: Iterable[IssueRecord]) -> bool:
     """Fold the poll's gpu-monitor measurements and baselines into ``bench`` (the results the view reads,
     before any rule reads them); ``records``: the issue book's (a GPU with a firing one is in an incident).
-    Returns whether ``bench`` changed, so an unchanged one is not rewritten every poll: exactly when
-    :func:`pending` said it would. Nothing without a usable gpu-monitor answer. Time is the poll's own
-    (``obs.at``)."""
+    Returns whether ``bench`` changed, so an unchanged one is not rewritten every poll. Nothing without a
+    usable gpu-monitor answer. Time is the poll's own (``obs.at``). A measurement is recorded whole (every
+    field of a result), newer than its GPU's last recorded one (:func:`gpuheal.steps.bench_store.save_recorded`
+    relies on both)."""
     obs = view.obs
     if obs is None or not obs.monitor_ok:
         return False
@@ -47,24 +48,6 @@ def ingest(bench: dict[str, Any], view: FleetView, records: Iterable[IssueRecord
         if benchdata.note_monitor_baseline(bench, alias, sample.bench_baseline_tok_s, now_s):
             changed = True
     return changed
-
-
-def pending(bench: dict[str, Any], obs: Observation | None, aliases: Iterable[str]) -> bool:
-    """Whether :func:`ingest` would change ``bench`` for this poll (a new measurement, a new baseline of
-    gpu-monitor's), from the same tests: ``check`` reads the whole results file only then, and their index
-    otherwise (:data:`gpuheal.benchdata.CHECK_FIELDS`)."""
-    if obs is None or not obs.monitor_ok:
-        return False
-    now_s = obs.at.timestamp()
-    for alias in aliases:
-        sample = obs.gpus.get(alias)
-        if sample is None:
-            continue
-        if _new_measurement(bench, alias, sample, now_s) is not None:
-            return True
-        if benchdata.monitor_baseline_changes(bench, alias, sample.bench_baseline_tok_s):
-            return True
-    return False
 
 
 def _new_measurement(bench: dict[str, Any], alias: str, sample: GpuSample, now_s: float) -> float | None:
