@@ -98,7 +98,7 @@ def _well_formed(result: Any) -> bool:
 # gpu-monitor's readings (rules/benchmark_regression/monitor) read: CHECK_FIELDS. A 100-GPU week holds ~3,000
 # results of ~16 fields each (a 35-day file five times that); decoding and normalising them all was ~10 ms of
 # every run late in the week (issue 29). So every writer of ``bench-results.json`` also writes its index
-# (``bench-index.json``, :mod:`gpuheal.steps.bench_store`): those fields of every result, in columns, with
+# (``bench-index.json``, :mod:`gpuheal.state.bench_store`): those fields of every result, in columns, with
 # the baselines, keyed by the results file's stamp (its size and CRC-32: what it holds, not when it was
 # written). A rule that reads another field of a result must add it here.
 CHECK_FIELDS: tuple[str, ...] = ("at", "gen_tok_s", "ok", "source", "error", "n_ctx", "slots")

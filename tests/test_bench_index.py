@@ -1,4 +1,4 @@
-"""``check`` reads the recorded bench results from their index (issue 29; :mod:`gpuheal.steps.bench_store`):
+"""``check`` reads the recorded bench results from their index (issue 29; :mod:`gpuheal.state.bench_store`):
 the index gives what the file gives of CHECK_FIELDS, result by result (a field a result lacks stays absent);
 any index that is not the one of the file as it is now is not used (another file, another version, damage,
 hostile values), and the file is read instead; check's issues, book and files are the same with the index
@@ -16,10 +16,10 @@ import pytest
 
 from gpuheal import benchdata
 from gpuheal.core.heal_state import HealState
-from gpuheal.state import files
+from gpuheal.state import bench_store, files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
-from gpuheal.steps import bench_store, evaluate
+from gpuheal.steps import evaluate
 from gpuheal.steps.check import plan_check
 
 try:

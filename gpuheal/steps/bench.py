@@ -38,9 +38,9 @@ from gpuheal.core.issue import FIRING, Issue, Reported
 from gpuheal.errors import GpuhealError
 from gpuheal.model import ERR_UNAUTHORIZED
 from gpuheal.sources.llama_server import benchmark_inference
-from gpuheal.state import files
+from gpuheal.state import bench_store, files
 from gpuheal.state.store import StateDir
-from gpuheal.steps import bench_store, rebench
+from gpuheal.steps import rebench
 
 if TYPE_CHECKING:  # the renderer loads in command(), for a run that draws
     from gpuheal.core.rule import Rule

@@ -36,10 +36,9 @@ from gpuheal.model import Observation
 from gpuheal.rules import ALL, circuit_breaker_stuck
 from gpuheal.rules.benchmark_regression import monitor
 from gpuheal.rules.vram_leak.trend import vram_trend
-from gpuheal.state import files
+from gpuheal.state import bench_store, files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
-from gpuheal.steps import bench_store
 from gpuheal.steps.rebench import file_raised
 
 __all__ = [
@@ -127,7 +126,7 @@ def breaker_status(view: FleetView, heal_state: HealState) -> dict[str, Any]:
 
 def _load(store: StateDir) -> tuple[IssueBook, bench_store.Loaded]:
     """The issue book and the results as the rules read them: from their index (only the fields rules
-    read) while it is the file's (:mod:`gpuheal.steps.bench_store`)."""
+    read) while it is the file's (:mod:`gpuheal.state.bench_store`)."""
     return load_book(store.read(files.ISSUES, None)), bench_store.load_for_check(store)
 
 

@@ -31,9 +31,8 @@ from gpuheal.core import rebench
 from gpuheal.core.engine import load_book
 from gpuheal.core.memory import Memory
 from gpuheal.core.rebench import Asks
-from gpuheal.state import files
+from gpuheal.state import bench_store, files
 from gpuheal.state.store import StateDir, is_run_id
-from gpuheal.steps import bench_store
 
 if TYPE_CHECKING:
     from gpuheal.core.alert import Alert

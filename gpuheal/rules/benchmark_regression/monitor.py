@@ -27,7 +27,7 @@ def ingest(bench: dict[str, Any], view: FleetView, records: Iterable[IssueRecord
     before any rule reads them); ``records``: the issue book's (a GPU with a firing one is in an incident).
     Returns whether ``bench`` changed, so an unchanged one is not rewritten every poll. Nothing without a
     usable gpu-monitor answer. Time is the poll's own (``obs.at``). A measurement is recorded whole (every
-    field of a result), newer than its GPU's last recorded one (:func:`gpuheal.steps.bench_store.save_recorded`
+    field of a result), newer than its GPU's last recorded one (:func:`gpuheal.state.bench_store.save_recorded`
     relies on both)."""
     obs = view.obs
     if obs is None or not obs.monitor_ok:
