@@ -34,7 +34,11 @@ warns when they differ by more than 10 %. A baseline that is not a finite positi
 
 from __future__ import annotations
 
+import binascii
 import math
+import sys
+from array import array
+from itertools import groupby
 from typing import Any
 
 FILE = "bench-results.json"
@@ -102,7 +106,10 @@ def _well_formed(result: Any) -> bool:
 # the baselines, keyed by the results file's stamp (its size and CRC-32: what it holds, not when it was
 # written). A rule that reads another field of a result must add it here.
 CHECK_FIELDS: tuple[str, ...] = ("at", "gen_tok_s", "ok", "source", "error", "n_ctx", "slots")
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: a column may be packed (:func:`_packed_column`); 1's plain lists are still read
+_INDEX_VERSIONS = (1, 2)
+_FLOAT_FIELDS = ("at", "gen_tok_s")  # packed as float64 when every value is a float (gen_tok_s: or null)
+_SCALARS = (type(None), bool, int, float, str)  # what a column's runs may repeat (one object, shared by rows)
 
 
 def to_index(data: dict[str, Any], stamp: tuple[int, ...]) -> dict[str, Any]:
@@ -120,7 +127,7 @@ def to_index(data: dict[str, Any], stamp: tuple[int, ...]) -> dict[str, Any]:
         "stamp": list(stamp),
         "fields": list(CHECK_FIELDS),
         "gpus": {alias: len(items) for alias, items in data["results"].items()},
-        "columns": [[r.get(f) for r in rows] for f in CHECK_FIELDS],
+        "columns": [_packed_column(f, [r.get(f) for r in rows]) for f in CHECK_FIELDS],
         "absent": {f: found for f, found in absent.items() if found},
         "baselines": data["baselines"],
         "monitor_baselines": data.get("monitor_baselines", {}),
@@ -132,19 +139,19 @@ def from_index(doc: Any, stamp: tuple[int, ...] | None) -> dict[str, Any] | None
     shape), when ``doc`` is the index of the results file as it is now (``stamp``); ``None`` (read the
     file) when it is not, or is not an index this version wrote: another version's, a damaged or edited one
     (columns of different lengths, an ``at`` that is not a finite number or out of order, a bad ``absent``)."""
-    if stamp is None or not isinstance(doc, dict) or doc.get("version") != INDEX_VERSION:
+    if stamp is None or not isinstance(doc, dict) or doc.get("version") not in _INDEX_VERSIONS:
         return None
     if doc.get("stamp") != list(stamp) or doc.get("fields") != list(CHECK_FIELDS):
         return None
     gpus: Any = doc.get("gpus")
-    columns: Any = doc.get("columns")
     if not isinstance(gpus, dict) or not all(type(n) is int and n >= 0 for n in gpus.values()):
         return None
+    columns = _plain_columns(doc.get("columns"), sum(gpus.values()))
     rows = _rows(columns, sum(gpus.values()))
     if rows is None or not _drop_absent(rows, doc.get("absent")):
         return None
     out = normalise({"baselines": doc.get("baselines"), "monitor_baselines": doc.get("monitor_baselines")})
-    ats: list[Any] = columns[0]  # _rows checked it
+    ats: list[Any] = columns[0]  # type: ignore[index]  # _rows checked it
     start = 0
     for alias, n in gpus.items():
         mine = ats[start : start + n]
@@ -152,6 +159,67 @@ def from_index(doc: Any, stamp: tuple[int, ...] | None) -> dict[str, Any] | None
             return None
         out["results"][alias] = rows[start : start + n]
         start += n
+    return out
+
+
+def _packed_column(field: str, values: list[Any]) -> Any:
+    """A column of the index as written: ``{"f64": BASE64}`` (float64, little-endian; NaN: null) for ``at`` and
+    ``gen_tok_s`` when every value is a finite float (``gen_tok_s``: or null), ``{"runs": [[VALUE, COUNT], ...]}``
+    for another field when every value is a scalar (a result's ``ok``, ``source``, ``n_ctx``: mostly one value
+    all week), else the plain list. A week of 100 GPUs' results is ~2,800 rows: parsing their numbers from JSON
+    text was over half of reading the index every cron run, and grew with the week (issue 29)."""
+    if field in _FLOAT_FIELDS and all(
+        (type(v) is float and math.isfinite(v)) or (v is None and field != "at") for v in values
+    ):
+        packed = array("d", [math.nan if v is None else v for v in values])
+        if sys.byteorder == "big":
+            packed.byteswap()
+        return {"f64": binascii.b2a_base64(packed.tobytes(), newline=False).decode("ascii")}
+    if field not in _FLOAT_FIELDS and all(type(v) in _SCALARS for v in values):
+        return {"runs": [[v, len(list(group))] for (_, v), group in groupby(values, key=lambda v: (type(v), v))]}
+    return values
+
+
+def _plain_columns(columns: Any, n: int) -> list[Any] | None:
+    """The index's columns as plain lists (:func:`_packed_column`'s inverse); ``None`` when one is packed
+    otherwise than it writes: base64 that is not ``n`` float64, a NaN ``at``, runs that are not ``n`` scalars."""
+    if not isinstance(columns, list) or len(columns) != len(CHECK_FIELDS):
+        return None
+    plain: list[Any] = []
+    for field, column in zip(CHECK_FIELDS, columns, strict=True):
+        if type(column) is dict:
+            column = _unpacked_column(field, column, n)
+        if type(column) is not list or len(column) != n:
+            return None  # ``at`` first, never runs: its size bounds the runs' counts (a hostile one allocates nothing)
+        plain.append(column)
+    return plain
+
+
+def _unpacked_column(field: str, column: dict[str, Any], n: int) -> list[Any] | None:
+    """One column written as ``{"f64": ...}`` or ``{"runs": ...}``, as a list of ``n``; ``None``: not one."""
+    if list(column) == ["f64"] and field in _FLOAT_FIELDS and type(column["f64"]) is str:
+        try:
+            raw = binascii.a2b_base64(column["f64"], strict_mode=True)
+        except (binascii.Error, ValueError):
+            return None
+        if len(raw) != 8 * n:
+            return None
+        packed = array("d")
+        packed.frombytes(raw)
+        if sys.byteorder == "big":
+            packed.byteswap()
+        values: list[Any] = packed.tolist()
+        if field == "at" or all(map(math.isfinite, values)):
+            return values  # _rows refuses an ``at`` that is not finite
+        return [v if math.isfinite(v) else None for v in values]  # NaN: a failed run's null rate
+    runs = column.get("runs") if list(column) == ["runs"] and field not in _FLOAT_FIELDS else None
+    if type(runs) is not list or not all(
+        type(r) is list and len(r) == 2 and type(r[0]) in _SCALARS and type(r[1]) is int and r[1] > 0 for r in runs
+    ) or sum(r[1] for r in runs) != n:
+        return None  # the counts summed before any list is built
+    out: list[Any] = []
+    for value, count in runs:
+        out += [value] * count
     return out
 
 

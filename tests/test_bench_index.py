@@ -95,15 +95,21 @@ def test_every_check_field_goes_through_the_index():
     assert benchdata.from_index(encoded(benchdata.to_index(data, (1,))), (1,))["results"][DENSE] == [row]
 
 
+def plain(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with every column a plain list (version 1's shape, which version 2 still reads)."""
+    n = sum(doc["gpus"].values())
+    return {**doc, "columns": benchdata._plain_columns(doc["columns"], n)}
+
+
 def test_an_index_of_another_file_or_version_is_not_used():
     doc = encoded(benchdata.to_index(week(), (7, 9)))
     assert benchdata.from_index(doc, (7, 8)) is None and benchdata.from_index(doc, None) is None
-    assert benchdata.from_index({**doc, "version": 2}, (7, 9)) is None
+    assert benchdata.from_index({**doc, "version": 3}, (7, 9)) is None
     assert benchdata.from_index({**doc, "fields": [*benchdata.CHECK_FIELDS, "model"]}, (7, 9)) is None
 
 
 def _damaged() -> list[tuple[str, Any]]:
-    good = encoded(benchdata.to_index(week(), (7, 9)))
+    good = plain(encoded(benchdata.to_index(week(), (7, 9))))
     at, rest = good["columns"][0], good["columns"][1:]
     n_dense = good["gpus"][DENSE]
     assert list(good["gpus"])[0] == DENSE and good["absent"]  # DENSE's rows come first; some fields absent
@@ -145,7 +151,53 @@ def _damaged() -> list[tuple[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize(("why", "doc"), _damaged(), ids=[w for w, _ in _damaged()])
+def test_packed_columns_give_the_plain_ones_and_version_1_is_still_read():
+    """Floats packed as float64 (a failed run's null rate as NaN), the other fields run-length encoded; an
+    index of version 1 (plain lists: an earlier version's) gives the same results."""
+    data = week()
+    data["results"][LIGHT].append(result(-10, 151.0, source="monitor", n_ctx=None, slots=None))
+    doc = encoded(benchdata.to_index(data, (7, 9)))
+    assert [type(c).__name__ for c in doc["columns"]] == ["dict", "list", "dict", "dict", "dict", "dict", "dict"]
+    assert list(doc["columns"][0]) == ["f64"] and any(n > 1 for _, n in doc["columns"][3]["runs"])
+    light = benchdata.from_index(doc, (7, 9))
+    assert light == projection(data) == benchdata.from_index({**plain(doc), "version": 1}, (7, 9))
+    assert [type(r["gen_tok_s"]) for r in light["results"][STRIX]] == [float, float, float, int]  # as written
+    ok = {"results": {DENSE: [result(60 * i, 74.5 if i % 3 else None, ok=i % 3 != 0) for i in range(6)]}}
+    doc = encoded(benchdata.to_index(benchdata.normalise(ok), (1,)))
+    assert list(doc["columns"][1]) == ["f64"]  # every rate a float or null: packed, null as NaN
+    assert benchdata.from_index(doc, (1,))["results"][DENSE] == projection(benchdata.normalise(ok))["results"][DENSE]
+
+
+def _damaged_packed() -> list[tuple[str, Any]]:
+    good = encoded(benchdata.to_index(week(), (7, 9)))
+    at, runs = good["columns"][0]["f64"], good["columns"][2]["runs"]
+    n = sum(good["gpus"].values())
+
+    def with_column(i: int, column: Any) -> dict[str, Any]:
+        return {**good, "columns": [*good["columns"][:i], column, *good["columns"][i + 1:]]}
+
+    return [
+        ("f64 not base64", with_column(0, {"f64": "!" + at[1:]})),
+        ("f64 one float short", with_column(0, {"f64": at[:-12]})),
+        ("f64 not a string", with_column(0, {"f64": [1.0]})),
+        ("f64 a NaN at", with_column(0, {"f64": "AAAAAAAA+H8=" + at[12:]})),
+        ("f64 and another key", with_column(0, {"f64": at, "x": 1})),
+        ("f64 for a field not a float", with_column(2, {"f64": at})),
+        ("runs for at", with_column(0, {"runs": [[1.0, n]]})),
+        ("runs short", with_column(2, {"runs": [*runs[:-1], [runs[-1][0], runs[-1][1] - 1]]} if runs[-1][1] > 1
+                                   else {"runs": runs[:-1]})),
+        ("runs a huge count", with_column(2, {"runs": [[True, 10**12]]})),
+        ("runs a negative count", with_column(2, {"runs": [[True, -1], *runs]})),
+        ("runs a boolean count", with_column(2, {"runs": [[True, True]] * n})),
+        ("runs a list value", with_column(4, {"runs": [[[1], n]]})),
+        ("runs not a list", with_column(4, {"runs": "ok"})),
+        ("runs of three", with_column(4, {"runs": [[None, n, 0]]})),
+        ("an object of neither", with_column(4, {"values": [None] * n})),
+    ]
+
+
+@pytest.mark.parametrize(("why", "doc"), _damaged() + _damaged_packed(),
+                         ids=[w for w, _ in _damaged() + _damaged_packed()])
 def test_a_damaged_or_hostile_index_is_not_used(why, doc):
     assert benchdata.from_index(doc, (7, 9)) is None
 

@@ -893,3 +893,75 @@ def test_a_raw_tier_file_damaged_anywhere_never_stops_the_load():
             assert list(cols) == list(COLUMNS)
             assert len({len(cols[c]) for c in COLUMNS}) == 1 and None not in cols["t"]
             assert all(v is None or isinstance(v, float) for c in COLUMNS[1:-1] for v in cols[c])
+
+
+# --------------------------------------------------------------------------- buckets folded into a packed block (issue 29)
+
+
+def _put(block: dict, column: str, index: int, raw8: bytes) -> None:
+    import base64
+
+    data = bytearray(base64.b64decode(block[column]))
+    data[8 * index : 8 * index + 8] = raw8
+    block[column] = base64.b64encode(bytes(data)).decode("ascii")
+
+
+def _fold_both_ways(stored: dict, minutes: range) -> tuple[History, History]:
+    """The same coarse tier read as stored, compacted over ``minutes`` of new polls: once as read (blocks held
+    packed), once decoded first (the way every fold went before)."""
+    held, decoded = History.from_dict(stored), History.from_dict(stored)
+    _ = decoded.coarse  # every block decoded now (or dropped, if damaged)
+    for history in (held, decoded):
+        for m in minutes:
+            history.add(obs_at(m, endpoint="ok" if m % 23 else "timeout", temp=None if m % 31 == 0 else 60.5))
+            history.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)
+    return held, decoded
+
+
+def test_buckets_folded_into_a_block_held_as_read_are_the_blocks_decoding_would_write():
+    """A block held as read takes new buckets packed (not decoded: a week of buckets every 10 minutes); the
+    file is the very bytes the decoded fold wrote, unknown values and endpoint runs included."""
+    fed = _fed(range(8 * 60))
+    fed.raw["gpu-dense"]["temp_c"][:20] = [None] * 20  # a bucket with no temperature known: NaN in the block
+    for m in range(8 * 60, 8 * 60 + 1):
+        fed.compact((T0 + timedelta(minutes=m)).timestamp(), RAW_H, BUCKET_S, COARSE_DAYS)
+    stored = _stored(fed)
+    held, decoded = _fold_both_ways(stored, range(8 * 60 + 1, 9 * 60 + 30))
+    assert {type(b).__name__ for b in held._coarse.values()} == {"_Packed"}  # folded packed, never decoded
+    assert [b"".join(f) for f in held.encoded_files() if f] == [b"".join(f) for f in decoded.encoded_files() if f]
+    assert held.coarse == decoded.coarse and held.raw == decoded.raw
+    assert held.coarse["gpu-dense"]["endpoint"].count("timeout") >= 2  # the runs moved on (not vacuous)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: _put(b, "temp_c", 2, struct.pack("<d", float("inf"))),  # an infinity: decodes as not known
+        lambda b: _put(b, "power_w", 0, bytes.fromhex("010000000000f07f")),  # a NaN _float64 does not write
+        lambda b: _put(b, "util_pct", 1, bytes.fromhex("000000000000f8ff")),  # a negative NaN
+        lambda b: _put(b, "t", 3, struct.pack("<d", float("nan"))),  # a time not known: the block is dropped
+        lambda b: b.update(temp_c=b["temp_c"][:30] + "!" + b["temp_c"][31:]),  # damaged past its first time
+        lambda b: b.update(vram_used_mb=b["vram_used_mb"][:-4] + "AAA="),  # other bytes, same length
+    ],
+)
+def test_a_block_packed_folding_cannot_keep_as_it_is_is_decoded_and_folded_as_before(damage):
+    """Values decoding would not give back as their bytes (an infinity, another NaN), a time not known, a
+    damaged column: the block is decoded and folded as before (its values then unknown, or it is dropped)."""
+    stored = _stored(_fed(range(8 * 60)))
+    damage(stored["coarse"]["gpu-dense"])
+    held, decoded = _fold_both_ways(stored, range(8 * 60, 8 * 60 + 45))
+    assert type(held._coarse["gpu-light"]).__name__ == "_Packed"  # the sound blocks still folded packed
+    assert [b"".join(f) for f in held.encoded_files() if f] == [b"".join(f) for f in decoded.encoded_files() if f]
+    assert held.coarse == decoded.coarse
+
+
+def test_a_fold_of_buckets_already_kept_leaves_a_block_as_read():
+    """Buckets at or before a block's newest (a clock stepped back) are skipped, as the decoded fold skips
+    them: the block is the one read, and the coarse file is not written again."""
+    history = History.from_dict(_stored(_fed(range(8 * 60))))
+    block = history._coarse["gpu-dense"]
+    old = {c: [] for c in COLUMNS}
+    for c, v in zip(COLUMNS, (block.first_t, 50.0, 1.0, 2.0, 3.0, "ok"), strict=True):
+        old[c].append(v)
+    history._fold("gpu-dense", old, BUCKET_S)
+    assert history._coarse["gpu-dense"] is block

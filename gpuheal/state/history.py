@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import groupby
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuheal.model import Observation
 
@@ -285,25 +285,29 @@ class History:
             del self._coarse[alias]
 
     def _fold(self, alias: str, old: dict[str, list[Any]], bucket_s: int) -> None:
+        """Append ``old``'s whole buckets to ``alias``'s coarse columns, a bucket once (never one at or before
+        the newest kept). A block held as read takes them in its packed form (:meth:`_Packed.appended`): the
+        same block as decoding, appending and packing it again, without a Python object per kept bucket — a
+        week of 100 GPUs' buckets was decoded and packed again every ``coarse_bucket_s`` (issue 29)."""
+        self._read_coarse()
+        rows = _bucket_rows(old, bucket_s)
+        held = self._coarse.get(alias)
+        if isinstance(held, _Packed):
+            grown = held.appended(rows)
+            if grown is not None:
+                self._coarse[alias] = grown
+                return
         target = self._coarse_of(alias)
         if target is None:
             target = _empty()
             self._coarse[alias] = target
-        buckets: dict[float, list[int]] = {}
-        for i, t in enumerate(old["t"]):
-            buckets.setdefault(t - t % bucket_s, []).append(i)
-        for start in sorted(buckets):
-            idx = buckets[start]
+        for start, means, state in rows:
             if target["t"] and start <= target["t"][-1]:
                 continue  # already folded (or clock skew): never duplicate a bucket
             target["t"].append(start)
-            for metric in METRICS:
-                vals = [old[metric][i] for i in idx if old[metric][i] is not None]
-                target[metric].append(round(sum(vals) / len(vals), 2) if vals else None)
-            states = [old["endpoint"][i] for i in idx]
-            bad = [s for s in states if s not in ("ok", None)]
-            # a bucket with a failed probe in it is never summarised as ok
-            target["endpoint"].append(bad[-1] if bad else states[-1])
+            for metric, mean in zip(METRICS, means, strict=True):
+                target[metric].append(mean)
+            target["endpoint"].append(state)
 
     # ------------------------------------------------------------------ queries
     def series(
@@ -331,6 +335,35 @@ def _valid_columns(cols: Any) -> bool:
         return False
     n = len(cols["t"])
     return all(len(cols[c]) == n for c in COLUMNS) and all(_number_or_none(t) is not None for t in cols["t"])
+
+
+class _Bucket(NamedTuple):
+    """One coarse bucket folded from raw samples: its start, each metric's mean (``None``: none known), its
+    endpoint state."""
+
+    start: float
+    means: tuple[float | None, ...]  # in METRICS' order
+    endpoint: Any
+
+
+def _bucket_rows(old: dict[str, list[Any]], bucket_s: int) -> list[_Bucket]:
+    """``old``'s samples averaged by bucket, oldest first: a metric's known values rounded to 2 places; the
+    endpoint the bucket's last failed probe, else its last state (a bucket with a failed probe in it is never
+    summarised as ok)."""
+    buckets: dict[float, list[int]] = {}
+    for i, t in enumerate(old["t"]):
+        buckets.setdefault(t - t % bucket_s, []).append(i)
+    rows: list[_Bucket] = []
+    for start in sorted(buckets):
+        idx = buckets[start]
+        means: list[float | None] = []
+        for metric in METRICS:
+            vals = [old[metric][i] for i in idx if old[metric][i] is not None]
+            means.append(round(sum(vals) / len(vals), 2) if vals else None)
+        states = [old["endpoint"][i] for i in idx]
+        bad = [s for s in states if s not in ("ok", None)]
+        rows.append(_Bucket(start, tuple(means), bad[-1] if bad else states[-1]))
+    return rows
 
 
 # --------------------------------------------------------------------------- packed columns
@@ -452,7 +485,9 @@ def _encoded_coarse_block(block: dict[str, list[Any]] | _Packed) -> bytes:
     parts = [b'{"n":', str(held["n"]).encode()]  # _Packed.of: the keys in _BLOCK_KEYS' order, n an int
     for key, c in zip(_COLUMN_KEYS, ("t", *METRICS), strict=True):
         text: str = held[c]
-        if text.isascii() and not (ascii_text := text.encode("ascii")).translate(None, _B64_CHARS):
+        if block.canonical:
+            parts += (key, text.encode("ascii"), b'"')
+        elif text.isascii() and not (ascii_text := text.encode("ascii")).translate(None, _B64_CHARS):
             parts += (key, ascii_text, b'"')
         else:  # damaged past its first time (found when decoded): escaped where needed, as json.dumps did
             parts += (key[:-1], _json(text))
@@ -480,6 +515,7 @@ class _Packed:
     block: dict[str, Any]
     n: int
     first_t: float  # the oldest bucket's start (what :meth:`History.compact` drops by)
+    canonical: bool = False  # every packed text base64 as _packed writes it (:meth:`appended`'s): no escape
 
     @classmethod
     def of(cls, block: dict[str, Any]) -> _Packed | None:
@@ -514,6 +550,39 @@ class _Packed:
             total, last = total + run[1], run[0]
         return cls(block, n, first_t) if total == n else None
 
+    def appended(self, rows: list[_Bucket]) -> _Packed | None:
+        """This block with ``rows`` after its newest bucket (those at or before it skipped, as
+        :meth:`History._fold` skips them), packed as :func:`_pack_columns` packs the decoded columns with them
+        appended; ``None``: decode it instead — a column that is not ``n`` packed numbers, a time not known, a
+        value that decoding would not give back as these bytes (an infinity, a NaN other than the one
+        :func:`_float64` writes)."""
+        packed: list[bytes] = []
+        for c in ("t", *METRICS):
+            raw = _exact_column(self.block[c], self.n, c != "t")
+            if raw is None:
+                return None
+            packed.append(raw)
+        last_t: float = struct.unpack("<d", packed[0][-8:])[0]
+        rows = [r for r in rows if r.start > last_t]
+        if not rows:
+            return self
+        added = [_float64([r.start for r in rows])]
+        added += (_float64([r.means[i] for r in rows]) for i in range(len(METRICS)))
+        runs = [list(run) for run in self.block["endpoint"]]
+        for r in rows:
+            if runs[-1][0] == r.endpoint:
+                runs[-1][1] += 1
+            else:
+                runs.append([r.endpoint, 1])
+        n = self.n + len(rows)
+        block: dict[str, Any] = {"n": n}
+        whole = 4 * (8 * self.n // 3)  # the text of the whole 3-byte groups, as it is: base64 is group by group
+        for c, raw, more in zip(("t", *METRICS), packed, added, strict=True):
+            tail = binascii.b2a_base64(raw[3 * (whole // 4) :] + more, newline=False).decode("ascii")
+            block[c] = self.block[c][:whole] + tail
+        block["endpoint"] = runs
+        return _Packed(block, n, self.first_t, canonical=True)
+
     def columns(self, times: dict[str, tuple[float, ...]]) -> dict[str, list[Any]] | None:
         """The columns, or ``None`` for a damaged block (``times``: the t columns decoded before, by
         their text, shared as :func:`_unpack_columns` shares them; tuples, as a decoded column changes)."""
@@ -523,6 +592,28 @@ class _Packed:
         if cols is not None and known is None:
             times[text] = tuple(cols["t"])
         return cols
+
+
+_NAN_BYTES = struct.pack("<d", math.nan)  # what _float64 writes for a value not known
+
+
+def _exact_column(text: str, n: int, unknown_ok: bool) -> bytes | None:
+    """A packed column's ``n`` float64 as they are, when decoding it and packing it again gives these bytes:
+    every value finite, or (``unknown_ok``) the NaN :func:`_float64` writes; ``None`` otherwise (damaged base64,
+    another length, an infinity, another NaN: decoded, they become ``None``, or the block is dropped)."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != 8 * n:
+        return None
+    top = raw[7::8]  # as in _floats: only a value with this top byte can be NaN or infinite
+    if b"\x7f" in top or b"\xff" in top:
+        values = _floats(raw)
+        for i, value in enumerate(values):
+            if value is None and not (unknown_ok and raw[8 * i : 8 * i + 8] == _NAN_BYTES):
+                return None
+    return raw
 
 
 def _unpack_columns(block: dict[str, Any], times: dict[str, list[float]]) -> dict[str, list[Any]] | None:
