@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuheal import provenance as prov
 from gpuheal.model import GpuSample, Observation
@@ -59,3 +61,28 @@ def test_a_sample_round_trips_with_its_provenance_and_without_one():
 def test_a_huge_recorded_request_name_is_cut():
     back = prov.from_json({"x" * 10_000: ["y" * 10_000]})
     assert back is not None and len(back[0][0]) == 200 and len(back[0][1][0]) == 64
+
+
+def _provenance_before(got: prov.Origins, known: dict) -> prov.Provenance:
+    """``Origins.provenance`` before issue 29's loop (one ``setdefault`` a field): the reference."""
+    groups: dict[str, list[str]] = {}
+    for key, value in known.items():
+        request = got.by.get(key)
+        if value is not None and request is not None:
+            groups.setdefault(request, []).append(key)
+    return prov.share(tuple((request, tuple(keys)) for request, keys in groups.items()))
+
+
+_FIELD = st.sampled_from([f"f{i}" for i in range(12)])
+_REQUEST = st.sampled_from([prov.METRICS, prov.SLOTS, prov.PROPS, prov.HEALTH, prov.MONITOR, "other"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_REQUEST, st.dictionaries(_FIELD, st.none() | st.integers() | st.text(max_size=2)))),
+       st.dictionaries(_FIELD, st.none() | st.integers() | st.floats(allow_nan=True)))
+def test_the_provenance_is_grouped_as_before(puts: list, extra: dict) -> None:
+    got = prov.Origins()
+    for request, values in puts:
+        got.put(request, values)
+    known = {**got.values, **extra}
+    assert got.provenance(known) == _provenance_before(got, known)

@@ -126,6 +126,31 @@ def sleeping_answer(result: HttpResult | Answer) -> Answer:
     return Answer(OK, is_sleeping=sleeping if isinstance(sleeping, bool) else None, n_ctx=n_ctx)
 
 
+#: The ``/props`` answers one poll has read, by body (:func:`read_props`); made afresh for each poll.
+PropsRead = dict[bytes, Answer]
+PROPS_READ_MAX = 16  # distinct bodies remembered in one poll (a fleet runs a few models on a few builds)
+PROPS_READ_MAX_BYTES = 64 * 1024  # a bigger body is read, not remembered (a real one is ~2-10 KB)
+
+
+def read_props(result: HttpResult | Answer, read: PropsRead | None) -> Answer:
+    """:func:`sleeping_answer` of one ``/props`` reply, each distinct body read once a poll (``read``: what
+    this poll read so far; ``None``: nothing remembered). Replicas of one model file on one build with the same
+    settings answer ``/props`` byte for byte alike, and a fleet is mostly such replicas; the answer is a function
+    of the body alone, so a body already read this poll answers what it answered then (issue 29: ``json.loads``
+    of a ~2 KB document for two fields was ~5 % of a 100-GPU cycle). Lives one poll: no run reuses another's."""
+    if read is None or not isinstance(result, HttpResult):
+        return sleeping_answer(result)
+    body = result.body
+    if type(body) is not bytes or len(body) > PROPS_READ_MAX_BYTES:
+        return sleeping_answer(result)
+    got = read.get(body)
+    if got is None:
+        got = sleeping_answer(result)
+        if len(read) < PROPS_READ_MAX:
+            read[body] = got
+    return got
+
+
 def metrics_enabled(endpoint: str, api_key: str | None, deadline_s: float) -> tuple[bool | None, str]:
     """For ``doctor`` and ``check``: is ``/metrics`` served to this key? ``(True, "")``,
     ``(False, how to enable it)`` on 501, ``(None, why not known)`` otherwise."""
@@ -263,20 +288,22 @@ class ServerProbe:
         return out
 
 
-def server_exchange(api_key: str | None, deadline_s: float) -> Exchange:
+def server_exchange(api_key: str | None, deadline_s: float, props_read: PropsRead | None = None) -> Exchange:
     """One llama-server's poll as an exchange (:mod:`~gpuheal.sources.http_loop`: one kept-alive
     connection, one deadline): ``/health``; then, when it answered 200, its telemetry
-    (:func:`telemetry_exchange`). A dead or stopped server costs one request and one deadline.
-    Returns its :class:`ServerProbe`."""
+    (:func:`telemetry_exchange`; ``props_read``: the poll's ``/props`` bodies read so far, :func:`read_props`).
+    A dead or stopped server costs one request and one deadline. Returns its :class:`ServerProbe`."""
     started = time.monotonic()
     state, latency_s, detail, fault = health_state((yield Ask("/health", max_bytes=PROBE_MAX_BYTES)))
     telemetry = NO_TELEMETRY
     if state == ENDPOINT_OK:
-        telemetry = yield from telemetry_exchange(api_key, deadline_s, started)
+        telemetry = yield from telemetry_exchange(api_key, deadline_s, started, props_read)
     return ServerProbe(state, latency_s, detail, fault, telemetry)
 
 
-def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -> Exchange:
+def telemetry_exchange(
+    api_key: str | None, deadline_s: float, started: float, props_read: PropsRead | None = None
+) -> Exchange:
     """``/metrics``; then ``/props`` — every poll: its ``n_ctx`` is the running context Rule 9 watches
     for a change (``rules/context_window/change``), and it says whether the server sleeps without waking it;
     then ``/slots`` — only of a server that is awake, since ``/slots`` wakes a sleeping one
@@ -291,7 +318,7 @@ def telemetry_exchange(api_key: str | None, deadline_s: float, started: float) -
     if metrics.state == UNAUTHORIZED:  # the same key on /props and /slots: no more 401s
         return ServerTelemetry(metrics, Answer(UNAUTHORIZED, metrics.detail), UNASKED)
     got = yield from _ask("/props", auth, deadline_s, started)
-    props = sleeping_answer(got)
+    props = read_props(got, props_read)
     slots = _slots_unasked(busy, props)
     if slots is None:  # each answer is asked, then read: the reading never asks again
         got = yield from _ask("/slots", auth, deadline_s, started)

@@ -130,8 +130,9 @@ def _poll(cfg: Config, source: GpuSource, now: datetime, transports: Any, memory
         requests_f = pool.submit(_litellm_requests, cfg, url) if url and cfg.litellm.read_metrics else None
         spend_f = pool.submit(_spend, cfg, url, now.timestamp()) if url and cfg.litellm.read_spend_logs else None
         key = cfg.litellm.api_key or None
+        props_read: lt.PropsRead = {}  # this poll's /props bodies, each read once (issue 29)
         servers = run_exchanges(
-            ((g.alias, g.endpoint, lambda: lt.server_exchange(key, deadline)) for g in cfg.gpus),
+            ((g.alias, g.endpoint, lambda: lt.server_exchange(key, deadline, props_read)) for g in cfg.gpus),
             deadline_s=deadline, max_open=cfg.probe.max_workers,
         ) if source.probes_endpoints else {}
         poll = source_f.result()
@@ -151,8 +152,9 @@ def probe_servers(cfg: Config, aliases: Collection[str], canary: Collection[str]
     deadline = cfg.probe.timeout_s
     key = cfg.litellm.api_key or None
     gpus = [g for g in cfg.gpus if g.alias in aliases]
-    servers = run_exchanges(((g.alias, g.endpoint, lambda: lt.server_exchange(key, deadline)) for g in gpus),
-                            deadline_s=deadline, max_open=cfg.probe.max_workers)
+    props_read: lt.PropsRead = {}  # this re-probe's /props bodies, each read once (issue 29)
+    servers = run_exchanges(((g.alias, g.endpoint, lambda: lt.server_exchange(key, deadline, props_read))
+                             for g in gpus), deadline_s=deadline, max_open=cfg.probe.max_workers)
     spec = cfg.probe.canary or {}
     ask = [g for g in gpus if g.alias in canary and g.alias in servers and servers[g.alias].state == ENDPOINT_OK]
     if spec.get("enabled") and ask:
