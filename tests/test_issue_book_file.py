@@ -45,6 +45,19 @@ def test_the_log_is_appended_apart_and_issues_json_keeps_no_log(tmp_path):
     assert [json.loads(line) for line in lines] == [transition(i).to_json() for i in range(3)]
 
 
+def test_a_book_saved_again_in_one_run_appends_only_what_it_logged_since(tmp_path):
+    """``heal``'s in-run confirmation saves its book after each round of probes (steps/confirm.py)."""
+    state = tmp_path / "s"
+    with StateDir(state, 1.0) as store:
+        book = book_file.load(store)
+        book.log.append(transition(0))
+        book_file.save(store, book)
+        book_file.save(store, book)
+        book.log.append(transition(1))
+        book_file.save(store, book)
+        assert book_file.log_lines(store) == [transition(0).to_json(), transition(1).to_json()]
+
+
 def test_a_run_without_transitions_does_not_touch_the_log_file(tmp_path):
     state = tmp_path / "s"
     one_run(state, [])

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuheal.core import engine
-from gpuheal.core.engine import IssueBook, load_book
+from gpuheal.core.engine import IssueBook, TransitionLog, load_book
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 
@@ -40,12 +40,15 @@ def load(store: StateDir) -> IssueBook:
 def save(store: StateDir, book: IssueBook) -> None:
     """``issues.json`` without the log, after the book's log (the transitions this run logged, and those an
     earlier version's ``issues.json`` held) is appended to ``issues-log.jsonl``. The log first: a run killed
-    between the two leaves a transition logged twice, never one lost."""
+    between the two leaves a transition logged twice, never one lost. The book's log is emptied then (its lines
+    are in the file): a run that saves the same book again (``heal``'s in-run confirmation, after each round of
+    probes) appends only what it logged since."""
     doc = book.to_json()
     added: list[dict[str, Any]] = doc.pop("log")
     if added:
         store.append_lines(files.ISSUES_LOG, added)
         _trim(store, engine.LOG_MAX)
+        book.log = TransitionLog()
     store.write(files.ISSUES, doc)
 
 
