@@ -14,6 +14,7 @@ from gpuheal.config import load_config_dict
 from gpuheal.errors import GpuhealError
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
+from gpuheal.steps import book as book_file
 from gpuheal.steps import check
 from gpuheal.steps.replay import replay
 from gpuheal.trace import read_trace
@@ -124,8 +125,8 @@ def test_check_by_cron_gives_the_same_timeline_as_replay(name, tmp_path):
             result = check.run(CFG, store, obs.at, obs=obs)
             statuses.append(result.health["status"])
     with StateDir(state, 1.0) as store:
-        book = store.read(files.ISSUES, {})
-    cron = [[t["at"], t["gpu"], t["issue"], t["event"]] for t in book["log"]]
+        logged = book_file.log_lines(store)
+    cron = [[t["at"], t["gpu"], t["issue"], t["event"]] for t in logged]
     replayed = replay(CFG, observations)
     assert cron == [[t["at"], t["gpu"], t["issue"], t["event"]] for t in replayed.timeline]
     assert len(statuses) == len(observations)
@@ -142,8 +143,8 @@ def test_check_by_cron_under_a_cron_like_clock_gives_the_whole_second_timeline(n
         with StateDir(state, 1.0) as store:
             check.run(CFG, store, obs.at, obs=obs)
     with StateDir(state, 1.0) as store:
-        book = store.read(files.ISSUES, {})
-    cron = [(poll_of[t["at"]], t["gpu"], t["issue"], t["event"]) for t in book["log"]]
+        logged = book_file.log_lines(store)
+    cron = [(poll_of[t["at"]], t["gpu"], t["issue"], t["event"]) for t in logged]
     assert cron == timing(replay(CFG, observations))
 
 

@@ -15,7 +15,8 @@ HISTORY = "history.json"          # state/history_store.py: names the tiers' fil
 HISTORY_RAW = "history-raw.bin"   # state/history.py: the raw tier (float64 columns, not JSON)
 HISTORY_COARSE = "history-coarse.json"  # state/history.py: the coarse tier, rewritten only when it changes
 # prometheus-trend.json: a source's own memory is named in its declaration (source_kinds/prometheus.py)
-ISSUES = "issues.json"            # core/engine.py: the issue book
+ISSUES = "issues.json"            # core/engine.py: the issue book (steps/book.py: less its log)
+ISSUES_LOG = "issues-log.jsonl"   # steps/book.py: the issue book's log of transitions, appended
 HEAL = "heal-state.json"          # steps/heal.py: attempts, restarts, pauses (its run_seq: the old run counter)
 BENCH = "bench-results.json"      # benchdata.py
 BENCH_INDEX = "bench-index.json"  # state/bench_store.py: what check reads of the results, while they are the same

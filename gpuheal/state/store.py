@@ -21,6 +21,7 @@ import itertools
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
@@ -249,10 +250,28 @@ class StateDir:
         for one of many small numbers the one-shot C encoder is faster.
         """
         if stream:  # {"schema_version", "data": {"raw"/"coarse": {alias: one GPU's block}}}: a block a piece
-            pieces: Iterable[str | bytes] = _buffered(encoded_pieces(doc, STREAM_LEVELS), "")
-        else:
-            pieces = [json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False)]
-        self._atomic_write(self.path / name, pieces, ["\n"])
+            self._atomic_write(self.path / name, _buffered(encoded_pieces(doc, STREAM_LEVELS), ""), ["\n"])
+            return
+        data = (json.dumps(doc, separators=(",", ":"), sort_keys=False, allow_nan=False) + "\n").encode(
+            "utf-8", "replace")  # as write_atomic encodes text: a lone surrogate is written as "?"
+        if not self._holds(name, data):
+            self._atomic_write(self.path / name, [data])
+
+    def _holds(self, name: str, data: bytes) -> bool:
+        """Whether file ``name`` is already exactly ``data`` as a write would leave it: a regular file of this
+        user's, mode 0600, one link, these bytes. Then its write (a temp file, fsync, rename, fsync of the
+        directory) would change nothing and is skipped: cron rewrote ``heal-state.json`` and
+        ``circuit-breaker-status.json`` unchanged at nearly every run (issue 29). Costs a ``stat`` when the
+        size differs, a read of the file when it is the same."""
+        path = self.path / name
+        try:
+            st = os.lstat(path)
+            if not (stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600 and st.st_nlink == 1
+                    and st.st_uid == os.getuid() and st.st_size == len(data)):
+                return False
+            return path.read_bytes() == data
+        except OSError:
+            return False
 
     def write_encoded(self, name: str, data: Iterable[bytes]) -> None:
         """:meth:`write` of a ``data`` its owner encoded already (the UTF-8 of its compact JSON, in pieces):

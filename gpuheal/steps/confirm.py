@@ -54,6 +54,7 @@ from gpuheal.model import GpuSample, Observation
 from gpuheal.rules.host_unreachable.reach import STATE_FILE, Reacher, SilentLooks, ask_hosts
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
+from gpuheal.steps import book as book_file
 
 Prober = Callable[[Config, Collection[str], Collection[str]], dict[str, GpuSample]]
 
@@ -163,7 +164,7 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
             yield result
             return
         core.annotate(book, watches, only)
-        store.write(files.ISSUES, book.to_json())
+        book_file.save(store, book)
         yield loop.result(watches, only)
         if not any(w.state == Watch.WATCHING for w in watches.values()):
             return

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 
 from gpuheal.config import Config
 from gpuheal.core import engine
-from gpuheal.core.engine import Evaluation, IssueBook, iso, load_book
+from gpuheal.core.engine import Evaluation, IssueBook, iso
 from gpuheal.core.heal_state import HealState
 from gpuheal.core.view import FleetView, Restarts
 from gpuheal.model import Observation
@@ -39,6 +39,7 @@ from gpuheal.rules.vram_leak.trend import vram_trend
 from gpuheal.state import bench_store, files
 from gpuheal.state.history import History
 from gpuheal.state.store import StateDir
+from gpuheal.steps import book as book_file
 from gpuheal.steps.rebench import file_raised
 
 __all__ = [
@@ -127,7 +128,7 @@ def breaker_status(view: FleetView, heal_state: HealState) -> dict[str, Any]:
 def _load(store: StateDir) -> tuple[IssueBook, bench_store.Loaded]:
     """The issue book and the results as the rules read them: from their index (only the fields rules
     read) while it is the file's (:mod:`gpuheal.state.bench_store`)."""
-    return load_book(store.read(files.ISSUES, None)), bench_store.load_for_check(store)
+    return book_file.load(store), bench_store.load_for_check(store)
 
 
 def run_full(
@@ -139,7 +140,7 @@ def run_full(
     source's trend windows start there too."""
     book, bench = _load(store)
     ev, view, bench_changed = evaluate_poll(cfg, obs, history, book, bench.data, restarts, now.timestamp())
-    store.write(files.ISSUES, book.to_json())
+    book_file.save(store, book)
     file_raised(store, book.memory, now)  # re-benchmarks the rules' memory asks for (Rule 9: a context change)
     if bench_changed:  # gpu-monitor's readings recorded (Rule 4)
         bench_store.save_recorded(store, bench)
@@ -157,5 +158,5 @@ def evaluate_bench_full(cfg: Config, store: StateDir, now: datetime) -> Evaluati
     restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     judged = tuple(r.ID for r in ALL if r.JUDGED_FROM_BENCH)
     ev = evaluate_poll(cfg, None, History(), book, bench.data, restarts, now.timestamp(), only=judged).evaluation
-    store.write(files.ISSUES, book.to_json())
+    book_file.save(store, book)
     return ev

@@ -33,6 +33,7 @@ from gpuheal.core.memory import Memory
 from gpuheal.core.rebench import Asks
 from gpuheal.state import bench_store, files
 from gpuheal.state.store import StateDir, is_run_id
+from gpuheal.steps import book as book_file
 
 if TYPE_CHECKING:
     from gpuheal.core.alert import Alert
@@ -118,7 +119,7 @@ def answer(
     if after != Asks(read.asks, read.failed):
         ask_store.save(store, after, read)
     if answered:
-        store.write(files.ISSUES, book.to_json())  # what the verdicts kept in the rules' memory
+        book_file.save(store, book)  # what the verdicts kept in the rules' memory
     if lines:
         store.append_lines(files.AUDIT_LOG, lines)
     if alerts:
