@@ -290,7 +290,7 @@ _METRICS_TEMPLATE = "".join(
 
 
 _METRICS_BODIES: dict[bytes, bytes] = {}
-_MAX_METRICS_BODIES = 8192
+_MAX_METRICS_BODIES = 1024  # ~2.5 KB each
 _PACK_METRICS = struct.Struct(f"<{len(_METRICS_NAMES)}d").pack
 
 

@@ -666,18 +666,19 @@ def llama_answer(world: World, alias: str, request: bytes) -> bytes | None:
 
 
 _SENT: dict[tuple[str, int, bytes, bool], bytes] = {}
-_MAX_SENT = 4096
+_MAX_SENT = 64
 
 
 def _llama_send(world: World, status: int, body: bytes, close: bool) -> bytes:
     """:meth:`_Base.send`'s bytes of a JSON answer of LlamaHandler, remembered for the instant (its ``Date``):
     a poll asks every server for ``/health`` and ``/props`` at one virtual second, and they answer a few
-    bodies (``llama.props_body`` gives the same object for the same shape, whose hash is kept)."""
+    bodies (``llama.props_body`` gives the same object for the same shape, whose hash is kept). Only the
+    last instant's few are kept (a ``/props`` answer is ~2 KB)."""
     date = world.http_date()
     key = (date, status, body, close)
     sent = _SENT.get(key)
     if sent is None:
-        if len(_SENT) >= _MAX_SENT:
+        if len(_SENT) >= _MAX_SENT or (_SENT and next(iter(_SENT))[0] != date):
             _SENT.clear()
         sent = _SENT[key] = answer_head(LlamaHandler.server_header, date, status, JSON, len(body), "", close) + body
     return sent
