@@ -38,6 +38,19 @@ def test_each_value_is_written_as_a_double_with_6_significant_digits(values):
     assert samples == [f"llamacpp:{name} {format(float(values.get(name, 0)), '.6g')}" for name in NAMES]
 
 
+def test_a_remembered_body_is_the_one_its_values_write():
+    """Bodies are remembered by their values' bits: a negative zero, a NaN, an int and its float each
+    get the text ``format(float(v), ".6g")`` writes, whichever of them was asked first."""
+    for values in ({}, {"n_decode_total": -0.0}, {"n_decode_total": 0.0}, {"n_decode_total": 0},
+                   {"n_decode_total": math.nan}, {"n_decode_total": -math.nan}, {"n_decode_total": True},
+                   {"n_decode_total": 2**53 + 1}, {"n_decode_total": float(2**53)}, {"n_decode_total": -0.0}):
+        for _ in range(2):
+            line = [x for x in llama.metrics_text(values).decode().splitlines() if x.startswith("llamacpp:n_decode_total")]
+            assert line == [f"llamacpp:n_decode_total {format(float(values.get('n_decode_total', 0)), '.6g')}"]
+    assert b"n_decode_total -0\n" in llama.metrics_text({"n_decode_total": -0.0})
+    assert b"n_decode_total 0\n" in llama.metrics_text({"n_decode_total": 0.0})
+
+
 def test_the_date_header_is_the_virtual_now():
     world = World(Scenario.from_dict(SCENARIO))
     for step_s in (0.0, 0.4, 0.7, 59.0, 0.0, 3600.5, 86400 * 3):

@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from .inprocess import InProcessNetwork, Site, StandIn
 from .scenario import Scenario, iso
-from .servers import ControlHandler, Listener, LitellmHandler, LlamaHandler, MonitorHandler
+from .servers import ControlHandler, Listener, LitellmHandler, LlamaHandler, MonitorHandler, llama_answer
 from .world import World
 
 #: Served in process, every server but the control endpoint is reached at this loopback address,
@@ -227,8 +227,10 @@ class SimFleet:
         for key, lst in self._listeners.items():
             if key != "control":
                 template = StandIn(self.world, lst.alias, self.verbose)
+                fast = (functools.partial(llama_answer, self.world, lst.alias)
+                        if lst.handler is LlamaHandler and lst.alias is not None and not self.verbose else None)
                 net.add(self._site_host(key), lst.port,
-                        Site(lst.handler, template, functools.partial(self.world.is_listening, key)))
+                        Site(lst.handler, template, functools.partial(self.world.is_listening, key), fast))
         return net
 
     def _sync(self) -> None:

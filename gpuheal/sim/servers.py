@@ -18,10 +18,11 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from . import llama
+from .inprocess import parse_request
 from .scenario import ScenarioError, iso
 from .world import World
 
@@ -156,6 +157,21 @@ class Listener:
 # --------------------------------------------------------------------------- handler base
 
 
+def answer_head(
+    server: str, date: str, status: int, ctype: str, length: int, extra: str, close: bool, protocol: str = "HTTP/1.1"
+) -> bytes:
+    """The status line and headers :meth:`_Base.send` writes in one piece (``extra``: the caller's own
+    header lines), shared with :func:`llama_answer`, so the two cannot drift apart."""
+    message = _RESPONSES[status][0] if status in _RESPONSES else ""
+    return (f"{protocol} {status:d} {message}\r\nServer: {server}\r\n"
+            f"Date: {date}\r\nAccess-Control-Allow-Origin: \r\n{extra}"
+            f"Content-Type: {ctype}\r\nContent-Length: {length}\r\n"
+            f"{'Connection: close' if close else 'Keep-Alive: timeout=5, max=100'}\r\n\r\n").encode("latin-1", "strict")
+
+
+_RESPONSES = BaseHTTPRequestHandler.responses
+
+
 class _Base(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     timeout = 30  # an idle keep-alive connection gives its thread back after this
@@ -222,7 +238,6 @@ class _Base(BaseHTTPRequestHandler):
         # answers ~3 million requests; byte for byte the same, tests/test_sim_inprocess.py)
         if self.server.verbose:  # log_message writes only then: log_request's formatting spared
             self.log_request(status)
-        message = self.responses[status][0] if status in self.responses else ""
         extra = ""
         for k, v in (headers or {}).items():
             extra += f"{k}: {v}\r\n"
@@ -230,11 +245,8 @@ class _Base(BaseHTTPRequestHandler):
                 self.close_connection = v.lower() == "close"
         if close:
             self.close_connection = True
-        head = (f"{self.protocol_version} {status:d} {message}\r\nServer: {self.version_string()}\r\n"
-                f"Date: {self.date_time_string()}\r\nAccess-Control-Allow-Origin: \r\n{extra}"
-                f"Content-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
-                f"{'Connection: close' if close else 'Keep-Alive: timeout=5, max=100'}\r\n\r\n")
-        self.wfile.write(head.encode("latin-1", "strict"))
+        self.wfile.write(answer_head(self.version_string(), self.date_time_string(), status, ctype, len(body),
+                                     extra, close, self.protocol_version))
         if self.command != "HEAD":
             self.wfile.write(body)
 
@@ -377,31 +389,11 @@ class LlamaHandler(_Base):
 
     def _metrics(self, g: Any, wedged: bool = False) -> None:
         with self.world.lock:
-            if not g.metrics:
-                return self.send(501, llama.METRICS_DISABLED_BODY, close=True)
-            values: dict[str, float] = dict(g.counters)
-            values["n_decode_total"] = int(g.decoded(self.world.t))
-            values["prompt_tokens_seconds"] = (
-                g.window_prompt_tokens / g.window_prompt_seconds if g.window_prompt_seconds else 0
-            )
-            values["predicted_tokens_seconds"] = (
-                g.window_tokens / g.window_seconds if g.window_seconds else 0
-            )
-            g.window_tokens = g.window_seconds = 0.0  # each scrape resets the gauges' window
-            g.window_prompt_tokens = g.window_prompt_seconds = 0.0
-            values["requests_processing"] = min(g.inflight + int(g.values.get("busy_slots") or 0), g.spec.parallel)
-            values["requests_deferred"] = int(g.values.get("queued") or 0)
-            if wedged:  # a request sits in its slot and n_decode_total no longer moves
-                values["requests_processing"] = max(1, g.inflight)
-                values["requests_deferred"] = int(g.values.get("queued") or 0) + g.hung_requests
-            values["n_busy_slots_per_decode"] = 1 if g.counters["n_decode_total"] else 0
-            start_us = g.process_start_us
-        self.send(
-            200,
-            llama.metrics_text(values),
-            "text/plain; version=0.0.4",
-            headers={"Process-Start-Time-Unix": str(start_us)},
-        )
+            scraped = metrics_scrape(self.world, g, wedged)
+        if scraped is None:
+            return self.send(501, llama.METRICS_DISABLED_BODY, close=True)
+        body, start_us = scraped
+        self.send(200, body, _METRICS_CTYPE, headers={"Process-Start-Time-Unix": str(start_us)})
 
     def _complete(
         self, g: Any, body: bytes, *, chat: bool, changed: Callable[[], bool], fault: str
@@ -565,6 +557,131 @@ class LlamaHandler(_Base):
         for c in chunks:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
         self.wfile.write(b"0\r\n\r\n")
+
+
+_METRICS_CTYPE = "text/plain; version=0.0.4"
+
+
+def metrics_scrape(world: World, g: Any, wedged: bool) -> tuple[bytes, int] | None:
+    """``GET /metrics`` of ``g`` under ``world.lock`` (the caller holds it): the body and the process's
+    start (its ``Process-Start-Time-Unix`` header), None if the server runs without ``--metrics``.
+    Each scrape resets the throughput gauges' window."""
+    if not g.metrics:
+        return None
+    values: dict[str, float] = dict(g.counters)
+    values["n_decode_total"] = int(g.decoded(world.t))
+    values["prompt_tokens_seconds"] = g.window_prompt_tokens / g.window_prompt_seconds if g.window_prompt_seconds else 0
+    values["predicted_tokens_seconds"] = g.window_tokens / g.window_seconds if g.window_seconds else 0
+    g.window_tokens = g.window_seconds = 0.0
+    g.window_prompt_tokens = g.window_prompt_seconds = 0.0
+    values["requests_processing"] = min(g.inflight + int(g.values.get("busy_slots") or 0), g.spec.parallel)
+    values["requests_deferred"] = int(g.values.get("queued") or 0)
+    if wedged:  # a request sits in its slot and n_decode_total no longer moves
+        values["requests_processing"] = max(1, g.inflight)
+        values["requests_deferred"] = int(g.values.get("queued") or 0) + g.hung_requests
+    values["n_busy_slots_per_decode"] = 1 if g.counters["n_decode_total"] else 0
+    return llama.metrics_text(values), g.process_start_us
+
+
+class LlamaGet(NamedTuple):
+    """What :meth:`LlamaHandler.dispatch` reads of a ``GET`` of ``/health``, ``/props`` or ``/metrics``:
+    the route and the two ways a key is given (``_authorized``'s reading of the headers)."""
+
+    path: str
+    bearer: str
+    xkey: str
+
+
+_FAST_PATHS = {"/health", "/v1/health", "/props", "/metrics"}
+_LLAMA_GETS: dict[bytes, LlamaGet | None] = {}
+_MAX_LLAMA_GETS = 4096
+_HANDLER_ONLY = ("hang", "unreachable", "taskloop-hang")  # faults whose answers may never come
+
+
+def _llama_get(request: bytes) -> LlamaGet | None:
+    """:class:`LlamaGet` of a request's bytes, remembered (a poll asks every server the same three), or
+    None for any other request (another method or route, a malformed one): the handler answers those."""
+    facts = _LLAMA_GETS.get(request, _LLAMA_GETS)
+    if facts is _LLAMA_GETS:
+        if len(_LLAMA_GETS) >= _MAX_LLAMA_GETS:
+            _LLAMA_GETS.clear()
+        facts = _LLAMA_GETS[request] = _llama_get_new(request)
+    return facts  # type: ignore[return-value]
+
+
+def _llama_get_new(request: bytes) -> LlamaGet | None:
+    parsed = parse_request(request)
+    if parsed is None or parsed[0] != "GET":
+        return None
+    try:
+        path = urlsplit(parsed[1]).path.rstrip("/") or "/"
+    except ValueError:  # the handler raises it (after the loading check): leave it to the handler
+        return None
+    if path not in _FAST_PATHS:
+        return None
+    headers = parsed[3]
+    auth = (headers.get("Authorization") or "").strip()
+    bearer = auth[7:].strip() if auth[:7].lower() == "bearer " else auth
+    return LlamaGet(path, bearer, (headers.get("X-Api-Key") or "").strip())
+
+
+def llama_answer(world: World, alias: str, request: bytes) -> bytes | None:
+    """:class:`LlamaHandler`'s answer to a ``GET`` of ``/health``, ``/props`` or ``/metrics`` without a
+    handler object (issue 29: three of every GPU's requests each poll, ~300 a minute of the chaos week):
+    the same checks in the same order, the same bytes (``tests/test_sim_fast_answer.py`` compares them over
+    generated requests and worlds). None, having changed nothing, for everything else and for a server
+    whose fault may leave a request unanswered: the handler serves those."""
+    facts = _llama_get(request)
+    if facts is None:
+        return None
+    with world.lock:
+        g = world.gpus[alias]
+        fault = g.fault
+        if fault in _HANDLER_ONLY:
+            return None
+        loading = g.is_loading()
+        key = g.accepted_key()
+    server = LlamaHandler.server_header
+    if loading:
+        return _llama_send(world, 503, llama.LOADING_BODY, True)
+    path = facts.path
+    if path not in _PUBLIC and key is not None:
+        keys = _api_keys(key)
+        if not ((facts.bearer and facts.bearer in keys) or (facts.xkey and facts.xkey in keys)):
+            return _llama_send(world, 401, llama.UNAUTHORIZED_BODY, True)
+    if path == "/props":
+        with world.lock:
+            body = llama.props_body(g.model_path, int(g.values["n_ctx"]), g.spec.parallel, g.metrics)
+        return _llama_send(world, 200, body, False)
+    if path == "/metrics":
+        with world.lock:
+            scraped = metrics_scrape(world, g, fault == "decode-hang")
+            if scraped is None:
+                return _llama_send(world, 501, llama.METRICS_DISABLED_BODY, True)
+        body, start_us = scraped
+        head = answer_head(server, world.http_date(), 200, _METRICS_CTYPE, len(body),
+                           f"Process-Start-Time-Unix: {start_us}\r\n", False)
+        return head + body
+    return _llama_send(world, 200, llama.HEALTH_OK_BODY, False)
+
+
+_SENT: dict[tuple[str, int, bytes, bool], bytes] = {}
+_MAX_SENT = 64
+
+
+def _llama_send(world: World, status: int, body: bytes, close: bool) -> bytes:
+    """:meth:`_Base.send`'s bytes of a JSON answer of LlamaHandler, remembered for the instant (its ``Date``):
+    a poll asks every server for ``/health`` and ``/props`` at one virtual second, and they answer a few
+    bodies (``llama.props_body`` gives the same object for the same shape, whose hash is kept). Only the
+    last instant's few are kept (a ``/props`` answer is ~2 KB)."""
+    date = world.http_date()
+    key = (date, status, body, close)
+    sent = _SENT.get(key)
+    if sent is None:
+        if len(_SENT) >= _MAX_SENT or (_SENT and next(iter(_SENT))[0] != date):
+            _SENT.clear()
+        sent = _SENT[key] = answer_head(LlamaHandler.server_header, date, status, JSON, len(body), "", close) + body
+    return sent
 
 
 # --------------------------------------------------------------------------- gpu-monitor
