@@ -87,12 +87,19 @@ def parse_request(request: bytes) -> _Parsed:
     """:func:`_parse_new`, remembered by the request's bytes: a client asks the same few requests of
     every server every minute (a 100-GPU week parses ~3 million, of perhaps a thousand distinct). The
     handlers only read what it gives (``Headers`` is read-only), so one answer can serve them all."""
-    parsed = _PARSED.get(request, _PARSED)
-    if parsed is _PARSED:
-        if len(_PARSED) >= _MAX_PARSED:
-            _PARSED.clear()
-        parsed = _PARSED[request] = _parse_new(request)
-    return parsed  # type: ignore[return-value]
+    parsed: _Parsed = remembered(_PARSED, request, _parse_new, _MAX_PARSED)
+    return parsed
+
+
+def remembered(memo: dict[bytes, Any], request: bytes, make: Callable[[bytes], Any], most: int) -> Any:
+    """``make(request)``, kept in ``memo`` (emptied when it holds ``most``): the sim's memos of what a
+    request's bytes alone decide (a poll asks every server the same few requests)."""
+    got = memo.get(request, memo)
+    if got is memo:
+        if len(memo) >= most:
+            memo.clear()
+        got = memo[request] = make(request)
+    return got
 
 
 def _parse_new(request: bytes) -> _Parsed:

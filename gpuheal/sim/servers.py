@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from . import llama
-from .inprocess import parse_request
+from .inprocess import parse_request, remembered
 from .scenario import ScenarioError, iso
 from .world import World
 
@@ -601,12 +601,8 @@ _HANDLER_ONLY = ("hang", "unreachable", "taskloop-hang")  # faults whose answers
 def _llama_get(request: bytes) -> LlamaGet | None:
     """:class:`LlamaGet` of a request's bytes, remembered (a poll asks every server the same three), or
     None for any other request (another method or route, a malformed one): the handler answers those."""
-    facts = _LLAMA_GETS.get(request, _LLAMA_GETS)
-    if facts is _LLAMA_GETS:
-        if len(_LLAMA_GETS) >= _MAX_LLAMA_GETS:
-            _LLAMA_GETS.clear()
-        facts = _LLAMA_GETS[request] = _llama_get_new(request)
-    return facts  # type: ignore[return-value]
+    got: LlamaGet | None = remembered(_LLAMA_GETS, request, _llama_get_new, _MAX_LLAMA_GETS)
+    return got
 
 
 def _llama_get_new(request: bytes) -> LlamaGet | None:

@@ -417,13 +417,17 @@ def _unpack(text: Any, n: int) -> list[Any] | None:
     """Inverse of :func:`_pack`; ``None`` when ``text`` is not ``n`` packed numbers."""
     if not isinstance(text, str):
         return None
+    raw = _packed_bytes(text, n)
+    return None if raw is None else _floats(raw)
+
+
+def _packed_bytes(text: str, n: int) -> bytes | None:
+    """The bytes of ``n`` packed numbers written as ``text`` (strict base64), or ``None``."""
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         return None
-    if len(raw) != 8 * n:
-        return None
-    return _floats(raw)
+    return raw if len(raw) == 8 * n else None
 
 
 def _floats(raw: bytes) -> list[Any]:
@@ -601,11 +605,8 @@ def _exact_column(text: str, n: int, unknown_ok: bool) -> bytes | None:
     """A packed column's ``n`` float64 as they are, when decoding it and packing it again gives these bytes:
     every value finite, or (``unknown_ok``) the NaN :func:`_float64` writes; ``None`` otherwise (damaged base64,
     another length, an infinity, another NaN: decoded, they become ``None``, or the block is dropped)."""
-    try:
-        raw = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    if len(raw) != 8 * n:
+    raw = _packed_bytes(text, n)
+    if raw is None:
         return None
     top = raw[7::8]  # as in _floats: only a value with this top byte can be NaN or infinite
     if b"\x7f" in top or b"\xff" in top:
