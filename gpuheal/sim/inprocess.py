@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from gpuheal.memo import remembered
+
 #: A wait longer than this is no answer at all: no client of the fleet waits ten minutes.
 PATIENCE_S = 600.0
 _CLIENT = ("127.0.0.1", 40000)
@@ -89,17 +91,6 @@ def parse_request(request: bytes) -> _Parsed:
     handlers only read what it gives (``Headers`` is read-only), so one answer can serve them all."""
     parsed: _Parsed = remembered(_PARSED, request, _parse_new, _MAX_PARSED)
     return parsed
-
-
-def remembered(memo: dict[bytes, Any], request: bytes, make: Callable[[bytes], Any], most: int) -> Any:
-    """``make(request)``, kept in ``memo`` (emptied when it holds ``most``): the sim's memos of what a
-    request's bytes alone decide (a poll asks every server the same few requests)."""
-    got = memo.get(request, memo)
-    if got is memo:
-        if len(memo) >= most:
-            memo.clear()
-        got = memo[request] = make(request)
-    return got
 
 
 def _parse_new(request: bytes) -> _Parsed:

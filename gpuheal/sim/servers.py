@@ -21,8 +21,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
+from gpuheal.memo import remembered
+
 from . import llama
-from .inprocess import parse_request, remembered
+from .inprocess import parse_request
 from .scenario import ScenarioError, iso
 from .world import World
 

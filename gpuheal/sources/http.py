@@ -65,6 +65,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlsplit
 
+from gpuheal.memo import remembered
+
 if TYPE_CHECKING:  # ssl loads only in a loop with an https URL (_Loop._wrap)
     import ssl
 
@@ -824,15 +826,14 @@ _MAX_REMEMBERED_BYTES = 4096  # a longer head is not remembered (the memo's memo
 def _endpoint(parts: Any) -> tuple[bool, str, int, str, str]:
     """``(tls, host, port, path, query)`` of a URL's ``urlsplit`` parts, remembered (``hostname`` and ``port``
     parse the netloc again at each reading)."""
-    got = _ENDPOINTS.get(parts)
-    if got is None:
-        tls = parts.scheme == "https"
-        got = (tls, parts.hostname, parts.port or (443 if tls else 80), parts.path,
-               f"?{parts.query}" if parts.query else "")
-        if len(_ENDPOINTS) >= _MAX_REMEMBERED:
-            _ENDPOINTS.clear()
-        _ENDPOINTS[parts] = got
+    got: tuple[bool, str, int, str, str] = remembered(_ENDPOINTS, parts, _endpoint_new, _MAX_REMEMBERED)
     return got
+
+
+def _endpoint_new(parts: Any) -> tuple[bool, str, int, str, str]:
+    """What :func:`_endpoint` remembers: an https URL's default port is 443, an http one's 80."""
+    tls = parts.scheme == "https"
+    return tls, parts.hostname, parts.port or (443 if tls else 80), parts.path, f"?{parts.query}" if parts.query else ""
 
 
 def _framed(raw: bytes, ask: Ask, elapsed_s: float) -> HttpResult | HttpFault:
@@ -891,12 +892,7 @@ def forget_remembered() -> None:
 def _http_parts(url: str) -> Any:
     """:func:`_http_parts_new`, remembered by the URL (a poll sends to the same endpoints every minute: a
     100-GPU chaos week checked its URLs ~1.5 million times, issue 29)."""
-    parts = _PARTS.get(url, _PARTS)
-    if parts is _PARTS:
-        if len(_PARTS) >= _MAX_REMEMBERED:
-            _PARTS.clear()
-        parts = _PARTS[url] = _http_parts_new(url)
-    return parts
+    return remembered(_PARTS, url, _http_parts_new, _MAX_REMEMBERED)
 
 
 def _http_parts_new(url: str) -> Any:
