@@ -19,6 +19,11 @@ What differs from a cron process, and why it does not change what gpuheal judges
   (:mod:`gpuheal.sim.hosts`) instead of SSH: the argv gpuheal builds, answered as the host's tools
   answer (a host that is off the network answers as SSH does: no connection within the timeout);
 - nothing is printed: the step's document is read instead (the ``--json`` document);
+- the garbage collector runs as in gpuheal's own process: ``gpuheal.entry.main`` sets
+  ``entry.GC_THRESHOLDS`` before any command, so each cycle's commands run under them here too (and the
+  week's process keeps Python's defaults between cycles). Under the defaults the collector walked the whole
+  week's heap, the world's and the harness's records included, which no cron process holds: ~13 % of a
+  day's CPU (issue 29);
 - heal's in-run confirmation (issue 28 item 1, ``gpuheal.steps.confirm``) waits on the week's clock:
   ``heal.command(..., clock=)`` gets a ``Clock`` whose ``now`` is the world's virtual seconds and whose
   ``sleep`` moves the week on (:meth:`chaos_week.Driver.wait`: every incident change due meanwhile at
@@ -35,6 +40,7 @@ are the week's messages. An exception out of a step is a crash of gpuheal: count
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import logging
 import os
@@ -180,9 +186,12 @@ class GpuhealSystem:
 
     @contextlib.contextmanager
     def _running(self):
+        from gpuheal.entry import GC_THRESHOLDS
         from gpuheal.sources.http import use_network
         from gpuheal.transport import use_transports
 
+        thresholds = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLDS)
         saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
         handlers, propagate = self.log.handlers[:], self.log.propagate
@@ -192,6 +201,7 @@ class GpuhealSystem:
                     contextlib.redirect_stderr(self.stderr), contextlib.redirect_stdout(io.StringIO()):
                 yield
         finally:
+            gc.set_threshold(*thresholds)
             self.log.handlers, self.log.propagate = handlers, propagate
             for k, v in saved.items():
                 if v is None:

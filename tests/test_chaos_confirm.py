@@ -126,3 +126,35 @@ def test_a_confirm_budget_outside_the_config_s_range_is_one_line_and_exit_3(tmp_
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     if value != "soon":
         assert proc.stderr.count("\n") == 1 and "--confirm-budget-s 0..50" in proc.stderr
+
+
+def test_each_command_runs_under_the_collector_settings_of_gpuheal_s_own_process(tmp_path, monkeypatch):
+    """cron's ``gpuheal`` sets ``entry.GC_THRESHOLDS`` before any command (``entry.main``); the week runs
+    gpuheal in its own process, so each cycle's commands get them too, and the process gets its own back
+    between cycles (issue 29: under Python's defaults the collector walked the world's heap, ~13 % of a day)."""
+    import gc
+
+    from gpuheal.entry import GC_THRESHOLDS
+    from gpuheal.steps import escalate, heal
+
+    seen: list[tuple[int, ...]] = []
+    for module in (heal, escalate):
+        monkeypatch.setattr(module, "command", _recording(module.command, seen))
+    own, before = gc.get_threshold(), (700, 10, 10)  # Python's defaults
+    gc.set_threshold(*before)
+    try:
+        _week(tmp_path, [], None)
+        assert gc.get_threshold() == before
+    finally:
+        gc.set_threshold(*own)
+    assert len(seen) >= 2 * (MINUTES - 1) and set(seen) == {GC_THRESHOLDS}
+
+
+def _recording(step, seen: list[tuple[int, ...]]):
+    def recorded(*args, **kwargs):
+        import gc
+
+        seen.append(gc.get_threshold())
+        return step(*args, **kwargs)
+
+    return recorded
