@@ -183,7 +183,14 @@ def test_hostile_dedup_entries_are_read_as_before():
     ], "a junk time is long ago; an infinite one never; a damaged alert field is not the entry's end"
 
 
-def test_escalate_leaves_an_unchanged_file_alone_and_writes_a_changed_one(tmp_path, monkeypatch):
+def damaged(doc: dict[str, Any]) -> dict[str, Any]:
+    """An old or damaged ``alerts.json``: junk a reader drops (a queued entry without a fingerprint, a dedup
+    entry that is not an object, a count that is not one) and keys in another order."""
+    return {"clean_cycles": "x", "sent": {**doc["sent"], "gpu-z/junk": 7}, "queue": [{"gpu": "no fingerprint"}]}
+
+
+@pytest.mark.parametrize("stored", [lambda doc: doc, damaged], ids=["as written", "damaged"])
+def test_escalate_leaves_an_unchanged_file_alone_and_writes_a_changed_one(tmp_path, monkeypatch, stored):
     from gpuheal.runtime import Runtime
     from gpuheal.state import files
     from gpuheal.state.store import StateDir
@@ -199,7 +206,7 @@ def test_escalate_leaves_an_unchanged_file_alone_and_writes_a_changed_one(tmp_pa
     data.queue.clear()
     state = tmp_path / "state"
     with StateDir(state, 5.0) as store:
-        store.write(files.ALERTS, data.to_json())
+        store.write(files.ALERTS, stored(data.to_json()))
         store.write_raw(files.GPU_HEALTH, {"schema_version": 1, "issues": []})
     path = state / files.ALERTS
     stamp = os.stat(path).st_mtime_ns, os.stat(path).st_ino
