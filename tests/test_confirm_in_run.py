@@ -411,3 +411,25 @@ def test_a_raised_hold_polls_raises_the_probes_too():
     assert not held(rule, p, hits=4, span_s=25.0, tol=1.25)  # in-run: 4 probes over 25 s, still short
     assert held(rule, p, hits=5, span_s=25.0, tol=1.25)  # 5 probes over 20 s and more
     assert held(rule, p, hits=5, span_s=240.0, tol=15.0)  # cron's 5th poll
+
+
+def test_a_confirming_run_parses_the_heal_state_once(tmp_path, monkeypatch):
+    """Issue 29: the in-run confirmation reads the restarts off the heal state the run's books parsed, under
+    the same lock, instead of reading and parsing ``heal-state.json`` a second time. (A new state directory's
+    first run id also reads the counter heal-state.json kept before run-ids.json, once in its life: a fresh
+    lab has none, so that reader is left out here.)"""
+    from gpuheal.actions import ledger
+    from gpuheal.core.heal_state import HealState
+
+    parses: list[object] = []
+    real = HealState.from_json.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(HealState, "from_json", classmethod(lambda cls, data: parses.append(data) or real(cls, data)))
+    monkeypatch.setattr(ledger, "old_run_counter", lambda store: None)
+    lab = Lab(tmp_path, scenario(GPUS, [{"at": 5, "gpu": "gpu-a", "fault": "dead"}]), **ON)
+    clock = FakeClock()
+    try:
+        heal(lab, clock)
+        assert clock.sleeps and lab.restarts("gpu-a") == 1, "the run confirmed in-run and acted"
+        assert len(parses) == 1, "one parse of heal-state.json a run"
+    finally:
+        lab.close()

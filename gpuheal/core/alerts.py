@@ -30,6 +30,7 @@ issue id named here. :mod:`gpuheal.steps.escalate` loads, calls these, sends, an
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -151,6 +152,38 @@ class AlertQueue:
     def hold(self, until_s: float) -> None:
         """Zulip asked to wait (a 429): nothing in the queue goes before ``until_s``."""
         self.queue = [a.held_until(until_s) for a in self.queue]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """``alerts.json`` as a run loaded it, for :func:`changed` (issue 29): the queue's sorted JSON (the queue
+    is what is live), the dedup memory's entries as loaded — compared by identity: an entry is replaced
+    (:func:`record_sent`, :func:`unfold`) or deleted (:func:`prune_sent`), never changed in place — and
+    the clean-cycle count."""
+
+    queue: str
+    sent: Mapping[str, dict[str, Any]]
+    clean_cycles: int
+
+    @classmethod
+    def of(cls, data: AlertQueue) -> Snapshot:
+        return cls(_sorted_json([a.to_json() for a in data.queue]), dict(data.sent), data.clean_cycles)
+
+
+def _sorted_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def changed(data: AlertQueue, before: Snapshot) -> bool:
+    """Whether ``data`` differs from what was loaded exactly where the sorted JSON of the whole document
+    would (what ``escalate`` compared, twice a run, before issue 29): the queue and the entries replaced
+    since are serialised, the 30-day memory's untouched entries are not."""
+    if data.clean_cycles != before.clean_cycles or data.sent.keys() != before.sent.keys():
+        return True
+    was = before.sent
+    if any(e is not was[fp] and _sorted_json(e) != _sorted_json(was[fp]) for fp, e in data.sent.items()):
+        return True
+    return _sorted_json([a.to_json() for a in data.queue]) != before.queue
 
 
 def normalise(data: Any) -> dict[str, Any]:
@@ -314,17 +347,28 @@ def due_reminders(
     queued = {a.fingerprint for a in data.queue}
     out = []
     for fp, sent in data.sent.items():
-        alert = _sent_alert(sent, fp)
-        if sent.get("kind") != "escalated" or fp in queued or sent.get("folded_into") or alert is None:
-            continue
-        if alert.issue in policy.no_reminders:
-            continue
-        if (str(alert.gpu), str(alert.issue)) not in open_keys:
+        if not _may_remind(sent, fp, queued, open_keys, policy):
             continue
         if timing.less_than(now_s - (_sent_at(sent) or 0.0), interval_s, tol):
             continue
-        out.append(replace(alert, delivery=None, reminder=as_int(sent.get("reminders")) + 1))
+        alert = _sent_alert(sent, fp)  # parsed only when due (issue 29: the memory is kept 30 days)
+        if alert is not None:
+            out.append(replace(alert, delivery=None, reminder=as_int(sent.get("reminders")) + 1))
     return out
+
+
+def _may_remind(sent: dict[str, Any], fp: str, queued: set[str], open_keys: set[tuple[str, str]],
+                policy: AlertPolicy) -> bool:  # fmt: skip
+    """Whether a dedup entry is a sent escalation, neither queued nor absorbed, whose (gpu, issue) is still
+    open and may be repeated: read off the stored alert's own fields, as :meth:`Alert.from_json` would read
+    them (``text_of``; ``str(text_of(x)) == str(x)``), so that only a due entry's alert is parsed (issue 29:
+    each run used to parse every entry of the 30-day memory)."""
+    stored = sent.get("alert")
+    if sent.get("kind") != "escalated" or fp in queued or sent.get("folded_into") or not isinstance(stored, dict):
+        return False
+    if text_of(stored.get("issue")) in policy.no_reminders:
+        return False
+    return (str(stored.get("gpu")), str(stored.get("issue"))) in open_keys
 
 
 def fold(
@@ -421,10 +465,11 @@ def unfold(data: AlertQueue, gpu: str, open_keys: set[tuple[str, str]] | None, p
     hu_fp = fingerprint(gpu, policy.host_issue)
     queued = {a.fingerprint for a in data.queue}
     out = []
-    for fp, sent in data.sent.items():
+    for fp, sent in list(data.sent.items()):
         if sent.get("folded_into") != hu_fp:
             continue
-        del sent["folded_into"]
+        # a new entry, never the loaded one changed in place: escalate's change detection (:func:`changed`)
+        sent = data.sent[fp] = {k: v for k, v in sent.items() if k != "folded_into"}
         alert = _sent_alert(sent, fp)
         if sent.get("kind") == "escalated" and alert is not None and fp not in queued:
             if _is_open(open_keys, alert.gpu, alert.issue):

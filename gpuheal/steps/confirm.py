@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuheal.config.model import Config
 from gpuheal.core import confirm as core
@@ -55,6 +55,9 @@ from gpuheal.rules.host_unreachable.reach import STATE_FILE, Reacher, SilentLook
 from gpuheal.state import files
 from gpuheal.state.store import StateDir
 from gpuheal.steps import book as book_file
+
+if TYPE_CHECKING:
+    from gpuheal.core.heal_state import HealState
 
 Prober = Callable[[Config, Collection[str], Collection[str]], dict[str, GpuSample]]
 
@@ -113,7 +116,7 @@ def run(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, p
 
 def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None, probe: Prober | None = None,
            keep: Callable[[], None] | None = None, polled_s: float | None = None,
-           reach: Reacher | None = None) -> Iterator[Any]:  # fmt: skip
+           reach: Reacher | None = None, heal_state: HealState | None = None) -> Iterator[Any]:  # fmt: skip
     """``result`` (``check``'s) after confirming its hard faults within the run, one round at a time: each
     round yields the result whose issues fired on the probes' evidence so far (firing in it and in
     ``issues.json``, each with ``detected["probes"]``), with the state lock held, so the caller acts on
@@ -127,7 +130,9 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
 
     First the hosts of the GPUs whose ``/health`` refused or timed out are asked over SSH (``reach``, by
     default :func:`real_reach` with the real probes, none with a caller's ``probe``): a silent host's GPU is
-    not confirmed in-run (:func:`gpuheal.rules.host_unreachable.reach.ask_hosts`)."""
+    not confirmed in-run (:func:`gpuheal.rules.host_unreachable.reach.ask_hosts`). ``heal_state``: the heal
+    state as the caller's books read it under this lock (``heal``'s: one parse a run, issue 29); ``None``:
+    read here."""
     from gpuheal.sources.gpu_source import gpu_source
 
     budget_s, interval_s = cfg.heal.confirm_budget_s, cfg.heal.confirm_interval_s
@@ -144,12 +149,15 @@ def rounds(cfg: Config, store: StateDir, result: Any, clock: Clock | None = None
     if not any(w.state == Watch.WATCHING for w in watches.values()):
         yield result  # every suspect's host is silent too: nothing to confirm in-run
         return
-    from gpuheal.core.heal_state import HealState
     from gpuheal.core.view import Restarts
 
     clock = clock or default_clock()
     book = load_book(store.read(files.ISSUES, None))
-    restarts = Restarts.from_heal_state(HealState.from_json(store.read(files.HEAL, {})), cfg.heal.startup_grace_s)
+    if heal_state is None:
+        from gpuheal.core.heal_state import HealState
+
+        heal_state = HealState.from_json(store.read(files.HEAL, {}))
+    restarts = Restarts.from_heal_state(heal_state, cfg.heal.startup_grace_s)
     loop = _Loop(cfg, result, book, restarts, only, clock, probe or real_probe, polled_s=polled_s)
     while True:
         if keep is not None:

@@ -45,7 +45,6 @@ variable, exit 1. ``--dry-run`` prints the messages and changes nothing.
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from typing import Any
 
@@ -80,7 +79,7 @@ def command(rt: Any, store: StateDir, dry_run: bool = False, post: Any = None) -
                                error=None, knowledge_graph=None)  # fmt: skip
     warnings = [] if dry_run else _sync_knowledge_graph(rt, store, secrets, doc)
     data = load_alerts(store)
-    before = json.dumps(data.to_json(), sort_keys=True, default=str)
+    before = core.Snapshot.of(data)  # what "changed" is measured against (issue 29: not the whole document's JSON)
     if dry_run:
         data = copy.deepcopy(data)
     open_keys = core.open_issue_keys(store.read_raw(files.GPU_HEALTH))
@@ -98,9 +97,8 @@ def command(rt: Any, store: StateDir, dry_run: bool = False, post: Any = None) -
         error = deliver.send(store, data, messages, open_keys, out, doc, post)
     if not dry_run:
         core.prune_sent(data, open_keys, now_s)
-        after = data.to_json()
-        if json.dumps(after, sort_keys=True, default=str) != before:  # cron runs this every minute
-            store.write(files.ALERTS, out.redacted(after))
+        if core.changed(data, before):  # cron runs this every minute: an unchanged file is not rewritten
+            store.write(files.ALERTS, out.redacted(data.to_json()))
     doc["queued"] = out.redacted(queued_entries(data))  # a failed try's detail may name a secret
     if error is not None:
         _report_error(doc, error, len(data.queue), secrets)

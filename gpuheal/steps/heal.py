@@ -71,8 +71,8 @@ class Heal:
         drain.first(self.ledger, self.effects, self.cfg, result, self.apply, gpu_filter)  # out of routing first
         health, acted = dict(result.health), False
         # --apply: a hard fault is re-probed and acted on in this run as each GPU's hold is met (issue 28)
-        rounds = confirm.rounds(self.cfg, self.store, result, clock, self.probe, self._keep, polled_s) \
-            if self.apply else iter((result,))  # fmt: skip
+        rounds = confirm.rounds(self.cfg, self.store, result, clock, self.probe, self._keep, polled_s,
+                                heal_state=self.ledger.state) if self.apply else iter((result,))  # fmt: skip
         try:
             for n, result in enumerate(rounds):
                 health = dict(result.health)
