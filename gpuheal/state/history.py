@@ -372,7 +372,8 @@ class History:
     def _closed_last_t(self, alias: str) -> float | None:
         """``alias``'s newest bucket in the closed parts (not aged out), read from the newest part that has it."""
         for part in reversed(self.closed):
-            cols = self._part_columns(part, alias)
+            block = self._part_blocks(part).get(alias)  # decoded, not kept: a day of every GPU is read here
+            cols = block.columns(self._times) if isinstance(block, _Packed) else block
             if cols and cols["t"]:
                 last: float = cols["t"][-1]
                 return None if self.cut_s is not None and last < self.cut_s else last
@@ -681,9 +682,10 @@ def _span(blocks: dict[str, Any], times: dict[str, tuple[float, ...]]) -> tuple[
     """The oldest and newest bucket of ``blocks`` (a packed block's newest from its t column), ``None``: none."""
     first, last = math.inf, -math.inf
     for block in blocks.values():
-        if isinstance(block, _Packed):
-            cols = block.columns(times)
-            ts = cols["t"] if cols is not None else [block.first_t]
+        if isinstance(block, _Packed):  # its t column only (a damaged block keeps none of its buckets when read)
+            ts = _unpack(block.block["t"], block.n) or [block.first_t]
+            if None in ts:  # not a time: the block is dropped when read
+                ts = [block.first_t]
         else:
             ts = block["t"]
         if ts:
