@@ -1,8 +1,9 @@
-"""The recorded history in the state directory: two files, so that a cron run rewrites only what changed.
+"""The recorded history in the state directory: several files, so that a cron run rewrites only what changed.
 
 ``history.json`` holds the raw tier (every poll appends to it); ``history-coarse.json`` the coarse tier
-(:mod:`gpuheal.state.history`), which changes once every ``coarse_bucket_s`` — a 100-GPU week holds ~5 MB
-of coarse buckets, which each cron run read and wrote back unchanged while they shared one file (issue 29).
+(:mod:`gpuheal.state.history`; now its open part, the closed days in their own files: below), which changes
+once every ``coarse_bucket_s`` — a 100-GPU week holds ~5 MB of coarse buckets, which each cron run read and wrote
+back unchanged while they shared one file (issue 29).
 A state directory of the earlier layout (the coarse tier inside ``history.json``) is read as it is and
 moved to this one by its first save.
 
