@@ -13,7 +13,9 @@ AUDIT_LOG = "gpu-self-heal-log.jsonl"
 
 HISTORY = "history.json"          # state/history_store.py: names the tiers' files, indexes the coarse one
 HISTORY_RAW = "history-raw.bin"   # state/history.py: the raw tier (float64 columns, not JSON)
-HISTORY_COARSE = "history-coarse.json"  # state/history.py: the coarse tier, rewritten only when it changes
+HISTORY_COARSE = "history-coarse.json"  # state/history.py: the coarse tier's open part (a day at most)
+HISTORY_COARSE_PART = "history-coarse-{day}{n}.json"  # state/history_store.py: a closed part (day YYYYMMDD, n "" or -N)
+HISTORY_COARSE_PARTS = r"history-coarse-(\d{8})(?:-(\d+))?\.json"  # ... their names (a regular expression)
 # prometheus-trend.json: a source's own memory is named in its declaration (source_kinds/prometheus.py)
 ISSUES = "issues.json"            # core/engine.py: the issue book (steps/book.py: less its log)
 ISSUES_LOG = "issues-log.jsonl"   # steps/book.py: the issue book's log of transitions, appended

@@ -5,7 +5,8 @@ Samples younger than ``raw_hours`` (≥ 6.5 h: Rule 2 fits a 6 h window) are kep
 ones are averaged, a whole bucket at a time, into ``coarse_bucket_s`` buckets kept
 ``coarse_days`` (the weekly report), then dropped — so the state directory stops growing
 (issue 2). Pure: no IO here; :mod:`gpuheal.state.history_store` stores the two documents of
-:meth:`History.to_files` (the raw tier every run, the coarse tier in its own file when it changed).
+:meth:`History.to_files` (the raw tier every run, the coarse tier's open part in its own file when it changed) and
+the coarse tier's closed parts (:class:`ClosedPart`: a day's buckets each, written once, issue 29).
 
 On disk each numeric column is packed (little-endian float64, base64, NaN = not known) and the
 endpoint column run-length encoded: a fleet of 1000 GPUs holds 2.3 million samples, and decoding
@@ -51,7 +52,8 @@ class History:
     (:meth:`deferred`, ``history_store``'s index of the file): it is read when asked for — a bucket to fold
     in, one to age out, a GPU gone — as it would have been read at load, so no run decides anything else."""
 
-    __slots__ = ("raw", "_coarse", "_times", "_coarse_read", "_deferred", "_first_t", "coarse_stamp", "listing")
+    __slots__ = ("raw", "_coarse", "_times", "_coarse_read", "_deferred", "_first_t", "coarse_stamp", "listing",
+                 "closed", "cut_s", "dropped", "_newest_fold_t")
 
     def __init__(
         self,
@@ -68,6 +70,12 @@ class History:
         self._first_t: dict[str, float] | None = None  # meanwhile: each GPU's oldest bucket, as indexed
         self.coarse_stamp: tuple[int, ...] | None = None  # the coarse file's, as read (history_store's)
         self.listing: Any = None  # history.json's data as read or last written (history_store's; None: neither)
+        # The coarse tier's closed parts, oldest first (ClosedPart: a day's buckets each, read when asked for);
+        # the tier is theirs, then the open part's (_coarse), a GPU's buckets each newer than the last (issue 29)
+        self.closed: list[ClosedPart] = []
+        self.cut_s: float | None = None  # buckets of the closed parts before it are aged out (read as absent)
+        self.dropped: list[str] = []  # the files of closed parts aged out whole (history_store removes them)
+        self._newest_fold_t: float | None = None  # the newest bucket folded by this run (when the part closes)
 
     @classmethod
     def deferred(cls, data: Any, first_t: dict[str, float], read_coarse: Callable[[], Any]) -> History:
@@ -91,11 +99,52 @@ class History:
 
     @property
     def coarse(self) -> dict[str, dict[str, list[Any]]]:
-        """Every GPU's coarse columns (decoded now, if not yet)."""
+        """Every GPU's coarse columns (decoded now, if not yet): the open part's own, or, with closed parts,
+        a GPU's buckets of every part in one list (a copy: the parts stay as they are)."""
         self._read_coarse()
         for alias in list(self._coarse):
             self._coarse_of(alias)
-        return self._coarse  # type: ignore[return-value]  # all decoded above
+        if not self.closed:
+            return self._coarse  # type: ignore[return-value]  # all decoded above
+        aliases = dict.fromkeys(a for part in self.closed for a in self._part_blocks(part))
+        merged = {a: self._merged_of(a) for a in (*aliases, *self._coarse)}
+        return {a: cols for a, cols in merged.items() if cols is not None}
+
+    def _part_blocks(self, part: ClosedPart) -> dict[str, Any]:
+        """A closed part's blocks (its file read now, if not yet; a file not in the shape: no block)."""
+        if part.blocks is None:
+            data = part.read() if part.read is not None else None
+            part.blocks, part.read = History.from_files({"coarse": {}}, data)._coarse, None
+            if part.span is None:
+                part.span = _span(part.blocks, self._times)
+        return part.blocks
+
+    def _part_columns(self, part: ClosedPart, alias: str) -> dict[str, list[Any]] | None:
+        """``alias``'s columns in a closed part, decoded (a damaged block dropped, as at load)."""
+        blocks = self._part_blocks(part)
+        block = blocks.get(alias)
+        if isinstance(block, _Packed):
+            cols = block.columns(self._times)
+            if cols is None:
+                del blocks[alias]
+                return None
+            block = blocks[alias] = cols
+        return block
+
+    def _merged_of(self, alias: str) -> dict[str, list[Any]] | None:
+        """``alias``'s buckets of every part, oldest first: a closed part's from :attr:`cut_s` on, and each
+        bucket after the one before (a part written again by a run stopped before ``history.json`` holds
+        some twice: read once, as :meth:`_fold` would have kept them)."""
+        out = _empty()
+        blocks = [(self._part_columns(part, alias), self.cut_s) for part in self.closed]
+        for cols, cut in [*blocks, (self._coarse_of(alias), None)]:
+            if not cols:
+                continue
+            last = out["t"][-1] if out["t"] else -math.inf
+            keep = [i for i, t in enumerate(cols["t"]) if t > last and (cut is None or t >= cut)]
+            for c in COLUMNS:
+                out[c].extend(cols[c][i] for i in keep)
+        return out if out["t"] else None
 
     def _coarse_of(self, alias: str) -> dict[str, list[Any]] | None:
         """``alias``'s coarse columns, decoded now if held as read; ``None``: none (a damaged block is
@@ -161,6 +210,8 @@ class History:
 
     def to_dict(self) -> dict[str, Any]:
         """Both tiers in one document (the earlier layout of ``history.json``; tests, benchmarks)."""
+        if self.closed:
+            return {"raw": self._raw_dict(), "coarse": {a: _pack_columns(c) for a, c in self.coarse.items()}}
         return {"raw": self._raw_dict(), "coarse": self._coarse_dict()}
 
     def to_files(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -242,6 +293,8 @@ class History:
         if aliases is not None:  # a GPU removed from the config: forget it
             if self._first_t is not None and any(alias not in aliases for alias in self._first_t):
                 self._read_coarse()
+            if self.closed and any(alias not in aliases for alias in (*self.raw, *self._coarse)):
+                self._forget_closed(aliases)
             for block in (self.raw, self._coarse):
                 for alias in list(block):
                     if alias not in aliases:
@@ -264,6 +317,7 @@ class History:
                 for c in COLUMNS:
                     del cols[c][:n_old]
                 self._fold(alias, old, bucket_s)
+        self._age_closed(coarse_cut, bucket_s)
         if self._first_t is not None and any(t < coarse_cut for t in self._first_t.values()):
             self._read_coarse()  # a bucket to age out (else none: the loops below find nothing in an unread tier)
         for alias, held in list(self._coarse.items()):
@@ -291,6 +345,11 @@ class History:
         week of 100 GPUs' buckets was decoded and packed again every ``coarse_bucket_s`` (issue 29)."""
         self._read_coarse()
         rows = _bucket_rows(old, bucket_s)
+        if rows:
+            self._newest_fold_t = max(rows[-1].start, self._newest_fold_t or rows[-1].start)
+        if alias not in self._coarse and self.closed:  # its newest bucket is in a closed part, if any
+            last = self._closed_last_t(alias)
+            rows = [r for r in rows if last is None or r.start > last]
         held = self._coarse.get(alias)
         if isinstance(held, _Packed):
             grown = held.appended(rows)
@@ -309,13 +368,93 @@ class History:
                 target[metric].append(mean)
             target["endpoint"].append(state)
 
+    # ------------------------------------------------------------------ the closed parts (issue 29)
+    def _closed_last_t(self, alias: str) -> float | None:
+        """``alias``'s newest bucket in the closed parts (not aged out), read from the newest part that has it."""
+        for part in reversed(self.closed):
+            block = self._part_blocks(part).get(alias)  # decoded, not kept: a day of every GPU is read here
+            cols = block.columns(self._times) if isinstance(block, _Packed) else block
+            if cols and cols["t"]:
+                last: float = cols["t"][-1]
+                return None if self.cut_s is not None and last < self.cut_s else last
+        return None
+
+    def _forget_closed(self, aliases: tuple[str, ...]) -> None:
+        """A GPU removed from the config leaves the closed parts too: each part that had it is written again."""
+        for part in self.closed:
+            blocks = self._part_blocks(part)
+            for alias in [a for a in blocks if a not in aliases]:
+                del blocks[alias]
+                part.changed = True
+
+    def _age_closed(self, coarse_cut: float, bucket_s: int) -> None:
+        """Buckets before ``coarse_cut`` leave the closed parts: a part all older goes (its file removed), the
+        buckets of one partly older are read as absent from then on (:attr:`cut_s`), its file left as it is —
+        not a day's file written again every ``coarse_bucket_s``. The cut kept is the next bucket's start (a
+        bucket starts at a multiple of ``bucket_s``: the same buckets are before it), so that ``history.json``,
+        which holds it, changes once a bucket, not every run."""
+        coarse_cut = float(math.ceil(coarse_cut / bucket_s) * bucket_s) if bucket_s > 0 else coarse_cut
+        kept: list[ClosedPart] = []
+        for part in self.closed:
+            if part.span is None:
+                self._part_blocks(part)  # a part not indexed: its span from its buckets
+            span = part.span
+            if span is None or span[1] < coarse_cut:  # no bucket left in it
+                if part.name is not None:
+                    self.dropped.append(part.name)
+                continue
+            if span[0] < coarse_cut and (self.cut_s is None or self.cut_s < coarse_cut):
+                self.cut_s = coarse_cut
+            kept.append(part)
+        self.closed = kept
+
+    def open_spans_days(self) -> bool:
+        """Whether this run folded a bucket of a later UTC day than the open part's oldest: the part is then
+        closed (:meth:`close_open`), so that a closed day's file is written once and the open part holds a day."""
+        if self._newest_fold_t is None or self._deferred is not None:
+            return False
+        index = self.coarse_index()
+        return bool(index) and index is not None and _day(min(index.values())) < _day(self._newest_fold_t)
+
+    def close_open(self) -> ClosedPart:
+        """The open part becomes the newest closed one (to be written: ``name`` None) and the open part empty."""
+        self._read_coarse()
+        part = ClosedPart(name=None, blocks=self._coarse, span=_span(self._coarse, self._times), changed=True)
+        self.closed.append(part)
+        self._coarse, self._coarse_read = {}, None
+        return part
+
+    def attach_closed(self, parts: list[ClosedPart], cut_s: float | None) -> None:
+        """The closed parts of the state directory, oldest first, and the age cut their index gave."""
+        self.closed, self.cut_s = parts, cut_s
+
+    def trim_open(self) -> None:
+        """Drop the open part's buckets at or before a GPU's newest in the closed parts: a run stopped between
+        writing a part it closed and removing the open file leaves them in both (read at load, not indexed)."""
+        self._read_coarse()
+        for alias in list(self._coarse):
+            last = self._closed_last_t(alias)
+            block = self._coarse[alias]
+            first = block.first_t if isinstance(block, _Packed) else (block["t"] or [math.inf])[0]
+            if last is None or first > last:
+                continue
+            cols = self._coarse_of(alias)
+            if cols is None:
+                continue
+            n_old = sum(1 for t in cols["t"] if t <= last)
+            for c in COLUMNS:
+                del cols[c][:n_old]
+            if not cols["t"]:
+                del self._coarse[alias]
+
     # ------------------------------------------------------------------ queries
     def series(
         self, alias: str, metric: str, since_s: float | None = None, coarse: bool = False
     ) -> list[tuple[float, float]]:
         """(t, value) pairs with known values, oldest first; ``coarse`` prepends the old buckets."""
         out: list[tuple[float, float]] = []
-        blocks = [self._coarse_of(alias), self.raw.get(alias)] if coarse else [self.raw.get(alias)]
+        tier = (self._merged_of(alias) if self.closed else self._coarse_of(alias)) if coarse else None
+        blocks = [tier, self.raw.get(alias)]
         for cols in blocks:
             if not cols:
                 continue
@@ -326,6 +465,8 @@ class History:
 
     def sample_count(self) -> int:
         self._read_coarse()
+        if self.closed:
+            return sum(len(c["t"]) for c in self.raw.values()) + sum(len(c["t"]) for c in self.coarse.values())
         return sum(len(c["t"]) for c in self.raw.values()) + sum(
             c.n if isinstance(c, _Packed) else len(c["t"]) for c in self._coarse.values())
 
@@ -509,6 +650,47 @@ def _encoded_doc(tier: str, blocks: dict[str, Any], encode: Callable[[Any], byte
 
 
 _BLOCK_KEYS = ("n", "t", *METRICS, "endpoint")  # what _pack_columns writes, in its order
+
+
+class ClosedPart:
+    """A closed part of the coarse tier: the buckets folded while it was open (a UTC day's, about), in its own
+    file (``name``; ``None`` until written), never written again unless a GPU is forgotten (``changed``), read
+    only when a query, a fold's check for a bucket kept already or a forgotten GPU needs it (``read``, while
+    ``blocks`` is ``None``). ``span``: its oldest and newest bucket (from ``history.json``'s index, or the
+    blocks), what ageing needs (issue 29: a week's coarse file was read and written whole every 10 minutes)."""
+
+    __slots__ = ("name", "blocks", "read", "span", "changed", "stamp")
+
+    def __init__(self, name: str | None, blocks: dict[str, Any] | None = None, read: Callable[[], Any] | None = None,
+                 span: tuple[float, float] | None = None, changed: bool = False,
+                 stamp: tuple[int, ...] | None = None) -> None:
+        self.name, self.blocks, self.read, self.span = name, blocks, read, span
+        self.changed, self.stamp = changed, stamp
+
+    def encoded(self) -> Iterator[bytes]:
+        """The part's file's data, ``{"coarse": {ALIAS: BLOCK}}``, as the coarse file's (every alias text)."""
+        blocks = {_key_text(a): b for a, b in (self.blocks or {}).items()}
+        return _encoded_doc("coarse", blocks, _encoded_coarse_block, b"}")
+
+
+def _day(t: float) -> int:
+    """The UTC day of epoch second ``t``."""
+    return int(t // 86400)
+
+
+def _span(blocks: dict[str, Any], times: dict[str, tuple[float, ...]]) -> tuple[float, float] | None:
+    """The oldest and newest bucket of ``blocks`` (a packed block's newest from its t column), ``None``: none."""
+    first, last = math.inf, -math.inf
+    for block in blocks.values():
+        if isinstance(block, _Packed):  # its t column only (a damaged block keeps none of its buckets when read)
+            ts = _unpack(block.block["t"], block.n) or [block.first_t]
+            if None in ts:  # not a time: the block is dropped when read
+                ts = [block.first_t]
+        else:
+            ts = block["t"]
+        if ts:
+            first, last = min(first, ts[0]), max(last, ts[-1])
+    return (first, last) if first <= last else None
 
 
 @dataclass(frozen=True, slots=True, eq=False)
