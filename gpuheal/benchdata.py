@@ -399,6 +399,16 @@ def _absent_rows(absent: Any, n: int) -> dict[int, tuple[str, ...]] | None:
     return out
 
 
+def last_monitor_at(items: Sequence[dict[str, Any]]) -> Any:
+    """The time of the newest gpu-monitor reading among ``items`` (one GPU's results), ``None`` when none.
+    From the index's results (:class:`IndexedResults`: times finite and in order, from_index checked) that is the
+    last one, read from the newest back: gpu-monitor's readings are checked against it at every poll (issue 29).
+    Otherwise the greatest, as a hand-edited file's results may hold a NaN, which no order puts in its place."""
+    if isinstance(items, IndexedResults):
+        return next((r["at"] for r in reversed(items) if r.get("source") == "monitor"), None)
+    return max((r["at"] for r in items if r.get("source") == "monitor"), default=None)
+
+
 def add_result(data: dict[str, Any], alias: str, result: dict[str, Any]) -> None:
     items = data["results"].setdefault(alias, [])
     if items and result["at"] <= items[-1]["at"]:

@@ -226,3 +226,26 @@ def test_equality_with_what_is_not_a_list_of_results():
         hash(items)
     with pytest.raises(IndexError):
         items[len(items)]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_last_monitor_reading_is_the_greatest_and_read_from_the_newest_back(seed):
+    """gpu-monitor's readings are checked against the newest one recorded at every poll (monitor.ingest): from
+    the index, read from the newest back; the same time as the greatest of a plain list's."""
+    rnd = random.Random(seed)
+    data = _week(30, rnd)
+    for items in data["results"].values():
+        for r in items:
+            if rnd.random() < 0.2:
+                r["source"] = "monitor"
+    got = _indexed(data)["results"]
+    for alias, items in got.items():
+        plain = _plain(data)[alias]
+        assert benchdata.last_monitor_at(items) == benchdata.last_monitor_at(plain) == max(
+            (r["at"] for r in plain if r.get("source") == "monitor"), default=None)
+    week = {"results": {GPU: [{"at": float(i), "gen_tok_s": 1.0, "ok": True, "source": "monitor" if i == 37 else
+                               "bench"} for i in range(40)]}, "baselines": {}}
+    items = _indexed(week)["results"][GPU]
+    assert benchdata.last_monitor_at(items) == 37.0 and items.built == benchdata.IndexedResults.FIRST_BUILT
+    assert math.isnan(benchdata.last_monitor_at([{"at": math.nan, "source": "monitor"},
+                                                 {"at": 3.0, "source": "monitor"}]))  # a file's NaN: as max() did
