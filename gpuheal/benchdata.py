@@ -177,12 +177,13 @@ class IndexedResults(MutableSequence[dict[str, Any]]):
     Rules 4, 8 and 9 read the newest few results of each GPU, from the newest back (:func:`regression_state`,
     ``FleetView.bench_ok_last``, Rule 8's last own benchmark); building a dict for every result of the week at
     every run was the part of ``check`` that grew with the week (issue 29). So the newest :data:`FIRST_BUILT`
-    of every GPU are built at once (:meth:`of_fleet`), and a read further back builds at least as many again as
-    are built (a read of all of them builds each once, a few at a time). Reading any result gives what
-    :func:`normalise` gives of the file; a change (gpu-monitor's reading inserted) builds them all first, and
-    from then on it is a plain list."""
+    of every GPU are built at once (:meth:`of_fleet`: all of a GPU with few), and a read further back builds at
+    least as many again as are built (a read of all of them builds each once, a few at a time). Reading any
+    result gives what :func:`normalise` gives of the file; a change (gpu-monitor's reading inserted) builds them
+    all first, and from then on it is a plain list."""
 
     FIRST_BUILT = 4  # Rules 4, 8 and 9 read this many of a GPU at its baseline (3 successes), or fewer
+    ALL_BUILT = 2 * FIRST_BUILT  # a GPU with no more than this many results has them all built
     __slots__ = ("_absent", "_columns", "_from", "_rows", "_start")
 
     def __init__(self, columns: list[list[Any]], start: int, n: int, absent: dict[int, tuple[str, ...]]) -> None:
@@ -197,20 +198,30 @@ class IndexedResults(MutableSequence[dict[str, Any]]):
     @classmethod
     def of_fleet(
         cls, columns: list[list[Any]], counts: dict[str, int], absent: dict[int, tuple[str, ...]]
-    ) -> dict[str, IndexedResults]:
+    ) -> dict[str, list[dict[str, Any]] | IndexedResults]:
         """Every GPU's results (``counts``: how many of each, in the columns' order), the newest
-        :data:`FIRST_BUILT` of each built in one pass for the fleet (one per GPU costs more than the rows)."""
-        out: dict[str, IndexedResults] = {}
+        :data:`FIRST_BUILT` of each built in one pass for the fleet (one per GPU costs more than the rows); a GPU
+        with few more (:data:`ALL_BUILT`) has them all built, in a plain list (early in the week, every GPU)."""
+        lazy: dict[str, IndexedResults] = {}
         picks: list[int] = []
         start = 0
         for alias, n in counts.items():
-            out[alias] = part = cls(columns, start, n, absent)
-            part._from = max(0, n - cls.FIRST_BUILT)
-            picks += range(start + part._from, start + n)
+            lo = 0 if n <= cls.ALL_BUILT else n - cls.FIRST_BUILT
+            if lo:
+                lazy[alias] = part = cls(columns, start, n, absent)
+                part._from = lo
+            picks += range(start + lo, start + n)
             start += n
-        built = iter(_rows_at(columns, picks if len(picks) < start else range(start), absent))  # all: in slices
-        for part in out.values():
-            part._rows[part._from :] = islice(built, len(part._rows) - part._from)
+        built = _rows_at(columns, picks if len(picks) < start else range(start), absent)  # all: in slices
+        out: dict[str, list[dict[str, Any]] | IndexedResults] = {}
+        at = 0
+        for alias, n in counts.items():
+            some = lazy.get(alias)
+            if some is None:
+                out[alias], at = built[at : at + n], at + n
+            else:
+                out[alias] = some
+                some._rows[some._from :], at = built[at : at + some.built], at + some.built
         return out
 
     def __len__(self) -> int:

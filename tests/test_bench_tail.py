@@ -159,7 +159,13 @@ def test_the_index_builds_only_the_newest_results_until_older_ones_are_read():
     assert benchdata.regression_state({"results": indexed}, "gpu-0", 100.0)["trend"] == "stable"
     assert [r["at"] for r in items[-3:]] == [37.0, 38.0, 39.0] and items.built == benchdata.IndexedResults.FIRST_BUILT
     assert items[0]["at"] == 0.0 and items.built == 40
-    assert all(r.built == min(len(r), benchdata.IndexedResults.FIRST_BUILT) for a, r in indexed.items() if a != "gpu-0")
+    for items in [v for a, v in indexed.items() if a != "gpu-0"]:  # a GPU with few results: all built, a list
+        few = len(items) <= benchdata.IndexedResults.ALL_BUILT
+        assert type(items) is list if few else items.built == benchdata.IndexedResults.FIRST_BUILT
+    few = {**data["results"], "gpu-1": data["results"]["gpu-0"][:8], "gpu-2": data["results"]["gpu-0"][:9]}
+    indexed = _indexed({**data, "results": few})["results"]
+    assert type(indexed["gpu-1"]) is list and indexed["gpu-2"].built == benchdata.IndexedResults.FIRST_BUILT
+    assert indexed == _plain({"results": few})
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -220,7 +226,9 @@ def test_a_change_to_the_index_results_is_a_change_to_the_list():
 
 
 def test_equality_with_what_is_not_a_list_of_results():
-    items = _indexed(_week(5, random.Random(3)))["results"]["gpu-0"]
+    week = {"results": {GPU: [{"at": float(i), "gen_tok_s": 1.0, "ok": True} for i in range(20)]}, "baselines": {}}
+    items = _indexed(week)["results"][GPU]
+    assert isinstance(items, benchdata.IndexedResults)
     assert items != (*items,) and items != "results" and items is not None
     with pytest.raises(TypeError):
         hash(items)
