@@ -39,7 +39,7 @@ import math
 import sys
 from array import array
 from collections.abc import Iterator, MutableSequence, Sequence
-from itertools import chain, groupby, islice, repeat
+from itertools import chain, groupby, repeat
 from operator import itemgetter
 from typing import Any, overload
 
