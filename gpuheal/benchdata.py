@@ -38,8 +38,10 @@ import binascii
 import math
 import sys
 from array import array
-from itertools import groupby
-from typing import Any
+from collections.abc import Iterator, MutableSequence, Sequence
+from itertools import chain, groupby, repeat
+from operator import itemgetter
+from typing import Any, overload
 
 FILE = "bench-results.json"
 DAY_S = 86400.0
@@ -136,9 +138,11 @@ def to_index(data: dict[str, Any], stamp: tuple[int, ...]) -> dict[str, Any]:
 
 def from_index(doc: Any, stamp: tuple[int, ...] | None) -> dict[str, Any] | None:
     """The results as ``check`` reads them (each result holding CHECK_FIELDS only; :func:`normalise`'s
-    shape), when ``doc`` is the index of the results file as it is now (``stamp``); ``None`` (read the
-    file) when it is not, or is not an index this version wrote: another version's, a damaged or edited one
-    (columns of different lengths, an ``at`` that is not a finite number or out of order, a bad ``absent``)."""
+    shape, each GPU's results an :class:`IndexedResults`), when ``doc`` is the index of the results file as it
+    is now (``stamp``); ``None`` (read the file) when it is not, or is not an index this version wrote: another
+    version's, a damaged or edited one (columns of different lengths, an ``at`` that is not a finite number or
+    out of order, a bad ``absent``). The whole index is checked here, before any rule reads it; of each GPU's
+    results only the newest few are built until a rule reads further back (issue 29)."""
     if stamp is None or not isinstance(doc, dict) or doc.get("version") not in _INDEX_VERSIONS:
         return None
     if doc.get("stamp") != list(stamp) or doc.get("fields") != list(CHECK_FIELDS):
@@ -146,20 +150,150 @@ def from_index(doc: Any, stamp: tuple[int, ...] | None) -> dict[str, Any] | None
     gpus: Any = doc.get("gpus")
     if not isinstance(gpus, dict) or not all(type(n) is int and n >= 0 for n in gpus.values()):
         return None
-    columns = _plain_columns(doc.get("columns"), sum(gpus.values()))
-    rows = _rows(columns, sum(gpus.values()))
-    if rows is None or not _drop_absent(rows, doc.get("absent")):
+    n = sum(gpus.values())
+    columns = _plain_columns(doc.get("columns"), n)
+    absent = _absent_rows(doc.get("absent"), n)
+    if columns is None or absent is None or not _finite_ats(columns[0]):
         return None
-    out = normalise({"baselines": doc.get("baselines"), "monitor_baselines": doc.get("monitor_baselines")})
-    ats: list[Any] = columns[0]  # type: ignore[index]  # _rows checked it
+    ats: list[Any] = columns[0]
     start = 0
-    for alias, n in gpus.items():
-        mine = ats[start : start + n]
+    for count in gpus.values():
+        mine = ats[start : start + count]
         if mine != sorted(mine):
             return None
-        out["results"][alias] = rows[start : start + n]
-        start += n
+        start += count
+    out = normalise({"baselines": doc.get("baselines"), "monitor_baselines": doc.get("monitor_baselines")})
+    out["results"] = IndexedResults.of_fleet(columns, gpus, absent)
     return out
+
+
+_UNBUILT: dict[str, Any] = {}  # IndexedResults' place of a result not built yet (never handed out)
+
+
+class IndexedResults(MutableSequence[dict[str, Any]]):
+    """One GPU's results as ``check`` reads them from the index: a list of result dicts (CHECK_FIELDS, less
+    the fields a result did not have), the older ones built from the index's columns when first read.
+
+    Rules 4, 8 and 9 read the newest few results of each GPU, from the newest back (:func:`regression_state`,
+    ``FleetView.bench_ok_last``, Rule 8's last own benchmark); building a dict for every result of the week at
+    every run was the part of ``check`` that grew with the week (issue 29). So the newest :data:`FIRST_BUILT`
+    of every GPU are built at once (:meth:`of_fleet`: all of a GPU with few), and a read further back builds at
+    least as many again as are built (a read of all of them builds each once, a few at a time). Reading any
+    result gives what :func:`normalise` gives of the file; a change (gpu-monitor's reading inserted) builds them
+    all first, and from then on it is a plain list."""
+
+    FIRST_BUILT = 4  # Rules 4, 8 and 9 read this many of a GPU at its baseline (3 successes), or fewer
+    ALL_BUILT = 2 * FIRST_BUILT  # a GPU with no more than this many results has them all built
+    __slots__ = ("_absent", "_columns", "_from", "_rows", "_start")
+
+    def __init__(self, columns: list[list[Any]], start: int, n: int, absent: dict[int, tuple[str, ...]]) -> None:
+        """``columns``: the index's (checked: one per CHECK_FIELD), of which rows ``start`` to ``start + n``;
+        ``absent``: by row of the columns, the fields that result did not have."""
+        self._columns = columns
+        self._start = start
+        self._absent = absent
+        self._rows: list[dict[str, Any]] = [_UNBUILT] * n  # the results from ``_from`` on (never read before it)
+        self._from = n
+
+    @classmethod
+    def of_fleet(
+        cls, columns: list[list[Any]], counts: dict[str, int], absent: dict[int, tuple[str, ...]]
+    ) -> dict[str, list[dict[str, Any]] | IndexedResults]:
+        """Every GPU's results (``counts``: how many of each, in the columns' order), the newest
+        :data:`FIRST_BUILT` of each built in one pass for the fleet (one per GPU costs more than the rows); a GPU
+        with few more (:data:`ALL_BUILT`) has them all built, in a plain list (early in the week, every GPU)."""
+        lazy: dict[str, IndexedResults] = {}
+        picks: list[int] = []
+        start = 0
+        for alias, n in counts.items():
+            lo = 0 if n <= cls.ALL_BUILT else n - cls.FIRST_BUILT
+            if lo:
+                lazy[alias] = part = cls(columns, start, n, absent)
+                part._from = lo
+            picks += range(start + lo, start + n)
+            start += n
+        built = _rows_at(columns, picks if len(picks) < start else range(start), absent)  # all: in slices
+        out: dict[str, list[dict[str, Any]] | IndexedResults] = {}
+        at = 0
+        for alias, n in counts.items():
+            some = lazy.get(alias)
+            if some is None:
+                out[alias], at = built[at : at + n], at + n
+            else:
+                out[alias] = some
+                some._rows[some._from :], at = built[at : at + some.built], at + some.built
+        return out
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @property
+    def built(self) -> int:
+        """How many of the results are built (the newest ones): what reading them has cost."""
+        return len(self._rows) - self._from
+
+    def _build_from(self, i: int) -> None:
+        """Build the results from ``i`` on (and at least as many again as are built)."""
+        hi = self._from
+        lo = max(0, min(i, hi - max(self.FIRST_BUILT, len(self._rows) - hi)))
+        self._rows[lo:hi] = _rows_at(self._columns, range(self._start + lo, self._start + hi), self._absent)
+        self._from = lo
+
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        rows = range(len(self._rows))[i]  # a negative one counted from the end; IndexError past it
+        if isinstance(rows, int):
+            first = rows
+        else:  # the oldest of a slice's
+            first = (rows[0] if rows.step > 0 else rows[-1]) if rows else self._from
+        if first < self._from:
+            self._build_from(first)
+        return self._rows[i]
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._built())
+
+    def __reversed__(self) -> Iterator[dict[str, Any]]:
+        """Those built, as a list's reversed iterator; older ones built as a reader gets to them."""
+        newest: Iterator[dict[str, Any]] = reversed(self._rows[self._from :] if self._from else self._rows)
+        return chain(newest, self._older(self._from)) if self._from else newest
+
+    def _older(self, below: int) -> Iterator[dict[str, Any]]:
+        for i in range(below - 1, -1, -1):
+            if i < self._from:
+                self._build_from(i)
+            yield self._rows[i]
+
+    def _built(self) -> list[dict[str, Any]]:
+        """Every result built (before a change moves them from their rows of the columns)."""
+        if self._from:
+            self._build_from(0)
+        return self._rows
+
+    def __setitem__(self, i: Any, value: Any) -> None:
+        self._built()[i] = value
+
+    def __delitem__(self, i: int | slice) -> None:
+        del self._built()[i]
+
+    def insert(self, index: int, value: dict[str, Any]) -> None:
+        self._built().insert(index, value)
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a list (or another's) of the same results, as the list :func:`normalise` gives."""
+        if isinstance(other, IndexedResults | list):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
+
+    def __repr__(self) -> str:
+        return repr(list(self))
 
 
 def _packed_column(field: str, values: list[Any]) -> Any:
@@ -189,7 +323,7 @@ def _plain_columns(columns: Any, n: int) -> list[Any] | None:
     for field, column in zip(CHECK_FIELDS, columns, strict=True):
         if type(column) is dict:
             column = _unpacked_column(field, column, n)
-        if type(column) is not list or len(column) != n:
+        if not isinstance(column, list) or len(column) != n:
             return None  # ``at`` first, never runs: its size bounds the runs' counts (a hostile one allocates nothing)
         plain.append(column)
     return plain
@@ -208,55 +342,82 @@ def _unpacked_column(field: str, column: dict[str, Any], n: int) -> list[Any] | 
         packed.frombytes(raw)
         if sys.byteorder == "big":
             packed.byteswap()
+        if field != "at":  # from_index refuses an ``at`` that is not finite
+            return _PackedRates(packed.tolist())
         values: list[Any] = packed.tolist()
-        if field == "at" or all(map(math.isfinite, values)):
-            return values  # _rows refuses an ``at`` that is not finite
-        return [v if math.isfinite(v) else None for v in values]  # NaN: a failed run's null rate
+        return values
     runs = column.get("runs") if list(column) == ["runs"] and field not in _FLOAT_FIELDS else None
-    if type(runs) is not list or not all(
-        type(r) is list and len(r) == 2 and type(r[0]) in _SCALARS and type(r[1]) is int and r[1] > 0 for r in runs
-    ) or sum(r[1] for r in runs) != n:
+    if type(runs) is not list or not set(map(type, runs)) <= {list} or not set(map(len, runs)) <= {2}:
+        return None
+    scalars, counts = list(map(itemgetter(0), runs)), list(map(itemgetter(1), runs))
+    if not set(map(type, scalars)) <= set(_SCALARS) or not set(map(type, counts)) <= {int}:
+        return None
+    if min(counts, default=1) <= 0 or sum(counts) != n:
         return None  # the counts summed before any list is built
-    out: list[Any] = []
-    for value, count in runs:
-        out += [value] * count
+    return list(chain.from_iterable(map(repeat, scalars, counts)))  # passes in C: a week's runs every run (issue 29)
+
+
+class _PackedRates(list[float]):
+    """``gen_tok_s`` as packed (:func:`_packed_column`): a value that is not finite is a failed run's null rate,
+    read as ``None`` when its result is built (:func:`_rows_at`), not in a pass over a week of them (issue 29)."""
+
+    __slots__ = ()
+
+
+def _rows_at(columns: list[list[Any]], rows: Sequence[int], absent: dict[int, tuple[str, ...]]) -> list[dict[str, Any]]:
+    """The results at ``rows`` of the index's columns (CHECK_FIELDS' order), less the fields ``absent`` says
+    they did not have."""
+    if isinstance(rows, range) and rows.step == 1:
+        picked = [column[rows.start : rows.stop] for column in columns]
+    else:
+        picked = [list(map(column.__getitem__, rows)) for column in columns]
+    if type(columns[1]) is _PackedRates and not all(map(math.isfinite, picked[1])):
+        picked[1] = [v if math.isfinite(v) else None for v in picked[1]]  # NaN: a failed run's null rate
+    built = [
+        {"at": at, "gen_tok_s": gen, "ok": ok, "source": source, "error": error, "n_ctx": n_ctx, "slots": slots}
+        for at, gen, ok, source, error, n_ctx, slots in zip(*picked, strict=True)
+    ]
+    if absent:
+        for j, row in zip(rows, built, strict=True):
+            for field in absent.get(j, ()):
+                del row[field]
+    return built
+
+
+def _finite_ats(ats: list[Any]) -> bool:
+    """Whether the ``at`` column holds numbers (not a bool, as :func:`normalise` would keep) all finite."""
+    if not set(map(type, ats)) <= {int, float}:
+        return False
+    try:
+        return all(map(math.isfinite, ats))
+    except OverflowError:  # an integer past a float's range
+        return False
+
+
+def _absent_rows(absent: Any, n: int) -> dict[int, tuple[str, ...]] | None:
+    """The index's ``absent`` (``{FIELD: [row, ...]}``) by row: the fields that result did not have; ``None``
+    when it is not an index's (a field not a CHECK_FIELD but ``at``, a row not one of ``n``, or one twice)."""
+    if not isinstance(absent, dict):
+        return None
+    out: dict[int, tuple[str, ...]] = {}
+    for field, indexes in absent.items():
+        if field not in CHECK_FIELDS[1:] or not isinstance(indexes, list):
+            return None
+        for i in indexes:
+            if type(i) is not int or not 0 <= i < n or field in out.get(i, ()):
+                return None
+            out[i] = (*out.get(i, ()), field)
     return out
 
 
-def _rows(columns: Any, n: int) -> list[dict[str, Any]] | None:
-    """The results from the index's columns (CHECK_FIELDS' order), ``n`` of them; ``None`` when the columns are
-    not an index's: not ``n`` values each, an ``at`` that is not a finite number."""
-    if not isinstance(columns, list) or len(columns) != len(CHECK_FIELDS):
-        return None
-    if any(type(c) is not list or len(c) != n for c in columns):
-        return None
-    ats = columns[0]
-    if not set(map(type, ats)) <= {int, float}:  # not a bool, as normalise would keep
-        return None
-    try:
-        if not all(map(math.isfinite, ats)):
-            return None
-    except OverflowError:  # an integer past a float's range
-        return None
-    # a dict display: twice as fast as dict(zip(CHECK_FIELDS, ...)) for a week of results
-    return [
-        {"at": at, "gen_tok_s": gen, "ok": ok, "source": source, "error": error, "n_ctx": n_ctx, "slots": slots}
-        for at, gen, ok, source, error, n_ctx, slots in zip(*columns, strict=True)
-    ]
-
-
-def _drop_absent(rows: list[dict[str, Any]], absent: Any) -> bool:
-    """Remove the fields a result did not have; ``False`` when ``absent`` is not an index's."""
-    if not isinstance(absent, dict):
-        return False
-    for field, indexes in absent.items():
-        if field not in CHECK_FIELDS[1:] or not isinstance(indexes, list):
-            return False
-        for i in indexes:
-            if type(i) is not int or not 0 <= i < len(rows) or field not in rows[i]:
-                return False
-            del rows[i][field]
-    return True
+def last_monitor_at(items: Sequence[dict[str, Any]]) -> Any:
+    """The time of the newest gpu-monitor reading among ``items`` (one GPU's results), ``None`` when none.
+    From the index's results (:class:`IndexedResults`: times finite and in order, from_index checked) that is the
+    last one, read from the newest back: gpu-monitor's readings are checked against it at every poll (issue 29).
+    Otherwise the greatest, as a hand-edited file's results may hold a NaN, which no order puts in its place."""
+    if isinstance(items, IndexedResults):
+        return next((r["at"] for r in reversed(items) if r.get("source") == "monitor"), None)
+    return max((r["at"] for r in items if r.get("source") == "monitor"), default=None)
 
 
 def add_result(data: dict[str, Any], alias: str, result: dict[str, Any]) -> None:
@@ -401,6 +562,37 @@ def downsample(
 # --------------------------------------------------------------------------- Rule 4 state
 
 
+def _last_samples(
+    items: Sequence[dict[str, Any]],
+    since_s: float | None,
+    baseline_tok_s: float | None,
+    drop_ratio: float,
+    recovered_within_ratio: float,
+    min_results: int,
+) -> list[dict[str, Any]]:
+    """The tail of :func:`ok_results` (``since_s`` on) that decides :func:`regression_state`: read from the
+    newest back to the last result at or above both the slow threshold and the recovered one that has at
+    least ``min_results`` after it (itself included), or to the oldest.
+
+    Such a result ends any slow run and any regression, whatever came before it: Rule 4's scan from it on
+    ends as the scan of every result does, and the "improving" test reads the last ``min_results``. So a GPU
+    at its baseline costs one result a run, not a week of them (issue 29); a regressing one, its run.
+    Without a baseline only the newest result is read (the current rate)."""
+    need = max(1, int(min_results))
+    if baseline_tok_s is None or baseline_tok_s <= 0:
+        need, ends_all = 1, -math.inf  # only the current rate is reported
+    else:
+        ends_all = max(baseline_tok_s * (1 - drop_ratio), baseline_tok_s * (1 - recovered_within_ratio))
+    tail: list[dict[str, Any]] = []
+    for r in reversed(items):
+        if (since_s is None or r["at"] >= since_s) and r.get("ok") and r.get("gen_tok_s"):
+            tail.append(r)
+            if len(tail) >= need and float(r["gen_tok_s"]) >= ends_all:
+                break
+    tail.reverse()
+    return tail
+
+
 def regression_state(
     data: dict[str, Any],
     alias: str,
@@ -422,7 +614,8 @@ def regression_state(
     Returns ``{"trend": "stable|improving|regressing|unknown", "current_tok_s", "slow_run",
     "regressing_since", "threshold_tok_s", "recovered_tok_s"}`` (epoch seconds, tok/s or None).
     """
-    samples = ok_results(data, alias, since_s)
+    samples = _last_samples(data["results"].get(alias, []), since_s, baseline_tok_s, drop_ratio,
+                            recovered_within_ratio, min_results)
     current = float(samples[-1]["gen_tok_s"]) if samples else None
     out: dict[str, Any] = {
         "trend": "unknown",

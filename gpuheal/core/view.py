@@ -11,7 +11,7 @@ Queries are cached per view: Rule 2 and the ``vram-trend`` file share one fit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Protocol, TypeVar
@@ -323,10 +323,11 @@ class FleetView:
         return self.gpus[alias].vram_total_mb
 
     # ------------------------------------------------------------------ benchmarks
-    def bench_results(self, alias: str) -> list[dict[str, Any]]:
+    def bench_results(self, alias: str) -> Sequence[dict[str, Any]]:
         """Every recorded result of ``alias`` (gpuheal's ``bench`` and new monitor measurements),
-        oldest first."""
-        results: list[dict[str, Any]] = self.bench.get("results", {}).get(alias, [])
+        oldest first: a list, or from the index a :class:`~gpuheal.benchdata.IndexedResults` (its newest
+        results built, older ones as they are read: read from the newest back where that is enough)."""
+        results: Sequence[dict[str, Any]] = self.bench.get("results", {}).get(alias, [])
         return results
 
     def bench_ok(self, alias: str, since_s: float | None = None) -> list[dict[str, Any]]:

@@ -59,7 +59,7 @@ def _new_measurement(bench: dict[str, Any], alias: str, sample: GpuSample, now_s
     if at > now_s + FUTURE_SLACK_S:
         return None
     items = bench["results"].get(alias, ())
-    last_monitor = max((r["at"] for r in items if r.get("source") == "monitor"), default=None)
+    last_monitor = benchdata.last_monitor_at(items)
     if last_monitor is not None and at <= last_monitor:
         return None
     return at
