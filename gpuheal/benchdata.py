@@ -616,6 +616,18 @@ def regression_state(
     """
     samples = _last_samples(data["results"].get(alias, []), since_s, baseline_tok_s, drop_ratio,
                             recovered_within_ratio, min_results)
+    return scan_state(samples, baseline_tok_s, drop_ratio, min_results, recovered_within_ratio)
+
+
+def scan_state(
+    samples: Sequence[dict[str, Any]],
+    baseline_tok_s: float | None,
+    drop_ratio: float,
+    min_results: int,
+    recovered_within_ratio: float,
+) -> dict[str, Any]:
+    """Rule 4's scan of successful results, oldest first: :func:`regression_state`'s answer for ``samples``
+    (its tail of them, or every one: the same answer, ``tests/test_bench_tail.py``)."""
     current = float(samples[-1]["gen_tok_s"]) if samples else None
     out: dict[str, Any] = {
         "trend": "unknown",

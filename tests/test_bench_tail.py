@@ -19,49 +19,11 @@ from gpuheal import benchdata
 GPU = "gpu-a"
 
 
-def _regression_state_before(
-    data: dict[str, Any],
-    alias: str,
-    baseline_tok_s: float | None,
-    drop_ratio: float = 0.2,
-    min_results: int = 3,
-    recovered_within_ratio: float = 0.1,
-    since_s: float | None = None,
-) -> dict[str, Any]:
-    """Rule 4's state as c8b3cf5 computed it (every successful result of the window, oldest first)."""
-    samples = benchdata.ok_results(data, alias, since_s)
-    current = float(samples[-1]["gen_tok_s"]) if samples else None
-    out: dict[str, Any] = {"trend": "unknown", "current_tok_s": current, "slow_run": 0, "regressing_since": None,
-                           "threshold_tok_s": None, "recovered_tok_s": None}
-    if baseline_tok_s is None or baseline_tok_s <= 0 or not samples:
-        return out
-    slow_below = baseline_tok_s * (1 - drop_ratio)
-    recovered_at = baseline_tok_s * (1 - recovered_within_ratio)
-    out["threshold_tok_s"] = round(slow_below, 2)
-    out["recovered_tok_s"] = round(recovered_at, 2)
-    need = max(1, int(min_results))
-    run, run_start = 0, samples[0]
-    regressing_since: float | None = None
-    for r in samples:
-        value = float(r["gen_tok_s"])
-        if value < slow_below:
-            run, run_start = run + 1, run_start if run else r
-        else:
-            run = 0
-        if regressing_since is None and run >= need:
-            regressing_since = float(run_start["at"])
-        elif regressing_since is not None and value >= recovered_at:
-            regressing_since = None
-    out["slow_run"] = run
-    if regressing_since is not None:
-        out["trend"] = "regressing"
-        out["regressing_since"] = regressing_since
-        return out
-    recent = samples[-need:]
-    fast_above = baseline_tok_s * (1 + recovered_within_ratio)
-    out["trend"] = "improving" if len(recent) >= need and all(float(r["gen_tok_s"]) > fast_above for r in recent) \
-        else "stable"
-    return out
+def _regression_state_before(data: dict[str, Any], alias: str, baseline_tok_s: float | None, *, since_s: float | None,
+                             **ratios: Any) -> dict[str, Any]:  # fmt: skip
+    """Rule 4's state as c8b3cf5 computed it: the scan over every successful result of the window, oldest first
+    (the tail that :func:`benchdata.regression_state` reads now must give the same)."""
+    return benchdata.scan_state(benchdata.ok_results(data, alias, since_s), baseline_tok_s, **ratios)
 
 
 def _results(rnd: random.Random, n: int) -> list[dict[str, Any]]:
