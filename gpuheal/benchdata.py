@@ -434,8 +434,12 @@ def results(data: dict[str, Any], alias: str, since_s: float | None = None) -> l
 
 def ok_results(data: dict[str, Any], alias: str, since_s: float | None = None) -> list[dict[str, Any]]:
     """:func:`results` that succeeded with a rate (one pass: Rules 4 and 9 read a week of them every poll)."""
-    items = data["results"].get(alias, [])
-    return [r for r in items if (since_s is None or r["at"] >= since_s) and r.get("ok") and r.get("gen_tok_s")]
+    return [r for r in data["results"].get(alias, []) if _is_sample(r, since_s)]
+
+
+def _is_sample(result: dict[str, Any], since_s: float | None) -> bool:
+    """Whether ``result`` is one of Rule 4's and 9's samples: from ``since_s`` on, succeeded, with a rate."""
+    return (since_s is None or result["at"] >= since_s) and bool(result.get("ok")) and bool(result.get("gen_tok_s"))
 
 
 def baseline(data: dict[str, Any], alias: str, config_baseline: float | None) -> tuple[float | None, str]:
@@ -585,7 +589,7 @@ def _last_samples(
         ends_all = max(baseline_tok_s * (1 - drop_ratio), baseline_tok_s * (1 - recovered_within_ratio))
     tail: list[dict[str, Any]] = []
     for r in reversed(items):
-        if (since_s is None or r["at"] >= since_s) and r.get("ok") and r.get("gen_tok_s"):
+        if _is_sample(r, since_s):
             tail.append(r)
             if len(tail) >= need and float(r["gen_tok_s"]) >= ends_all:
                 break

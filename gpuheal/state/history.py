@@ -652,6 +652,7 @@ def _encoded_doc(tier: str, blocks: dict[str, Any], encode: Callable[[Any], byte
 _BLOCK_KEYS = ("n", "t", *METRICS, "endpoint")  # what _pack_columns writes, in its order
 
 
+@dataclass(slots=True, eq=False)
 class ClosedPart:
     """A closed part of the coarse tier: the buckets folded while it was open (a UTC day's, about), in its own
     file (``name``; ``None`` until written), never written again unless a GPU is forgotten (``changed``), read
@@ -659,13 +660,12 @@ class ClosedPart:
     ``blocks`` is ``None``). ``span``: its oldest and newest bucket (from ``history.json``'s index, or the
     blocks), what ageing needs (issue 29: a week's coarse file was read and written whole every 10 minutes)."""
 
-    __slots__ = ("name", "blocks", "read", "span", "changed", "stamp")
-
-    def __init__(self, name: str | None, blocks: dict[str, Any] | None = None, read: Callable[[], Any] | None = None,
-                 span: tuple[float, float] | None = None, changed: bool = False,
-                 stamp: tuple[int, ...] | None = None) -> None:
-        self.name, self.blocks, self.read, self.span = name, blocks, read, span
-        self.changed, self.stamp = changed, stamp
+    name: str | None
+    blocks: dict[str, Any] | None = None
+    read: Callable[[], Any] | None = None
+    span: tuple[float, float] | None = None
+    changed: bool = False
+    stamp: tuple[int, ...] | None = None
 
     def encoded(self) -> Iterator[bytes]:
         """The part's file's data, ``{"coarse": {ALIAS: BLOCK}}``, as the coarse file's (every alias text)."""
