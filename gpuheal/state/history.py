@@ -286,6 +286,12 @@ class History:
             cols = self.raw.setdefault(alias, _empty())
             if cols["t"] and t <= cols["t"][-1]:
                 continue
+            if isinstance(cols, RawColumns):  # as read: its bytes too, its metrics left packed
+                cols.append("t", t)
+                for metric in METRICS:
+                    cols.append(metric, getattr(sample, metric))
+                cols.append("endpoint", sample.endpoint)
+                continue
             cols["t"].append(t)
             for metric in METRICS:
                 cols[metric].append(getattr(sample, metric))
@@ -313,9 +319,13 @@ class History:
             while n_old < len(ts) and ts[n_old] < raw_cut:
                 n_old += 1
             if n_old:
-                old = {c: cols[c][:n_old] for c in COLUMNS}
-                for c in COLUMNS:
-                    del cols[c][:n_old]
+                if isinstance(cols, RawColumns):  # only the folded samples decoded
+                    old = {c: cols.head(c, n_old) for c in COLUMNS}
+                    cols.cut(n_old)
+                else:
+                    old = {c: cols[c][:n_old] for c in COLUMNS}
+                    for c in COLUMNS:
+                        del cols[c][:n_old]
                 self._fold(alias, old, bucket_s)
         self._age_closed(coarse_cut, bucket_s)
         if self._first_t is not None and any(t < coarse_cut for t in self._first_t.values()):
@@ -863,9 +873,115 @@ def raw_file(raw: dict[str, dict[str, list[Any]]]) -> Iterator[bytes]:
     last_t: list[Any] | None = None
     packed_t = b""
     for cols in raw.values():
+        if isinstance(cols, RawColumns) and (packed := cols.packed()) is not None:
+            yield packed  # as read, with this run's samples appended and the folded ones cut off
+            continue
         if cols["t"] != last_t:  # GPUs polled by the same runs share their times: packed once
             last_t, packed_t = cols["t"], _float64(cols["t"])
         yield b"".join([packed_t, *(_float64(cols[c]) for c in METRICS)])
+
+
+class RawColumns(dict[str, list[Any]]):
+    """A GPU's raw columns as :func:`read_raw_file` read them: ``t`` and ``endpoint`` decoded, each metric's
+    float64 bytes kept and decoded into its list only when it is read (``cols["util_pct"]``: Rule 2 fits
+    VRAM and Rule 8 temperature every poll; nothing a poll judges reads utilisation or power). The bytes are
+    kept up to date through :meth:`History.add` (:meth:`append`) and :meth:`History.compact` (:meth:`head`,
+    :meth:`cut`), so the file is written from them: a 100-GPU fleet's 6.5 h of samples were turned into
+    ~195,000 Python floats and packed again every cron run to append one poll (issue 29).
+
+    A plain dict to every reader: asking for the whole mapping (its keys, items, length, equality, repr,
+    a copy) decodes every column first. The lists are the history's: changed only through those methods (a
+    list whose length no longer matches its bytes is packed from the list again, :meth:`packed`)."""
+
+    __slots__ = ("_bytes",)
+
+    def __init__(self, t: list[Any], spans: dict[str, bytes], endpoint: list[Any]) -> None:
+        super().__init__(t=t, endpoint=endpoint)
+        self._bytes = spans  # every numeric column's float64 bytes (t's too), as the file will hold them
+
+    def __missing__(self, column: str) -> list[Any]:
+        span = self._bytes.get(column) if column in METRICS else None
+        if span is None:
+            raise KeyError(column)
+        values = self[column] = _floats(span)
+        return values
+
+    def whole(self) -> dict[str, list[Any]]:
+        """Every column decoded, in :data:`COLUMNS`' order (a plain dict)."""
+        return {c: self[c] for c in COLUMNS}
+
+    def append(self, column: str, value: Any) -> None:
+        """``value`` appended to ``column``: to its bytes as :func:`_float64` packs it, and to its list where
+        decoded. A value that its bytes would not give back as it is (not a finite float nor ``None``: an
+        infinity, an int, junk) decodes the column first, so that its list holds the value itself, as a
+        plain column's would until the next run reads it back."""
+        if column in self._bytes:
+            if not (value is None or (type(value) is float and math.isfinite(value))):
+                self[column]  # noqa: B018 - decoded now (a metric's; t and endpoint always are)
+            self._bytes[column] += _float64([value])
+        if dict.__contains__(self, column):
+            dict.__getitem__(self, column).append(value)
+
+    def head(self, column: str, n: int) -> list[Any]:
+        """The first ``n`` values of ``column``, decoding only them when its list is not decoded."""
+        if dict.__contains__(self, column) or column not in self._bytes:
+            return self[column][:n]
+        return _floats(self._bytes[column][: 8 * n])
+
+    def cut(self, n: int) -> None:
+        """The first ``n`` samples of every column dropped."""
+        for column, span in self._bytes.items():
+            self._bytes[column] = span[8 * n :]
+        for values in dict.values(self):
+            del values[:n]
+
+    def packed(self) -> bytes | None:
+        """The GPU's five numeric columns as :func:`raw_file` writes them; ``None`` when a decoded list's length
+        no longer matches its bytes (changed by someone else: packed from the lists)."""
+        n = len(dict.__getitem__(self, "t"))
+        spans = [self._bytes[c] for c in _RAW_COLUMNS]
+        if any(len(span) != 8 * n for span in spans) or any(len(v) != n for v in dict.values(self)):
+            return None
+        return b"".join(spans)
+
+    # a plain dict to whoever asks for the whole: every column decoded first
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.whole())
+
+    def __len__(self) -> int:
+        return len(COLUMNS)
+
+    def __contains__(self, column: object) -> bool:
+        return column in COLUMNS
+
+    def get(self, column: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[column] if column in COLUMNS else default
+
+    def keys(self) -> Any:
+        return self.whole().keys()
+
+    def items(self) -> Any:
+        return self.whole().items()
+
+    def values(self) -> Any:
+        return self.whole().values()
+
+    def copy(self) -> dict[str, list[Any]]:
+        return {c: list(v) for c, v in self.whole().items()}
+
+    def __eq__(self, other: object) -> bool:
+        return self.whole() == other
+
+    def __ne__(self, other: object) -> bool:
+        return self.whole() != other
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self.whole())
+
+    def __reduce__(self) -> Any:
+        return (dict, (self.whole(),))
 
 
 def read_raw_file(blob: bytes) -> dict[str, dict[str, list[Any]]] | None:
@@ -900,9 +1016,7 @@ def read_raw_file(blob: bytes) -> dict[str, dict[str, list[Any]]] | None:
         if known is None and None in t:
             continue
         times.setdefault(spans[0], t)
-        cols = {"t": t, **{c: _floats(span) for c, span in zip(METRICS, spans[1:], strict=True)}}
-        cols["endpoint"] = endpoint
-        raw[alias] = {c: cols[c] for c in COLUMNS}
+        raw[alias] = RawColumns(t, dict(zip(_RAW_COLUMNS, spans, strict=True)), endpoint)
     return raw
 
 
