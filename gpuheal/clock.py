@@ -7,8 +7,22 @@ to run one cron process per simulated minute without waiting a minute.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Clock:
+    """Seconds since an arbitrary start, and a way to wait: what a run's in-run waits count on — the in-run
+    confirmation's re-probes (``steps/confirm``) and a restart's readiness wait (Rule 3's verify,
+    ``actions/execute``). Real seconds by default; tests give both, jittered, and the chaos week gives its
+    simulated world's, whose ``sleep`` moves the week on (issue 29)."""
+
+    now: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
 
 
 def parse_iso(text: str) -> datetime:

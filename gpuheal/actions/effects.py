@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpuheal.actions.perform import LiteLLMCall, perform, values_for
 from gpuheal.actions.runner import Runner
+from gpuheal.clock import Clock
 from gpuheal.config.model import SSH_PORT, Config
 from gpuheal.core.actions import Action, CommandOutcome, LiteLLMUpdate, StepResult
 
@@ -26,9 +27,10 @@ __all__ = ["Effects", "Runner", "Verifier"]
 class Effects:
     def __init__(
         self, cfg: Config, runner: Runner | None = None, verify: Verifier | None = None,
-        litellm: LiteLLMCall | None = None, model_health: Verifier | None = None,
+        litellm: LiteLLMCall | None = None, model_health: Verifier | None = None, clock: Clock | None = None,
     ) -> None:
         self.cfg = cfg
+        self.clock = clock  # the run's (None: real seconds): a restart's readiness wait counts on it
         self.model_health: Verifier = model_health or self._model_health
         self._pool: TransportPool | None = None
         self.run: Runner = runner or self._run
@@ -123,7 +125,7 @@ class Effects:
         g = self.cfg.gpu(alias)
         heal = self.cfg.heal
         return wait_ready_then_complete(
-            g.endpoint, self.cfg.litellm.api_key, heal.reload_wait_s, heal.verify_timeout_s
+            g.endpoint, self.cfg.litellm.api_key, heal.reload_wait_s, heal.verify_timeout_s, clock=self.clock
         )
 
     def prove(self, alias: str) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from typing import Any
 from gpuheal.actions.context import Context, Records
 from gpuheal.actions.perform import LiteLLMCall, perform, perform_instead, values_for
 from gpuheal.actions.runner import Runner, run_command
+from gpuheal.clock import Clock
 from gpuheal.config.model import Config
 from gpuheal.core.actions import Action, LiteLLMUpdate, RunCommand, StepResult, WaitReady
 from gpuheal.core.catalog import ACTIONS, DEFAULT_JOURNAL_ARGV, DEFAULT_PS_ARGV, MITIGATIONS, ActionSpec
@@ -209,23 +210,27 @@ def _parse_evidence(output: str, cfg: Config, gpu: str) -> dict[str, Any]:
 
 
 def wait_ready_then_complete(
-    endpoint: str, api_key: str, reload_wait_s: float, verify_timeout_s: float, n_predict: int = 16
+    endpoint: str, api_key: str, reload_wait_s: float, verify_timeout_s: float, n_predict: int = 16,
+    clock: Clock | None = None,
 ) -> dict[str, Any]:
     """Rule 3's verify: poll ``/health`` up to the reload deadline (never a flat sleep), then prove
-    it with a real completion (``/health`` alone is not proof) answered in < ``verify_timeout_s``."""
+    it with a real completion (``/health`` alone is not proof) answered in < ``verify_timeout_s``.
+    The deadline and the waits are ``clock``'s (the run's: real seconds unless a caller gives its own —
+    the chaos week's moves its simulated fleet on while it waits, as a real fleet's model loads)."""
     from gpuheal.sources.llama_server import benchmark_inference
     from gpuheal.sources.sense import probe_health
 
-    started = time.monotonic()
+    clock = clock or Clock()
+    started = clock.now()
     deadline = started + reload_wait_s
     state = "unknown"
     while True:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - clock.now()
         state, _latency, _detail = probe_health(endpoint, max(0.2, min(2.0, remaining)))
-        if state == "ok" or time.monotonic() >= deadline:
+        if state == "ok" or clock.now() >= deadline:
             break
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-    ready_after = round(time.monotonic() - started, 2)
+        clock.sleep(min(0.5, max(0.0, deadline - clock.now())))
+    ready_after = round(clock.now() - started, 2)
     if state != "ok":
         return {"ok": False, "health": state, "after_s": ready_after, "error": f"not ready within {reload_wait_s:g} s"}
     outcome = benchmark_inference(endpoint, api_key, n_predict=n_predict, deadline_s=verify_timeout_s, warmup=False)

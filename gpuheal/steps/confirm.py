@@ -40,12 +40,12 @@ nothing is done twice, and no run's writes are lost under another's.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from gpuheal.clock import Clock
 from gpuheal.config.model import Config
 from gpuheal.core import confirm as core
 from gpuheal.core.confirm import GpuWatch, Probe, Seen, Watch
@@ -64,14 +64,6 @@ Prober = Callable[[Config, Collection[str], Collection[str]], dict[str, GpuSampl
 
 class Overtaken(Exception):
     """Another run held the state lock while this one confirmed without it: this run acts on nothing."""
-
-
-@dataclass(frozen=True)
-class Clock:
-    """Seconds since an arbitrary start, and a way to wait (tests give both, jittered)."""
-
-    now: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
 
 
 def default_clock() -> Clock:

@@ -51,12 +51,12 @@ class Heal:
 
     def __init__(self, cfg: Config, store: StateDir, now: datetime, apply: bool, runner: Runner | None = None,
                  verify: Verifier | None = None, clock: confirm.Clock | None = None,
-                 probe: confirm.Prober | None = None) -> None:  # fmt: skip
+                 probe: confirm.Prober | None = None, wait_clock: confirm.Clock | None = None) -> None:  # fmt: skip
         from gpuheal.credentials import secrets_for
 
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
         self.ledger = Ledger(store, now, secrets_for(cfg), REMEDIES)
-        self.effects = Effects(cfg, runner, verify)
+        self.effects = Effects(cfg, runner, verify, clock=wait_clock)  # a restart's readiness wait (None: real)
         self.records = Records(store, {i: r.state_file for i, r in REMEDIES.items() if r.state_file})
         self.warnings: list[str] = []
         self.tol = timing.TOLERANCE_S  # until this run's evaluation says the history's own
@@ -189,7 +189,9 @@ def command(rt: Any, store: StateDir, apply: bool = False, gpu: str | None = Non
     from gpuheal.runtime import CommandResult
     from gpuheal.steps.check import config_rows
 
-    heal = Heal(rt.cfg, store, rt.now, apply, clock=clock)  # clock: the in-run confirmation's (a simulated week's)
+    # clock: the run's, for the in-run confirmation and a restart's readiness wait (a simulated week's moves its
+    # fleet on; tests of the confirmation alone give Heal a clock that moves only itself)
+    heal = Heal(rt.cfg, store, rt.now, apply, clock=clock, wait_clock=clock)
     if clear:
         heal.ledger.clear(clear, rt.cfg.aliases[0] if rt.cfg.aliases else "gpu-dense")
     health = heal.run(gpu, issue)
