@@ -15,6 +15,9 @@ What differs from a cron process, and why it does not change what gpuheal judges
 - HTTP goes through ``gpuheal.sources.http.use_network`` to the sim's own handlers in process
   (``SimFleet(serve="in-process").network()``): the same request bytes, the same framing of the
   answer, the sim's answers byte for byte (``tests/test_chaos_network.py``), timeouts in virtual seconds;
+- the calls a cron run makes at once on threads (the poll's GPU source and LiteLLM beside its probes, the
+  history read meanwhile) run one after another in the calling thread (``gpuheal.sources.http.workers``): with
+  the network in process nothing waits on a socket, and the threads only contended for the GIL (issue 29);
 - commands go through ``gpuheal.transport.use_transports`` to the simulated hosts
   (:mod:`gpuheal.sim.hosts`) instead of SSH: the argv gpuheal builds, answered as the host's tools
   answer (a host that is off the network answers as SSH does: no connection within the timeout);

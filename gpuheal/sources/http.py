@@ -786,6 +786,42 @@ def use_network(network: Network) -> Iterator[None]:
         _network = previous
 
 
+def workers(max_workers: int, name: str) -> Any:
+    """A pool (``concurrent.futures.Executor``) for calls that wait on the network at once: the poll's GPU
+    source and LiteLLM beside its llama-server probes, on threads. On an installed :class:`Network` nothing
+    waits — every answer is made in the calling thread — so they run there, each when submitted: the same
+    calls with the same answers, without threads that only contend for the GIL (the chaos week's every poll
+    ran four, issue 29)."""
+    if _network is not None:
+        return _InThisThread()
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)
+
+
+class _InThisThread:
+    """:func:`workers` on an in-process network: ``submit`` runs the call at once; its future holds the outcome."""
+
+    def __enter__(self) -> _InThisThread:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        from concurrent.futures import Future
+
+        done: Future[Any] = Future()
+        try:
+            done.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - raised again by result(), as a thread's would be
+            done.set_exception(exc)
+        return done
+
+    def map(self, fn: Callable[..., Any], *iterables: Any) -> Iterator[Any]:
+        return (self.submit(fn, *args).result() for args in zip(*iterables, strict=False))
+
+
 def _on_network(network: Network, parts: Any, gen: Exchange, deadline_s: float) -> Any:
     """One exchange on :class:`Network`: the loop's request bytes and framing, the answer's seconds summed
     against ``deadline_s`` as the loop's clock would count them."""

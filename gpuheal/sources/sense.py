@@ -8,7 +8,6 @@ Every failure is a :class:`DataFault`; this function does not raise for anything
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -27,7 +26,7 @@ from gpuheal.model import (
     SourcePoll,
 )
 from gpuheal.sources import llama_telemetry as lt
-from gpuheal.sources.http import HttpFault, request, run_exchanges
+from gpuheal.sources.http import HttpFault, request, run_exchanges, workers
 from gpuheal.sources.litellm_spend import NO_DATABASE
 from gpuheal.sources.llama_telemetry import PROBE_MAX_BYTES
 
@@ -123,7 +122,7 @@ def _poll(cfg: Config, source: GpuSource, now: datetime, transports: Any, memory
     """The GPU source and LiteLLM on threads, every llama-server at once on this one
     (:func:`~gpuheal.sources.http_loop.run_exchanges`, at most ``probe.max_workers`` open)."""
     deadline = cfg.probe.timeout_s
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="probe") as pool:
+    with workers(4, "probe") as pool:
         source_f = pool.submit(source.read, now, deadline, transports, memory)
         litellm_f = pool.submit(fetch_litellm, cfg) if cfg.litellm.url else None
         url = cfg.litellm.url
@@ -200,7 +199,7 @@ def _canaries(
 ) -> dict[str, lt.ServerProbe]:
     """The canary completion to each server of ``ask``, all at once, each under the canary's own deadline;
     its state goes on that server's probe."""
-    with ThreadPoolExecutor(max_workers=min(len(ask), cfg.probe.max_workers)) as pool:
+    with workers(min(len(ask), cfg.probe.max_workers), "canary") as pool:
         states = dict(zip((g.alias for g in ask), pool.map(lambda g: _canary(cfg, g.endpoint, canary), ask),
                           strict=True))
     return {a: replace(p, canary=states[a]) if a in states else p for a, p in servers.items()}

@@ -152,11 +152,10 @@ def _sense_and_load(
     the recorded history read on a thread: the poll mostly waits on the network and a 1000-GPU history takes
     ~0.3 s to unpack (issue 12 benchmark). Also what a source that keeps a memory leaves for the next
     poll (``SourceKind.memory``), or ``None``: computed here, written by :func:`_keep` with the history."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    from gpuheal.sources.http import workers
     from gpuheal.sources.sense import poll_fleet
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="history") as pool:
+    with workers(1, "history") as pool:
         loading = pool.submit(history_store.load_history, store) if plan.keep_history else None
         obs = poll_fleet(cfg, plan.source, now, transports, plan.recalled)
         history = loading.result() if loading is not None else History()
