@@ -954,7 +954,7 @@ class RawColumns(dict[str, list[Any]]):
     def __contains__(self, column: object) -> bool:
         return column in COLUMNS
 
-    def get(self, column: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, column: str, default: Any = None) -> Any:
         return self[column] if column in COLUMNS else default
 
     def keys(self) -> Any:
@@ -975,7 +975,7 @@ class RawColumns(dict[str, list[Any]]):
     def __ne__(self, other: object) -> bool:
         return self.whole() != other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
     def __repr__(self) -> str:
         return repr(self.whole())

@@ -31,6 +31,7 @@ from gpuheal.actions.context import Context, Records
 from gpuheal.actions.effects import Effects, Runner, Verifier
 from gpuheal.actions.ledger import Ledger
 from gpuheal.actions.record import Subject, health_doc
+from gpuheal.clock import Clock
 from gpuheal.config.model import Config
 from gpuheal.core import timing, verify
 from gpuheal.core.actions import LiteLLMUpdate
@@ -50,8 +51,8 @@ class Heal:
     """One heal run. Holds the run's books (:class:`Ledger`) while it works on them."""
 
     def __init__(self, cfg: Config, store: StateDir, now: datetime, apply: bool, runner: Runner | None = None,
-                 verify: Verifier | None = None, clock: confirm.Clock | None = None,
-                 probe: confirm.Prober | None = None, wait_clock: confirm.Clock | None = None) -> None:  # fmt: skip
+                 verify: Verifier | None = None, clock: Clock | None = None,
+                 probe: confirm.Prober | None = None, wait_clock: Clock | None = None) -> None:  # fmt: skip
         from gpuheal.credentials import secrets_for
 
         self.cfg, self.store, self.now, self.now_s, self.apply = cfg, store, now, now.timestamp(), apply
@@ -183,7 +184,7 @@ class Heal:
 
 
 def command(rt: Any, store: StateDir, apply: bool = False, gpu: str | None = None, issue: str | None = None,
-            clear: str | None = None, clock: confirm.Clock | None = None) -> Any:  # fmt: skip
+            clear: str | None = None, clock: Clock | None = None) -> Any:  # fmt: skip
     from gpuheal import exit_codes
     from gpuheal.render.human import render_heal
     from gpuheal.runtime import CommandResult
