@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -62,24 +63,29 @@ def _run(history: History, minute: float, rng: random.Random, read: tuple[str, .
     return b"".join(raw_file(history.raw))
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_the_raw_tier_as_read_writes_and_folds_what_decoding_it_whole_does(seed):
-    """Runs over 7 hours (samples folded into buckets from the 6.5th), reading none, some or every metric,
-    junk values among them: each run's file is the plain path's to the byte, and so are the buckets."""
+def _runs(seed: int, odd: tuple[object, ...]) -> Iterator[tuple[bytes, bytes, History, History]]:
+    """Runs over 7 hours (samples folded into buckets from the 6.5th), each reading none, some or every metric:
+    each run's file and history through the raw tier as read, and through the plain path, from the same file."""
     rng = random.Random(seed)
-    blob = _start(rng, rng.randint(1, 420))
+    blob = _start(rng, rng.randint(1, 420), odd)
     minute = 421.0
     for _ in range(rng.randint(1, 30)):
         minute += rng.uniform(0.5, 20)
         read = tuple(rng.sample(METRICS, rng.randint(0, len(METRICS))))
         lazy, plain = _lazy(blob), _plain(blob)
         state = rng.getstate()
-        got = _run(lazy, minute, rng, read)
+        got = _run(lazy, minute, rng, read, odd)
         rng.setstate(state)
-        want = _run(plain, minute, rng, read)
+        yield got, _run(plain, minute, rng, read, odd), lazy, plain
+        blob = got
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_raw_tier_as_read_writes_and_folds_what_decoding_it_whole_does(seed):
+    """Junk values among the samples: each run's file is the plain path's to the byte, and so are the buckets."""
+    for got, want, lazy, plain in _runs(seed, ODD):
         assert got == want
         assert lazy.to_dict() == plain.to_dict() and lazy == plain
-        blob = got
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -87,21 +93,9 @@ def test_an_infinity_read_back_is_unknown_either_way(seed):
     """An infinite sample is "not known" once read back. The plain path packs it as NaN at the run after (it was
     decoded to None); bytes not decoded keep it as it was written: the files then differ in those bytes only,
     and read back the same."""
-    rng = random.Random(seed)
-    odd = ODD + INFINITE
-    blob = _start(rng, rng.randint(1, 420), odd)
-    minute = 421.0
-    for _ in range(rng.randint(1, 20)):
-        minute += rng.uniform(0.5, 20)
-        read = tuple(rng.sample(METRICS, rng.randint(0, len(METRICS))))
-        lazy, plain = _lazy(blob), _plain(blob)
-        state = rng.getstate()
-        got = _run(lazy, minute, rng, read, odd)
-        rng.setstate(state)
-        want = _run(plain, minute, rng, read, odd)
+    for got, want, lazy, plain in _runs(seed, ODD + INFINITE):
         assert len(got) == len(want) and read_raw_file(got) == read_raw_file(want)
         assert lazy.to_dict() == plain.to_dict()
-        blob = got
 
 
 def test_a_run_that_reads_no_metric_decodes_none_and_writes_the_bytes_it_read():
