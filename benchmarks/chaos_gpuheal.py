@@ -31,7 +31,9 @@ What differs from a cron process, and why it does not change what gpuheal judges
   ``heal.command(..., clock=)`` gets a ``Clock`` whose ``now`` is the world's virtual seconds and whose
   ``sleep`` moves the week on (:meth:`chaos_week.Driver.wait`: every incident change due meanwhile at
   its own second), so a fault or a blip that starts or ends within the minute is seen by the re-probes
-  as it would be in real time. The cycle's later steps start when heal is done (escalate
+  as it would be in real time; a restart's readiness wait (Rule 3's verify) waits on it too, so the
+  restarted server loads meanwhile as a real one would (before, it waited 15 real seconds and the model never
+  loaded, issue 29). The cycle's later steps start when heal is done (escalate
   ``ESCALATE_AFTER_S`` after it), and the driver judges the cycle at its end. The probes themselves
   take no virtual time (a real ``/health`` timeout takes ``probe.timeout_s``): the evidence is at most
   that much longer than on a real fleet.
