@@ -11,7 +11,8 @@ the coarse tier's closed parts (:class:`ClosedPart`: a day's buckets each, writt
 On disk each numeric column is packed (little-endian float64, base64, NaN = not known) and the
 endpoint column run-length encoded: a fleet of 1000 GPUs holds 2.3 million samples, and decoding
 them as JSON numbers cost about a second per cron run where unpacking costs a few milliseconds
-(issue 2's benchmark). In memory the columns stay plain lists.
+(issue 2's benchmark). In memory the columns are plain lists to every reader; the raw tier read from its file
+keeps each metric's bytes until a reader asks for that column (:class:`RawColumns`, issue 29).
 """
 
 from __future__ import annotations
